@@ -1,0 +1,61 @@
+// Control planes: what computes and installs the routing tables a simulated network forwards
+// with. A routing policy in a scenario names one (by `routing:`), built by a factory
+// registered under that name (REGISTER_CONTROL_PLANE, through core/registry.h), so new
+// policies touch no central list.
+#ifndef DAR_SIM_CONTROL_PLANE_H_
+#define DAR_SIM_CONTROL_PLANE_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/random.h"
+#include "core/registry.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "sim/event_loop.h"
+#include "sim/network.h"
+#include "sim/workload.h"
+#include "yaml-cpp/yaml.h"
+
+namespace dar::sim {
+
+struct ControlContext {
+  EventLoop& loop;
+  Network& network;
+  Random& rng;  // the control plane's own stream
+};
+
+class ControlPlane {
+ public:
+  virtual ~ControlPlane() = default;
+  // Installs the first tables. Called once, at time 0, before any traffic.
+  virtual void Start(ControlContext& ctx) = 0;
+  // A link changed state or capacity (both directions of a cable are reported).
+  virtual void OnLinkChange(LinkId link) = 0;
+  // Adds the control plane's counters (tables installed, loops found, ...) to `metrics`.
+  // Must add `routing_loops`: tables refused or installed with a forwarding loop.
+  virtual void Report(nlohmann::json& metrics) const = 0;
+};
+using ControlPlanePtr = std::unique_ptr<ControlPlane>;
+
+using ControlPlaneFactory =
+    std::function<absl::StatusOr<ControlPlanePtr>(const YAML::Node&, const ConfigContext&)>;
+
+// Builds the control plane registered as `routing`; `policy` is the policy's YAML block (may be
+// a bare scalar). Errors name ctx.where.
+absl::StatusOr<ControlPlanePtr> CreateControlPlane(const std::string& routing,
+                                                   const YAML::Node& policy,
+                                                   const ConfigContext& ctx);
+
+}  // namespace dar::sim
+
+// Registers a control plane factory under `name`, at namespace scope in a .cc file.
+#define REGISTER_CONTROL_PLANE(name, factory)                                   \
+  static const ::dar::Registration<::dar::sim::ControlPlaneFactory> DAR_CONCAT_( \
+      dar_control_plane_reg_, __LINE__)(name, factory)
+
+#endif  // DAR_SIM_CONTROL_PLANE_H_

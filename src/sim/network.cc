@@ -1,0 +1,306 @@
+#include "sim/network.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "fmt/format.h"
+
+namespace dar::sim {
+
+absl::StatusOr<ForwardingMode> ParseForwardingMode(std::string_view name) {
+  if (name == "per_flow") return ForwardingMode::kPerFlow;
+  if (name == "per_flowlet") return ForwardingMode::kPerFlowlet;
+  if (name == "per_packet") return ForwardingMode::kPerPacket;
+  if (name == "per_packet_p2c") return ForwardingMode::kPerPacketP2C;
+  return absl::InvalidArgumentError(fmt::format(
+      "unknown forwarding mode '{}' (expected per_flow, per_flowlet, per_packet or "
+      "per_packet_p2c)",
+      name));
+}
+
+std::string_view ForwardingModeName(ForwardingMode mode) {
+  switch (mode) {
+    case ForwardingMode::kPerFlow:
+      return "per_flow";
+    case ForwardingMode::kPerFlowlet:
+      return "per_flowlet";
+    case ForwardingMode::kPerPacket:
+      return "per_packet";
+    case ForwardingMode::kPerPacketP2C:
+      return "per_packet_p2c";
+  }
+  return "?";
+}
+
+std::string_view DropReasonName(DropReason r) {
+  switch (r) {
+    case DropReason::kQueueFull:
+      return "queue_full";
+    case DropReason::kLinkDown:
+      return "link_down";
+    case DropReason::kHopLimit:
+      return "hop_limit";
+    case DropReason::kNoRoute:
+      return "no_route";
+    case DropReason::kCount:
+      break;
+  }
+  return "?";
+}
+
+// The output side of one directed link: a drop-tail FIFO, a serialiser and the wire.
+// Packets leave the wire in the order they entered it (constant propagation delay), so the
+// wire is a FIFO too and needs a single timer for its head.
+class Network::Port {
+ public:
+  Port(Network& net, LinkId id, const Link& link, bool host_nic, int64_t queue_bytes)
+      : net_(net),
+        id_(id),
+        src_(link.src),
+        host_nic_(host_nic),
+        dst_(link.dst),
+        capacity_(link.params.capacity),
+        delay_(link.params.delay),
+        queue_limit_(queue_bytes),
+        up_(link.up),
+        tx_done_(net.loop_, [this] { OnTransmitted(); }),
+        arrival_(net.loop_, [this] { OnArrival(); }) {}
+
+  bool up() const { return up_; }
+  int64_t queued_bytes() const { return queued_bytes_; }
+  const LinkCounters& counters() const { return counters_; }
+  LinkCounters& mutable_counters() { return counters_; }
+
+  void Enqueue(PacketPtr p) {
+    if (!up_) {
+      net_.Drop(std::move(p), DropReason::kLinkDown, id_);
+      return;
+    }
+    if (queued_bytes_ + p->size_bytes > queue_limit_) {
+      net_.Drop(std::move(p), DropReason::kQueueFull, id_);
+      return;
+    }
+    queued_bytes_ += p->size_bytes;
+    if (net_.config_.ecn_threshold_bytes > 0 && p->ecn_capable &&
+        queued_bytes_ > net_.config_.ecn_threshold_bytes) {
+      p->ce = true;
+      ++counters_.ecn_marks;
+    }
+    counters_.max_queue_bytes = std::max(counters_.max_queue_bytes, queued_bytes_);
+    queue_.push_back(std::move(p));
+    if (!tx_done_.pending()) StartTransmit();
+  }
+
+  void SetUp(bool up) {
+    if (up_ == up) return;
+    up_ = up;
+    if (up) return;
+    tx_done_.Cancel();
+    arrival_.Cancel();
+    if (in_tx_) net_.Drop(std::move(in_tx_), DropReason::kLinkDown, id_);
+    while (!queue_.empty()) net_.Drop(queue_.pop_front(), DropReason::kLinkDown, id_);
+    while (!wire_.empty()) net_.Drop(std::move(wire_.pop_front().packet), DropReason::kLinkDown, id_);
+    queued_bytes_ = 0;
+  }
+
+  void SetCapacity(DataRate c) { capacity_ = c; }
+
+ private:
+  struct InFlight {
+    Time arrival{0};
+    PacketPtr packet;
+  };
+
+  void StartTransmit() {
+    in_tx_ = queue_.pop_front();
+    queued_bytes_ -= in_tx_->size_bytes;
+    tx_done_.ScheduleIn(capacity_.TransmitTime(in_tx_->size_bytes));
+    if (host_nic_ && queued_bytes_ == 0 && net_.on_nic_ready_) net_.on_nic_ready_(src_);
+  }
+
+  void OnTransmitted() {
+    ++counters_.tx_packets;
+    counters_.tx_bytes += in_tx_->size_bytes;
+    const Time arrival = net_.loop_.now() + delay_;
+    wire_.push_back(InFlight{arrival, std::move(in_tx_)});
+    if (!arrival_.pending()) arrival_.ScheduleAt(arrival);
+    if (!queue_.empty()) StartTransmit();
+  }
+
+  void OnArrival() {
+    const Time now = net_.loop_.now();
+    while (!wire_.empty() && wire_.front().arrival <= now) {
+      net_.Receive(dst_, std::move(wire_.pop_front().packet));
+    }
+    if (!wire_.empty()) arrival_.ScheduleAt(wire_.front().arrival);
+  }
+
+  Network& net_;
+  LinkId id_;
+  NodeId src_;
+  bool host_nic_;
+  NodeId dst_;
+  DataRate capacity_;
+  Duration delay_;
+  int64_t queue_limit_;
+  bool up_;
+  int64_t queued_bytes_ = 0;
+  RingBuffer<PacketPtr> queue_;
+  PacketPtr in_tx_;
+  RingBuffer<InFlight> wire_;
+  LinkCounters counters_;
+  Timer tx_done_;
+  Timer arrival_;
+};
+
+Network::Network(EventLoop& loop, Random& rng, const Topology& topology,
+                 const NetworkConfig& config)
+    : loop_(loop), rng_(rng), topology_(topology), config_(config) {
+  const int n = topology_.num_nodes();
+  route_target_.resize(n);
+  last_hop_link_.assign(n, kNoLink);
+  node_salt_.resize(n);
+  for (NodeId i = 0; i < n; ++i) {
+    route_target_[i] = topology_.RouteTarget(i);
+    if (route_target_[i] != i) last_hop_link_[i] = topology_.FindLink(route_target_[i], i);
+    node_salt_[i] = Random::Hash(0x5eed0000ULL + static_cast<uint64_t>(i));
+  }
+  ports_.reserve(topology_.num_links());
+  for (LinkId l = 0; l < topology_.num_links(); ++l) {
+    const Link& link = topology_.link(l);
+    const bool host_nic = topology_.node(link.src).kind == NodeKind::kHost;
+    ports_.push_back(std::make_unique<Port>(
+        *this, l, link, host_nic, host_nic ? config_.host_queue_bytes : link.params.queue_bytes));
+  }
+}
+
+Network::~Network() = default;
+
+void Network::InstallTables(std::shared_ptr<const RoutingTables> tables) {
+  tables_ = std::move(tables);
+}
+
+void Network::Send(NodeId node, PacketPtr p) {
+  p->hop_limit = config_.initial_hop_limit;
+  Receive(node, std::move(p));
+}
+
+void Network::SendOnLink(LinkId link, PacketPtr p) { ports_[link]->Enqueue(std::move(p)); }
+
+void Network::SetLinkUp(LinkId link, bool up) {
+  topology_.mutable_link(link).up = up;
+  ports_[link]->SetUp(up);
+}
+
+void Network::SetLinkCapacity(LinkId link, DataRate capacity) {
+  topology_.mutable_link(link).params.capacity = capacity;
+  ports_[link]->SetCapacity(capacity);
+}
+
+int64_t Network::QueuedBytes(LinkId link) const { return ports_[link]->queued_bytes(); }
+
+const LinkCounters& Network::counters(LinkId link) const { return ports_[link]->counters(); }
+
+int64_t Network::total_drops() const {
+  int64_t t = 0;
+  for (int64_t d : drops_) t += d;
+  return t;
+}
+
+void Network::Drop(PacketPtr p, DropReason r, LinkId link) {
+  if (p->kind == PacketKind::kFiller) {
+    ++filler_drops_;
+    return;
+  }
+  ++drops_[static_cast<int>(r)];
+  if (link != kNoLink) ++ports_[link]->mutable_counters().drops;
+  if (on_drop_) on_drop_(*p, r);
+}
+
+void Network::Receive(NodeId node, PacketPtr p) {
+  if (p->kind == PacketKind::kFiller) return;  // background load ends at the link's far end
+  if (node == p->dst) {
+    on_receive_(std::move(p));
+    return;
+  }
+  Forward(node, std::move(p));
+}
+
+void Network::Forward(NodeId node, PacketPtr p) {
+  if (p->hop_limit == 0) {
+    Drop(std::move(p), DropReason::kHopLimit, kNoLink);
+    return;
+  }
+  --p->hop_limit;
+  const NodeId target = route_target_[p->dst];
+  LinkId out = kNoLink;
+  if (node == target) {
+    out = last_hop_link_[p->dst];
+  } else if (tables_ != nullptr && tables_->IsDestination(target)) {
+    out = ChooseNextHop(node, *p, tables_->Lookup(node, target));
+  }
+  if (out == kNoLink) {
+    Drop(std::move(p), DropReason::kNoRoute, kNoLink);
+    return;
+  }
+  ports_[out]->Enqueue(std::move(p));
+}
+
+LinkId Network::PickByWeight(absl::Span<const NextHop> hops, double u) const {
+  double total = 0;
+  for (const NextHop& h : hops) {
+    if (ports_[h.link]->up()) total += h.weight;
+  }
+  if (total <= 0) return kNoLink;
+  double x = u * total;
+  LinkId last = kNoLink;
+  for (const NextHop& h : hops) {
+    if (!ports_[h.link]->up()) continue;
+    last = h.link;
+    x -= h.weight;
+    if (x < 0) return h.link;
+  }
+  return last;
+}
+
+LinkId Network::ChooseNextHop(NodeId node, const Packet& p, absl::Span<const NextHop> hops) {
+  if (hops.empty()) return kNoLink;
+  if (hops.size() == 1) return ports_[hops[0].link]->up() ? hops[0].link : kNoLink;
+  switch (forwarding_.mode) {
+    case ForwardingMode::kPerFlow: {
+      const uint64_t h = Random::Hash(p.flow_id ^ node_salt_[node]);
+      return PickByWeight(hops, static_cast<double>(h >> 11) * 0x1.0p-53);
+    }
+    case ForwardingMode::kPerFlowlet: {
+      if (flowlets_.empty()) flowlets_.resize(topology_.num_nodes());
+      std::vector<FlowletEntry>& table = flowlets_[node];
+      if (table.empty()) table.resize(forwarding_.flowlet_table_size);
+      const uint64_t h = Random::Hash(p.flow_id ^ node_salt_[node]);
+      FlowletEntry& e = table[h % table.size()];
+      const Time now = loop_.now();
+      const bool fresh = e.flow_id == p.flow_id && e.last_seen.count() >= 0 &&
+                         now - e.last_seen <= forwarding_.flowlet_gap;
+      bool valid = false;
+      if (fresh && ports_[e.link]->up()) {
+        for (const NextHop& nh : hops) valid |= nh.link == e.link;
+      }
+      if (!valid) {
+        e.link = PickByWeight(hops, rng_.Uniform());
+        e.flow_id = p.flow_id;
+      }
+      e.last_seen = now;
+      return e.link;
+    }
+    case ForwardingMode::kPerPacket:
+      return PickByWeight(hops, rng_.Uniform());
+    case ForwardingMode::kPerPacketP2C: {
+      const LinkId a = PickByWeight(hops, rng_.Uniform());
+      const LinkId b = PickByWeight(hops, rng_.Uniform());
+      if (a == kNoLink || b == kNoLink) return a == kNoLink ? b : a;
+      return ports_[b]->queued_bytes() < ports_[a]->queued_bytes() ? b : a;
+    }
+  }
+  return kNoLink;
+}
+
+}  // namespace dar::sim

@@ -1,0 +1,145 @@
+// The simulated network: an output port per directed link (drop-tail queue in bytes with an
+// optional ECN threshold, serialisation at the link's capacity, then propagation delay), and a
+// forwarder at every node that picks among the installed routing table's next hops.
+//
+// Packet life: Send() at the source node -> forwarded hop by hop -> delivered to the receive
+// handler at the destination, or dropped (queue full, link down, hop limit, no route), which
+// is reported to the drop handler. Every data or ACK packet ends in exactly one of the two.
+//
+// Single-threaded; driven by the EventLoop it was built with.
+#ifndef DAR_SIM_NETWORK_H_
+#define DAR_SIM_NETWORK_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/random.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+#include "sim/event_loop.h"
+#include "sim/packet.h"
+#include "sim/ring_buffer.h"
+
+namespace dar::sim {
+
+// How a forwarder spreads traffic over the next hops of one (node, destination).
+enum class ForwardingMode : uint8_t {
+  kPerFlow,      // a hash of the flow id picks a next hop by weight; sticky
+  kPerFlowlet,   // re-pick by weight after the flow has been idle for flowlet_gap
+  kPerPacket,    // weighted random per packet
+  kPerPacketP2C  // two weighted-random candidates, the one with the shorter queue wins
+};
+absl::StatusOr<ForwardingMode> ParseForwardingMode(std::string_view name);
+std::string_view ForwardingModeName(ForwardingMode mode);
+
+struct ForwardingConfig {
+  ForwardingMode mode = ForwardingMode::kPerFlow;
+  Duration flowlet_gap = Microseconds(100);
+  int flowlet_table_size = 4096;  // entries per switch, indexed by flow hash (as in hardware)
+};
+
+struct NetworkConfig {
+  // Queue depth (bytes) above which ECN-capable packets are marked on enqueue; 0 = no marking.
+  int64_t ecn_threshold_bytes = 0;
+  // Queue capacity of host NICs; hosts are paced by their transport, so this rarely fills.
+  int64_t host_queue_bytes = 16 << 20;
+  uint8_t initial_hop_limit = 64;
+};
+
+enum class DropReason : uint8_t { kQueueFull, kLinkDown, kHopLimit, kNoRoute, kCount };
+std::string_view DropReasonName(DropReason r);
+
+// Counters of one directed link.
+struct LinkCounters {
+  int64_t tx_packets = 0;
+  int64_t tx_bytes = 0;
+  int64_t drops = 0;
+  int64_t ecn_marks = 0;
+  int64_t max_queue_bytes = 0;
+};
+
+class Network {
+ public:
+  using ReceiveHandler = std::function<void(PacketPtr)>;
+  using DropHandler = std::function<void(const Packet&, DropReason)>;
+  // Called when a host's NIC queue drops to at most one packet; the transport refills it.
+  using NicReadyHandler = std::function<void(NodeId host)>;
+
+  Network(EventLoop& loop, Random& rng, const Topology& topology, const NetworkConfig& config);
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+  ~Network();
+
+  const Topology& topology() const { return topology_; }
+  EventLoop& loop() { return loop_; }
+  PacketPool& pool() { return pool_; }
+
+  void set_receive_handler(ReceiveHandler h) { on_receive_ = std::move(h); }
+  void set_drop_handler(DropHandler h) { on_drop_ = std::move(h); }
+  void set_nic_ready_handler(NicReadyHandler h) { on_nic_ready_ = std::move(h); }
+  void set_forwarding(const ForwardingConfig& f) { forwarding_ = f; }
+
+  // Installs a table set for all forwarders. Tables must cover topology().Destinations().
+  void InstallTables(std::shared_ptr<const RoutingTables> tables);
+  const RoutingTables* tables() const { return tables_.get(); }
+
+  // Sends a packet from `node` (its src); it is forwarded like any other packet there.
+  void Send(NodeId node, PacketPtr p);
+  // Puts a packet straight into a link's output queue (background load on that link).
+  void SendOnLink(LinkId link, PacketPtr p);
+
+  // Link state changes take effect at once at the link's own ports: packets queued on or
+  // travelling over a link that goes down are lost. A forwarder stops using a down local link
+  // at once (loss of carrier); remote nodes keep it until new tables arrive.
+  void SetLinkUp(LinkId link, bool up);
+  void SetLinkCapacity(LinkId link, DataRate capacity);
+  // The topology as the network sees it now (link states and capacities included).
+  const Topology& current() const { return topology_; }
+
+  int64_t QueuedBytes(LinkId link) const;
+  const LinkCounters& counters(LinkId link) const;
+  int64_t drops(DropReason r) const { return drops_[static_cast<int>(r)]; }
+  int64_t total_drops() const;
+  int64_t filler_drops() const { return filler_drops_; }
+
+ private:
+  class Port;
+  struct FlowletEntry {
+    uint64_t flow_id = 0;
+    Time last_seen{-1};
+    LinkId link = kNoLink;
+  };
+
+  void Receive(NodeId node, PacketPtr p);
+  void Forward(NodeId node, PacketPtr p);
+  LinkId ChooseNextHop(NodeId node, const Packet& p, absl::Span<const NextHop> hops);
+  LinkId PickByWeight(absl::Span<const NextHop> hops, double u) const;
+  void Drop(PacketPtr p, DropReason r, LinkId link);
+
+  EventLoop& loop_;
+  Random& rng_;
+  Topology topology_;
+  NetworkConfig config_;
+  ForwardingConfig forwarding_;
+  PacketPool pool_;
+  std::vector<std::unique_ptr<Port>> ports_;  // by LinkId
+  std::vector<NodeId> route_target_;          // by node
+  std::vector<LinkId> last_hop_link_;         // by host: the link from its switch to it
+  std::vector<uint64_t> node_salt_;           // per-node hash salt for per-flow choice
+  std::vector<std::vector<FlowletEntry>> flowlets_;  // by node, when kPerFlowlet
+  std::shared_ptr<const RoutingTables> tables_;
+  std::array<int64_t, static_cast<int>(DropReason::kCount)> drops_{};
+  int64_t filler_drops_ = 0;
+  ReceiveHandler on_receive_;
+  DropHandler on_drop_;
+  NicReadyHandler on_nic_ready_;
+};
+
+}  // namespace dar::sim
+
+#endif  // DAR_SIM_NETWORK_H_

@@ -1,0 +1,236 @@
+#include "sim/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "core/status_macros.h"
+#include "fmt/format.h"
+#include "sim/control_plane.h"
+#include "sim/workload.h"
+
+namespace dar::sim {
+namespace {
+
+// Background load on one link: full-size filler packets at a rate that follows the ramp.
+// Fillers share the link's queue with real traffic and leave the network at its far end.
+class LinkLoadGenerator {
+ public:
+  static constexpr int32_t kPacketBytes = 1500;
+
+  LinkLoadGenerator(Network& net, LinkId link, const TimedEvent& e)
+      : net_(net), link_(link), event_(e), timer_(net.loop(), [this] { Emit(); }) {
+    timer_.ScheduleAt(e.at);
+  }
+
+ private:
+  double LoadAt(Time t) const {
+    if (t >= event_.until || event_.until <= event_.at) return event_.load_to;
+    const double x = static_cast<double>((t - event_.at).count()) /
+                     static_cast<double>((event_.until - event_.at).count());
+    return event_.load_from + (event_.load_to - event_.load_from) * x;
+  }
+
+  void Emit() {
+    const Time now = net_.loop().now();
+    if (now >= event_.hold) return;
+    const double load = std::clamp(LoadAt(now), 0.0, 1.0);
+    const DataRate capacity = net_.current().link(link_).params.capacity;
+    if (load <= 0 || capacity.is_zero()) {
+      timer_.ScheduleIn(Microseconds(100));
+      return;
+    }
+    PacketPtr p = net_.pool().Allocate();
+    p->kind = PacketKind::kFiller;
+    p->src = net_.current().link(link_).src;
+    p->dst = net_.current().link(link_).dst;
+    p->size_bytes = kPacketBytes;
+    net_.SendOnLink(link_, std::move(p));
+    timer_.ScheduleIn(capacity.Scaled(load).TransmitTime(kPacketBytes));
+  }
+
+  Network& net_;
+  LinkId link_;
+  TimedEvent event_;
+  Timer timer_;
+};
+
+uint64_t StreamSeed(uint64_t seed, uint64_t stream) {
+  uint64_t x = seed * 0x100000001b3ULL + stream;
+  return Random::SplitMix64(x);
+}
+
+// Both directions of the cable a-b (or just a->b).
+std::vector<LinkId> CableLinks(const Topology& topo, const TimedEvent& e) {
+  std::vector<LinkId> out;
+  const LinkId ab = topo.FindLink(e.a, e.b);
+  if (ab != kNoLink) out.push_back(ab);
+  if (e.both_directions) {
+    const LinkId ba = topo.FindLink(e.b, e.a);
+    if (ba != kNoLink) out.push_back(ba);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicySpec& policy,
+                                         const RunOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  EventLoop loop;
+  Random net_rng(StreamSeed(scenario.seed, 1));
+  Random control_rng(StreamSeed(scenario.seed, 2));
+  Network net(loop, net_rng, scenario.topology, scenario.network);
+  net.set_forwarding(policy.forwarding);
+  Transport transport(net, scenario.transport);
+
+  ConfigContext cfg{fmt::format("{}: policies.{}", scenario.path, policy.name), scenario.base_dir,
+                    &scenario.topology};
+  ASSIGN_OR_RETURN(ControlPlanePtr control,
+                   CreateControlPlane(policy.routing, policy.block, cfg));
+
+  std::vector<WorkloadPtr> workloads;
+  std::vector<Random> workload_rngs;
+  for (size_t i = 0; i < scenario.workloads.size(); ++i) {
+    ConfigContext wcfg{fmt::format("{}: workloads[{}]", scenario.path, i), scenario.base_dir,
+                       &scenario.topology};
+    ASSIGN_OR_RETURN(WorkloadPtr w, CreateWorkload(scenario.workloads[i], wcfg));
+    workloads.push_back(std::move(w));
+    workload_rngs.emplace_back(StreamSeed(scenario.seed, 100 + i));
+  }
+
+  ControlContext cctx{loop, net, control_rng};
+  control->Start(cctx);
+
+  std::vector<std::unique_ptr<Timer>> event_timers;
+  std::vector<std::unique_ptr<LinkLoadGenerator>> generators;
+  for (const TimedEvent& e : scenario.events) {
+    const std::vector<LinkId> links = CableLinks(scenario.topology, e);
+    if (e.kind == TimedEvent::Kind::kLoadRamp) {
+      for (LinkId l : links) generators.push_back(std::make_unique<LinkLoadGenerator>(net, l, e));
+      continue;
+    }
+    auto apply = [&net, &control, &scenario, links, e] {
+      for (LinkId l : links) {
+        if (e.kind == TimedEvent::Kind::kCapacity) {
+          net.SetLinkCapacity(l, scenario.topology.link(l).params.capacity.Scaled(
+                                     e.capacity_fraction));
+        } else {
+          net.SetLinkUp(l, e.kind == TimedEvent::Kind::kLinkUp);
+        }
+      }
+      for (LinkId l : links) control->OnLinkChange(l);
+    };
+    event_timers.push_back(std::make_unique<Timer>(loop, std::move(apply)));
+    event_timers.back()->ScheduleAt(e.at);
+  }
+
+  const Time end_time = Time(0) + scenario.duration;
+  std::vector<WorkloadContext> contexts;
+  contexts.reserve(workloads.size());
+  for (size_t i = 0; i < workloads.size(); ++i) {
+    contexts.push_back(
+        WorkloadContext{loop, transport, scenario.topology, workload_rngs[i], end_time});
+  }
+  for (size_t i = 0; i < workloads.size(); ++i) workloads[i]->Start(contexts[i]);
+
+  // Stop as soon as every workload is done; check every 100 us of simulated time.
+  bool all_done = false;
+  Timer check(loop, [&] {
+    all_done = std::all_of(workloads.begin(), workloads.end(),
+                           [](const WorkloadPtr& w) { return w->Done(); });
+    if (all_done) {
+      loop.Stop();
+    } else {
+      check.ScheduleIn(Microseconds(100));
+    }
+  });
+  check.ScheduleAt(Time(0));
+  const Time limit = end_time + scenario.drain_limit;
+  while (!all_done && loop.now() < limit) {
+    loop.RunUntil(std::min(limit, loop.now() + Milliseconds(1)));
+    if (options.on_progress) {
+      options.on_progress(RunProgress{policy.name, loop.now(), scenario.duration, loop.events_run()});
+    }
+  }
+
+  nlohmann::json metrics = nlohmann::json::object();
+  for (const WorkloadPtr& w : workloads) w->Report(metrics);
+  control->Report(metrics);
+  const TransportCounters& tc = transport.counters();
+  metrics["packets_dropped"] = net.total_drops();
+  nlohmann::json drops = nlohmann::json::object();
+  for (int r = 0; r < static_cast<int>(DropReason::kCount); ++r) {
+    drops[std::string(DropReasonName(static_cast<DropReason>(r)))] =
+        net.drops(static_cast<DropReason>(r));
+  }
+  metrics["drops_by_reason"] = drops;
+  metrics["retransmissions"] = tc.retransmissions;
+  metrics["spurious_retransmissions"] = tc.spurious_retransmissions;
+  metrics["timeouts"] = tc.timeouts;
+  metrics["messages_completed"] = tc.messages_completed;
+  metrics["messages_incomplete"] = transport.active();
+  metrics["routing_loops"] =
+      metrics.value("routing_loops", int64_t{0}) + net.drops(DropReason::kHopLimit);
+  metrics["completed"] = all_done;
+  metrics["events"] = loop.events_run();
+  metrics["sim_time_s"] = ToSeconds(loop.now());
+  metrics["wall_time_s"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+
+  nlohmann::json out;
+  out["name"] = policy.name;
+  out["routing"] = policy.routing;
+  out["forwarding"] = std::string(ForwardingModeName(policy.forwarding.mode));
+  out["metrics"] = std::move(metrics);
+  return out;
+}
+
+absl::StatusOr<nlohmann::json> RunScenario(const Scenario& scenario, const RunOptions& options) {
+  nlohmann::json results;
+  results["scenario"] = scenario.name;
+  results["seed"] = scenario.seed;
+  results["topology"] = scenario.topology.Summary();
+  results["duration_s"] = ToSeconds(scenario.duration);
+  results["policies"] = nlohmann::json::array();
+  for (const PolicySpec& p : scenario.policies) {
+    ASSIGN_OR_RETURN(nlohmann::json r, RunPolicy(scenario, p, options));
+    results["policies"].push_back(std::move(r));
+  }
+  return results;
+}
+
+std::string FormatComparison(const nlohmann::json& results) {
+  const nlohmann::json& policies = results.at("policies");
+  std::vector<std::string> keys;
+  std::set<std::string> seen;
+  for (const auto& p : policies) {
+    for (const auto& [k, v] : p.at("metrics").items()) {
+      if ((v.is_number() || v.is_boolean()) && seen.insert(k).second) keys.push_back(k);
+    }
+  }
+  std::string out = fmt::format("{:<28}", "metric");
+  for (const auto& p : policies) out += fmt::format("{:>16}", p.at("name").get<std::string>());
+  out += "\n";
+  for (const std::string& k : keys) {
+    out += fmt::format("{:<28}", k);
+    for (const auto& p : policies) {
+      const nlohmann::json& m = p.at("metrics");
+      if (!m.contains(k)) {
+        out += fmt::format("{:>16}", "-");
+      } else if (m[k].is_boolean()) {
+        out += fmt::format("{:>16}", m[k].get<bool>() ? "yes" : "no");
+      } else if (m[k].is_number_integer()) {
+        out += fmt::format("{:>16}", m[k].get<int64_t>());
+      } else {
+        out += fmt::format("{:>16.6g}", m[k].get<double>());
+      }
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace dar::sim

@@ -1,0 +1,39 @@
+// Runs a scenario: every policy on the same topology, workloads, events and seed, one after
+// the other, each in a fresh simulation. Produces the results.json document.
+#ifndef DAR_SIM_RUNNER_H_
+#define DAR_SIM_RUNNER_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "sim/scenario.h"
+
+namespace dar::sim {
+
+struct RunProgress {
+  const std::string& policy;
+  Time now;
+  Time duration;
+  uint64_t events;
+};
+
+struct RunOptions {
+  // Called every few hundred thousand events; for a progress line.
+  std::function<void(const RunProgress&)> on_progress;
+};
+
+// The result of one policy: {"name", "routing", "forwarding", "metrics": {...}}.
+absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicySpec& policy,
+                                         const RunOptions& options);
+
+// {"scenario", "seed", "topology", "policies": [RunPolicy(...) for each policy]}.
+absl::StatusOr<nlohmann::json> RunScenario(const Scenario& scenario, const RunOptions& options);
+
+// A comparison table (metrics as rows, policies as columns) for a terminal.
+std::string FormatComparison(const nlohmann::json& results);
+
+}  // namespace dar::sim
+
+#endif  // DAR_SIM_RUNNER_H_

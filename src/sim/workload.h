@@ -1,0 +1,72 @@
+// Workloads: the traffic a scenario puts on the network, and the metrics it reports.
+//
+// A workload is built from its YAML block by a factory registered under its `type` name
+// (REGISTER_WORKLOAD below, through core/registry.h), so adding one touches no central list. The runner calls Start()
+// once, then runs the event loop; a workload generates messages through the Transport and
+// records what its users would measure.
+#ifndef DAR_SIM_WORKLOAD_H_
+#define DAR_SIM_WORKLOAD_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/random.h"
+#include "core/registry.h"
+#include "core/status_macros.h"
+#include "core/topology.h"
+#include "core/units.h"
+#include "nlohmann/json.hpp"
+#include "sim/event_loop.h"
+#include "sim/transport.h"
+#include "yaml-cpp/yaml.h"
+
+namespace dar::sim {
+
+// What a workload may use while it runs. All references outlive the workload.
+struct WorkloadContext {
+  EventLoop& loop;
+  Transport& transport;
+  const Topology& topology;
+  Random& rng;    // this workload's own stream
+  Time end_time;  // open-ended workloads stop starting new work here
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  // Schedules the workload's first events.
+  virtual void Start(WorkloadContext& ctx) = 0;
+  // True once every piece of work the workload started or must start has finished. The
+  // runner stops when all workloads are done (or at its drain limit).
+  virtual bool Done() const = 0;
+  // Adds this workload's metrics (keys as in the README; seconds as floats) to `metrics`.
+  virtual void Report(nlohmann::json& metrics) const = 0;
+};
+using WorkloadPtr = std::unique_ptr<Workload>;
+
+// Where a YAML block came from, for error messages: "scenario.yaml: workloads[0]".
+struct ConfigContext {
+  std::string where;
+  std::string base_dir;  // directory of the scenario file, for relative paths
+  const Topology* topology = nullptr;
+};
+
+using WorkloadFactory =
+    std::function<absl::StatusOr<WorkloadPtr>(const YAML::Node&, const ConfigContext&)>;
+
+// Builds a workload from a block with a `type` key naming a registered WorkloadFactory;
+// errors name ctx.where and the key.
+absl::StatusOr<WorkloadPtr> CreateWorkload(const YAML::Node& node, const ConfigContext& ctx);
+
+}  // namespace dar::sim
+
+// Registers a workload factory under `type`, at namespace scope in a .cc file.
+#define REGISTER_WORKLOAD(type, factory)                                    \
+  static const ::dar::Registration<::dar::sim::WorkloadFactory> DAR_CONCAT_( \
+      dar_workload_reg_, __LINE__)(type, factory)
+
+#endif  // DAR_SIM_WORKLOAD_H_
