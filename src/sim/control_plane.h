@@ -19,6 +19,7 @@
 #include "sim/event_loop.h"
 #include "sim/network.h"
 #include "sim/workload.h"
+#include "sim/yaml_util.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dar::sim {
@@ -42,14 +43,16 @@ class ControlPlane {
 };
 using ControlPlanePtr = std::unique_ptr<ControlPlane>;
 
+// Builds a control plane from its policy's settings. The factory reads its own keys from
+// `policy` (a policy's name, routing and forwarding keys are read already); the caller
+// rejects keys nobody read.
 using ControlPlaneFactory =
-    std::function<absl::StatusOr<ControlPlanePtr>(const YAML::Node&, const ConfigContext&)>;
+    std::function<absl::StatusOr<ControlPlanePtr>(YamlReader& policy, const ConfigContext&)>;
 
-// Builds the control plane registered as `routing`; `policy` is the policy's YAML block (may be
-// a bare scalar). Errors name ctx.where.
+// Builds the control plane registered as `routing` (or a core TablePolicy of that name under
+// link-state routing), reading its settings from `policy`. Errors name ctx.where.
 absl::StatusOr<ControlPlanePtr> CreateControlPlane(const std::string& routing,
-                                                   const YAML::Node& policy,
-                                                   const ConfigContext& ctx);
+                                                   YamlReader& policy, const ConfigContext& ctx);
 
 }  // namespace dar::sim
 

@@ -163,7 +163,7 @@ Network::Network(EventLoop& loop, Random& rng, const Topology& topology,
   for (NodeId i = 0; i < n; ++i) {
     route_target_[i] = topology_.RouteTarget(i);
     if (route_target_[i] != i) last_hop_link_[i] = topology_.FindLink(route_target_[i], i);
-    node_salt_[i] = Random::Hash(0x5eed0000ULL + static_cast<uint64_t>(i));
+    node_salt_[i] = rng_.Next();  // each switch's hash seed
   }
   ports_.reserve(topology_.num_links());
   for (LinkId l = 0; l < topology_.num_links(); ++l) {

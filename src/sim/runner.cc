@@ -89,7 +89,7 @@ absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicyS
   ConfigContext cfg{fmt::format("{}: policies.{}", scenario.path, policy.name), scenario.base_dir,
                     &scenario.topology};
   ASSIGN_OR_RETURN(ControlPlanePtr control,
-                   CreateControlPlane(policy.routing, policy.block, cfg));
+                   CreatePolicyControlPlane(policy, cfg));
 
   std::vector<WorkloadPtr> workloads;
   std::vector<Random> workload_rngs;

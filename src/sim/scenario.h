@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "core/topology.h"
 #include "core/units.h"
+#include "sim/control_plane.h"
 #include "sim/network.h"
 #include "sim/transport.h"
 #include "yaml-cpp/yaml.h"
@@ -41,7 +42,7 @@ struct PolicySpec {
   std::string name;     // as reported in results.json
   std::string routing;  // a registered control plane
   ForwardingConfig forwarding;
-  YAML::Node block;  // the policy's YAML, for the control plane's own settings
+  YAML::Node block;  // the policy's YAML (a map, or null), for the control plane's settings
 };
 
 struct Scenario {
@@ -61,6 +62,11 @@ struct Scenario {
   std::vector<TimedEvent> events;
   std::vector<PolicySpec> policies;
 };
+
+// Reads a policy (a bare name, or a map with name, routing, forwarding, flowlet_gap_us and
+// the control plane's own keys) and builds its control plane from it.
+absl::StatusOr<ControlPlanePtr> CreatePolicyControlPlane(const PolicySpec& policy,
+                                                         const ConfigContext& ctx);
 
 // Loads and validates a scenario file.
 absl::StatusOr<Scenario> LoadScenario(const std::string& path);

@@ -54,6 +54,7 @@ struct Transport::Flow {
   Duration rack_rtt{0};
   int reo_wnd_mult = 1;
   Time last_cut{-1};  // losses of segments sent before this do not cut the window again
+  double cwnd_before_cut = 0;  // restored if the cut's loss proves spurious
   double alpha = 0;   // DCTCP's estimate of the marked fraction
   int64_t window_acked = 0;
   int64_t window_marked = 0;
@@ -242,7 +243,12 @@ void Transport::OnAck(const Packet& p) {
     // The receiver had this segment already: the retransmission was spurious, so the
     // reordering window was too tight (RACK-TLP, RFC 8985 §6.2).
     ++counters_.spurious_retransmissions;
-    f.reo_wnd_mult = std::min(f.reo_wnd_mult + 1, 16);
+    f.reo_wnd_mult = std::min(f.reo_wnd_mult * 2, 64);
+    // The cut it caused was for nothing: undo it (as Linux does on a DSACK).
+    if (f.cwnd < f.cwnd_before_cut) {
+      f.cwnd = f.cwnd_before_cut;
+      f.ssthresh = std::max(f.ssthresh, f.cwnd_before_cut);
+    }
   }
   const uint8_t st = f.state[p.seq];
   if (st == kAcked) return;
@@ -307,7 +313,7 @@ void Transport::OnAck(const Packet& p) {
 
 void Transport::DetectLosses(Flow& f) {
   const Time now = net_.loop().now();
-  const Duration reo_wnd = std::min(f.min_rtt * f.reo_wnd_mult / 4, f.srtt);
+  const Duration reo_wnd = std::max(config_.reorder_window_min, f.min_rtt / 4) * f.reo_wnd_mult;
   bool any_lost = false;
   while (!f.in_flight.empty()) {
     const Flow::Sent s = f.in_flight.front();
@@ -326,6 +332,7 @@ void Transport::DetectLosses(Flow& f) {
     f.lost.push_back(s.seq);
     f.in_flight_bytes -= f.PayloadOf(s.seq);
     if (s.at > f.last_cut) {
+      f.cwnd_before_cut = f.cwnd;
       f.cwnd = std::max<double>(f.mss, f.cwnd / 2);
       f.ssthresh = f.cwnd;
       f.last_cut = now;

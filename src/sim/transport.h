@@ -30,6 +30,12 @@ struct TransportConfig {
   int32_t ack_bytes = 64;       // size of an ACK on the wire
   int32_t initial_window = 10;  // segments
   double dctcp_g = 1.0 / 16;    // DCTCP's gain for the marked-fraction average
+  // Reordering a loss detector tolerates: a segment counts as lost once a segment sent after
+  // it was acknowledged and a reordering window has passed on top of the RTT. The window is
+  // max(reorder_window_min, min_rtt/4) x k, where k doubles (up to 64) with every spurious
+  // retransmission (after RACK, RFC 8985 §6.2, which grows it in steps of min_rtt/4). The
+  // floor covers the queueing-delay spread between sprayed paths in a data centre.
+  Duration reorder_window_min = Microseconds(50);
   Duration initial_rto = Milliseconds(10);
   Duration min_rto = Milliseconds(1);
   Duration max_rto = Seconds(2);

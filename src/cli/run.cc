@@ -1,0 +1,128 @@
+#include "cli/run.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "fmt/format.h"
+#include "sim/runner.h"
+#include "sim/scenario.h"
+#include "spdlog/spdlog.h"
+
+namespace dar::cli {
+namespace {
+
+struct RunFlags {
+  std::string scenario;
+  std::string out = "out";
+  int64_t seed = -1;
+  std::vector<std::string> policies;
+  bool quiet = false;
+};
+
+// A single progress line on a terminal, redrawn at most a few times a second and only once a
+// run has taken longer than a second.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool enabled) : enabled_(enabled), start_(Clock::now()) {}
+  ~ProgressLine() { Clear(); }
+
+  void Update(const sim::RunProgress& p) {
+    if (!enabled_) return;
+    const auto now = Clock::now();
+    if (now - start_ < std::chrono::seconds(1) || now - last_ < std::chrono::milliseconds(200)) {
+      return;
+    }
+    last_ = now;
+    std::fprintf(stderr, "\r  %-12s sim %8.4f s / %.4f s   %6.1fM events   ", p.policy.c_str(),
+                 ToSeconds(p.now), ToSeconds(p.duration), p.events / 1e6);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  void Clear() {
+    if (!drawn_) return;
+    std::fprintf(stderr, "\r%80s\r", "");
+    drawn_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool enabled_;
+  bool drawn_ = false;
+  Clock::time_point start_;
+  Clock::time_point last_;
+};
+
+int Run(const RunFlags& flags) {
+  absl::StatusOr<sim::Scenario> scenario = sim::LoadScenario(flags.scenario);
+  if (!scenario.ok()) {
+    fmt::print(stderr, "dar-sim: {}\n", std::string(scenario.status().message()));
+    return 2;
+  }
+  if (flags.seed >= 0) scenario->seed = static_cast<uint64_t>(flags.seed);
+  if (!flags.policies.empty()) {
+    std::vector<sim::PolicySpec> chosen;
+    for (const std::string& name : flags.policies) {
+      auto it = std::find_if(scenario->policies.begin(), scenario->policies.end(),
+                             [&](const sim::PolicySpec& p) { return p.name == name; });
+      if (it == scenario->policies.end()) {
+        fmt::print(stderr, "dar-sim: --policy {}: the scenario has no such policy\n", name);
+        return 2;
+      }
+      chosen.push_back(*it);
+    }
+    scenario->policies = std::move(chosen);
+  }
+  if (!flags.quiet) {
+    fmt::print("scenario {}: {}, seed {}, {} policies\n", scenario->name,
+               scenario->topology.Summary(), scenario->seed, scenario->policies.size());
+  }
+
+  ProgressLine progress(!flags.quiet && isatty(STDERR_FILENO));
+  sim::RunOptions options;
+  options.on_progress = [&progress](const sim::RunProgress& p) { progress.Update(p); };
+  absl::StatusOr<nlohmann::json> results = sim::RunScenario(*scenario, options);
+  progress.Clear();
+  if (!results.ok()) {
+    fmt::print(stderr, "dar-sim: {}\n", std::string(results.status().message()));
+    return 1;
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(flags.out, ec);
+  const std::string path = (std::filesystem::path(flags.out) / "results.json").string();
+  std::ofstream out(path);
+  out << results->dump(2) << "\n";
+  if (!out) {
+    fmt::print(stderr, "dar-sim: cannot write {}\n", path);
+    return 1;
+  }
+  if (!flags.quiet) fmt::print("{}\nwrote {}\n", sim::FormatComparison(*results), path);
+  for (const auto& p : (*results)["policies"]) {
+    if (!p["metrics"]["completed"].get<bool>()) {
+      fmt::print(stderr, "dar-sim: policy {} did not finish its work within the drain limit\n",
+                 p["name"].get<std::string>());
+      return 3;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* cmd = app.add_subcommand("run", "Run a scenario and compare its policies");
+  cmd->add_option("scenario", flags->scenario, "Scenario file (YAML)")->required();
+  cmd->add_option("--out", flags->out, "Directory for results.json");
+  cmd->add_option("--seed", flags->seed, "Override the scenario's seed");
+  cmd->add_option("--policy", flags->policies, "Run only these policies (repeatable)");
+  cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing but errors");
+  cmd->callback([flags] { throw CLI::RuntimeError(Run(*flags)); });
+}
+
+}  // namespace dar::cli

@@ -1,0 +1,143 @@
+#include "core/fluid.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace dar {
+namespace {
+
+// Orders the nodes that traffic toward `dest` reaches from `sources` so that every node comes
+// before its next hops; fails on a loop, a black hole, a bad link or transit through a host.
+absl::StatusOr<std::vector<NodeId>> ForwardingOrder(const Topology& topo,
+                                                    const DestinationTable& table, NodeId dest,
+                                                    const std::vector<NodeId>& sources) {
+  enum : uint8_t { kWhite, kGrey, kBlack };
+  const std::string toward = absl::StrCat(" toward '", topo.node(dest).name, "'");
+  std::vector<uint8_t> color(topo.num_nodes(), kWhite);
+  std::vector<NodeId> post_order;
+  std::vector<std::pair<NodeId, size_t>> stack;  // node, index of its next hop to visit
+  for (NodeId source : sources) {
+    if (color[source] != kWhite) continue;
+    color[source] = kGrey;
+    stack.push_back({source, 0});
+    while (!stack.empty()) {
+      const auto [v, i] = stack.back();
+      const absl::Span<const NextHop> hops = v == dest ? absl::Span<const NextHop>() : table.At(v);
+      if (v != dest && hops.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "traffic reaches node '", topo.node(v).name, "' with no next hop", toward));
+      }
+      if (i == hops.size()) {
+        color[v] = kBlack;
+        post_order.push_back(v);
+        stack.pop_back();
+        continue;
+      }
+      ++stack.back().second;
+      const LinkId l = hops[i].link;
+      if (l < 0 || l >= topo.num_links() || topo.link(l).src != v || !topo.link(l).up) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "node '", topo.node(v).name, "' forwards over a bad or down link ", l, toward));
+      }
+      const NodeId u = topo.link(l).dst;
+      if (u != dest && topo.node(u).kind == NodeKind::kHost) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("traffic would pass through host '", topo.node(u).name, "'", toward));
+      }
+      if (color[u] == kGrey) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("forwarding loop through '", topo.node(u).name, "'", toward));
+      }
+      if (color[u] == kWhite) {
+        color[u] = kGrey;
+        stack.push_back({u, 0});
+      }
+    }
+  }
+  std::reverse(post_order.begin(), post_order.end());
+  return post_order;
+}
+
+}  // namespace
+
+std::vector<Demand> UniformDemand(const Topology& topo) {
+  const std::vector<NodeId> endpoints = topo.Endpoints();
+  std::vector<Demand> out;
+  for (NodeId src : endpoints) {
+    for (NodeId dst : endpoints) {
+      if (src != dst) out.push_back({src, dst, 1.0});
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
+                                                     const RoutingTables& tables,
+                                                     const std::vector<Demand>& demands) {
+  const int n = topo.num_nodes();
+  std::vector<double> loads(topo.num_links(), 0.0);
+  // Per route target, the traffic each source injects toward it.
+  std::map<NodeId, std::vector<double>> injected;
+  for (size_t i = 0; i < demands.size(); ++i) {
+    const Demand& d = demands[i];
+    if (d.src < 0 || d.src >= n || d.dst < 0 || d.dst >= n || !std::isfinite(d.amount) ||
+        d.amount < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("demand ", i, " (", d.src, " -> ", d.dst, ", ", d.amount, ") is invalid"));
+    }
+    if (d.src == d.dst) continue;
+    const NodeId target = topo.RouteTarget(d.dst);
+    if (target != d.dst) {
+      const LinkId last = topo.FindLink(target, d.dst);
+      if (last == kNoLink || !topo.link(last).up) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("host '", topo.node(d.dst).name, "' has no up link from its switch"));
+      }
+      loads[last] += d.amount;
+    }
+    auto [it, inserted] = injected.try_emplace(target, n, 0.0);
+    it->second[d.src] += d.amount;
+  }
+
+  for (auto& [dest, inflow] : injected) {
+    const DestinationTable* table = nullptr;
+    if (tables.num_nodes() == n && tables.IsDestination(dest)) table = tables.Table(dest);
+    if (table == nullptr || table->num_nodes() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no routing table toward '", topo.node(dest).name, "'"));
+    }
+    std::vector<NodeId> sources;
+    for (NodeId v = 0; v < n; ++v) {
+      if (inflow[v] > 0) sources.push_back(v);
+    }
+    ASSIGN_OR_RETURN(const std::vector<NodeId> order, ForwardingOrder(topo, *table, dest, sources));
+    for (NodeId v : order) {
+      if (v == dest || inflow[v] == 0) continue;
+      for (const NextHop& hop : table->At(v)) {
+        const double share = inflow[v] * hop.weight;
+        loads[hop.link] += share;
+        inflow[topo.link(hop.link).dst] += share;
+      }
+    }
+  }
+  return loads;
+}
+
+double MaxUtilization(const Topology& topo, const std::vector<double>& loads) {
+  double max = 0;
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    if (loads[l] <= 0) continue;
+    const double capacity = static_cast<double>(topo.link(l).params.capacity.bps());
+    max =
+        std::max(max, capacity > 0 ? loads[l] / capacity : std::numeric_limits<double>::infinity());
+  }
+  return max;
+}
+
+}  // namespace dar

@@ -1,0 +1,46 @@
+// Fluid (steady-state) analysis: how a traffic matrix loads every link under given tables.
+//
+// Traffic toward a destination is split at every node by the next-hop weights, like a fluid;
+// nothing is queued or dropped. This is the yardstick for comparing tables without a
+// simulation.
+#ifndef DAR_CORE_FLUID_H_
+#define DAR_CORE_FLUID_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+
+namespace dar {
+
+// `amount` units of traffic from endpoint `src` to endpoint `dst` (bits per second when the
+// result goes to MaxUtilization).
+struct Demand {
+  NodeId src = kNoNode;
+  NodeId dst = kNoNode;
+  double amount = 0;
+};
+
+// One unit from every endpoint (Topology::Endpoints) to every other endpoint, ordered by
+// source then destination id.
+std::vector<Demand> UniformDemand(const Topology& topo);
+
+// The load of every link (indexed by LinkId) when `demands` are routed by `tables`. Traffic to
+// a host hanging off a switch is routed toward the switch (its route target) and then crosses
+// the host link. Demands with src == dst are ignored.
+// Errors: FailedPrecondition if traffic reaches a node with no next hop, a host it would have
+// to pass through, a down or unknown link, or a loop; InvalidArgument for a bad demand (an
+// unknown node, a negative or non-finite amount) or tables without the needed destination.
+absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
+                                                     const RoutingTables& tables,
+                                                     const std::vector<Demand>& demands);
+
+// The largest load / capacity over all links, with loads in bits per second (indexed by
+// LinkId). A loaded link of zero capacity gives +infinity; 0 if nothing is loaded.
+// REQUIRES: loads.size() == topo.num_links().
+double MaxUtilization(const Topology& topo, const std::vector<double>& loads);
+
+}  // namespace dar
+
+#endif  // DAR_CORE_FLUID_H_

@@ -1,0 +1,109 @@
+#include "core/routing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <queue>
+#include <utility>
+
+#include "core/registry.h"
+
+namespace dar {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+bool EqualCost(double a, double b) {
+  return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)});
+}
+
+// Whether traffic toward `dest` may continue from node `n`: hosts only end paths.
+bool Forwards(const Topology& topo, NodeId n, NodeId dest) {
+  return n == dest || topo.node(n).kind != NodeKind::kHost;
+}
+
+// The up links out of `v` that start a shortest path toward `dest`, in link-id order.
+std::vector<LinkId> ShortestNextHops(const Topology& topo, const std::vector<double>& dist,
+                                     NodeId v, NodeId dest) {
+  std::vector<LinkId> out;
+  if (v == dest || dist[v] == kInfinity) return out;
+  for (LinkId l : topo.node(v).out_links) {
+    const Link& link = topo.link(l);
+    if (!link.up || !Forwards(topo, link.dst, dest) || dist[link.dst] == kInfinity) continue;
+    if (EqualCost(dist[v], link.params.metric + dist[link.dst])) out.push_back(l);
+  }
+  return out;
+}
+
+template <typename ChooseHops>
+RoutingTables ComputeTables(const Topology& topo, ChooseHops choose) {
+  const std::vector<NodeId> destinations = topo.Destinations();
+  RoutingTables tables(topo.num_nodes(), destinations);
+  for (NodeId dest : destinations) {
+    const std::vector<double> dist = ShortestDistances(topo, dest);
+    std::vector<std::vector<NextHop>> per_node(topo.num_nodes());
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      per_node[v] = choose(ShortestNextHops(topo, dist, v, dest));
+    }
+    tables.Set(std::make_shared<const DestinationTable>(dest, per_node));
+  }
+  return tables;
+}
+
+}  // namespace
+
+std::vector<double> ShortestDistances(const Topology& topo, NodeId dest) {
+  std::vector<double> dist(topo.num_nodes(), kInfinity);
+  using Entry = std::pair<double, NodeId>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  dist[dest] = 0;
+  queue.push({0, dest});
+  while (!queue.empty()) {
+    const auto [d, u] = queue.top();
+    queue.pop();
+    if (d > dist[u] || !Forwards(topo, u, dest)) continue;
+    for (LinkId l : topo.node(u).in_links) {
+      const Link& link = topo.link(l);
+      if (!link.up) continue;
+      const double candidate = d + link.params.metric;
+      if (candidate < dist[link.src]) {
+        dist[link.src] = candidate;
+        queue.push({candidate, link.src});
+      }
+    }
+  }
+  return dist;
+}
+
+RoutingTables ComputeStaticTables(const Topology& topo) {
+  return ComputeTables(topo, [&topo](const std::vector<LinkId>& links) {
+    std::vector<NextHop> hops;
+    if (links.empty()) return hops;
+    const LinkId best = *std::min_element(links.begin(), links.end(), [&](LinkId a, LinkId b) {
+      return std::pair(topo.link(a).dst, a) < std::pair(topo.link(b).dst, b);
+    });
+    hops.push_back({best, 1.0});
+    return hops;
+  });
+}
+
+RoutingTables ComputeEcmpTables(const Topology& topo) {
+  return ComputeTables(topo, [](const std::vector<LinkId>& links) {
+    std::vector<NextHop> hops;
+    for (LinkId l : links) hops.push_back({l, 1.0 / static_cast<double>(links.size())});
+    return hops;
+  });
+}
+
+namespace {
+
+const Registration<TablePolicy> kStatic("static", [](const Topology& topo) {
+  return absl::StatusOr<RoutingTables>(ComputeStaticTables(topo));
+});
+const Registration<TablePolicy> kEcmp("ecmp", [](const Topology& topo) {
+  return absl::StatusOr<RoutingTables>(ComputeEcmpTables(topo));
+});
+
+}  // namespace
+}  // namespace dar

@@ -1,0 +1,40 @@
+// Baseline routing: static (one shortest path) and ECMP (all equal-cost shortest paths)
+// tables, and a registry of table-building policies by name.
+//
+// Path cost is the sum of link metrics (LinkParams::metric, default 1 = hop count) over up
+// links only. Hosts never forward: a path may start or end at a host, never pass through one.
+// Costs are compared with a relative tolerance of 1e-9, so paths whose costs differ only by
+// rounding count as equal.
+// REQUIRES (of every function here): every up link has a finite metric > 0.
+#ifndef DAR_CORE_ROUTING_H_
+#define DAR_CORE_ROUTING_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+
+namespace dar {
+
+// Cost of the cheapest path from every node to `dest` (0 at dest, +infinity where dest is
+// unreachable). REQUIRES: 0 <= dest < topo.num_nodes().
+std::vector<double> ShortestDistances(const Topology& topo, NodeId dest);
+
+// For every destination in topo.Destinations(), one shortest-path next hop (weight 1) at
+// every node that can reach it. Ties go to the lowest next-hop node id, then the lowest link
+// id. The destination itself has no next hop.
+RoutingTables ComputeStaticTables(const Topology& topo);
+
+// For every destination in topo.Destinations(), every shortest-path next hop at every node
+// that can reach it, with equal weights, in link-id order.
+RoutingTables ComputeEcmpTables(const Topology& topo);
+
+// A named way to build tables for a topology. Registered with Registration<TablePolicy>;
+// "static" and "ecmp" are built in. Look up with Registry<TablePolicy>::Find(name).
+using TablePolicy = std::function<absl::StatusOr<RoutingTables>(const Topology& topo)>;
+
+}  // namespace dar
+
+#endif  // DAR_CORE_ROUTING_H_

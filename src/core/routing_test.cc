@@ -1,0 +1,149 @@
+#include "core/routing.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/registry.h"
+#include "core/topology_gen.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dar {
+namespace {
+
+// A diamond: s -> {a, b} -> t, plus a direct s - t link of metric 3.
+struct Diamond {
+  Diamond() {
+    s = topo.AddNode("s", NodeKind::kSwitch);
+    a = topo.AddNode("a", NodeKind::kSwitch);
+    b = topo.AddNode("b", NodeKind::kSwitch);
+    t = topo.AddNode("t", NodeKind::kSwitch);
+    sb = topo.AddDuplexLink(s, b, LinkParams()).first;  // added first: lower link id than s->a
+    sa = topo.AddDuplexLink(s, a, LinkParams()).first;
+    topo.AddDuplexLink(a, t, LinkParams());
+    topo.AddDuplexLink(b, t, LinkParams());
+    st = topo.AddDuplexLink(s, t, LinkParams{.metric = 3}).first;
+  }
+  Topology topo;
+  NodeId s, a, b, t;
+  LinkId sa, sb, st;
+};
+
+TEST(RoutingTest, ShortestDistancesUseMetricsAndUpLinks) {
+  Diamond d;
+  std::vector<double> dist = ShortestDistances(d.topo, d.t);
+  EXPECT_EQ(dist, (std::vector<double>{2, 1, 1, 0}));
+  d.topo.mutable_link(d.topo.FindLink(d.a, d.t)).up = false;
+  d.topo.mutable_link(d.topo.FindLink(d.b, d.t)).up = false;
+  dist = ShortestDistances(d.topo, d.t);
+  EXPECT_EQ(dist[d.s], 3);
+  EXPECT_EQ(dist[d.a], 4);  // a -> s -> t
+  d.topo.mutable_link(d.st).up = false;
+  dist = ShortestDistances(d.topo, d.t);
+  EXPECT_TRUE(std::isinf(dist[d.s]));
+}
+
+TEST(RoutingTest, EcmpSplitsEquallyAndStaticPicksLowestNodeId) {
+  Diamond d;
+  const RoutingTables ecmp = ComputeEcmpTables(d.topo);
+  ASSERT_EQ(ecmp.destinations(), (std::vector<NodeId>{0, 1, 2, 3}));
+  auto hops = ecmp.Lookup(d.s, d.t);
+  ASSERT_EQ(hops.size(), 2u);
+  EXPECT_EQ(hops[0].link, d.sb);  // link-id order
+  EXPECT_EQ(hops[1].link, d.sa);
+  EXPECT_DOUBLE_EQ(hops[0].weight, 0.5);
+  EXPECT_DOUBLE_EQ(hops[1].weight, 0.5);
+  EXPECT_TRUE(ecmp.Lookup(d.t, d.t).empty());
+
+  const RoutingTables fixed = ComputeStaticTables(d.topo);
+  hops = fixed.Lookup(d.s, d.t);
+  ASSERT_EQ(hops.size(), 1u);
+  EXPECT_EQ(hops[0].link, d.sa);  // a has the lower node id, though s->b has the lower link id
+  EXPECT_DOUBLE_EQ(hops[0].weight, 1.0);
+}
+
+TEST(RoutingTest, StaticBreaksParallelLinkTiesByLinkId) {
+  Topology topo;
+  const NodeId x = topo.AddNode("x", NodeKind::kSwitch);
+  const NodeId y = topo.AddNode("y", NodeKind::kSwitch);
+  const LinkId first = topo.AddLink(x, y, LinkParams());
+  topo.AddLink(x, y, LinkParams());
+  topo.AddLink(y, x, LinkParams());
+  EXPECT_EQ(ComputeStaticTables(topo).Lookup(x, y)[0].link, first);
+  EXPECT_EQ(ComputeEcmpTables(topo).Lookup(x, y).size(), 2u);
+}
+
+TEST(RoutingTest, MetricsAndFailuresChangeThePath) {
+  Diamond d;
+  d.topo.mutable_link(d.topo.FindLink(d.a, d.t)).params.metric = 2.5;
+  RoutingTables tables = ComputeEcmpTables(d.topo);
+  auto hops = tables.Lookup(d.s, d.t);
+  ASSERT_EQ(hops.size(), 1u);
+  EXPECT_EQ(hops[0].link, d.sb);
+  d.topo.mutable_link(d.topo.FindLink(d.b, d.t)).up = false;
+  tables = ComputeEcmpTables(d.topo);
+  hops = tables.Lookup(d.s, d.t);
+  ASSERT_EQ(hops.size(), 1u);
+  EXPECT_EQ(hops[0].link, d.st);  // metric 3 beats 1 + 2.5
+}
+
+TEST(RoutingTest, PathsNeverTransitHosts) {
+  // x - h - y where h is a host, plus a long switch path x - m1 - m2 - m3 - y.
+  Topology topo;
+  const NodeId x = topo.AddNode("x", NodeKind::kSwitch);
+  const NodeId y = topo.AddNode("y", NodeKind::kSwitch);
+  const NodeId h = topo.AddNode("h", NodeKind::kHost);
+  const NodeId g = topo.AddNode("g", NodeKind::kHost);
+  topo.AddDuplexLink(h, x, LinkParams());
+  topo.AddDuplexLink(h, y, LinkParams());
+  topo.AddDuplexLink(g, y, LinkParams());
+  NodeId prev = x;
+  for (int i = 1; i <= 3; ++i) {
+    const NodeId m = topo.AddNode(absl::StrCat("m", i), NodeKind::kSwitch);
+    topo.AddDuplexLink(prev, m, LinkParams());
+    prev = m;
+  }
+  topo.AddDuplexLink(prev, y, LinkParams());
+  // h is multi-homed, so it is its own destination; g hangs off y.
+  ASSERT_EQ(topo.Destinations(), (std::vector<NodeId>{y, h}));
+  const std::vector<double> dist = ShortestDistances(topo, y);
+  EXPECT_EQ(dist[x], 4);  // not 2 through h
+  EXPECT_EQ(dist[h], 1);
+  const RoutingTables ecmp = ComputeEcmpTables(topo);
+  ASSERT_EQ(ecmp.Lookup(x, y).size(), 1u);
+  EXPECT_EQ(topo.link(ecmp.Lookup(x, y)[0].link).dst, topo.FindNode("m1").value());
+  // Hosts get next hops over their own links.
+  ASSERT_EQ(ecmp.Lookup(g, h).size(), 1u);
+  EXPECT_EQ(ecmp.Lookup(g, h)[0].link, topo.FindLink(g, y));
+  ASSERT_EQ(ecmp.Lookup(h, y).size(), 1u);
+  EXPECT_EQ(ecmp.Lookup(h, y)[0].link, topo.FindLink(h, y));
+  // Toward the host h, x goes straight to it.
+  EXPECT_EQ(ecmp.Lookup(x, h)[0].link, topo.FindLink(x, h));
+}
+
+TEST(RoutingTest, FatTreeEcmpFansOut) {
+  const Topology topo = FatTree(FatTreeParams{.k = 4});
+  const RoutingTables ecmp = ComputeEcmpTables(topo);
+  const NodeId e0 = topo.FindNode("e0").value();
+  const NodeId e7 = topo.FindNode("e7").value();  // another pod
+  const NodeId h0 = topo.FindNode("h0").value();
+  EXPECT_EQ(ecmp.Lookup(e0, e7).size(), 2u);  // up to both aggregation switches
+  EXPECT_EQ(ecmp.Lookup(topo.FindNode("a0").value(), e7).size(), 2u);  // both its cores
+  EXPECT_EQ(ecmp.Lookup(h0, e7).size(), 1u);
+  EXPECT_EQ(ComputeStaticTables(topo).Lookup(e0, e7).size(), 1u);
+}
+
+TEST(RoutingTest, PoliciesAreRegistered) {
+  const Topology topo = FatTree(FatTreeParams{.k = 4});
+  for (const char* name : {"static", "ecmp"}) {
+    const TablePolicy* policy = Registry<TablePolicy>::Find(name);
+    ASSERT_NE(policy, nullptr) << name;
+    absl::StatusOr<RoutingTables> tables = (*policy)(topo);
+    ASSERT_TRUE(tables.ok());
+    EXPECT_EQ(tables->destinations(), topo.Destinations());
+  }
+  EXPECT_EQ(Registry<TablePolicy>::Find("ospf"), nullptr);
+}
+
+}  // namespace
+}  // namespace dar

@@ -1,0 +1,348 @@
+// The workloads on a real event loop, network and transport.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/registry.h"
+#include "core/topology_gen.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sim/sim_test_util.h"
+#include "sim/workload.h"
+
+namespace dar::sim {
+namespace {
+
+using testing::Harness;
+using ::testing::HasSubstr;
+
+constexpr double kLinkBps = 10e9;
+
+// `hosts` hosts h0.. on one switch s0, 10 Gb/s links with 1 us delay.
+Topology Star(int hosts) {
+  Topology t;
+  for (int i = 0; i < hosts; ++i) t.AddNode("h" + std::to_string(i), NodeKind::kHost);
+  const NodeId s = t.AddNode("s0", NodeKind::kSwitch);
+  for (NodeId h = 0; h < hosts; ++h) t.AddDuplexLink(h, s, LinkParams());
+  return t;
+}
+
+absl::StatusOr<WorkloadPtr> Create(const std::string& yaml, const Topology& topo) {
+  ConfigContext ctx{"test.yaml: workloads[0]", DAR_SOURCE_DIR, &topo};
+  return CreateWorkload(YAML::Load(yaml), ctx);
+}
+
+// Builds the workload, starts it with new work allowed until `end`, runs until it is done (or
+// `limit`), and returns its report.
+struct Result {
+  nlohmann::json metrics;
+  bool done = false;
+  Time finished{0};
+  TransportCounters counters;
+};
+
+Result RunWorkload(const std::string& yaml, const Topology& topo, Time end,
+                   Time limit = Seconds(10), uint64_t seed = 7) {
+  Result result;
+  absl::StatusOr<WorkloadPtr> w = Create(yaml, topo);
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (!w.ok()) return result;
+  Harness h(topo, ForwardingMode::kPerFlow);
+  Random rng(seed);
+  WorkloadContext ctx{h.loop, h.transport, topo, rng, end};
+  (*w)->Start(ctx);
+  while (!(*w)->Done() && h.loop.now() < limit && h.loop.RunOne()) {
+  }
+  result.done = (*w)->Done();
+  result.finished = h.loop.now();
+  result.counters = h.transport.counters();
+  (*w)->Report(result.metrics);
+  return result;
+}
+
+double Num(const nlohmann::json& j) { return j.get<double>(); }
+
+// ---- allreduce ----
+
+TEST(AllReduceTest, CompletesEveryIterationNearTheBandwidthBound) {
+  const Topology topo = Star(4);
+  const Result r = RunWorkload(R"(
+type: allreduce
+hosts: [h0, h1, h2, h3]
+message_mb: 4
+iterations: 3
+compute_ms: 1
+)",
+                               topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.metrics["iterations_completed"], 3);
+  // 3 iterations x 4 hosts x 2(G-1) = 6 steps.
+  EXPECT_EQ(r.counters.messages_completed, 3 * 4 * 6);
+  ASSERT_EQ(r.metrics["step_times_s"].size(), 6u);
+  const double bytes = 4.0 * (1 << 20);
+  const double bound = 1e-3 + 2.0 * 3 / 4 * bytes * 8 / kLinkBps;
+  const double iteration = Num(r.metrics["iteration_time_s"]);
+  EXPECT_GE(iteration, bound);
+  EXPECT_LE(iteration, 1.1 * bound);
+  const double comm = Num(r.metrics["comm_time_s"]);
+  EXPECT_GE(comm, 2.0 * 3 / 4 * bytes * 8 / kLinkBps);
+  EXPECT_LE(comm, iteration - 1e-3 + 1e-9);
+  double steps = 0;
+  for (const auto& s : r.metrics["step_times_s"]) {
+    EXPECT_GT(s.get<double>(), 0);
+    steps += s.get<double>();
+  }
+  EXPECT_LE(Num(r.metrics["step_time_p50_s"]), Num(r.metrics["step_time_max_s"]));
+  // The last iteration's steps add up to its communication time (close to the mean).
+  EXPECT_NEAR(steps, comm, 0.05 * comm);
+}
+
+TEST(AllReduceTest, SlowHostAddsItsExtraCompute) {
+  const Topology topo = Star(4);
+  const std::string base = R"(
+type: allreduce
+group_size: 4
+message_mb: 1
+iterations: 4
+compute_ms: 2
+)";
+  const Result fast = RunWorkload(base, topo, Time{0});
+  const Result slow = RunWorkload(base + "slow_hosts: [h1]\nslowdown: 3\n", topo, Time{0});
+  ASSERT_TRUE(fast.done);
+  ASSERT_TRUE(slow.done);
+  const double added =
+      Num(slow.metrics["iteration_time_s"]) - Num(fast.metrics["iteration_time_s"]);
+  // h1 computes 6 ms instead of 2: about 4 ms more per iteration, less what the other hosts'
+  // first step overlaps with it (at most one step).
+  const double step = Num(fast.metrics["step_time_max_s"]);
+  EXPECT_GT(added, 4e-3 - 1.5 * step);
+  EXPECT_LT(added, 4e-3 + 0.5 * step);
+}
+
+TEST(AllReduceTest, TwoHostRing) {
+  const Topology topo = Star(3);
+  const Result r = RunWorkload("{type: allreduce, hosts: [h2, h0], message_kb: 64, iterations: 2}",
+                               topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.metrics["iterations_completed"], 2);
+  EXPECT_EQ(r.counters.messages_completed, 2 * 2 * 2);
+}
+
+// ---- serving ----
+
+constexpr char kServing[] = R"(
+type: serving
+clients: [h0, h1, h2, h3]
+servers: [h4, h5]
+rate_per_client: 2000
+request: {short_kb: 4, long_mb: 1, long_fraction: 0.1}
+response: {kb: 16}
+server_time_us: 20
+)";
+
+TEST(ServingTest, PercentilesAreOrderedAndLongRequestsTakeLonger) {
+  const Topology topo = Star(6);
+  const Result r = RunWorkload(kServing, topo, Milliseconds(100));
+  ASSERT_TRUE(r.done);
+  const int64_t completed = r.metrics["requests_completed"];
+  EXPECT_EQ(completed, r.metrics["requests_issued"]);
+  // 4 clients x 2000/s x 0.1 s = 800 expected.
+  EXPECT_GT(completed, 650);
+  EXPECT_LT(completed, 950);
+  EXPECT_EQ(r.counters.messages_completed, 2 * completed);
+  const double p50 = Num(r.metrics["latency_p50_s"]);
+  const double p99 = Num(r.metrics["latency_p99_s"]);
+  const double p999 = Num(r.metrics["latency_p999_s"]);
+  EXPECT_GT(p50, 20e-6);  // at least the server time
+  EXPECT_LE(p50, p99);
+  EXPECT_LE(p99, p999);
+  const double long_p50 = Num(r.metrics["latency_long_p50_s"]);
+  EXPECT_GT(long_p50, (1 << 20) * 8 / kLinkBps);
+  EXPECT_GT(long_p50, 10 * Num(r.metrics["latency_short_p50_s"]));
+  const int64_t long_done = r.metrics["requests_long_completed"];
+  EXPECT_GT(long_done, completed / 20);
+  EXPECT_LT(long_done, completed / 5);
+  // No request is issued at or after the end time.
+  EXPECT_GE(r.finished, Milliseconds(100) - Milliseconds(5));
+}
+
+TEST(ServingTest, SameSeedSameResult) {
+  const Topology topo = Star(6);
+  const Result a = RunWorkload(kServing, topo, Milliseconds(20), Seconds(10), 3);
+  const Result b = RunWorkload(kServing, topo, Milliseconds(20), Seconds(10), 3);
+  const Result c = RunWorkload(kServing, topo, Milliseconds(20), Seconds(10), 4);
+  EXPECT_EQ(a.metrics.dump(), b.metrics.dump());
+  EXPECT_NE(a.metrics.dump(), c.metrics.dump());
+}
+
+TEST(ServingTest, DefaultsPickTheLastHostAsServer) {
+  const Topology topo = Star(3);
+  const Result r = RunWorkload(
+      "{type: serving, rate_per_client: 1000, request: {kb: 1}, "
+      "response: {bytes: 100}}",
+      topo, Milliseconds(10));
+  ASSERT_TRUE(r.done);
+  EXPECT_GT(r.metrics["requests_completed"].get<int64_t>(), 5);
+  EXPECT_FALSE(r.metrics.contains("latency_long_p50_s"));
+}
+
+// ---- bulk ----
+
+TEST(BulkTest, IdenticalTransfersOnAnIdleNetworkTakeTheSameTime) {
+  const Topology topo = Star(4);
+  const Result r = RunWorkload(R"(
+type: bulk
+transfers: [{src: h0, dst: h1}, {src: h2, dst: h3}]
+size_mb: 2
+repeat: 3
+gap_ms: 1
+)",
+                               topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.metrics["transfers_completed"], 6);
+  const double mean = Num(r.metrics["completion_mean_s"]);
+  EXPECT_GE(mean, 2.0 * (1 << 20) * 8 / kLinkBps);
+  EXPECT_LE(mean, 1.1 * 2.0 * (1 << 20) * 8 / kLinkBps);
+  EXPECT_LT(Num(r.metrics["completion_stddev_s"]), 1e-3 * mean);
+  EXPECT_GE(Num(r.metrics["completion_p99_s"]), mean);
+  // Three transfers back to back with two gaps of 1 ms.
+  EXPECT_GE(r.finished, Milliseconds(2) + SecondsF(3 * mean));
+}
+
+TEST(BulkTest, SharedDestinationSplitsTheLink) {
+  const Topology topo = Star(3);
+  const Result r = RunWorkload(
+      "{type: bulk, pairs: [{src: h0, dst: h2}, {src: h1, dst: h2}], "
+      "size_mb: 2}",
+      topo, Time{0});
+  ASSERT_TRUE(r.done);
+  // Both share h2's link: each takes about twice as long as alone.
+  EXPECT_GT(Num(r.metrics["completion_mean_s"]), 1.5 * 2.0 * (1 << 20) * 8 / kLinkBps);
+}
+
+// ---- background ----
+
+TEST(BackgroundTest, ReachesTheOfferedLoadAndFinishesEveryFlow) {
+  const Topology topo = Star(8);
+  const Time end = Milliseconds(300);
+  const Result r = RunWorkload("{type: background, cdf: fb-hadoop, load: 0.3}", topo, end);
+  ASSERT_TRUE(r.done);
+  const int64_t started = r.metrics["flows_started"];
+  EXPECT_EQ(r.metrics["flows_completed"], started);
+  EXPECT_GT(started, 1000);
+  EXPECT_EQ(r.counters.messages_completed, started);
+  // Every started flow was delivered, so delivered bytes measure the offered load.
+  const double measured =
+      static_cast<double>(r.counters.bytes_delivered) * 8 / (ToSeconds(end) * 8 * kLinkBps);
+  EXPECT_NEAR(measured, 0.3, 0.06);
+  EXPECT_NEAR(r.metrics["offered_load"].get<double>(), measured, 1e-9);
+  int64_t bucketed = 0;
+  for (const auto& [label, bucket] : r.metrics["slowdown_by_size"].items()) {
+    bucketed += bucket["count"].get<int64_t>();
+    if (bucket["count"] == 0) continue;
+    EXPECT_GE(bucket["mean"].get<double>(), 0.99) << label;
+    EXPECT_GE(bucket["p99"].get<double>(), bucket["mean"].get<double>() * 0.99) << label;
+  }
+  EXPECT_EQ(bucketed, started);
+  EXPECT_EQ(r.metrics["slowdown_by_size"].size(), 5u);
+  EXPECT_LE(Num(r.metrics["fct_p50_s"]), Num(r.metrics["fct_p99_s"]));
+}
+
+TEST(BackgroundTest, LoneFlowsHaveSlowdownNearOne) {
+  // Two hosts on different leaves: a four-hop path.
+  LeafSpineParams p;
+  p.leaves = 2;
+  p.spines = 1;
+  p.hosts_per_leaf = 1;
+  const Topology topo = LeafSpine(p);
+  const Result r = RunWorkload("{type: background, cdf: fb-hadoop, load: 0.002}", topo, Seconds(1));
+  ASSERT_TRUE(r.done);
+  EXPECT_GT(r.metrics["flows_completed"].get<int64_t>(), 20);
+  EXPECT_GE(r.metrics["slowdown_mean"].get<double>(), 0.999);
+  EXPECT_LE(r.metrics["slowdown_mean"].get<double>(), 1.05);
+}
+
+TEST(BackgroundTest, CdfPathRelativeToTheScenario) {
+  const Topology topo = Star(2);
+  // base_dir is the repository root in these tests.
+  const Result r =
+      RunWorkload("{type: background, cdf: data/flow-sizes/websearch.cdf, load: 0.1, start_ms: 5}",
+                  topo, Milliseconds(50));
+  ASSERT_TRUE(r.done);
+  EXPECT_GT(r.metrics["flows_started"].get<int64_t>(), 0);
+}
+
+// ---- configuration errors ----
+
+std::string CreateError(const std::string& yaml, int hosts = 4) {
+  const Topology topo = Star(hosts);
+  absl::StatusOr<WorkloadPtr> w = Create(yaml, topo);
+  EXPECT_FALSE(w.ok()) << yaml;
+  return w.ok() ? "" : std::string(w.status().message());
+}
+
+TEST(WorkloadConfigTest, ErrorsNameTheKey) {
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, iteratons: 3}"),
+              HasSubstr("test.yaml: workloads[0].iteratons: unknown key"));
+  EXPECT_THAT(CreateError("{type: allreduce}"), HasSubstr("workloads[0].message_mb: required"));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, group_size: 9}"),
+              HasSubstr("workloads[0].group_size: 9 exceeds"));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, hosts: [h0, h1], slow_hosts: [h2]}"),
+              HasSubstr("workloads[0].slow_hosts[0]: 'h2' is not in the group"));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, hosts: [h0, h1], group_size: 2}"),
+              HasSubstr("give only one of"));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, compute_ms: -2}"),
+              HasSubstr("workloads[0].compute_ms: must be >= 0"));
+  EXPECT_THAT(CreateError("{type: bulk, transfers: [{src: h0, dst: h1}], size_mb: -1}"),
+              HasSubstr("workloads[0].size_mb: must be > 0, got -1"));
+  EXPECT_THAT(CreateError("{type: bulk, transfers: [{src: h0, dst: h9}], size_mb: 1}"),
+              HasSubstr("workloads[0].transfers[0].dst: unknown node 'h9'"));
+  EXPECT_THAT(CreateError("{type: bulk, pairs: [{src: h0, dst: h0}], size_mb: 1}"),
+              HasSubstr("workloads[0].pairs[0].dst: must differ from src"));
+  EXPECT_THAT(CreateError("{type: bulk, transfers: [{src: h0, dst: h1, size: 3}], size_mb: 1}"),
+              HasSubstr("workloads[0].transfers[0].size: unknown key"));
+  EXPECT_THAT(CreateError("{type: bulk, transfers: [{src: h0, dst: s0}], size_mb: 1}"),
+              HasSubstr("transfers[0].dst: 's0' is not a host"));
+  EXPECT_THAT(CreateError("{type: bulk, transfers: [{src: h0, dst: h1}], size_mb: 1, "
+                          "traffic_class: 9}"),
+              HasSubstr("workloads[0].traffic_class: must be >= 0 and <= 7"));
+  EXPECT_THAT(CreateError("{type: serving, clients: [h0, nope], rate_per_client: 1, "
+                          "request: {kb: 1}, response: {kb: 1}}"),
+              HasSubstr("workloads[0].clients[1]: unknown node 'nope'"));
+  EXPECT_THAT(CreateError("{type: serving, clients: [h0], servers: [h0], rate_per_client: 1, "
+                          "request: {kb: 1}, response: {kb: 1}}"),
+              HasSubstr("workloads[0].clients[0]: 'h0' is also a server"));
+  EXPECT_THAT(CreateError("{type: serving, rate_per_client: 0, request: {kb: 1}, "
+                          "response: {kb: 1}}"),
+              HasSubstr("workloads[0].rate_per_client: must be > 0"));
+  EXPECT_THAT(CreateError("{type: serving, rate_per_client: 1, request: {kb: 1, short_kb: 2}, "
+                          "response: {kb: 1}}"),
+              HasSubstr("workloads[0].request: give either one size"));
+  EXPECT_THAT(CreateError("{type: serving, rate_per_client: 1, request: {short_kb: 1, "
+                          "long_mb: 2}, response: {kb: 1}}"),
+              HasSubstr("workloads[0].request.long_fraction:"));
+  EXPECT_THAT(CreateError("{type: serving, rate_per_client: 1, request: {kb: 1}, "
+                          "response: {kb: 1, typo: 2}}"),
+              HasSubstr("workloads[0].response.typo: unknown key"));
+  EXPECT_THAT(CreateError("{type: serving, rate_per_client: 1, request: {kb: 1}}"),
+              HasSubstr("workloads[0].response: required"));
+  EXPECT_THAT(CreateError("{type: background, cdf: websearch}"),
+              HasSubstr("workloads[0].load: required"));
+  EXPECT_THAT(CreateError("{type: background, cdf: websearch, load: 1.5}"),
+              HasSubstr("workloads[0].load: must be > 0 and <= 1, got 1.5"));
+  EXPECT_THAT(CreateError("{type: background, cdf: no-such-cdf, load: 0.5}"),
+              HasSubstr("workloads[0].cdf: "));
+  EXPECT_THAT(CreateError("{type: background, cdf: websearch, load: 0.5, hosts: [h1]}"),
+              HasSubstr("workloads[0].hosts: needs at least 2 hosts"));
+  EXPECT_THAT(CreateError("{type: nosuch}"), HasSubstr("workloads[0].type: unknown workload"));
+}
+
+TEST(WorkloadConfigTest, AllTypesAreRegistered) {
+  const std::vector<std::string> types = Registry<WorkloadFactory>::Names();
+  for (const char* t : {"allreduce", "serving", "bulk", "background"}) {
+    EXPECT_THAT(types, ::testing::Contains(t));
+  }
+}
+
+}  // namespace
+}  // namespace dar::sim
