@@ -7,7 +7,7 @@ int main(int argc, char** argv) {
   CLI::App app{"dar-sim: compare routing policies in a packet-level simulation"};
   app.require_subcommand(1);
   dar::cli::AddRunCommand(app);
-  dar::AddLoadsCommand(app);
+  dar::cli::AddLoadsCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

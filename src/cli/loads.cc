@@ -14,7 +14,7 @@
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 
-namespace dar {
+namespace dar::cli {
 namespace {
 
 constexpr const char* kDemands[] = {"uniform"};
@@ -104,4 +104,4 @@ void AddLoadsCommand(CLI::App& app) {
   });
 }
 
-}  // namespace dar
+}  // namespace dar::cli

@@ -17,7 +17,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 
-namespace dar {
+namespace dar::cli {
 
 struct LoadsOptions {
   std::string topology;  // path of a node-link JSON file; required
@@ -40,6 +40,6 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out);
 // stderr and throws CLI::RuntimeError(1), which CLI11_PARSE / App::exit turn into exit code 1.
 void AddLoadsCommand(CLI::App& app);
 
-}  // namespace dar
+}  // namespace dar::cli
 
 #endif  // DAR_CLI_LOADS_H_

@@ -40,11 +40,12 @@ template <typename ChooseHops>
 RoutingTables ComputeTables(const Topology& topo, ChooseHops choose) {
   const std::vector<NodeId> destinations = topo.Destinations();
   RoutingTables tables(topo.num_nodes(), destinations);
-  for (NodeId dest : destinations) {
+  for (size_t i = 0; i < destinations.size(); ++i) {
+    const NodeId dest = destinations[i];
     const std::vector<double> dist = ShortestDistances(topo, dest);
     std::vector<std::vector<NextHop>> per_node(topo.num_nodes());
     for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-      per_node[v] = choose(ShortestNextHops(topo, dist, v, dest));
+      per_node[v] = choose(ShortestNextHops(topo, dist, v, dest), i);
     }
     tables.Set(std::make_shared<const DestinationTable>(dest, per_node));
   }
@@ -77,19 +78,19 @@ std::vector<double> ShortestDistances(const Topology& topo, NodeId dest) {
 }
 
 RoutingTables ComputeStaticTables(const Topology& topo) {
-  return ComputeTables(topo, [&topo](const std::vector<LinkId>& links) {
+  return ComputeTables(topo, [&topo](std::vector<LinkId> links, size_t dest_index) {
     std::vector<NextHop> hops;
     if (links.empty()) return hops;
-    const LinkId best = *std::min_element(links.begin(), links.end(), [&](LinkId a, LinkId b) {
+    std::sort(links.begin(), links.end(), [&](LinkId a, LinkId b) {
       return std::pair(topo.link(a).dst, a) < std::pair(topo.link(b).dst, b);
     });
-    hops.push_back({best, 1.0});
+    hops.push_back({links[dest_index % links.size()], 1.0});
     return hops;
   });
 }
 
 RoutingTables ComputeEcmpTables(const Topology& topo) {
-  return ComputeTables(topo, [](const std::vector<LinkId>& links) {
+  return ComputeTables(topo, [](const std::vector<LinkId>& links, size_t) {
     std::vector<NextHop> hops;
     for (LinkId l : links) hops.push_back({l, 1.0 / static_cast<double>(links.size())});
     return hops;

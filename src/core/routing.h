@@ -23,8 +23,11 @@ namespace dar {
 std::vector<double> ShortestDistances(const Topology& topo, NodeId dest);
 
 // For every destination in topo.Destinations(), one shortest-path next hop (weight 1) at
-// every node that can reach it. Ties go to the lowest next-hop node id, then the lowest link
-// id. The destination itself has no next hop.
+// every node that can reach it. Ties are broken per destination, D-mod-k style: with the
+// candidates ordered by next-hop node id then link id, the i-th destination (ascending id)
+// takes candidate i mod count. Fixed and deterministic, yet different destinations use
+// different paths, as static fat-tree routing does (Zahavi, "D-Mod-K Routing", 2012).
+// The destination itself has no next hop.
 RoutingTables ComputeStaticTables(const Topology& topo);
 
 // For every destination in topo.Destinations(), every shortest-path next hop at every node

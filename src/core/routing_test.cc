@@ -1,6 +1,7 @@
 #include "core/routing.h"
 
 #include <cmath>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "core/registry.h"
@@ -43,7 +44,7 @@ TEST(RoutingTest, ShortestDistancesUseMetricsAndUpLinks) {
   EXPECT_TRUE(std::isinf(dist[d.s]));
 }
 
-TEST(RoutingTest, EcmpSplitsEquallyAndStaticPicksLowestNodeId) {
+TEST(RoutingTest, EcmpSplitsEquallyAndStaticPicksOnePerDestination) {
   Diamond d;
   const RoutingTables ecmp = ComputeEcmpTables(d.topo);
   ASSERT_EQ(ecmp.destinations(), (std::vector<NodeId>{0, 1, 2, 3}));
@@ -58,18 +59,37 @@ TEST(RoutingTest, EcmpSplitsEquallyAndStaticPicksLowestNodeId) {
   const RoutingTables fixed = ComputeStaticTables(d.topo);
   hops = fixed.Lookup(d.s, d.t);
   ASSERT_EQ(hops.size(), 1u);
-  EXPECT_EQ(hops[0].link, d.sa);  // a has the lower node id, though s->b has the lower link id
+  // t is destination #3; candidates in node-id order are (a, b), so it takes 3 mod 2 = b.
+  EXPECT_EQ(hops[0].link, d.sb);
   EXPECT_DOUBLE_EQ(hops[0].weight, 1.0);
+  // Destination #2 (b) is a neighbour of s: one shortest path only.
+  EXPECT_EQ(fixed.Lookup(d.s, d.b)[0].link, d.sb);
 }
 
-TEST(RoutingTest, StaticBreaksParallelLinkTiesByLinkId) {
+TEST(RoutingTest, StaticSpreadsDestinationsOverEqualPaths) {
+  FatTreeParams p;
+  p.k = 4;
+  const Topology topo = FatTree(p);
+  const RoutingTables fixed = ComputeStaticTables(topo);
+  const NodeId e0 = *topo.FindNode("e0");
+  std::set<LinkId> uplinks;
+  for (NodeId d : topo.Destinations()) {
+    if (d == e0) continue;
+    auto hops = fixed.Lookup(e0, d);
+    ASSERT_EQ(hops.size(), 1u);
+    uplinks.insert(hops[0].link);
+  }
+  EXPECT_EQ(uplinks.size(), 2u);  // both aggregation switches carry some destinations
+}
+
+TEST(RoutingTest, StaticBreaksParallelLinkTiesByLinkIdPerDestination) {
   Topology topo;
   const NodeId x = topo.AddNode("x", NodeKind::kSwitch);
   const NodeId y = topo.AddNode("y", NodeKind::kSwitch);
-  const LinkId first = topo.AddLink(x, y, LinkParams());
   topo.AddLink(x, y, LinkParams());
+  const LinkId second = topo.AddLink(x, y, LinkParams());
   topo.AddLink(y, x, LinkParams());
-  EXPECT_EQ(ComputeStaticTables(topo).Lookup(x, y)[0].link, first);
+  EXPECT_EQ(ComputeStaticTables(topo).Lookup(x, y)[0].link, second);  // y is destination #1
   EXPECT_EQ(ComputeEcmpTables(topo).Lookup(x, y).size(), 2u);
 }
 

@@ -1,0 +1,136 @@
+// End-to-end tests of the dar-sim binary: real process, real files, exit codes and output.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace dar::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result RunDarSim(const std::string& args) {
+  const std::string cmd =
+      fmt::format("{}/src/cli/dar-sim {} 2>&1", DAR_BINARY_DIR, args);
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string TempDir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("dar-cli-test-{}-{}", name, ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// The ECMP loads of abilene.json, scaled so the busiest link reads 100, match the loads the
+// file itself carries (ecmp_fwd.uni for source->target, ecmp_bwd.uni for the reverse).
+TEST(DarSimCliTest, EcmpLoadsMatchAbilene) {
+  const std::string file = std::string(DAR_SOURCE_DIR) + "/data/topologies/abilene.json";
+  const Result r =
+      RunDarSim(fmt::format("loads --topology {} --demand uniform --policy ecmp --json", file));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json out = nlohmann::json::parse(r.output);
+  std::map<std::pair<std::string, std::string>, double> load;
+  double busiest = 0;
+  for (const auto& l : out["links"]) {
+    load[{l["src"], l["dst"]}] = l["load"];
+    busiest = std::max(busiest, l["load"].get<double>());
+  }
+  ASSERT_GT(busiest, 0);
+  std::ifstream in(file);
+  const nlohmann::json topo = nlohmann::json::parse(in);
+  int checked = 0;
+  for (const auto& e : topo["edges"]) {
+    const std::string s = e["source"], t = e["target"];
+    EXPECT_NEAR(load.at({s, t}) * 100 / busiest, e["ecmp_fwd"]["uni"].get<double>(), 0.5)
+        << s << "->" << t;
+    EXPECT_NEAR(load.at({t, s}) * 100 / busiest, e["ecmp_bwd"]["uni"].get<double>(), 0.5)
+        << t << "->" << s;
+    checked += 2;
+  }
+  EXPECT_EQ(checked, 28);
+  EXPECT_EQ(out["links"].size(), 28u);
+}
+
+TEST(DarSimCliTest, LoadsRejectsUnknownPolicyAndMissingFile) {
+  const std::string file = std::string(DAR_SOURCE_DIR) + "/data/topologies/abilene.json";
+  Result r = RunDarSim(fmt::format("loads --topology {} --policy warp --json", file));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("warp"));
+  r = RunDarSim("loads --topology /nonexistent/topo.json");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("/nonexistent/topo.json"));
+}
+
+constexpr char kScenario[] = R"(
+name: cli
+duration_ms: 2
+topology:
+  type: leaf_spine
+  leaves: 2
+  spines: 2
+  hosts_per_leaf: 2
+workloads:
+  - {type: bulk, size_mb: 1, repeat: 2, transfers: [{src: h0, dst: h3}, {src: h1, dst: h2}]}
+policies: [static, ecmp]
+)";
+
+TEST(DarSimCliTest, RunWritesResultsAndPrintsTheTable) {
+  const std::string dir = TempDir("run");
+  {
+    std::ofstream(dir + "/s.yaml") << kScenario;
+  }
+  const Result r = RunDarSim(fmt::format("run {0}/s.yaml --out {0}/out", dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("completion_mean_s"));
+  std::ifstream in(dir + "/out/results.json");
+  const nlohmann::json results = nlohmann::json::parse(in);
+  ASSERT_EQ(results["policies"].size(), 2u);
+  EXPECT_EQ(results["policies"][0]["name"], "static");
+  EXPECT_EQ(results["policies"][1]["name"], "ecmp");
+  for (const auto& p : results["policies"]) {
+    EXPECT_EQ(p["metrics"]["transfers_completed"], 4);
+    EXPECT_EQ(p["metrics"]["routing_loops"], 0);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DarSimCliTest, RunRejectsABadScenarioWithTheKey) {
+  const std::string dir = TempDir("bad");
+  std::string text = kScenario;
+  text.replace(text.find("size_mb: 1"), 10, "size_mb: -1");
+  {
+    std::ofstream(dir + "/bad.yaml") << text;
+  }
+  const Result r = RunDarSim(fmt::format("run {0}/bad.yaml --out {0}/out", dir));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("bad.yaml"));
+  EXPECT_THAT(r.output, HasSubstr("size_mb"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out/results.json"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dar::cli
