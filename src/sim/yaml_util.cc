@@ -105,6 +105,7 @@ absl::StatusOr<YamlReader> YamlReader::Create(const YAML::Node& node, std::strin
 std::string YamlReader::Path(std::string_view key) const {
   if (where_.empty()) return std::string(key);
   if (key.empty()) return where_;
+  if (where_.back() == ':') return fmt::format("{} {}", where_, key);
   return fmt::format("{}.{}", where_, key);
 }
 
@@ -162,8 +163,9 @@ absl::StatusOr<T> YamlReader::Required(std::string_view key, const Bounds& bound
   try {
     T out{};
     if constexpr (IsVector<T>::value) {
-      if (!value.IsSequence())
+      if (!value.IsSequence()) {
         return Error(key, fmt::format("must be a list, got {}", Describe(value)));
+      }
       for (size_t i = 0; i < value.size(); ++i) {
         typename T::value_type element{};
         const std::string problem = DecodeScalar(value[i], bounds, element);
@@ -378,8 +380,9 @@ absl::StatusOr<YamlReader> YamlReader::OptionalMap(std::string_view key) {
 absl::StatusOr<std::vector<YamlReader>> YamlReader::RequiredMapList(std::string_view key) {
   const YAML::Node value = Raw(key);
   if (!value.IsDefined()) return Error(key, "required");
-  if (!value.IsSequence())
+  if (!value.IsSequence()) {
     return Error(key, fmt::format("must be a list, got {}", Describe(value)));
+  }
   std::vector<YamlReader> out;
   for (size_t i = 0; i < value.size(); ++i) {
     const std::string element = fmt::format("{}[{}]", key, i);

@@ -61,10 +61,13 @@ class YamlReader {
  public:
   // A reader over `node`. A null or undefined node reads as an empty map, so an optional block
   // needs no special case; anything else that is not a map is an error naming `where`.
+  // `where` is a key path ("scenario.yaml: workloads[0]") or, for a file's top-level map, the
+  // file name and a colon ("scenario.yaml:").
   static absl::StatusOr<YamlReader> Create(const YAML::Node& node, std::string where);
 
   const std::string& where() const { return where_; }
-  // "<where>.<key>" (just `key` when where() is empty).
+  // "<where>.<key>"; "<where> <key>" when where() ends with ':' (a file at the top level:
+  // "s.yaml: duration"); just `key` when where() is empty.
   std::string Path(std::string_view key) const;
   // InvalidArgument "<where>.<key>: <problem>".
   absl::Status Error(std::string_view key, std::string_view problem) const;

@@ -135,6 +135,15 @@ TEST(YamlReaderTest, ChoicesAndStatusCauses) {
   EXPECT_EQ(s.message(), "s.yaml: block.cdf: x.cdf: cannot open");
 }
 
+TEST(YamlReaderTest, TopLevelOfAFile) {
+  absl::StatusOr<YamlReader> r = YamlReader::Create(YAML::Load("network: {ecn_kb: -1}"), "s.yaml:");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(ErrorOf(r->Required<int>("seed")), "s.yaml: seed: required");
+  absl::StatusOr<YamlReader> network = r->RequiredMap("network");
+  ASSERT_TRUE(network.ok());
+  EXPECT_EQ(ErrorOf(network->RequiredSize("ecn")), "s.yaml: network.ecn_kb: must be > 0, got -1");
+}
+
 TEST(YamlReaderTest, NonMapsAndBadYamlAreErrors) {
   EXPECT_THAT(ErrorOf(YamlReader::Create(YAML::Load("[1, 2]"), "w")),
               HasSubstr("w: must be a map"));
