@@ -51,6 +51,25 @@ fabric_link: {capacity_gbps: 100}
   EXPECT_EQ(fabric.params.queue_bytes, LinkParams().queue_bytes);
 }
 
+TEST(TopologyConfigTest, LinkParamsTakeOtherUnits) {
+  absl::StatusOr<Topology> topo = Build(R"(
+type: fat_tree
+k: 2
+host_link: {delay_ms: 0.5, queue_mb: 2}
+fabric_link: {delay_ns: 700, queue_bytes: 1500}
+)");
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  const Link& host = topo->link(topo->node(0).out_links[0]);
+  EXPECT_EQ(host.params.delay, Microseconds(500));
+  EXPECT_EQ(host.params.queue_bytes, 2 * 1024 * 1024);
+  const Link& fabric =
+      topo->link(topo->FindLink(topo->FindNode("e0").value(), topo->FindNode("a0").value()));
+  EXPECT_EQ(fabric.params.delay, Nanoseconds(700));
+  EXPECT_EQ(fabric.params.queue_bytes, 1500);
+  EXPECT_THAT(ErrorOf("{type: fat_tree, k: 2, host_link: {delay_us: 1, delay_ms: 1}}"),
+              HasSubstr("topology.host_link.delay_"));
+}
+
 TEST(TopologyConfigTest, LeafSpineWithOverrides) {
   absl::StatusOr<Topology> topo = Build(R"(
 type: leaf_spine
@@ -99,14 +118,17 @@ overrides: [{link: ["0", "1"], down: true}]
 
 TEST(TopologyConfigTest, ErrorsNameTheKeyPath) {
   EXPECT_EQ(ErrorOf("{type: fat_tree, k: 4, fabric_link: {capacity_gbps: x}}"),
-            "scenario.yaml: topology.fabric_link.capacity_gbps: must be a positive number, got "
-            "'x'");
-  EXPECT_THAT(ErrorOf("{type: fat_tree, k: 4, fabric_link: {capacity_gbps: -1}}"),
-              HasSubstr("topology.fabric_link.capacity_gbps: must be a positive number"));
+            "scenario.yaml: topology.fabric_link.capacity_gbps: must be a number, got 'x'");
+  EXPECT_EQ(ErrorOf("{type: fat_tree, k: 4, fabric_link: {capacity_gbps: -1}}"),
+            "scenario.yaml: topology.fabric_link.capacity_gbps: must be > 0, got -1");
+  EXPECT_THAT(ErrorOf("{type: fat_tree, k: 4, fabric_link: {delay_us: 0}}"),
+              HasSubstr("topology.fabric_link.delay_us: must be > 0, got 0"));
+  EXPECT_THAT(ErrorOf("{type: fat_tree, k: 4, fabric_link: {queue_kb: 0}}"),
+              HasSubstr("topology.fabric_link.queue_kb: must be > 0, got 0"));
   EXPECT_THAT(ErrorOf("{type: fat_tree, k: 3}"), HasSubstr("topology.k: must be even, got 3"));
   EXPECT_THAT(ErrorOf("{type: fat_tree, k: four}"),
-              HasSubstr("topology.k: must be an integer >= 2, got 'four'"));
-  EXPECT_THAT(ErrorOf("{type: fat_tree}"), HasSubstr("scenario.yaml: topology.k: is required"));
+              HasSubstr("topology.k: must be an integer, got 'four'"));
+  EXPECT_THAT(ErrorOf("{type: fat_tree}"), HasSubstr("scenario.yaml: topology.k: required"));
   EXPECT_THAT(ErrorOf("{type: fat_tree, k: 4, kk: 4}"), HasSubstr("topology.kk: unknown key"));
   EXPECT_THAT(ErrorOf("{type: fat_tree, k: 4, host_link: {capacity: 4}}"),
               HasSubstr("topology.host_link.capacity: unknown key"));
@@ -114,11 +136,11 @@ TEST(TopologyConfigTest, ErrorsNameTheKeyPath) {
               HasSubstr("topology.host_link: must be a map, got '5'"));
   EXPECT_THAT(ErrorOf("{type: torus}"),
               HasSubstr("topology.type: unknown topology type 'torus' (known: fat_tree, "));
-  EXPECT_THAT(ErrorOf("{k: 4}"), HasSubstr("topology.type: is required"));
+  EXPECT_THAT(ErrorOf("{k: 4}"), HasSubstr("topology.type: required"));
   EXPECT_THAT(ErrorOf("[1, 2]"), HasSubstr("scenario.yaml: topology: must be a map"));
   EXPECT_THAT(ErrorOf("{type: leaf_spine, leaves: 0, spines: 1, hosts_per_leaf: 1}"),
-              HasSubstr("topology.leaves: must be an integer >= 1, got '0'"));
-  EXPECT_THAT(ErrorOf("{type: node_link_json}"), HasSubstr("topology.file: is required"));
+              HasSubstr("topology.leaves: must be >= 1, got 0"));
+  EXPECT_THAT(ErrorOf("{type: node_link_json}"), HasSubstr("topology.file: required"));
   EXPECT_THAT(ErrorOf("{type: node_link_json, file: /nonexistent/x.json}"),
               HasSubstr("/nonexistent/x.json: cannot open file"));
 }
@@ -135,7 +157,7 @@ TEST(TopologyConfigTest, OverrideErrorsNameTheEntry) {
   EXPECT_THAT(ErrorOf(base + "overrides: [{link: [leaf0, spine0], down: maybe}]}"),
               HasSubstr("topology.overrides[0].down: must be true or false, got 'maybe'"));
   EXPECT_THAT(ErrorOf(base + "overrides: [{link: [leaf0, spine0], capacity_fraction: 0}]}"),
-              HasSubstr("topology.overrides[0].capacity_fraction: must be a positive number"));
+              HasSubstr("topology.overrides[0].capacity_fraction: must be > 0, got 0"));
   EXPECT_THAT(ErrorOf(base + "overrides: [{link: [leaf0, spine0], colour: red}]}"),
               HasSubstr("topology.overrides[0].colour: unknown key"));
   EXPECT_THAT(ErrorOf(base + "overrides: {link: [leaf0, spine0]}}"),

@@ -4,9 +4,11 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/config_reader.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 #include "core/topology_config.h"
+#include "fmt/format.h"
 
 namespace dar {
 
@@ -130,24 +132,25 @@ absl::Status ApplyLinkOverrides(Topology& topo, const std::vector<LinkOverride>&
 
 namespace {
 
-absl::StatusOr<Topology> BuildFatTree(ConfigMap& config, const std::string& /*base_dir*/) {
+absl::StatusOr<Topology> BuildFatTree(YamlReader& config, const std::string& /*base_dir*/) {
   FatTreeParams params;
-  ASSIGN_OR_RETURN(params.k, config.IntAtLeast("k", 2));
+  ASSIGN_OR_RETURN(params.k, config.Required<int>("k", Bounds::AtLeast(2)));
   if (params.k % 2 != 0) {
-    return config.Error("k", absl::StrCat("must be even, got ", params.k));
+    return config.Error("k", fmt::format("must be even, got {}", params.k));
   }
-  ASSIGN_OR_RETURN(params.host_link, config.LinkParamsOr("host_link", LinkParams()));
-  ASSIGN_OR_RETURN(params.fabric_link, config.LinkParamsOr("fabric_link", LinkParams()));
+  ASSIGN_OR_RETURN(params.host_link, ReadLinkParams(config, "host_link", LinkParams()));
+  ASSIGN_OR_RETURN(params.fabric_link, ReadLinkParams(config, "fabric_link", LinkParams()));
   return FatTree(params);
 }
 
-absl::StatusOr<Topology> BuildLeafSpine(ConfigMap& config, const std::string& /*base_dir*/) {
+absl::StatusOr<Topology> BuildLeafSpine(YamlReader& config, const std::string& /*base_dir*/) {
   LeafSpineParams params;
-  ASSIGN_OR_RETURN(params.leaves, config.IntAtLeast("leaves", 1));
-  ASSIGN_OR_RETURN(params.spines, config.IntAtLeast("spines", 1));
-  ASSIGN_OR_RETURN(params.hosts_per_leaf, config.IntAtLeast("hosts_per_leaf", 0));
-  ASSIGN_OR_RETURN(params.host_link, config.LinkParamsOr("host_link", LinkParams()));
-  ASSIGN_OR_RETURN(params.fabric_link, config.LinkParamsOr("fabric_link", LinkParams()));
+  ASSIGN_OR_RETURN(params.leaves, config.Required<int>("leaves", Bounds::AtLeast(1)));
+  ASSIGN_OR_RETURN(params.spines, config.Required<int>("spines", Bounds::AtLeast(1)));
+  ASSIGN_OR_RETURN(params.hosts_per_leaf,
+                   config.Required<int>("hosts_per_leaf", Bounds::NonNegative()));
+  ASSIGN_OR_RETURN(params.host_link, ReadLinkParams(config, "host_link", LinkParams()));
+  ASSIGN_OR_RETURN(params.fabric_link, ReadLinkParams(config, "fabric_link", LinkParams()));
   return LeafSpine(params);
 }
 

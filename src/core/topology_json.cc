@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/config_reader.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 #include "core/topology_config.h"
@@ -154,17 +155,21 @@ class Importer {
 };
 
 // The `node_link_json` topology type: a WAN file, optionally with hosts on every router.
-absl::StatusOr<Topology> BuildNodeLinkJson(ConfigMap& config, const std::string& base_dir) {
-  ASSIGN_OR_RETURN(const std::string file, config.String("file"));
+absl::StatusOr<Topology> BuildNodeLinkJson(YamlReader& config, const std::string& base_dir) {
+  ASSIGN_OR_RETURN(const std::string file, config.Required<std::string>("file"));
   JsonImportOptions options;
-  ASSIGN_OR_RETURN(const double gbps, config.PositiveNumberOr("capacity_gbps", 10));
+  ASSIGN_OR_RETURN(
+      const double gbps,
+      config.Optional<double>("capacity_gbps", options.capacity.gbps(), Bounds::Positive()));
   options.capacity = DataRate::Gbps(gbps);
-  ASSIGN_OR_RETURN(const double queue_kb, config.PositiveNumberOr("queue_kb", 1024));
-  options.queue_bytes = static_cast<int64_t>(queue_kb * 1024);
-  ASSIGN_OR_RETURN(const double delay_us, config.PositiveNumberOr("default_delay_us", 1000));
-  options.default_delay = SecondsF(delay_us * 1e-6);
-  ASSIGN_OR_RETURN(const int hosts_per_node, config.IntAtLeastOr("hosts_per_node", 0, 0));
-  ASSIGN_OR_RETURN(const LinkParams host_link, config.LinkParamsOr("host_link", LinkParams()));
+  ASSIGN_OR_RETURN(options.queue_bytes,
+                   config.OptionalSize("queue", options.queue_bytes, Bounds::Positive()));
+  ASSIGN_OR_RETURN(
+      options.default_delay,
+      config.OptionalDuration("default_delay", options.default_delay, Bounds::Positive()));
+  ASSIGN_OR_RETURN(const int hosts_per_node,
+                   config.Optional<int>("hosts_per_node", 0, Bounds::NonNegative()));
+  ASSIGN_OR_RETURN(const LinkParams host_link, ReadLinkParams(config, "host_link", LinkParams()));
 
   std::filesystem::path path(file);
   if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;

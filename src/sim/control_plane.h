@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/config_reader.h"
 #include "core/random.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
@@ -19,7 +20,6 @@
 #include "sim/event_loop.h"
 #include "sim/network.h"
 #include "sim/workload.h"
-#include "sim/yaml_util.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dar::sim {
@@ -51,13 +51,13 @@ using ControlPlaneFactory =
 
 // Builds the control plane registered as `routing` (or a core TablePolicy of that name under
 // link-state routing), reading its settings from `policy`. Errors name ctx.where.
-absl::StatusOr<ControlPlanePtr> CreateControlPlane(const std::string& routing,
-                                                   YamlReader& policy, const ConfigContext& ctx);
+absl::StatusOr<ControlPlanePtr> CreateControlPlane(const std::string& routing, YamlReader& policy,
+                                                   const ConfigContext& ctx);
 
 }  // namespace dar::sim
 
 // Registers a control plane factory under `name`, at namespace scope in a .cc file.
-#define REGISTER_CONTROL_PLANE(name, factory)                                   \
+#define REGISTER_CONTROL_PLANE(name, factory)                                    \
   static const ::dar::Registration<::dar::sim::ControlPlaneFactory> DAR_CONCAT_( \
       dar_control_plane_reg_, __LINE__)(name, factory)
 

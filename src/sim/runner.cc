@@ -218,7 +218,7 @@ std::string FormatComparison(const nlohmann::json& results) {
     out += fmt::format("{:<28}", k);
     for (const auto& p : policies) {
       const nlohmann::json& m = p.at("metrics");
-      if (!m.contains(k)) {
+      if (!m.contains(k) || !(m[k].is_number() || m[k].is_boolean())) {
         out += fmt::format("{:>16}", "-");
       } else if (m[k].is_boolean()) {
         out += fmt::format("{:>16}", m[k].get<bool>() ? "yes" : "no");

@@ -5,12 +5,12 @@
 #include <set>
 #include <sstream>
 
+#include "core/config_reader.h"
 #include "core/status_macros.h"
 #include "core/topology_config.h"
 #include "fmt/format.h"
 #include "sim/control_plane.h"
 #include "sim/workload.h"
-#include "sim/yaml_util.h"
 
 namespace dar::sim {
 namespace {
@@ -105,8 +105,8 @@ absl::Status ReadNetwork(YamlReader& r, NetworkConfig& n) {
   ASSIGN_OR_RETURN(n.ecn_threshold_bytes,
                    r.OptionalSize("ecn_threshold", n.ecn_threshold_bytes, Bounds::NonNegative()));
   ASSIGN_OR_RETURN(n.host_queue_bytes, r.OptionalSize("host_queue", n.host_queue_bytes));
-  ASSIGN_OR_RETURN(int hop_limit, r.Optional<int>("hop_limit", n.initial_hop_limit,
-                                                  Bounds::InRange(1, 255)));
+  ASSIGN_OR_RETURN(int hop_limit,
+                   r.Optional<int>("hop_limit", n.initial_hop_limit, Bounds::InRange(1, 255)));
   n.initial_hop_limit = static_cast<uint8_t>(hop_limit);
   return r.CheckNoUnknownKeys();
 }
@@ -124,8 +124,8 @@ absl::Status ReadTransport(YamlReader& r, TransportConfig& t) {
   ASSIGN_OR_RETURN(t.dctcp_g, r.Optional<double>("dctcp_g", t.dctcp_g, Bounds::InRange(0, 1)));
   ASSIGN_OR_RETURN(t.reorder_window_min,
                    r.OptionalDuration("reorder_window_min", t.reorder_window_min));
-  ASSIGN_OR_RETURN(t.initial_rto, r.OptionalDuration("initial_rto", t.initial_rto,
-                                                     Bounds::Positive()));
+  ASSIGN_OR_RETURN(t.initial_rto,
+                   r.OptionalDuration("initial_rto", t.initial_rto, Bounds::Positive()));
   ASSIGN_OR_RETURN(t.min_rto, r.OptionalDuration("min_rto", t.min_rto, Bounds::Positive()));
   ASSIGN_OR_RETURN(t.max_rto, r.OptionalDuration("max_rto", t.max_rto, Bounds::Positive()));
   if (t.max_rto < t.min_rto) return r.Error("max_rto", "must not be below min_rto");
@@ -151,8 +151,8 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::
   s.path = path;
   s.base_dir = std::filesystem::path(path).parent_path().string();
   ASSIGN_OR_RETURN(YamlReader r, YamlReader::Create(root, path + ":"));
-  ASSIGN_OR_RETURN(s.name, r.Optional<std::string>(
-                               "name", std::filesystem::path(path).stem().string()));
+  ASSIGN_OR_RETURN(s.name,
+                   r.Optional<std::string>("name", std::filesystem::path(path).stem().string()));
   ASSIGN_OR_RETURN(s.description, r.Optional<std::string>("description", ""));
   ASSIGN_OR_RETURN(int64_t seed, r.Optional<int64_t>("seed", 1, Bounds::NonNegative()));
   s.seed = static_cast<uint64_t>(seed);

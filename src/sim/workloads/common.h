@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/config_reader.h"
 #include "core/topology.h"
 #include "core/units.h"
 #include "nlohmann/json.hpp"
 #include "sim/stats.h"
 #include "sim/workload.h"
-#include "sim/yaml_util.h"
 
 namespace dar::sim::workloads {
 

@@ -1,4 +1,5 @@
-// Typed, validated reading of YAML configuration blocks.
+// Typed, validated reading of YAML configuration blocks: scenario files, their topology,
+// network, workload and policy blocks.
 //
 // A YamlReader wraps one YAML map and the place it came from ("scenario.yaml: workloads[0]").
 // Every getter checks type and range and fails with InvalidArgument
@@ -13,8 +14,8 @@
 //     (1 kb = 1024 bytes, 1 mb = 1024 kb), as the topology's queue_kb;
 //   - hosts are node names of the topology.
 // Not thread-safe.
-#ifndef DAR_SIM_YAML_UTIL_H_
-#define DAR_SIM_YAML_UTIL_H_
+#ifndef DAR_CORE_CONFIG_READER_H_
+#define DAR_CORE_CONFIG_READER_H_
 
 #include <concepts>
 #include <cstdint>
@@ -31,7 +32,7 @@
 #include "core/units.h"
 #include "yaml-cpp/yaml.h"
 
-namespace dar::sim {
+namespace dar {
 
 // Bounds on a number read from YAML. Every number must also be finite. The default admits any
 // finite number.
@@ -171,6 +172,6 @@ absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, std::string_view w
 // Reads and parses a YAML file; errors name `path`.
 absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path);
 
-}  // namespace dar::sim
+}  // namespace dar
 
-#endif  // DAR_SIM_YAML_UTIL_H_
+#endif  // DAR_CORE_CONFIG_READER_H_

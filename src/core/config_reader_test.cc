@@ -1,4 +1,4 @@
-#include "sim/yaml_util.h"
+#include "core/config_reader.h"
 
 #include <string>
 #include <vector>
@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dar::sim {
+namespace dar {
 namespace {
 
 using ::testing::HasSubstr;
@@ -153,4 +153,4 @@ TEST(YamlReaderTest, NonMapsAndBadYamlAreErrors) {
 }
 
 }  // namespace
-}  // namespace dar::sim
+}  // namespace dar

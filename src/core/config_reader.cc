@@ -1,4 +1,4 @@
-#include "sim/yaml_util.h"
+#include "core/config_reader.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 
-namespace dar::sim {
+namespace dar {
 namespace {
 
 // How a YAML value reads in an error message: the scalar in quotes, or its shape.
@@ -426,4 +426,4 @@ absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path) {
   return ParseYaml(buffer.str(), path);
 }
 
-}  // namespace dar::sim
+}  // namespace dar
