@@ -132,7 +132,7 @@ policies:
                 ecmp * 1e3, spray * 1e3, ecmp / spray);
     worst_ratio = std::min(worst_ratio, ecmp / spray);
   }
-  EXPECT_GT(worst_ratio, 1.2);
+  EXPECT_GT(worst_ratio, 1.4);
 }
 
 struct BadCase {
