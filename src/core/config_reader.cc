@@ -11,20 +11,6 @@
 namespace dar {
 namespace {
 
-// How a YAML value reads in an error message: the scalar in quotes, or its shape.
-std::string Describe(const YAML::Node& value) {
-  switch (value.Type()) {
-    case YAML::NodeType::Scalar:
-      return fmt::format("'{}'", value.Scalar());
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a map";
-    default:
-      return "nothing";
-  }
-}
-
 std::string FormatNumber(double v) { return fmt::format("{:g}", v); }
 
 // Decodes one scalar of type T without throwing; the empty string means success, anything
@@ -35,7 +21,7 @@ std::string DecodeScalar(const YAML::Node& value, const Bounds& bounds, T& out);
 template <>
 std::string DecodeScalar(const YAML::Node& value, const Bounds&, bool& out) {
   if (value.IsScalar() && YAML::convert<bool>::decode(value, out)) return "";
-  return fmt::format("must be true or false, got {}", Describe(value));
+  return fmt::format("must be true or false, got {}", DescribeYaml(value));
 }
 
 template <>
@@ -44,13 +30,13 @@ std::string DecodeScalar(const YAML::Node& value, const Bounds&, std::string& ou
     out = value.Scalar();
     return "";
   }
-  return fmt::format("must be a string, got {}", Describe(value));
+  return fmt::format("must be a string, got {}", DescribeYaml(value));
 }
 
 template <>
 std::string DecodeScalar(const YAML::Node& value, const Bounds& bounds, double& out) {
   if (!value.IsScalar() || !YAML::convert<double>::decode(value, out)) {
-    return fmt::format("must be a number, got {}", Describe(value));
+    return fmt::format("must be a number, got {}", DescribeYaml(value));
   }
   return bounds.Check(out);
 }
@@ -58,7 +44,7 @@ std::string DecodeScalar(const YAML::Node& value, const Bounds& bounds, double& 
 template <typename Int>
 std::string DecodeInteger(const YAML::Node& value, const Bounds& bounds, Int& out) {
   if (!value.IsScalar() || !YAML::convert<Int>::decode(value, out)) {
-    return fmt::format("must be an integer, got {}", Describe(value));
+    return fmt::format("must be an integer, got {}", DescribeYaml(value));
   }
   return bounds.Check(static_cast<double>(out));
 }
@@ -97,7 +83,7 @@ std::string Bounds::Check(double v) const {
 absl::StatusOr<YamlReader> YamlReader::Create(const YAML::Node& node, std::string where) {
   if (node.IsDefined() && !node.IsNull() && !node.IsMap()) {
     return absl::InvalidArgumentError(
-        fmt::format("{}: must be a map, got {}", where, Describe(node)));
+        fmt::format("{}: must be a map, got {}", where, DescribeYaml(node)));
   }
   return YamlReader(node.IsDefined() && node.IsMap() ? node : YAML::Node(), std::move(where));
 }
@@ -164,7 +150,7 @@ absl::StatusOr<T> YamlReader::Required(std::string_view key, const Bounds& bound
     T out{};
     if constexpr (IsVector<T>::value) {
       if (!value.IsSequence()) {
-        return Error(key, fmt::format("must be a list, got {}", Describe(value)));
+        return Error(key, fmt::format("must be a list, got {}", DescribeYaml(value)));
       }
       for (size_t i = 0; i < value.size(); ++i) {
         typename T::value_type element{};
@@ -368,7 +354,7 @@ absl::StatusOr<std::vector<NodeId>> YamlReader::OptionalHosts(std::string_view k
 absl::StatusOr<YamlReader> YamlReader::RequiredMap(std::string_view key) {
   const YAML::Node value = Raw(key);
   if (!value.IsDefined()) return Error(key, "required");
-  if (!value.IsMap()) return Error(key, fmt::format("must be a map, got {}", Describe(value)));
+  if (!value.IsMap()) return Error(key, fmt::format("must be a map, got {}", DescribeYaml(value)));
   return YamlReader(value, Path(key));
 }
 
@@ -381,13 +367,13 @@ absl::StatusOr<std::vector<YamlReader>> YamlReader::RequiredMapList(std::string_
   const YAML::Node value = Raw(key);
   if (!value.IsDefined()) return Error(key, "required");
   if (!value.IsSequence()) {
-    return Error(key, fmt::format("must be a list, got {}", Describe(value)));
+    return Error(key, fmt::format("must be a list, got {}", DescribeYaml(value)));
   }
   std::vector<YamlReader> out;
   for (size_t i = 0; i < value.size(); ++i) {
     const std::string element = fmt::format("{}[{}]", key, i);
     if (!value[i].IsMap()) {
-      return Error(element, fmt::format("must be a map, got {}", Describe(value[i])));
+      return Error(element, fmt::format("must be a map, got {}", DescribeYaml(value[i])));
     }
     out.push_back(YamlReader(value[i], Path(element)));
   }
@@ -401,13 +387,26 @@ std::string YamlReader::KnownKeys() const {
 absl::Status YamlReader::CheckNoUnknownKeys() const {
   if (!node_.IsMap()) return absl::OkStatus();
   for (const auto& entry : node_) {
-    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : Describe(entry.first);
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : DescribeYaml(entry.first);
     if (!known_.contains(key)) {
       if (known_display_.empty()) return Error(key, "unknown key (this map takes no keys)");
       return Error(key, fmt::format("unknown key (known: {})", KnownKeys()));
     }
   }
   return absl::OkStatus();
+}
+
+std::string DescribeYaml(const YAML::Node& value) {
+  switch (value.Type()) {
+    case YAML::NodeType::Scalar:
+      return fmt::format("'{}'", value.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "nothing";
+  }
 }
 
 absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, std::string_view where) {

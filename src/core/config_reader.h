@@ -167,6 +167,9 @@ class YamlReader {
   std::vector<std::string> known_display_;  // in the order first asked about
 };
 
+// How a YAML value reads in an error message: the scalar in quotes, or its shape ("a list").
+std::string DescribeYaml(const YAML::Node& value);
+
 // Parses YAML text. Syntax errors become InvalidArgument "<where>: <yaml-cpp's message>".
 absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, std::string_view where);
 // Reads and parses a YAML file; errors name `path`.

@@ -12,29 +12,15 @@
 namespace dar {
 namespace {
 
-// How a YAML value reads in an error message: the scalar in quotes, or its shape.
-std::string Describe(const YAML::Node& value) {
-  switch (value.Type()) {
-    case YAML::NodeType::Scalar:
-      return fmt::format("'{}'", value.Scalar());
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a map";
-    default:
-      return "nothing";
-  }
-}
-
 absl::StatusOr<LinkOverride> ReadOverride(YamlReader& entry) {
   LinkOverride o;
   const YAML::Node link = entry.Raw("link");
-  if (!link.IsDefined()) {  // Raw() gives an invalid node, on which Describe() would throw
+  if (!link.IsDefined()) {  // Raw() gives an invalid node, on which DescribeYaml() would throw
     return entry.Error("link", "must be a list of two node names, got nothing");
   }
   if (!link.IsSequence() || link.size() != 2 || !link[0].IsScalar() || !link[1].IsScalar()) {
     return entry.Error("link",
-                       fmt::format("must be a list of two node names, got {}", Describe(link)));
+                       fmt::format("must be a list of two node names, got {}", DescribeYaml(link)));
   }
   o.a = link[0].Scalar();
   o.b = link[1].Scalar();
@@ -66,7 +52,7 @@ absl::StatusOr<Topology> BuildTopologyOrThrow(const YAML::Node& node, const std:
   // A null `topology:` is an error here, not an empty map.
   if (!node.IsMap()) {
     return absl::InvalidArgumentError(
-        fmt::format("{}: must be a map, got {}", path, Describe(node)));
+        fmt::format("{}: must be a map, got {}", path, DescribeYaml(node)));
   }
   ASSIGN_OR_RETURN(YamlReader config, YamlReader::Create(node, path));
   ASSIGN_OR_RETURN(const std::string type, config.Required<std::string>("type"));

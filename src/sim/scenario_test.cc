@@ -1,6 +1,8 @@
 #include "sim/scenario.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <numeric>
 
 #include "core/random.h"
@@ -133,6 +135,26 @@ policies:
     worst_ratio = std::min(worst_ratio, ecmp / spray);
   }
   EXPECT_GT(worst_ratio, 1.4);
+}
+
+// The annotated example in scenarios/README.md is a valid scenario, so the schema page
+// cannot drift from the parser.
+TEST(ScenarioTest, TheReadmeExampleIsValid) {
+  const std::string path = std::string(DAR_SOURCE_DIR) + "/scenarios/README.md";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const size_t begin = doc.find("```yaml\n");
+  ASSERT_NE(begin, std::string::npos);
+  const size_t end = doc.find("```", begin + 8);
+  ASSERT_NE(end, std::string::npos);
+  absl::StatusOr<Scenario> s = ParseScenario(doc.substr(begin + 8, end - begin - 8), path);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->policies.size(), 5u);
+  EXPECT_EQ(s->events.size(), 4u);
+  EXPECT_EQ(s->workloads.size(), 4u);
+  EXPECT_EQ(s->topology.Hosts().size(), 128u);
 }
 
 struct BadCase {
