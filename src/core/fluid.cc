@@ -101,8 +101,18 @@ absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
       }
       loads[last] += d.amount;
     }
+    NodeId from = d.src;
+    if (const LinkId up = topo.StubUplink(d.src); up != kNoLink) {
+      if (!topo.link(up).up) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("host '", topo.node(d.src).name, "' has its only link down"));
+      }
+      loads[up] += d.amount;
+      from = topo.link(up).dst;
+      if (from == d.dst) continue;
+    }
     auto [it, inserted] = injected.try_emplace(target, n, 0.0);
-    it->second[d.src] += d.amount;
+    it->second[from] += d.amount;
   }
 
   for (auto& [dest, inflow] : injected) {

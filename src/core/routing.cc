@@ -45,6 +45,7 @@ RoutingTables ComputeTables(const Topology& topo, ChooseHops choose) {
     const std::vector<double> dist = ShortestDistances(topo, dest);
     std::vector<std::vector<NextHop>> per_node(topo.num_nodes());
     for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      if (topo.StubUplink(v) != kNoLink) continue;  // stubs use their only link
       per_node[v] = choose(ShortestNextHops(topo, dist, v, dest), i);
     }
     tables.Set(std::make_shared<const DestinationTable>(dest, per_node));

@@ -7,7 +7,8 @@
 // copies nothing else.
 //
 // Destinations are route targets (Topology::RouteTarget): a single-homed host is reached
-// through its switch, so a fat-tree needs a table per edge switch, not per host.
+// through its switch, so a fat-tree needs a table per edge switch, not per host. Such a host
+// (a stub, Topology::StubUplink) has no rows either: it sends everything on its only link.
 #ifndef DAR_CORE_ROUTING_TABLE_H_
 #define DAR_CORE_ROUTING_TABLE_H_
 

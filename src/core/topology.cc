@@ -66,12 +66,14 @@ std::vector<NodeId> Topology::Endpoints() const {
   return all;
 }
 
-NodeId Topology::RouteTarget(NodeId n) const {
+LinkId Topology::StubUplink(NodeId n) const {
   const Node& node = nodes_[n];
-  if (node.kind == NodeKind::kHost && node.out_links.size() == 1) {
-    return links_[node.out_links[0]].dst;
-  }
-  return n;
+  return node.kind == NodeKind::kHost && node.out_links.size() == 1 ? node.out_links[0] : kNoLink;
+}
+
+NodeId Topology::RouteTarget(NodeId n) const {
+  const LinkId up = StubUplink(n);
+  return up == kNoLink ? n : links_[up].dst;
 }
 
 std::vector<NodeId> Topology::Destinations() const {

@@ -84,6 +84,11 @@ class Topology {
   // file of routers).
   std::vector<NodeId> Endpoints() const;
 
+  // A stub is a host with exactly one link: it sends everything on that link (its default
+  // route), so routing tables hold no rows for it. Returns that link, or kNoLink for any
+  // other node.
+  LinkId StubUplink(NodeId n) const;
+
   // The node whose routing table entries lead to `n`. A host with a single link is reached
   // through the switch it hangs off, so tables only need a row per switch; any other node is
   // its own target.

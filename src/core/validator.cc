@@ -21,6 +21,14 @@ class Checker {
     std::vector<bool> transit(n, false);
     for (NodeId v = 0; v < n; ++v) {
       if (v == dest) continue;
+      if (topo_.StubUplink(v) != kNoLink) {
+        if (!table.At(v).empty()) {
+          ++report_.dead_links;
+          Note(absl::StrCat("stub host '", Name(v), "' has next hops toward '", Name(dest),
+                            "' (a stub sends on its only link)"));
+        }
+        continue;
+      }
       CheckHops(v, table.At(v));
       for (NodeId u : next_[v]) transit[u] = true;
     }
@@ -31,7 +39,8 @@ class Checker {
         ++report_.black_holes;
         Note(absl::StrCat("black hole: host '", Name(v), "' is sent transit traffic toward '",
                           Name(dest), "'"));
-      } else if ((transit[v] || std::isfinite(dist[v])) && table.At(v).empty()) {
+      } else if ((transit[v] || std::isfinite(dist[v])) && table.At(v).empty() &&
+                 topo_.StubUplink(v) == kNoLink) {
         ++report_.black_holes;
         Note(absl::StrCat("black hole: node '", Name(v), "' has no next hop toward '", Name(dest),
                           "'"));

@@ -165,10 +165,18 @@ TEST_F(FaultTest, RemovedNextHopIsABlackHole) {
   EXPECT_EQ(r.black_holes, 1);
   EXPECT_EQ(r.loops + r.dead_links + r.bad_weights + r.missing, 0);
   EXPECT_THAT(Messages(r), HasSubstr("black hole: node 'b' has no next hop toward 't'"));
-  // A host that can reach its destination needs a next hop too.
+  // With every row empty, every switch that can reach the destination is a black hole; the
+  // stub hosts (hs, ht) need no rows, they send on their only link.
   for (auto& hops : per_node_) hops.clear();
   r = Validate();
-  EXPECT_EQ(r.black_holes, 5);  // s, a, b, hs, ht
+  EXPECT_EQ(r.black_holes, 3);  // s, a, b
+}
+
+TEST_F(FaultTest, StubHostWithRowsIsRefused) {
+  per_node_[hs_] = {{topo_.FindLink(hs_, s_), 1.0}};
+  const ValidationReport r = Validate();
+  EXPECT_EQ(r.dead_links, 1);
+  EXPECT_THAT(Messages(r), HasSubstr("stub host 'hs'"));
 }
 
 TEST_F(FaultTest, TrafficSentIntoADeadEndIsABlackHole) {

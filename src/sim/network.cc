@@ -159,9 +159,11 @@ Network::Network(EventLoop& loop, Random& rng, const Topology& topology,
   const int n = topology_.num_nodes();
   route_target_.resize(n);
   last_hop_link_.assign(n, kNoLink);
+  stub_uplink_.resize(n);
   node_salt_.resize(n);
   for (NodeId i = 0; i < n; ++i) {
     route_target_[i] = topology_.RouteTarget(i);
+    stub_uplink_[i] = topology_.StubUplink(i);
     if (route_target_[i] != i) last_hop_link_[i] = topology_.FindLink(route_target_[i], i);
     node_salt_[i] = rng_.Next();  // each switch's hash seed
   }
@@ -234,7 +236,9 @@ void Network::Forward(NodeId node, PacketPtr p) {
   --p->hop_limit;
   const NodeId target = route_target_[p->dst];
   LinkId out = kNoLink;
-  if (node == target) {
+  if (const LinkId up = stub_uplink_[node]; up != kNoLink) {
+    if (ports_[up]->up()) out = up;
+  } else if (node == target) {
     out = last_hop_link_[p->dst];
   } else if (tables_ != nullptr && tables_->IsDestination(target)) {
     out = ChooseNextHop(node, *p, tables_->Lookup(node, target));

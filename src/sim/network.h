@@ -130,6 +130,7 @@ class Network {
   std::vector<std::unique_ptr<Port>> ports_;  // by LinkId
   std::vector<NodeId> route_target_;          // by node
   std::vector<LinkId> last_hop_link_;         // by host: the link from its switch to it
+  std::vector<LinkId> stub_uplink_;           // by node: a stub host's only link, or kNoLink
   std::vector<uint64_t> node_salt_;           // per-node hash salt for per-flow choice
   std::vector<std::vector<FlowletEntry>> flowlets_;  // by node, when kPerFlowlet
   std::shared_ptr<const RoutingTables> tables_;
