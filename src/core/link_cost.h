@@ -18,9 +18,9 @@ struct LinkState {
   bool up = true;
   DataRate capacity = DataRate::Gbps(10);
   Duration propagation = Microseconds(1);  // one-way base delay
-  Duration queueing{0};                     // predicted one-way queueing delay
-  double loss = 0;                          // fraction of packets lost, [0, 1]
-  double utilisation = 0;                   // predicted, [0, 1]
+  Duration queueing{0};                    // predicted one-way queueing delay
+  double loss = 0;                         // fraction of packets lost, [0, 1]
+  double utilisation = 0;                  // predicted, [0, 1]
 };
 
 // How much one traffic class cares about each term (all >= 0).

@@ -32,9 +32,14 @@ class DestinationTable {
   // Builds from per-node lists. REQUIRES: per_node.size() == number of nodes.
   explicit DestinationTable(NodeId destination,
                             const std::vector<std::vector<NextHop>>& per_node);
+  // Builds from flat arrays: node v's next hops are hops[offsets[v] .. offsets[v+1]).
+  // REQUIRES: offsets has one entry per node plus one, non-decreasing, ending at hops.size().
+  DestinationTable(NodeId destination, std::vector<uint32_t> offsets, std::vector<NextHop> hops)
+      : destination_(destination), offsets_(std::move(offsets)), hops_(std::move(hops)) {}
 
   NodeId destination() const { return destination_; }
   int num_nodes() const { return static_cast<int>(offsets_.size()) - 1; }
+  size_t num_hops() const { return hops_.size(); }
   absl::Span<const NextHop> At(NodeId node) const {
     return absl::Span<const NextHop>(hops_.data() + offsets_[node],
                                      offsets_[node + 1] - offsets_[node]);

@@ -1,0 +1,133 @@
+// The diffusion engine: for every destination, a potential field over the nodes and, at every
+// node, weighted next hops that only go downhill.
+//
+// Potentials. For destination d, nodes are settled in order of their cheapest-path cost to d
+// (a Dijkstra pass over the link costs), and each node's potential relaxes as a soft minimum
+// over the neighbours settled before it:
+//     phi(d) = 0,   phi(v) = -T ln sum_u exp(-(c(v,u) + phi(u)) / T)
+// so phi(v) sits a little below the cheapest (c + phi) when several near-equal ways lead on,
+// and equals it when one way is clearly best. T = 0 is the shortest-path special case.
+// (The soft minimum is the free energy of entropy-regularised routing: Akamatsu 1996;
+// Saerens et al., "Randomized shortest-path problems", Neural Computation 2009.)
+//
+// Next hops. A node's next hops toward d are the neighbours settled before it, weighted
+// w(u) ~ exp(-(c(v,u) + phi(u) - phi(v)) / T): traffic spreads over near-equal paths and
+// avoids costly ones; shares below `min_weight` are dropped. Settling order is a strict total
+// order and every next hop was settled earlier, so phi strictly decreases along every next hop
+// (the engine enforces phi(v) > phi(u) for each next hop u): tables are loop-free by
+// construction, and every node that can reach d has a next hop.
+//
+// Incremental updates. A cost change on a link re-relaxes, per destination, only the nodes
+// upstream of that link whose potential moves; a destination is recomputed whole only when
+// the change could reorder it (a new shortcut, or a node left without a downhill neighbour).
+// Hysteresis keeps a node's previous next hops while the new weights differ little, so noise
+// in the costs does not make routes flap.
+//
+// Stub hosts (Topology::StubUplink) are never relaxed and get no rows; hosts never forward.
+// Not thread-safe. Pure computation: no clock, no I/O.
+#ifndef DAR_CORE_DIFFUSION_H_
+#define DAR_CORE_DIFFUSION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+
+namespace dar {
+
+struct DiffusionConfig {
+  // Soft-minimum temperature, in cost units (a hop costs about 1). Larger spreads traffic over
+  // paths that are further from the cheapest; 0 splits only over exactly equal paths.
+  double temperature = 0.5;
+  // Next hops whose weight is below this fraction of the largest are dropped (the rest are
+  // renormalised), so a node keeps all of many equal paths but not the clearly worse ones.
+  double min_weight = 0.05;
+  // A node keeps its previous next hops and weights while they are all still downhill and the
+  // new weights differ from them by less than this (sum of absolute differences).
+  double hysteresis = 0.1;
+};
+
+// What the last ComputeAll or Update did.
+struct DiffusionStats {
+  int destinations_full = 0;         // destinations recomputed whole
+  int destinations_incremental = 0;  // destinations re-relaxed in part
+  int64_t nodes_relaxed = 0;
+  int64_t route_changes = 0;  // (node, destination) rows whose next hops or weights changed
+};
+
+class DiffusionEngine {
+ public:
+  // The topology fixes the graph (nodes, links, which links exist); link state comes in as
+  // costs. `topo` must outlive the engine.
+  DiffusionEngine(const Topology& topo, const DiffusionConfig& config);
+
+  // Recomputes every destination. `costs` has one entry per link: finite and > 0 for a usable
+  // link, kUnusable (infinity) for a link that must not carry traffic (down, drained).
+  void ComputeAll(absl::Span<const double> costs);
+  // Recomputes after the costs of `changed` links moved (others as in the last call).
+  // REQUIRES: ComputeAll has run once.
+  void Update(absl::Span<const double> costs, absl::Span<const LinkId> changed);
+
+  // The current tables, for topo.Destinations(); destinations that did not change since the
+  // last call share their table with the previous version.
+  RoutingTables Tables(uint64_t version) const;
+  // Potential of `node` toward `dest` (+infinity if it cannot reach it). A stub host reads
+  // its switch's potential.
+  double Potential(NodeId dest, NodeId node) const;
+
+  const DiffusionStats& stats() const { return stats_; }
+  const DiffusionConfig& config() const { return config_; }
+
+ private:
+  struct Arc {
+    LinkId link;
+    int32_t node;  // core index of the other end
+  };
+  struct DestState {
+    NodeId node = kNoNode;
+    int32_t core = -1;
+    std::vector<int32_t> rank;  // by core index; -1 = cannot reach
+    std::vector<double> dist;   // cheapest-path cost
+    std::vector<double> phi;    // potential
+    DestinationTablePtr table;
+  };
+  struct Row;
+
+  void ComputeDestination(DestState& d, absl::Span<const double> costs);
+  // Re-relaxes d upstream of `seeds`; false if d must be recomputed whole.
+  bool RelaxRegion(DestState& d, absl::Span<const double> costs, std::vector<int32_t>& seeds);
+  // Relaxes node v of d from its downhill neighbours into row_; false if it has none.
+  bool Relax(const DestState& d, int32_t v, absl::Span<const double> costs, double& phi,
+             double& dist);
+  // `phi` raised, if need be, strictly above the potential of every next hop in row_.
+  double ClampAboveNextHops(const DestState& d, double phi) const;
+  // Replaces row_ by v's previous next hops where hysteresis says so; true if the row changed.
+  bool ApplyHysteresis(const DestState& d, int32_t v, absl::Span<const double> costs);
+  bool Downhill(const DestState& d, int32_t v, const Arc& a, absl::Span<const double> costs) const;
+  DestinationTablePtr BuildTable(const DestState& d, const std::vector<int32_t>& changed_rows);
+
+  const Topology& topo_;
+  DiffusionConfig config_;
+  std::vector<int32_t> core_of_;  // node -> core index, -1 for stub hosts
+  std::vector<NodeId> node_of_;   // core index -> node
+  std::vector<bool> forwards_;    // by core index: may carry transit traffic
+  std::vector<uint32_t> out_begin_, in_begin_;
+  std::vector<Arc> out_, in_;  // CSR by core index
+  std::vector<DestState> dests_;
+  std::vector<int32_t> dest_index_;  // node -> index into dests_, -1
+  DiffusionStats stats_;
+
+  // Scratch, reused across destinations so steady-state cycles do not allocate.
+  std::vector<NextHop> row_;
+  std::vector<double> x_;
+  std::vector<std::vector<NextHop>> rows_;  // by core index, for the destination in hand
+  std::vector<int32_t> order_;
+  std::vector<std::pair<double, int32_t>> heap_;
+  std::vector<uint8_t> queued_;
+};
+
+}  // namespace dar
+
+#endif  // DAR_CORE_DIFFUSION_H_

@@ -1,0 +1,296 @@
+#include "core/diffusion.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/link_cost.h"
+#include "core/random.h"
+#include "core/routing.h"
+#include "core/topology_gen.h"
+#include "core/validator.h"
+#include "gtest/gtest.h"
+
+namespace dar {
+namespace {
+
+std::vector<double> UniformCosts(const Topology& topo, double c = 1.0) {
+  std::vector<double> costs(topo.num_links(), c);
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    if (!topo.link(l).up) costs[l] = kUnusable;
+  }
+  return costs;
+}
+
+// Every next hop is strictly downhill and every node that can reach a destination has one.
+void ExpectDownhill(const Topology& topo, const DiffusionEngine& engine, const RoutingTables& t) {
+  for (NodeId d : t.destinations()) {
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      if (v == d) continue;
+      for (const NextHop& h : t.Lookup(v, d)) {
+        EXPECT_LT(engine.Potential(d, topo.link(h.link).dst), engine.Potential(d, v))
+            << topo.node(v).name << " toward " << topo.node(d).name;
+      }
+    }
+  }
+}
+
+// s -> {a, b} -> t, plus hosts on s and t.
+struct Diamond {
+  Diamond() {
+    hs = topo.AddNode("hs", NodeKind::kHost);
+    s = topo.AddNode("s", NodeKind::kSwitch);
+    a = topo.AddNode("a", NodeKind::kSwitch);
+    b = topo.AddNode("b", NodeKind::kSwitch);
+    t = topo.AddNode("t", NodeKind::kSwitch);
+    ht = topo.AddNode("ht", NodeKind::kHost);
+    topo.AddDuplexLink(hs, s, LinkParams());
+    sa = topo.AddDuplexLink(s, a, LinkParams()).first;
+    sb = topo.AddDuplexLink(s, b, LinkParams()).first;
+    at = topo.AddDuplexLink(a, t, LinkParams()).first;
+    bt = topo.AddDuplexLink(b, t, LinkParams()).first;
+    topo.AddDuplexLink(t, ht, LinkParams());
+  }
+  double Weight(const RoutingTables& tables, LinkId link) const {
+    for (const NextHop& h : tables.Lookup(s, t)) {
+      if (h.link == link) return h.weight;
+    }
+    return 0;
+  }
+  Topology topo;
+  NodeId hs, s, a, b, t, ht;
+  LinkId sa, sb, at, bt;
+};
+
+TEST(DiffusionTest, ZeroTemperatureIsEcmp) {
+  FatTreeParams p;
+  p.k = 4;
+  const Topology topo = FatTree(p);
+  DiffusionConfig config;
+  config.temperature = 0;
+  DiffusionEngine engine(topo, config);
+  engine.ComputeAll(UniformCosts(topo));
+  const RoutingTables dar = engine.Tables(1);
+  const RoutingTables ecmp = ComputeEcmpTables(topo);
+  for (NodeId d : topo.Destinations()) {
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      const auto x = dar.Lookup(v, d);
+      const auto y = ecmp.Lookup(v, d);
+      ASSERT_EQ(x.size(), y.size()) << topo.node(v).name << " -> " << topo.node(d).name;
+      for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_EQ(x[i].link, y[i].link);
+        EXPECT_DOUBLE_EQ(x[i].weight, y[i].weight);
+      }
+    }
+    EXPECT_DOUBLE_EQ(engine.Potential(d, d), 0);
+  }
+  EXPECT_TRUE(ValidateTables(topo, dar).ok());
+}
+
+TEST(DiffusionTest, SoftMinSpreadsOverNearEqualPathsOnly) {
+  Diamond g;
+  DiffusionConfig config;
+  config.temperature = 0.5;
+  config.min_weight = 0.05;
+  config.hysteresis = 0;
+  DiffusionEngine engine(g.topo, config);
+  std::vector<double> costs = UniformCosts(g.topo);
+  // Path via a costs 2, via b costs 2.2: both used, in proportion exp(-0.2 / 0.5).
+  costs[g.bt] = 1.2;
+  engine.ComputeAll(costs);
+  RoutingTables t = engine.Tables(1);
+  const double ratio = g.Weight(t, g.sb) / g.Weight(t, g.sa);
+  EXPECT_NEAR(ratio, std::exp(-0.2 / 0.5), 1e-9);
+  // Two ways on lower the potential below the cheapest path: phi = -T ln(e^-2/T + e^-2.2/T).
+  const double expect = -0.5 * std::log(std::exp(-2 / 0.5) + std::exp(-2.2 / 0.5));
+  EXPECT_NEAR(engine.Potential(g.t, g.s), expect, 1e-9);
+  EXPECT_LT(engine.Potential(g.t, g.s), 2.0);
+  // Via b now costs 5: its share exp(-3/0.5) is below min_weight, so it is dropped.
+  costs[g.bt] = 4;
+  engine.ComputeAll(costs);
+  t = engine.Tables(2);
+  ASSERT_EQ(t.Lookup(g.s, g.t).size(), 1u);
+  EXPECT_EQ(t.Lookup(g.s, g.t)[0].link, g.sa);
+  EXPECT_EQ(t.version(), 2u);
+  ExpectDownhill(g.topo, engine, t);
+}
+
+TEST(DiffusionTest, UnusableLinksAreNeverNextHops) {
+  Diamond g;
+  DiffusionEngine engine(g.topo, DiffusionConfig());
+  std::vector<double> costs = UniformCosts(g.topo);
+  costs[g.at] = kUnusable;
+  engine.ComputeAll(costs);
+  const RoutingTables t = engine.Tables(1);
+  ASSERT_EQ(t.Lookup(g.s, g.t).size(), 1u);
+  EXPECT_EQ(t.Lookup(g.s, g.t)[0].link, g.sb);
+  // a reaches t only back through s.
+  ASSERT_EQ(t.Lookup(g.a, g.t).size(), 1u);
+  EXPECT_EQ(g.topo.link(t.Lookup(g.a, g.t)[0].link).dst, g.s);
+  ExpectDownhill(g.topo, engine, t);
+}
+
+TEST(DiffusionTest, HysteresisKeepsRoutesUnderNoiseAndMovesOnRealChange) {
+  Diamond g;
+  DiffusionConfig config;
+  config.temperature = 0.5;
+  config.hysteresis = 0.1;
+  DiffusionEngine engine(g.topo, config);
+  std::vector<double> costs = UniformCosts(g.topo);
+  engine.ComputeAll(costs);
+  const double before = g.Weight(engine.Tables(1), g.sa);
+  EXPECT_NEAR(before, 0.5, 1e-12);
+  Random rng(5);
+  for (int i = 0; i < 50; ++i) {
+    costs[g.at] = 1 + 0.02 * (rng.Uniform() - 0.5);
+    costs[g.bt] = 1 + 0.02 * (rng.Uniform() - 0.5);
+    const LinkId changed[] = {g.at, g.bt};
+    engine.Update(costs, changed);
+    EXPECT_EQ(engine.stats().route_changes, 0) << "round " << i;
+  }
+  EXPECT_EQ(g.Weight(engine.Tables(2), g.sa), before);
+  costs[g.at] = 1.6;  // a real change: traffic moves toward b
+  const LinkId changed[] = {g.at};
+  engine.Update(costs, changed);
+  EXPECT_GT(engine.stats().route_changes, 0);
+  EXPECT_LT(g.Weight(engine.Tables(3), g.sa), 0.3);
+}
+
+TEST(DiffusionTest, IncrementalUpdateMatchesFullRecompute) {
+  FatTreeParams p;
+  p.k = 8;
+  const Topology topo = FatTree(p);
+  DiffusionConfig config;
+  config.hysteresis = 0;
+  DiffusionEngine incremental(topo, config);
+  std::vector<double> costs = UniformCosts(topo);
+  incremental.ComputeAll(costs);
+  // Raise one aggregation->core link (it stays downhill: order unchanged).
+  const LinkId l = topo.FindLink(*topo.FindNode("a0"), *topo.FindNode("c0"));
+  costs[l] = 1.7;
+  const LinkId changed[] = {l};
+  incremental.Update(costs, changed);
+  EXPECT_EQ(incremental.stats().destinations_full, 0);
+  EXPECT_GT(incremental.stats().destinations_incremental, 0);
+  EXPECT_LT(incremental.stats().nodes_relaxed, 10 * topo.num_nodes());
+  DiffusionEngine full(topo, config);
+  full.ComputeAll(costs);
+  const RoutingTables a = incremental.Tables(2), b = full.Tables(2);
+  for (NodeId d : topo.Destinations()) {
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      EXPECT_NEAR(incremental.Potential(d, v), full.Potential(d, v), 1e-9);
+      const auto x = a.Lookup(v, d), y = b.Lookup(v, d);
+      ASSERT_EQ(x.size(), y.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_EQ(x[i].link, y[i].link);
+        EXPECT_NEAR(x[i].weight, y[i].weight, 1e-12);
+      }
+    }
+  }
+}
+
+TEST(DiffusionTest, UnaffectedDestinationsKeepTheirTables) {
+  FatTreeParams p;
+  p.k = 8;
+  const Topology topo = FatTree(p);
+  DiffusionEngine engine(topo, DiffusionConfig());
+  std::vector<double> costs = UniformCosts(topo);
+  engine.ComputeAll(costs);
+  const RoutingTables before = engine.Tables(1);
+  const LinkId l = topo.FindLink(*topo.FindNode("a0"), *topo.FindNode("c0"));
+  costs[l] = 3;
+  const LinkId changed[] = {l};
+  engine.Update(costs, changed);
+  const RoutingTables after = engine.Tables(2);
+  // a0 -> c0 leads away from pod 0's edge switches (e0..e3): their tables are untouched and
+  // shared; toward every other edge switch it is a way down, so those are re-relaxed.
+  for (NodeId d : topo.Destinations()) {
+    const bool pod0 = d < *topo.FindNode("e4");
+    EXPECT_EQ(before.SharedTable(d) == after.SharedTable(d), pod0) << topo.node(d).name;
+  }
+  EXPECT_EQ(engine.stats().destinations_incremental, 28);
+  EXPECT_EQ(engine.stats().destinations_full, 0);
+}
+
+// Random graphs with random costs, failed links and disconnected parts: every table the engine
+// emits passes the validator and goes strictly downhill, after full and incremental passes.
+TEST(DiffusionTest, PropertyRandomGraphsAlwaysValid) {
+  Random rng(2024);
+  for (int trial = 0; trial < 150; ++trial) {
+    Topology topo;
+    const int switches = 3 + static_cast<int>(rng.Below(14));
+    for (int i = 0; i < switches; ++i) topo.AddNode("s" + std::to_string(i), NodeKind::kSwitch);
+    const int hosts = static_cast<int>(rng.Below(6));
+    for (int i = 0; i < hosts; ++i) {
+      const NodeId h = topo.AddNode("h" + std::to_string(i), NodeKind::kHost);
+      topo.AddDuplexLink(h, static_cast<NodeId>(rng.Below(switches)), LinkParams());
+      if (rng.Uniform() < 0.2) {  // a multi-homed host
+        topo.AddDuplexLink(h, static_cast<NodeId>(rng.Below(switches)), LinkParams());
+      }
+    }
+    const int cables = switches + static_cast<int>(rng.Below(2 * switches));
+    for (int i = 0; i < cables; ++i) {
+      const NodeId a = static_cast<NodeId>(rng.Below(switches));
+      const NodeId b = static_cast<NodeId>(rng.Below(switches));
+      if (a != b) topo.AddDuplexLink(a, b, LinkParams());
+    }
+    std::vector<double> costs(topo.num_links());
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      if (rng.Uniform() < 0.1) {
+        topo.mutable_link(l).up = false;
+        costs[l] = kUnusable;
+      } else {
+        costs[l] = 0.5 + 3 * rng.Uniform();
+      }
+    }
+    DiffusionConfig config;
+    config.temperature = rng.Uniform() < 0.2 ? 0 : 2 * rng.Uniform();
+    config.min_weight = 0.2 * rng.Uniform();
+    config.hysteresis = 0.3 * rng.Uniform();
+    DiffusionEngine engine(topo, config);
+    engine.ComputeAll(costs);
+    RoutingTables t = engine.Tables(1);
+    ValidationReport r = ValidateTables(topo, t);
+    ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.ToStatus();
+    ExpectDownhill(topo, engine, t);
+    for (int round = 0; round < 5; ++round) {
+      std::vector<LinkId> changed;
+      for (int k = 0; k < 3; ++k) {
+        const LinkId l = static_cast<LinkId>(rng.Below(topo.num_links()));
+        if (!topo.link(l).up) continue;
+        costs[l] = 0.5 + 3 * rng.Uniform();
+        changed.push_back(l);
+      }
+      engine.Update(costs, changed);
+      t = engine.Tables(2 + round);
+      r = ValidateTables(topo, t);
+      ASSERT_TRUE(r.ok()) << "trial " << trial << " round " << round << ": " << r.ToStatus();
+      ExpectDownhill(topo, engine, t);
+    }
+  }
+}
+
+TEST(LinkCostTest, TermsAndDownLinks) {
+  LinkState s;
+  ClassWeights w;
+  CostScales scales;
+  EXPECT_DOUBLE_EQ(LinkCost(s, w, scales), 1.0);  // just the hop
+  w.latency = 1;
+  s.propagation = Microseconds(5);
+  s.queueing = Microseconds(15);
+  EXPECT_DOUBLE_EQ(LinkCost(s, w, scales), 3.0);  // 1 + 20 us / 10 us
+  w = ClassWeights();
+  w.utilisation = 1;
+  s.utilisation = 0.5;
+  EXPECT_DOUBLE_EQ(LinkCost(s, w, scales), 2.0);  // 1 + 0.5 / 0.5
+  s.utilisation = 1.5;                            // clamped to 0.98
+  EXPECT_NEAR(LinkCost(s, w, scales), 1 + 0.98 / 0.02, 1e-9);
+  w = ClassWeights();
+  w.capacity = 1;
+  s.capacity = DataRate::Gbps(2.5);
+  EXPECT_DOUBLE_EQ(LinkCost(s, w, scales), 5.0);  // 1 + 10 / 2.5
+  s.up = false;
+  EXPECT_TRUE(std::isinf(LinkCost(s, w, scales)));
+}
+
+}  // namespace
+}  // namespace dar
