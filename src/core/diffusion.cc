@@ -15,6 +15,74 @@ double Above(double phi) { return phi + 1e-9 * std::max(1.0, std::abs(phi)); }
 
 }  // namespace
 
+// A binary min-heap of core indices keyed by distance, with decrease-key: each node enters
+// at most once per pass. Ties go to the lower index, so passes are deterministic.
+class DiffusionEngine::MinHeap {
+ public:
+  explicit MinHeap(size_t n) : pos_(n, -1) {}
+  bool empty() const { return items_.empty(); }
+  // Inserts v, or lowers its key if it is queued with a larger one.
+  void Push(int32_t v, double key) {
+    if (pos_[v] < 0) {
+      pos_[v] = static_cast<int32_t>(items_.size());
+      items_.push_back(Item{key, v});
+      Up(pos_[v]);
+    } else if (key < items_[pos_[v]].key) {
+      items_[pos_[v]].key = key;
+      Up(pos_[v]);
+    }
+  }
+  int32_t Pop() {
+    const int32_t top = items_[0].v;
+    pos_[top] = -1;
+    const Item last = items_.back();
+    items_.pop_back();
+    if (!items_.empty()) {
+      Place(0, last);
+      Down(0);
+    }
+    return top;
+  }
+
+ private:
+  struct Item {
+    double key;
+    int32_t v;
+  };
+  static bool Less(const Item& a, const Item& b) {
+    return a.key < b.key || (a.key == b.key && a.v < b.v);
+  }
+  void Place(size_t i, const Item& it) {
+    items_[i] = it;
+    pos_[it.v] = static_cast<int32_t>(i);
+  }
+  void Up(size_t i) {
+    const Item it = items_[i];
+    while (i > 0 && Less(it, items_[(i - 1) / 2])) {
+      Place(i, items_[(i - 1) / 2]);
+      i = (i - 1) / 2;
+    }
+    Place(i, it);
+  }
+  void Down(size_t i) {
+    const Item it = items_[i];
+    const size_t n = items_.size();
+    while (2 * i + 1 < n) {
+      size_t c = 2 * i + 1;
+      if (c + 1 < n && Less(items_[c + 1], items_[c])) ++c;
+      if (!Less(items_[c], it)) break;
+      Place(i, items_[c]);
+      i = c;
+    }
+    Place(i, it);
+  }
+
+  std::vector<int32_t> pos_;  // by node: index in items_, or -1
+  std::vector<Item> items_;
+};
+
+DiffusionEngine::~DiffusionEngine() = default;
+
 DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& config)
     : topo_(topo), config_(config) {
   const int n = topo.num_nodes();
@@ -26,6 +94,8 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
     forwards_.push_back(topo.node(v).kind != NodeKind::kHost);
   }
   const int32_t cores = static_cast<int32_t>(node_of_.size());
+  link_dst_core_.resize(topo.num_links());
+  for (LinkId l = 0; l < topo.num_links(); ++l) link_dst_core_[l] = core_of_[topo.link(l).dst];
   out_begin_.assign(cores + 1, 0);
   in_begin_.assign(cores + 1, 0);
   for (int32_t c = 0; c < cores; ++c) {
@@ -55,13 +125,7 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
   }
   rows_.resize(cores);
   queued_.assign(cores, 0);
-}
-
-bool DiffusionEngine::Downhill(const DestState& d, int32_t v, const Arc& a,
-                               absl::Span<const double> costs) const {
-  const int32_t u = a.node;
-  return std::isfinite(costs[a.link]) && d.rank[u] >= 0 && d.rank[u] < d.rank[v] &&
-         (forwards_[u] || u == d.core);
+  heap_ = std::make_unique<MinHeap>(cores);
 }
 
 bool DiffusionEngine::Relax(const DestState& d, int32_t v, absl::Span<const double> costs,
@@ -95,19 +159,17 @@ bool DiffusionEngine::Relax(const DestState& d, int32_t v, absl::Span<const doub
     }
     phi = m;
   } else {
-    double z = 0;
+    // Candidates whose share would fall below min_weight are dropped before the soft minimum,
+    // so the potential is the free energy of exactly the next hops kept.
+    const double cutoff = t * std::log(1 / std::max(config_.min_weight, 1e-300));
     for (size_t i = 0; i < row_.size(); ++i) {
-      row_[i].weight = std::exp(-(x_[i] - m) / t);  // the best is exactly 1
-      z += row_[i].weight;
+      const double excess = x_[i] - m;
+      if (excess > cutoff) continue;
+      const double w = excess == 0 ? 1.0 : std::exp(static_cast<float>(-excess / t));
+      total += w;
+      row_[kept++] = NextHop{row_[i].link, w};
     }
-    phi = m - t * std::log(z);
-    for (size_t i = 0; i < row_.size(); ++i) {
-      if (row_[i].weight >= config_.min_weight) {
-        total += row_[i].weight;
-        x_[kept] = x_[i];
-        row_[kept++] = row_[i];
-      }
-    }
+    phi = m - t * std::log(total);
   }
   row_.resize(kept);
   for (NextHop& h : row_) h.weight /= total;
@@ -115,7 +177,7 @@ bool DiffusionEngine::Relax(const DestState& d, int32_t v, absl::Span<const doub
 }
 
 double DiffusionEngine::ClampAboveNextHops(const DestState& d, double phi) const {
-  for (const NextHop& h : row_) phi = std::max(phi, Above(d.phi[core_of_[topo_.link(h.link).dst]]));
+  for (const NextHop& h : row_) phi = std::max(phi, Above(d.phi[link_dst_core_[h.link]]));
   return phi;
 }
 
@@ -124,21 +186,20 @@ bool DiffusionEngine::ApplyHysteresis(const DestState& d, int32_t v,
   const absl::Span<const NextHop> prev =
       d.table == nullptr ? absl::Span<const NextHop>() : d.table->At(node_of_[v]);
   if (prev.empty()) return !row_.empty();
+  // Both rows are in link-id order (the order of the node's out-links): merge them.
   bool still_downhill = true;
   double diff = 0;
-  for (const NextHop& p : prev) {
-    const int32_t u = core_of_[topo_.link(p.link).dst];
-    still_downhill = still_downhill && u >= 0 && Downhill(d, v, Arc{p.link, u}, costs);
-    double now = 0;
-    for (const NextHop& h : row_) {
-      if (h.link == p.link) now = h.weight;
+  size_t i = 0, j = 0;
+  while (i < prev.size() || j < row_.size()) {
+    if (j == row_.size() || (i < prev.size() && prev[i].link < row_[j].link)) {
+      const int32_t u = link_dst_core_[prev[i].link];
+      still_downhill = still_downhill && u >= 0 && Downhill(d, v, Arc{prev[i].link, u}, costs);
+      diff += prev[i++].weight;
+    } else if (i == prev.size() || row_[j].link < prev[i].link) {
+      diff += row_[j++].weight;
+    } else {
+      diff += std::abs(prev[i++].weight - row_[j++].weight);
     }
-    diff += std::abs(now - p.weight);
-  }
-  for (const NextHop& h : row_) {
-    bool found = false;
-    for (const NextHop& p : prev) found |= p.link == h.link;
-    if (!found) diff += h.weight;
   }
   if (still_downhill && diff < config_.hysteresis) {
     row_.assign(prev.begin(), prev.end());
@@ -147,51 +208,82 @@ bool DiffusionEngine::ApplyHysteresis(const DestState& d, int32_t v,
   return diff > 0;
 }
 
-void DiffusionEngine::ComputeDestination(DestState& d, absl::Span<const double> costs) {
+void DiffusionEngine::Settle(DestState& d, absl::Span<const double> costs) {
   std::fill(d.rank.begin(), d.rank.end(), -1);
   std::fill(d.dist.begin(), d.dist.end(), kInf);
-  std::fill(d.phi.begin(), d.phi.end(), kInf);
-  order_.clear();
-  heap_.clear();
-  auto later = [](const std::pair<double, int32_t>& a, const std::pair<double, int32_t>& b) {
-    return a > b;
-  };
+  d.order.clear();
   d.dist[d.core] = 0;
-  heap_.push_back({0.0, d.core});
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    const auto [du, u] = heap_.back();
-    heap_.pop_back();
-    if (d.rank[u] >= 0 || du > d.dist[u]) continue;
-    d.rank[u] = static_cast<int32_t>(order_.size());
-    order_.push_back(u);
+  heap_->Push(d.core, 0);
+  while (!heap_->empty()) {
+    const int32_t u = heap_->Pop();
+    d.rank[u] = static_cast<int32_t>(d.order.size());
+    d.order.push_back(u);
     if (u != d.core && !forwards_[u]) continue;  // hosts end paths
+    const double du = d.dist[u];
     for (uint32_t i = in_begin_[u]; i < in_begin_[u + 1]; ++i) {
       const Arc& a = in_[i];
-      const double c = costs[a.link];
-      if (!std::isfinite(c) || d.rank[a.node] >= 0) continue;
-      if (du + c < d.dist[a.node]) {
-        d.dist[a.node] = du + c;
-        heap_.push_back({du + c, a.node});
-        std::push_heap(heap_.begin(), heap_.end(), later);
+      const double nd = du + costs[a.link];  // infinite for an unusable link
+      if (nd < d.dist[a.node] && d.rank[a.node] < 0) {
+        d.dist[a.node] = nd;
+        heap_->Push(a.node, nd);
       }
     }
   }
+}
 
+bool DiffusionEngine::SoftPass(DestState& d, absl::Span<const double> costs, bool check_order) {
+  std::fill(d.phi.begin(), d.phi.end(), kInf);
   d.phi[d.core] = 0;
-  for (std::vector<NextHop>& r : rows_) r.clear();
-  for (size_t i = 1; i < order_.size(); ++i) {
-    const int32_t v = order_[i];
+  for (size_t i = 1; i < d.order.size(); ++i) {
+    const int32_t v = d.order[i];
     double phi, dist;
-    const bool ok = Relax(d, v, costs, phi, dist);
-    assert(ok);  // v was settled through a downhill neighbour
-    (void)ok;
-    if (ApplyHysteresis(d, v, costs)) ++stats_.route_changes;
-    d.phi[v] = ClampAboveNextHops(d, phi);
+    if (!Relax(d, v, costs, phi, dist)) return false;  // lost every downhill neighbour
+    d.dist[v] = dist;
+    d.phi[v] = phi;
     rows_[v] = row_;
   }
-  stats_.nodes_relaxed += static_cast<int64_t>(order_.size());
-  ++stats_.destinations_full;
+  if (!check_order) return true;
+  // The order is still right if no node reaches d more cheaply through a neighbour ordered
+  // after it, and no node outside the order can now reach a node in it.
+  const int32_t cores = static_cast<int32_t>(node_of_.size());
+  for (int32_t v = 0; v < cores; ++v) {
+    if (v == d.core) continue;
+    const double dv = d.rank[v] < 0 ? kInf : d.dist[v];
+    const double slack = 1e-9 * std::max(1.0, std::isfinite(dv) ? dv : 1.0);
+    for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1]; ++i) {
+      const Arc& a = out_[i];
+      const int32_t u = a.node;
+      if (d.rank[u] < 0 || (d.rank[v] >= 0 && d.rank[u] < d.rank[v])) continue;
+      if (!forwards_[u] && u != d.core) continue;
+      if (costs[a.link] + d.dist[u] < dv - slack) return false;
+    }
+  }
+  return true;
+}
+
+void DiffusionEngine::ComputeDestination(DestState& d, absl::Span<const double> costs,
+                                         bool reorder) {
+  for (std::vector<NextHop>& r : rows_) r.clear();
+  const bool warm = !reorder && !d.order.empty() && SoftPass(d, costs, /*check_order=*/true);
+  if (!warm) {
+    for (std::vector<NextHop>& r : rows_) r.clear();
+    Settle(d, costs);
+    const bool ok = SoftPass(d, costs, /*check_order=*/false);
+    assert(ok);  // every settled node was reached through a downhill neighbour
+    (void)ok;
+    ++stats_.destinations_full;
+  } else {
+    ++stats_.destinations_warm;
+  }
+  stats_.nodes_relaxed += static_cast<int64_t>(d.order.size());
+  // Hysteresis, then potentials strictly above every next hop kept, in order.
+  for (size_t i = 1; i < d.order.size(); ++i) {
+    const int32_t v = d.order[i];
+    row_.swap(rows_[v]);
+    if (ApplyHysteresis(d, v, costs)) ++stats_.route_changes;
+    d.phi[v] = ClampAboveNextHops(d, d.phi[v]);
+    row_.swap(rows_[v]);
+  }
   // Rows of nodes that can no longer reach d vanish; count them as changes too.
   if (d.table != nullptr) {
     for (int32_t v = 0; v < static_cast<int32_t>(node_of_.size()); ++v) {
@@ -204,24 +296,17 @@ void DiffusionEngine::ComputeDestination(DestState& d, absl::Span<const double> 
 
 bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
                                   std::vector<int32_t>& seeds) {
-  heap_.clear();
   std::vector<int32_t>& changed = order_;
   changed.clear();
-  auto later = [](const std::pair<double, int32_t>& a, const std::pair<double, int32_t>& b) {
-    return a > b;
-  };
   auto push = [&](int32_t v) {
     if (queued_[v] || v == d.core || d.rank[v] < 0) return;
     queued_[v] = 1;
-    heap_.push_back({static_cast<double>(d.rank[v]), v});
-    std::push_heap(heap_.begin(), heap_.end(), later);
+    heap_->Push(v, d.rank[v]);
   };
   for (int32_t s : seeds) push(s);
   bool ok = true;
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    const int32_t v = heap_.back().second;
-    heap_.pop_back();
+  while (!heap_->empty()) {
+    const int32_t v = heap_->Pop();
     changed.push_back(v);
     double phi, dist;
     if (!Relax(d, v, costs, phi, dist)) {
@@ -241,7 +326,7 @@ bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
       if (d.rank[in_[i].node] > d.rank[v]) push(in_[i].node);
     }
   }
-  for (const auto& [r, v] : heap_) queued_[v] = 0;
+  while (!heap_->empty()) queued_[heap_->Pop()] = 0;
   for (int32_t v : changed) queued_[v] = 0;
   if (!ok) return false;
   if (changed.empty()) return true;
@@ -276,10 +361,10 @@ DestinationTablePtr DiffusionEngine::BuildTable(const DestState& d,
   return std::make_shared<const DestinationTable>(d.node, std::move(offsets), std::move(hops));
 }
 
-void DiffusionEngine::ComputeAll(absl::Span<const double> costs) {
+void DiffusionEngine::ComputeAll(absl::Span<const double> costs, bool reorder) {
   assert(costs.size() == static_cast<size_t>(topo_.num_links()));
   stats_ = DiffusionStats();
-  for (DestState& d : dests_) ComputeDestination(d, costs);
+  for (DestState& d : dests_) ComputeDestination(d, costs, reorder);
 }
 
 void DiffusionEngine::Update(absl::Span<const double> costs, absl::Span<const LinkId> changed) {
@@ -305,7 +390,7 @@ void DiffusionEngine::Update(absl::Span<const double> costs, absl::Span<const Li
       }
     }
     if (!full && seeds.empty()) continue;
-    if (full || !RelaxRegion(d, costs, seeds)) ComputeDestination(d, costs);
+    if (full || !RelaxRegion(d, costs, seeds)) ComputeDestination(d, costs, /*reorder=*/true);
   }
 }
 

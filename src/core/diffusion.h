@@ -29,6 +29,8 @@
 #define DAR_CORE_DIFFUSION_H_
 
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -51,7 +53,8 @@ struct DiffusionConfig {
 
 // What the last ComputeAll or Update did.
 struct DiffusionStats {
-  int destinations_full = 0;         // destinations recomputed whole
+  int destinations_full = 0;         // destinations recomputed whole, order included
+  int destinations_warm = 0;         // recomputed whole in their previous order
   int destinations_incremental = 0;  // destinations re-relaxed in part
   int64_t nodes_relaxed = 0;
   int64_t route_changes = 0;  // (node, destination) rows whose next hops or weights changed
@@ -62,10 +65,14 @@ class DiffusionEngine {
   // The topology fixes the graph (nodes, links, which links exist); link state comes in as
   // costs. `topo` must outlive the engine.
   DiffusionEngine(const Topology& topo, const DiffusionConfig& config);
+  ~DiffusionEngine();
 
   // Recomputes every destination. `costs` has one entry per link: finite and > 0 for a usable
   // link, kUnusable (infinity) for a link that must not carry traffic (down, drained).
-  void ComputeAll(absl::Span<const double> costs);
+  // Warm start: each destination is first relaxed in its previous settling order, which is
+  // kept if no node would now reach the destination more cheaply through a node ordered after
+  // it; otherwise (or with `reorder`) the order is recomputed by a Dijkstra pass.
+  void ComputeAll(absl::Span<const double> costs, bool reorder = false);
   // Recomputes after the costs of `changed` links moved (others as in the last call).
   // REQUIRES: ComputeAll has run once.
   void Update(absl::Span<const double> costs, absl::Span<const LinkId> changed);
@@ -88,14 +95,21 @@ class DiffusionEngine {
   struct DestState {
     NodeId node = kNoNode;
     int32_t core = -1;
-    std::vector<int32_t> rank;  // by core index; -1 = cannot reach
-    std::vector<double> dist;   // cheapest-path cost
-    std::vector<double> phi;    // potential
+    std::vector<int32_t> order;  // core indices in settling order, d first
+    std::vector<int32_t> rank;   // by core index: position in order; -1 = cannot reach
+    std::vector<double> dist;    // cheapest-path cost
+    std::vector<double> phi;     // potential
     DestinationTablePtr table;
   };
-  struct Row;
+  class MinHeap;
 
-  void ComputeDestination(DestState& d, absl::Span<const double> costs);
+  // Settling order, ranks and cheapest-path costs of d (Dijkstra from d over in-links).
+  void Settle(DestState& d, absl::Span<const double> costs);
+  // Potentials and rows_ of d in its current order; with check_order, false if the order is
+  // no longer right for `costs` (see ComputeAll). Also false if a node lost every downhill
+  // neighbour.
+  bool SoftPass(DestState& d, absl::Span<const double> costs, bool check_order);
+  void ComputeDestination(DestState& d, absl::Span<const double> costs, bool reorder);
   // Re-relaxes d upstream of `seeds`; false if d must be recomputed whole.
   bool RelaxRegion(DestState& d, absl::Span<const double> costs, std::vector<int32_t>& seeds);
   // Relaxes node v of d from its downhill neighbours into row_; false if it has none.
@@ -105,14 +119,21 @@ class DiffusionEngine {
   double ClampAboveNextHops(const DestState& d, double phi) const;
   // Replaces row_ by v's previous next hops where hysteresis says so; true if the row changed.
   bool ApplyHysteresis(const DestState& d, int32_t v, absl::Span<const double> costs);
-  bool Downhill(const DestState& d, int32_t v, const Arc& a, absl::Span<const double> costs) const;
+  // Whether arc a out of v may be a next hop toward d: usable, toward a node settled before v
+  // that forwards (or is d itself).
+  bool Downhill(const DestState& d, int32_t v, const Arc& a, absl::Span<const double> costs) const {
+    const int32_t u = a.node;
+    return d.rank[u] >= 0 && d.rank[u] < d.rank[v] && (forwards_[u] || u == d.core) &&
+           costs[a.link] < std::numeric_limits<double>::infinity();
+  }
   DestinationTablePtr BuildTable(const DestState& d, const std::vector<int32_t>& changed_rows);
 
   const Topology& topo_;
   DiffusionConfig config_;
-  std::vector<int32_t> core_of_;  // node -> core index, -1 for stub hosts
-  std::vector<NodeId> node_of_;   // core index -> node
-  std::vector<bool> forwards_;    // by core index: may carry transit traffic
+  std::vector<int32_t> core_of_;        // node -> core index, -1 for stub hosts
+  std::vector<NodeId> node_of_;         // core index -> node
+  std::vector<int32_t> link_dst_core_;  // link -> core index of its head, -1
+  std::vector<bool> forwards_;          // by core index: may carry transit traffic
   std::vector<uint32_t> out_begin_, in_begin_;
   std::vector<Arc> out_, in_;  // CSR by core index
   std::vector<DestState> dests_;
@@ -124,7 +145,7 @@ class DiffusionEngine {
   std::vector<double> x_;
   std::vector<std::vector<NextHop>> rows_;  // by core index, for the destination in hand
   std::vector<int32_t> order_;
-  std::vector<std::pair<double, int32_t>> heap_;
+  std::unique_ptr<MinHeap> heap_;
   std::vector<uint8_t> queued_;
 };
 
