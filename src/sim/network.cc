@@ -130,7 +130,7 @@ class Network::Port {
   void OnArrival() {
     const Time now = net_.loop_.now();
     while (!wire_.empty() && wire_.front().arrival <= now) {
-      net_.Receive(dst_, std::move(wire_.pop_front().packet));
+      net_.Receive(dst_, std::move(wire_.pop_front().packet), id_);
     }
     if (!wire_.empty()) arrival_.ScheduleAt(wire_.front().arrival);
   }
@@ -178,13 +178,17 @@ Network::Network(EventLoop& loop, Random& rng, const Topology& topology,
 
 Network::~Network() = default;
 
-void Network::InstallTables(std::shared_ptr<const RoutingTables> tables) {
-  tables_ = std::move(tables);
+void Network::InstallTables(std::shared_ptr<const RoutingTables> tables, int traffic_class) {
+  if (traffic_class == kAllClasses) {
+    tables_.fill(tables);
+  } else {
+    tables_[traffic_class] = std::move(tables);
+  }
 }
 
 void Network::Send(NodeId node, PacketPtr p) {
   p->hop_limit = config_.initial_hop_limit;
-  Receive(node, std::move(p));
+  Receive(node, std::move(p), kNoLink);
 }
 
 void Network::SendOnLink(LinkId link, PacketPtr p) { ports_[link]->Enqueue(std::move(p)); }
@@ -219,8 +223,12 @@ void Network::Drop(PacketPtr p, DropReason r, LinkId link) {
   if (on_drop_) on_drop_(*p, r);
 }
 
-void Network::Receive(NodeId node, PacketPtr p) {
+void Network::Receive(NodeId node, PacketPtr p, LinkId in_link) {
   if (p->kind == PacketKind::kFiller) return;  // background load ends at the link's far end
+  if (p->kind == PacketKind::kProbe || p->kind == PacketKind::kProbeReply) {
+    if (on_probe_) on_probe_(node, in_link, std::move(p));
+    return;
+  }
   if (node == p->dst) {
     on_receive_(std::move(p));
     return;
@@ -240,8 +248,9 @@ void Network::Forward(NodeId node, PacketPtr p) {
     if (ports_[up]->up()) out = up;
   } else if (node == target) {
     out = last_hop_link_[p->dst];
-  } else if (tables_ != nullptr && tables_->IsDestination(target)) {
-    out = ChooseNextHop(node, *p, tables_->Lookup(node, target));
+  } else if (const RoutingTables* t = tables_[p->traffic_class % kClasses].get();
+             t != nullptr && t->IsDestination(target)) {
+    out = ChooseNextHop(node, *p, t->Lookup(node, target));
   }
   if (out == kNoLink) {
     Drop(std::move(p), DropReason::kNoRoute, kNoLink);
@@ -250,18 +259,24 @@ void Network::Forward(NodeId node, PacketPtr p) {
   ports_[out]->Enqueue(std::move(p));
 }
 
-LinkId Network::PickByWeight(absl::Span<const NextHop> hops, double u) const {
+double Network::Weight(const NextHop& h, bool by_queue) const {
+  if (!ports_[h.link]->up()) return 0;
+  if (!by_queue || forwarding_.queue_bias_bytes <= 0) return h.weight;
+  return h.weight / (1.0 + static_cast<double>(ports_[h.link]->queued_bytes()) /
+                               static_cast<double>(forwarding_.queue_bias_bytes));
+}
+
+LinkId Network::PickByWeight(absl::Span<const NextHop> hops, double u, bool by_queue) const {
   double total = 0;
-  for (const NextHop& h : hops) {
-    if (ports_[h.link]->up()) total += h.weight;
-  }
+  for (const NextHop& h : hops) total += Weight(h, by_queue);
   if (total <= 0) return kNoLink;
   double x = u * total;
   LinkId last = kNoLink;
   for (const NextHop& h : hops) {
-    if (!ports_[h.link]->up()) continue;
+    const double w = Weight(h, by_queue);
+    if (w <= 0) continue;
     last = h.link;
-    x -= h.weight;
+    x -= w;
     if (x < 0) return h.link;
   }
   return last;
@@ -273,7 +288,7 @@ LinkId Network::ChooseNextHop(NodeId node, const Packet& p, absl::Span<const Nex
   switch (forwarding_.mode) {
     case ForwardingMode::kPerFlow: {
       const uint64_t h = Random::Hash(p.flow_id ^ node_salt_[node]);
-      return PickByWeight(hops, static_cast<double>(h >> 11) * 0x1.0p-53);
+      return PickByWeight(hops, static_cast<double>(h >> 11) * 0x1.0p-53, /*by_queue=*/false);
     }
     case ForwardingMode::kPerFlowlet: {
       if (flowlets_.empty()) flowlets_.resize(topology_.num_nodes());
@@ -289,17 +304,17 @@ LinkId Network::ChooseNextHop(NodeId node, const Packet& p, absl::Span<const Nex
         for (const NextHop& nh : hops) valid |= nh.link == e.link;
       }
       if (!valid) {
-        e.link = PickByWeight(hops, rng_.Uniform());
+        e.link = PickByWeight(hops, rng_.Uniform(), /*by_queue=*/true);
         e.flow_id = p.flow_id;
       }
       e.last_seen = now;
       return e.link;
     }
     case ForwardingMode::kPerPacket:
-      return PickByWeight(hops, rng_.Uniform());
+      return PickByWeight(hops, rng_.Uniform(), /*by_queue=*/true);
     case ForwardingMode::kPerPacketP2C: {
-      const LinkId a = PickByWeight(hops, rng_.Uniform());
-      const LinkId b = PickByWeight(hops, rng_.Uniform());
+      const LinkId a = PickByWeight(hops, rng_.Uniform(), /*by_queue=*/false);
+      const LinkId b = PickByWeight(hops, rng_.Uniform(), /*by_queue=*/false);
       if (a == kNoLink || b == kNoLink) return a == kNoLink ? b : a;
       return ports_[b]->queued_bytes() < ports_[a]->queued_bytes() ? b : a;
     }

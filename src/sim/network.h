@@ -39,6 +39,10 @@ std::string_view ForwardingModeName(ForwardingMode mode);
 
 struct ForwardingConfig {
   ForwardingMode mode = ForwardingMode::kPerFlow;
+  // Local correction by queue depth: when a forwarder picks a next hop afresh (per packet, or
+  // at a flowlet's start) each weight is divided by (1 + queued bytes / queue_bias_bytes), so
+  // a next hop with a long local queue gets less new traffic. 0 = off.
+  int64_t queue_bias_bytes = 0;
   Duration flowlet_gap = Microseconds(100);
   int flowlet_table_size = 4096;  // entries per switch, indexed by flow hash (as in hardware)
 };
@@ -69,6 +73,12 @@ class Network {
   using DropHandler = std::function<void(const Packet&, DropReason)>;
   // Called when a host's NIC queue drops to at most one packet; the transport refills it.
   using NicReadyHandler = std::function<void(NodeId host)>;
+  // Receives link probes and probe replies at the far end of the link they crossed.
+  using ProbeHandler = std::function<void(NodeId at, LinkId in_link, PacketPtr p)>;
+
+  // Traffic classes with tables of their own (Packet::traffic_class indexes them).
+  static constexpr int kClasses = 8;
+  static constexpr int kAllClasses = -1;
 
   Network(EventLoop& loop, Random& rng, const Topology& topology, const NetworkConfig& config);
   Network(const Network&) = delete;
@@ -82,11 +92,15 @@ class Network {
   void set_receive_handler(ReceiveHandler h) { on_receive_ = std::move(h); }
   void set_drop_handler(DropHandler h) { on_drop_ = std::move(h); }
   void set_nic_ready_handler(NicReadyHandler h) { on_nic_ready_ = std::move(h); }
+  void set_probe_handler(ProbeHandler h) { on_probe_ = std::move(h); }
   void set_forwarding(const ForwardingConfig& f) { forwarding_ = f; }
 
-  // Installs a table set for all forwarders. Tables must cover topology().Destinations().
-  void InstallTables(std::shared_ptr<const RoutingTables> tables);
-  const RoutingTables* tables() const { return tables_.get(); }
+  // Installs a table set for all forwarders, for one traffic class or all of them. Tables must
+  // cover topology().Destinations().
+  void InstallTables(std::shared_ptr<const RoutingTables> tables, int traffic_class = kAllClasses);
+  const RoutingTables* tables(int traffic_class = 0) const {
+    return tables_[traffic_class].get();
+  }
 
   // Sends a packet from `node` (its src); it is forwarded like any other packet there.
   void Send(NodeId node, PacketPtr p);
@@ -115,10 +129,13 @@ class Network {
     LinkId link = kNoLink;
   };
 
-  void Receive(NodeId node, PacketPtr p);
+  void Receive(NodeId node, PacketPtr p, LinkId in_link);
   void Forward(NodeId node, PacketPtr p);
   LinkId ChooseNextHop(NodeId node, const Packet& p, absl::Span<const NextHop> hops);
-  LinkId PickByWeight(absl::Span<const NextHop> hops, double u) const;
+  // A next hop drawn by weight among those whose link is up (u uniform in [0, 1)); with
+  // `by_queue`, weights are corrected by local queue depth (ForwardingConfig).
+  LinkId PickByWeight(absl::Span<const NextHop> hops, double u, bool by_queue) const;
+  double Weight(const NextHop& h, bool by_queue) const;
   void Drop(PacketPtr p, DropReason r, LinkId link);
 
   EventLoop& loop_;
@@ -133,12 +150,13 @@ class Network {
   std::vector<LinkId> stub_uplink_;           // by node: a stub host's only link, or kNoLink
   std::vector<uint64_t> node_salt_;           // per-node hash salt for per-flow choice
   std::vector<std::vector<FlowletEntry>> flowlets_;  // by node, when kPerFlowlet
-  std::shared_ptr<const RoutingTables> tables_;
+  std::array<std::shared_ptr<const RoutingTables>, kClasses> tables_;
   std::array<int64_t, static_cast<int>(DropReason::kCount)> drops_{};
   int64_t filler_drops_ = 0;
   ReceiveHandler on_receive_;
   DropHandler on_drop_;
   NicReadyHandler on_nic_ready_;
+  ProbeHandler on_probe_;
 };
 
 }  // namespace dar::sim

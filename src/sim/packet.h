@@ -19,6 +19,8 @@ enum class PacketKind : uint8_t {
   kData,    // a transport data segment
   kAck,     // a transport acknowledgement of one data segment
   kFiller,  // background load on one link; consumed at the link's far end
+  kProbe,   // a link probe (four-timestamp); answered by the link's far end
+  kProbeReply,
 };
 
 class PacketPool;
@@ -37,7 +39,9 @@ struct Packet {
   uint32_t seq = 0;           // segment number (ACK: the segment acknowledged)
   int32_t size_bytes = 0;     // on the wire, headers included
   int32_t payload_bytes = 0;  // data segments only
-  Time sent_time{0};          // sender's transmit time; echoed in the ACK
+  Time sent_time{0};          // sender's transmit time; echoed in the ACK (probe: t1)
+  Time peer_received{0};      // probe reply: t2, when the probe reached the peer
+  Time peer_sent{0};          // probe reply: t3, when the peer sent the reply
   PacketPool* pool = nullptr;
 };
 

@@ -1,0 +1,86 @@
+#include "sim/agents.h"
+
+namespace dar::sim {
+
+SimAgents::SimAgents(EventLoop& loop, Network& net, const AgentConfig& config, SampleSink sink)
+    : loop_(loop),
+      net_(net),
+      config_(config),
+      sink_(std::move(sink)),
+      tick_(loop, [this] { Tick(); }),
+      deliver_(loop, [this] { Deliver(); }) {
+  const Topology& topo = net_.topology();
+  monitors_.reserve(topo.num_links());
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    LinkMonitorConfig m = config_.monitor;
+    m.sample_period = config_.period;
+    m.capacity = topo.link(l).params.capacity;
+    monitors_.emplace_back(m);
+  }
+  net_.set_probe_handler(
+      [this](NodeId at, LinkId in_link, PacketPtr p) { OnProbe(at, in_link, std::move(p)); });
+}
+
+SimAgents::~SimAgents() { net_.set_probe_handler(nullptr); }
+
+void SimAgents::Start() { tick_.ScheduleIn(Duration(0)); }
+
+void SimAgents::Tick() {
+  const Time now = loop_.now();
+  const Topology& topo = net_.current();
+  Pending batch;
+  batch.at = now + config_.report_delay;
+  batch.samples.resize(topo.num_links());
+  ++seq_;
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const LinkCounters& c = net_.counters(l);
+    monitors_[l].OnCounters(now, c.tx_bytes, net_.QueuedBytes(l));
+    batch.samples[l] = monitors_[l].Sample(now);
+    // The next probe; the link's own port carries it, behind whatever is queued.
+    monitors_[l].OnProbeSent(seq_, now);
+    PacketPtr p = net_.pool().Allocate();
+    p->kind = PacketKind::kProbe;
+    p->src = topo.link(l).src;
+    p->dst = topo.link(l).dst;
+    p->seq = seq_;
+    p->size_bytes = config_.probe_bytes;
+    p->sent_time = now;
+    net_.SendOnLink(l, std::move(p));
+    ++probes_sent_;
+  }
+  pending_.push_back(std::move(batch));
+  if (!deliver_.pending()) deliver_.ScheduleAt(pending_.front().at);
+  tick_.ScheduleIn(config_.period);
+}
+
+void SimAgents::OnProbe(NodeId at, LinkId in_link, PacketPtr p) {
+  const Time now = loop_.now();
+  if (p->kind == PacketKind::kProbe) {
+    // The far end answers at once on the reverse link (t2 = t3: no hold time).
+    const LinkId back = net_.topology().link(in_link).reverse;
+    if (back == kNoLink) return;
+    p->kind = PacketKind::kProbeReply;
+    p->peer_received = now;
+    p->peer_sent = now;
+    std::swap(p->src, p->dst);
+    net_.SendOnLink(back, std::move(p));
+    return;
+  }
+  // A reply came back over the reverse of the probed link.
+  const LinkId probed = net_.topology().link(in_link).reverse;
+  if (probed == kNoLink) return;
+  monitors_[probed]
+      .OnProbeReply(p->seq, p->sent_time, p->peer_received, p->peer_sent, now)
+      .IgnoreError();  // a late or duplicate reply only counts for loss
+}
+
+void SimAgents::Deliver() {
+  const Time now = loop_.now();
+  while (!pending_.empty() && pending_.front().at <= now) {
+    Pending batch = pending_.pop_front();
+    sink_(batch.samples);
+  }
+  if (!pending_.empty()) deliver_.ScheduleAt(pending_.front().at);
+}
+
+}  // namespace dar::sim

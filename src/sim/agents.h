@@ -1,0 +1,68 @@
+// The agents of a simulated network: on every node, one LinkMonitor per outgoing link, fed by
+// real probe packets that share the link's queue with data (so a congested link shows it),
+// and by the port's byte counters. Every sampling period each agent samples its links; the
+// batch reaches the controller `report_delay` later. The estimators are the same code the
+// real agent runs (core/telemetry.h).
+//
+// Single-threaded; owns the Network's probe handler.
+#ifndef DAR_SIM_AGENTS_H_
+#define DAR_SIM_AGENTS_H_
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/telemetry.h"
+#include "sim/event_loop.h"
+#include "sim/network.h"
+#include "sim/ring_buffer.h"
+
+namespace dar::sim {
+
+struct AgentConfig {
+  Duration period = Milliseconds(100);        // probe and sample period (10 per second)
+  Duration report_delay = Milliseconds(1);    // agent -> controller
+  int32_t probe_bytes = 64;
+  LinkMonitorConfig monitor;  // its sample_period and capacity are set per link
+};
+
+class SimAgents {
+ public:
+  // Samples of every link (indexed by LinkId), all taken at the same instant.
+  using SampleSink = std::function<void(const std::vector<LinkSample>&)>;
+
+  // `net` and `loop` must outlive the agents.
+  SimAgents(EventLoop& loop, Network& net, const AgentConfig& config, SampleSink sink);
+  SimAgents(const SimAgents&) = delete;
+  SimAgents& operator=(const SimAgents&) = delete;
+  ~SimAgents();
+
+  // Sends the first probes now; samples every period from then on.
+  void Start();
+  const LinkMonitor& monitor(LinkId l) const { return monitors_[l]; }
+  int64_t probes_sent() const { return probes_sent_; }
+
+ private:
+  void Tick();
+  void OnProbe(NodeId at, LinkId in_link, PacketPtr p);
+  void Deliver();
+
+  EventLoop& loop_;
+  Network& net_;
+  AgentConfig config_;
+  SampleSink sink_;
+  std::vector<LinkMonitor> monitors_;
+  uint32_t seq_ = 0;
+  int64_t probes_sent_ = 0;
+  Timer tick_;
+  Timer deliver_;
+  struct Pending {
+    Time at{0};
+    std::vector<LinkSample> samples;
+  };
+  RingBuffer<Pending> pending_;
+};
+
+}  // namespace dar::sim
+
+#endif  // DAR_SIM_AGENTS_H_
