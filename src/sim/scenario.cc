@@ -85,6 +85,9 @@ absl::Status ReadPolicyKeys(YamlReader& r, PolicySpec& p) {
   p.forwarding.mode = *parsed;
   ASSIGN_OR_RETURN(p.forwarding.flowlet_gap,
                    r.OptionalDuration("flowlet_gap", p.forwarding.flowlet_gap, Bounds::Positive()));
+  ASSIGN_OR_RETURN(p.forwarding.queue_bias_bytes,
+                   r.OptionalSize("queue_bias", p.forwarding.queue_bias_bytes,
+                                  Bounds::NonNegative()));
   return absl::OkStatus();
 }
 

@@ -1,0 +1,88 @@
+// The DAR control plane in the simulator: the loop of ARCHITECTURE.md, run on simulated
+// time with the same engine code the controller runs.
+//
+//   agents (SimAgents: probes and counters, every `period`)
+//     -> after report_delay: per link, forecast utilisation `horizon` ahead (Holt), queueing
+//        delay from the reported queue, loss, capacity, up/down
+//     -> per traffic class, link costs (core/link_cost.h) and the diffusion engine
+//        (core/diffusion.h): incremental when few costs moved, in full every `full_every`
+//     -> after push_delay: the forwarders' TableManager validates and installs, or refuses
+//
+// Class 0 is the latency class; every other class uses the bulk weights. A link change
+// (carrier loss) reaches the controller report_delay after it happens and triggers a cycle
+// at once; a forwarder stops using a dead local link immediately (network.h).
+#ifndef DAR_SIM_DAR_ROUTING_H_
+#define DAR_SIM_DAR_ROUTING_H_
+
+#include <memory>
+#include <vector>
+
+#include "core/diffusion.h"
+#include "core/forecast.h"
+#include "core/link_cost.h"
+#include "core/table_manager.h"
+#include "sim/agents.h"
+#include "sim/control_plane.h"
+
+namespace dar::sim {
+
+struct DarConfig {
+  AgentConfig agents;                     // period 100 ms, report delay 1 ms
+  Duration push_delay = Milliseconds(1);  // controller -> forwarders
+  int horizon_periods = 300;              // forecast horizon: 30 s at 100 ms
+  HoltConfig forecast;                    // per-sample smoothing (see forecast.h)
+  double min_cost_change = 0.05;          // relative cost move that counts as a change
+  int full_every = 50;                    // cycles between full recomputes
+  DiffusionConfig diffusion;
+  CostScales scales;
+  ClassWeights latency{.hop = 1, .latency = 1, .loss = 1, .utilisation = 1, .capacity = 0};
+  ClassWeights bulk{.hop = 1, .latency = 0, .loss = 1, .utilisation = 2, .capacity = 1};
+  TableManagerConfig tables;
+};
+
+class DarRouting : public ControlPlane {
+ public:
+  explicit DarRouting(const DarConfig& config);
+  ~DarRouting() override;
+
+  void Start(ControlContext& ctx) override;
+  void OnLinkChange(LinkId link) override;
+  void Report(nlohmann::json& metrics) const override;
+
+ private:
+  static constexpr int kClasses = 2;  // latency, bulk
+
+  void OnSamples(const std::vector<LinkSample>& samples);
+  // Recomputes costs from the current link view, runs the engines, pushes tables.
+  void Cycle(bool force_full, Duration push_delay);
+  void Push(std::shared_ptr<const RoutingTables> tables, int cls, Duration delay);
+  LinkState StateOf(LinkId l) const;
+
+  DarConfig config_;
+  ControlContext* ctx_ = nullptr;
+  std::unique_ptr<SimAgents> agents_;
+  std::vector<HoltForecaster> forecasts_;  // utilisation, by link
+  std::vector<LinkSample> last_;           // latest sample, by link
+  std::vector<bool> known_down_;           // carrier loss reported, by link
+  std::vector<std::unique_ptr<DiffusionEngine>> engines_;
+  std::vector<std::vector<double>> costs_;  // by class, by link: what the engine last saw
+  std::vector<std::unique_ptr<TableManager>> managers_;  // forwarders' side, by class
+  std::unique_ptr<Timer> link_change_;
+  uint64_t version_ = 0;
+  int cycles_since_full_ = 0;
+  int64_t cycles_ = 0;
+  int64_t route_changes_ = 0;
+  int64_t pushes_ = 0;
+  int64_t full_cycles_ = 0;
+  struct InFlight {
+    Time at{0};
+    std::shared_ptr<const RoutingTables> tables;
+    int cls;
+  };
+  std::vector<InFlight> in_flight_;
+  std::unique_ptr<Timer> deliver_;
+};
+
+}  // namespace dar::sim
+
+#endif  // DAR_SIM_DAR_ROUTING_H_
