@@ -185,6 +185,7 @@ bool DiffusionEngine::ApplyHysteresis(const DestState& d, int32_t v,
                                       absl::Span<const double> costs) {
   const absl::Span<const NextHop> prev =
       d.table == nullptr ? absl::Span<const NextHop>() : d.table->At(node_of_[v]);
+  if (d.table == nullptr) return false;  // a first table changes no route
   if (prev.empty()) return !row_.empty();
   // Both rows are in link-id order (the order of the node's out-links): merge them.
   bool still_downhill = true;

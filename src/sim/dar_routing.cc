@@ -51,23 +51,7 @@ void DarRouting::Start(ControlContext& ctx) {
     }
     Cycle(/*force_full=*/false, config_.push_delay);
   });
-  deliver_ = std::make_unique<Timer>(ctx.loop, [this] {
-    const Time now = ctx_->loop.now();
-    while (!in_flight_.empty() && in_flight_.front().at <= now) {
-      InFlight f = std::move(in_flight_.front());
-      in_flight_.erase(in_flight_.begin());
-      TableManager& m = *managers_[f.cls];
-      if (!m.Offer(f.tables, now).ok()) {
-        spdlog::debug("dar: forwarders refused tables v{}: {}", f.tables->version(),
-                      m.last_refusal());
-      }
-      std::shared_ptr<const RoutingTables> active = m.ActiveShared(now);
-      ForEachNetworkClass(f.cls, [&](int c) {
-        if (ctx_->network.tables(c) != active.get()) ctx_->network.InstallTables(active, c);
-      });
-    }
-    if (!in_flight_.empty()) deliver_->ScheduleAt(in_flight_.front().at);
-  });
+  deliver_ = std::make_unique<Timer>(ctx.loop, [this] { DeliverDue(); });
 
   // The controller starts from its configuration: the links' capacities and delays, no load.
   Cycle(/*force_full=*/true, /*push_delay=*/Duration(0));
@@ -144,7 +128,29 @@ void DarRouting::Cycle(bool force_full, Duration push_delay) {
 void DarRouting::Push(std::shared_ptr<const RoutingTables> tables, int cls, Duration delay) {
   in_flight_.push_back(InFlight{ctx_->loop.now() + delay, std::move(tables), cls});
   ++pushes_;
-  if (!deliver_->pending()) deliver_->ScheduleAt(in_flight_.front().at);
+  if (delay == Duration(0)) {
+    DeliverDue();
+  } else if (!deliver_->pending()) {
+    deliver_->ScheduleAt(in_flight_.front().at);
+  }
+}
+
+void DarRouting::DeliverDue() {
+  const Time now = ctx_->loop.now();
+  while (!in_flight_.empty() && in_flight_.front().at <= now) {
+    InFlight f = std::move(in_flight_.front());
+    in_flight_.erase(in_flight_.begin());
+    TableManager& m = *managers_[f.cls];
+    if (!m.Offer(f.tables, now).ok()) {
+      spdlog::debug("dar: forwarders refused tables v{}: {}", f.tables->version(),
+                    m.last_refusal());
+    }
+    std::shared_ptr<const RoutingTables> active = m.ActiveShared(now);
+    ForEachNetworkClass(f.cls, [&](int c) {
+      if (ctx_->network.tables(c) != active.get()) ctx_->network.InstallTables(active, c);
+    });
+  }
+  if (!in_flight_.empty() && !deliver_->pending()) deliver_->ScheduleAt(in_flight_.front().at);
 }
 
 void DarRouting::Report(nlohmann::json& metrics) const {

@@ -56,6 +56,9 @@ class DarRouting : public ControlPlane {
   // Recomputes costs from the current link view, runs the engines, pushes tables.
   void Cycle(bool force_full, Duration push_delay);
   void Push(std::shared_ptr<const RoutingTables> tables, int cls, Duration delay);
+  // Offers the tables whose push delay has passed to the forwarders and installs what they
+  // then serve.
+  void DeliverDue();
   LinkState StateOf(LinkId l) const;
 
   DarConfig config_;

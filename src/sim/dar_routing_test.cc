@@ -1,0 +1,141 @@
+#include "sim/dar_routing.h"
+
+#include "core/routing.h"
+#include "core/table_manager.h"
+#include "core/topology_gen.h"
+#include "fmt/format.h"
+#include "gtest/gtest.h"
+#include "sim/runner.h"
+#include "sim/scenario.h"
+#include "sim/sim_test_util.h"
+
+namespace dar::sim {
+namespace {
+
+absl::StatusOr<nlohmann::json> RunYaml(const std::string& yaml) {
+  ASSIGN_OR_RETURN(Scenario s, ParseScenario(yaml, std::string(DAR_SOURCE_DIR) + "/x.yaml"));
+  return RunScenario(s, {});
+}
+
+// A leaf-spine under constant background load on two fabric links, and one small transfer
+// at the end: link costs are steady, so after the first cycles routes must hold still.
+std::string SteadyScenario(double hysteresis, double min_cost_change, int end_ms) {
+  return fmt::format(R"(
+duration_ms: 1
+topology:
+  type: leaf_spine
+  leaves: 4
+  spines: 4
+  hosts_per_leaf: 2
+events:
+  - {{at_ms: 0, load: {{link: [leaf0, spine0], to: 0.6}}}}
+  - {{at_ms: 0, load: {{link: [leaf1, spine2], to: 0.3}}}}
+workloads:
+  - {{type: bulk, size_kb: 64, transfers: [{{src: h0, dst: h7}}], start_ms: {}}}
+policies:
+  - {{name: dar, period_ms: 1, hysteresis: {}, min_cost_change: {}}}
+)",
+                     end_ms, hysteresis, min_cost_change);
+}
+
+// Route changes per control cycle between 200 and 600 cycles in, once the estimators have
+// settled.
+double SteadyChangesPerCycle(double hysteresis, double min_cost_change) {
+  double changes[2], cycles[2];
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<nlohmann::json> r =
+        RunYaml(SteadyScenario(hysteresis, min_cost_change, i == 0 ? 200 : 600));
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return -1;
+    const auto& m = (*r)["policies"][0]["metrics"];
+    EXPECT_EQ(m["routing_loops"], 0);
+    EXPECT_EQ(m["fallbacks_to_static"], 0);
+    changes[i] = m["route_changes"].get<double>();
+    cycles[i] = m["control_cycles"].get<double>();
+  }
+  return (changes[1] - changes[0]) / (cycles[1] - cycles[0]);
+}
+
+TEST(DarRoutingTest, RoutesHoldStillOnASteadyNetwork) {
+  const double calm = SteadyChangesPerCycle(0.1, 0.05);
+  const double jumpy = SteadyChangesPerCycle(0, 0);
+  std::printf("route changes per cycle on a steady network: %.3f with hysteresis, %.3f without\n",
+              calm, jumpy);
+  // Measurement noise (probe timing, queue samples) must not move routes cycle after cycle.
+  EXPECT_LT(calm, 0.1);
+  EXPECT_GT(jumpy, 10 * calm);
+}
+
+// A fabric link at a quarter of its capacity: the bulk class (which weighs free capacity)
+// sends little toward it, ECMP would send half.
+TEST(DarRoutingTest, BulkClassAvoidsADegradedLink) {
+  FatTreeParams p;
+  p.k = 4;
+  Topology topo = FatTree(p);
+  const NodeId a0 = *topo.FindNode("a0");
+  const LinkId slow = topo.FindLink(a0, *topo.FindNode("c0"));
+  const LinkId fast = topo.FindLink(a0, *topo.FindNode("c1"));
+  topo.mutable_link(slow).params.capacity = DataRate::Gbps(2.5);
+  testing::Harness h(topo, ForwardingMode::kPerFlowlet);
+  ControlContext ctx{h.loop, h.net, h.rng};
+  DarRouting dar{DarConfig()};
+  dar.Start(ctx);
+  const NodeId remote = *topo.FindNode("e7");
+  const RoutingTables* bulk = h.net.tables(1);
+  ASSERT_NE(bulk, nullptr);
+  double w_slow = 0, w_fast = 0;
+  for (const NextHop& hop : bulk->Lookup(a0, remote)) {
+    if (hop.link == slow) w_slow = hop.weight;
+    if (hop.link == fast) w_fast = hop.weight;
+  }
+  EXPECT_GT(w_fast, 0.8);
+  EXPECT_LT(w_slow, 0.2);
+  // The latency class does not weigh capacity: both cores stay in use.
+  EXPECT_EQ(h.net.tables(0)->Lookup(a0, remote).size(), 2u);
+}
+
+// Invalid tables offered to the forwarders are refused and never forward a packet: the
+// network keeps the last good tables, and traffic flows without loops.
+TEST(DarRoutingTest, InvalidTablesNeverForward) {
+  FatTreeParams p;
+  p.k = 4;
+  const Topology topo = FatTree(p);
+  testing::Harness h(topo, ForwardingMode::kPerFlow);
+  TableManager manager(topo, TableManagerConfig());
+  auto good = std::make_shared<RoutingTables>(ComputeEcmpTables(topo));
+  good->set_version(1);
+  ASSERT_TRUE(manager.Offer(good, h.loop.now()).ok());
+  // A loop between e0 and a0 toward every destination.
+  const NodeId e0 = *topo.FindNode("e0"), a0 = *topo.FindNode("a0");
+  auto looped = std::make_shared<RoutingTables>(topo.num_nodes(), topo.Destinations());
+  for (NodeId d : topo.Destinations()) {
+    std::vector<std::vector<NextHop>> rows(topo.num_nodes());
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      const auto hops = good->Lookup(v, d);
+      rows[v].assign(hops.begin(), hops.end());
+    }
+    if (d != e0) rows[e0] = {NextHop{topo.FindLink(e0, a0), 1.0}};
+    if (d != a0 && d != e0) rows[a0] = {NextHop{topo.FindLink(a0, e0), 1.0}};
+    looped->Set(std::make_shared<const DestinationTable>(d, rows));
+  }
+  looped->set_version(2);
+  EXPECT_FALSE(manager.Offer(looped, h.loop.now()).ok());
+  auto old = std::make_shared<RoutingTables>(ComputeEcmpTables(topo));
+  old->set_version(1);
+  EXPECT_FALSE(manager.Offer(old, h.loop.now()).ok());
+  h.net.InstallTables(manager.ActiveShared(h.loop.now()));
+  EXPECT_EQ(h.net.tables(), good.get());
+  int done = 0;
+  for (int i = 0; i < 4; ++i) {
+    h.transport.Send(*topo.FindNode("h0"), *topo.FindNode("h" + std::to_string(12 + i)), 100'000, 0,
+                     [&](const MessageResult&) { ++done; });
+  }
+  h.loop.Run();
+  EXPECT_EQ(done, 4);
+  EXPECT_EQ(h.net.drops(DropReason::kHopLimit), 0);
+  EXPECT_EQ(manager.counters().refused_loop, 1);
+  EXPECT_EQ(manager.counters().refused_version, 1);
+}
+
+}  // namespace
+}  // namespace dar::sim
