@@ -4,7 +4,9 @@
 //
 //   agents (SimAgents: probes and counters, every `period`)
 //     -> after report_delay: per link, the utilisation of the last interval (throughput over
-//        the link's current capacity) and up/down (probe liveness and carrier loss)
+//        the link's current capacity) and up/down: down if the network knows it down (carrier
+//        loss) or its probes stopped being answered (a link that has never answered yet, e.g.
+//        a long link at start, is not declared dead by probes)
 //     -> least-loaded tables, validated (core/validator.h); invalid ones are refused
 //     -> after push_delay: installed for every traffic class
 //
@@ -80,6 +82,8 @@ class AdaptiveRouting : public ControlPlane {
   // Computes and validates tables from the latest samples and the network's link states.
   // Returns null (and counts a refusal) if they fail validation.
   std::shared_ptr<const RoutingTables> Compute();
+  // Sends `tables` (if not null) to the forwarders; they install them push_delay from now.
+  void Push(std::shared_ptr<const RoutingTables> tables);
   void Install(std::shared_ptr<const RoutingTables> tables);
   void DeliverDue();
   double LinkBaseCost(const Link& link) const;
@@ -87,10 +91,10 @@ class AdaptiveRouting : public ControlPlane {
   AdaptiveConfig config_;
   ControlContext* ctx_ = nullptr;
   std::unique_ptr<SimAgents> agents_;
-  std::vector<LinkSample> latest_;  // by link; empty before the first batch
-  Topology believed_;               // the network with links found unusable marked down
-  std::vector<double> cost_;        // by link, scratch
-  std::vector<double> utilisation_; // by link, scratch
+  std::vector<LinkSample> latest_;   // by link; empty before the first batch
+  Topology believed_;                // the network with links found unusable marked down
+  std::vector<double> cost_;         // by link, scratch
+  std::vector<double> utilisation_;  // by link, scratch
   std::unique_ptr<Timer> link_change_;
   std::unique_ptr<Timer> deliver_;
   struct InFlight {
