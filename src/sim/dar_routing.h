@@ -33,10 +33,12 @@ struct DarConfig {
   HoltConfig forecast;                    // per-sample smoothing (see forecast.h)
   double min_cost_change = 0.05;          // relative cost move that counts as a change
   int full_every = 50;                    // cycles between full recomputes
-  DiffusionConfig diffusion;
+  DiffusionConfig diffusion{.temperature = 0.5, .min_weight = 0.05, .hysteresis = 0.3};
   CostScales scales;
-  ClassWeights latency{.hop = 1, .latency = 1, .loss = 1, .utilisation = 1, .capacity = 0};
-  ClassWeights bulk{.hop = 1, .latency = 0, .loss = 1, .utilisation = 2, .capacity = 1};
+  // Light utilisation weights: short-term utilisation is noisy, and chasing it moves flows
+  // (reordering) for little gain; capacity and loss are steadier signals.
+  ClassWeights latency{.hop = 1, .latency = 0.3, .loss = 1, .utilisation = 0.3, .capacity = 0};
+  ClassWeights bulk{.hop = 1, .latency = 0, .loss = 1, .utilisation = 0.5, .capacity = 1};
   TableManagerConfig tables;
 };
 

@@ -57,7 +57,7 @@ double SteadyChangesPerCycle(double hysteresis, double min_cost_change) {
 }
 
 TEST(DarRoutingTest, RoutesHoldStillOnASteadyNetwork) {
-  const double calm = SteadyChangesPerCycle(0.1, 0.05);
+  const double calm = SteadyChangesPerCycle(0.3, 0.2);  // the defaults
   const double jumpy = SteadyChangesPerCycle(0, 0);
   std::printf("route changes per cycle on a steady network: %.3f with hysteresis, %.3f without\n",
               calm, jumpy);

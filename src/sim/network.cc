@@ -294,10 +294,11 @@ LinkId Network::ChooseNextHop(NodeId node, const Packet& p, absl::Span<const Nex
       if (flowlets_.empty()) flowlets_.resize(topology_.num_nodes());
       std::vector<FlowletEntry>& table = flowlets_[node];
       if (table.empty()) table.resize(forwarding_.flowlet_table_size);
-      const uint64_t h = Random::Hash(p.flow_id ^ node_salt_[node]);
-      FlowletEntry& e = table[h % table.size()];
+      // A flowlet is one direction of a flow: a flow's data and its ACKs are separate.
+      const uint64_t key = Random::Hash(p.flow_id ^ (static_cast<uint64_t>(p.dst) << 40));
+      FlowletEntry& e = table[(key ^ node_salt_[node]) % table.size()];
       const Time now = loop_.now();
-      const bool fresh = e.flow_id == p.flow_id && e.last_seen.count() >= 0 &&
+      const bool fresh = e.flow_id == key && e.last_seen.count() >= 0 &&
                          now - e.last_seen <= forwarding_.flowlet_gap;
       bool valid = false;
       if (fresh && ports_[e.link]->up()) {
@@ -305,7 +306,7 @@ LinkId Network::ChooseNextHop(NodeId node, const Packet& p, absl::Span<const Nex
       }
       if (!valid) {
         e.link = PickByWeight(hops, rng_.Uniform(), /*by_queue=*/true);
-        e.flow_id = p.flow_id;
+        e.flow_id = key;
       }
       e.last_seen = now;
       return e.link;

@@ -124,7 +124,7 @@ class Network {
  private:
   class Port;
   struct FlowletEntry {
-    uint64_t flow_id = 0;
+    uint64_t flow_id = 0;  // hash of (flow id, destination): one direction of a flow
     Time last_seen{-1};
     LinkId link = kNoLink;
   };
