@@ -23,8 +23,7 @@ struct Result {
 };
 
 Result RunDarSim(const std::string& args) {
-  const std::string cmd =
-      fmt::format("{}/src/cli/dar-sim {} 2>&1", DAR_BINARY_DIR, args);
+  const std::string cmd = fmt::format("{}/src/cli/dar-sim {} 2>&1", DAR_BINARY_DIR, args);
   Result r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -37,8 +36,8 @@ Result RunDarSim(const std::string& args) {
 }
 
 std::string TempDir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   fmt::format("dar-cli-test-{}-{}", name, ::getpid());
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("dar-cli-test-{}-{}", name, ::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
@@ -74,6 +73,27 @@ TEST(DarSimCliTest, EcmpLoadsMatchAbilene) {
   EXPECT_EQ(out["links"].size(), 28u);
 }
 
+// DAR's tables settled on the fluid loads of a demand below saturation spread load better
+// than ECMP's hop-count split.
+TEST(DarSimCliTest, DarLoadsSettleBelowEcmpMaxUtilisation) {
+  const std::string file = std::string(DAR_SOURCE_DIR) + "/data/topologies/abilene.json";
+  double max_util[2];
+  const char* policies[] = {"ecmp", "dar"};
+  for (int i = 0; i < 2; ++i) {
+    const Result r = RunDarSim(
+        fmt::format("loads --topology {} --policy {} --unit-gbps 0.5 --json", file, policies[i]));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json out = nlohmann::json::parse(r.output);
+    max_util[i] = out["max_utilization"].get<double>();
+    if (i == 1) {
+      EXPECT_TRUE(out["settled"].get<bool>());
+    }
+  }
+  std::printf("abilene, uniform demand of 0.5 Gb/s per pair: max utilisation ECMP %.3f, DAR %.3f\n",
+              max_util[0], max_util[1]);
+  EXPECT_LT(max_util[1], max_util[0]);
+}
+
 TEST(DarSimCliTest, LoadsRejectsUnknownPolicyAndMissingFile) {
   const std::string file = std::string(DAR_SOURCE_DIR) + "/data/topologies/abilene.json";
   Result r = RunDarSim(fmt::format("loads --topology {} --policy warp --json", file));
@@ -99,9 +119,7 @@ policies: [static, ecmp]
 
 TEST(DarSimCliTest, RunWritesResultsAndPrintsTheTable) {
   const std::string dir = TempDir("run");
-  {
-    std::ofstream(dir + "/s.yaml") << kScenario;
-  }
+  { std::ofstream(dir + "/s.yaml") << kScenario; }
   const Result r = RunDarSim(fmt::format("run {0}/s.yaml --out {0}/out", dir));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("completion_mean_s"));
@@ -121,9 +139,7 @@ TEST(DarSimCliTest, RunRejectsABadScenarioWithTheKey) {
   const std::string dir = TempDir("bad");
   std::string text = kScenario;
   text.replace(text.find("size_mb: 1"), 10, "size_mb: -1");
-  {
-    std::ofstream(dir + "/bad.yaml") << text;
-  }
+  { std::ofstream(dir + "/bad.yaml") << text; }
   const Result r = RunDarSim(fmt::format("run {0}/bad.yaml --out {0}/out", dir));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("bad.yaml"));

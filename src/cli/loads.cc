@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/dar_fluid.h"
 #include "core/fluid.h"
 #include "core/registry.h"
 #include "core/routing.h"
@@ -29,10 +30,11 @@ absl::StatusOr<std::vector<Demand>> MakeDemand(const std::string& name, const To
 
 absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
   const TablePolicy* policy = Registry<TablePolicy>::Find(options.policy);
-  if (policy == nullptr) {
+  const bool dar = options.policy == "dar";
+  if (policy == nullptr && !dar) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown policy '", options.policy,
-                     "' (known: ", absl::StrJoin(Registry<TablePolicy>::Names(), ", "), ")"));
+        absl::StrCat("unknown policy '", options.policy, "' (known: dar, ",
+                     absl::StrJoin(Registry<TablePolicy>::Names(), ", "), ")"));
   }
   if (!(options.capacity_gbps > 0) || !(options.unit_gbps > 0)) {
     return absl::InvalidArgumentError("--capacity-gbps and --unit-gbps must be positive");
@@ -41,7 +43,17 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
   import.capacity = DataRate::Gbps(options.capacity_gbps);
   ASSIGN_OR_RETURN(const Topology topo, LoadNodeLinkJson(options.topology, import));
   ASSIGN_OR_RETURN(const std::vector<Demand> demand, MakeDemand(options.demand, topo));
-  ASSIGN_OR_RETURN(const RoutingTables tables, (*policy)(topo));
+  RoutingTables tables;
+  int cycles = 0;
+  if (dar) {
+    // DAR's tables are what its control loop settles on for this demand.
+    ASSIGN_OR_RETURN(DarFluidResult settled,
+                     SettleDarTables(topo, demand, options.unit_gbps * 1e9));
+    tables = std::move(settled.tables);
+    cycles = settled.cycles;
+  } else {
+    ASSIGN_OR_RETURN(tables, (*policy)(topo));
+  }
   ASSIGN_OR_RETURN(const std::vector<double> loads, ComputeLinkLoads(topo, tables, demand));
 
   std::vector<double> bps(loads.size());
@@ -61,6 +73,10 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
     }
     doc["max_link_load"] = max_load;
     doc["max_utilization"] = max_utilization;
+    if (dar) {
+      doc["control_cycles"] = cycles;
+      doc["settled"] = cycles < DarFluidConfig().max_cycles;
+    }
     out << doc.dump(2) << "\n";
     return absl::OkStatus();
   }

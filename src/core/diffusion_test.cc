@@ -282,8 +282,8 @@ TEST(LinkCostTest, TermsAndDownLinks) {
   w.utilisation = 1;
   s.utilisation = 0.5;
   EXPECT_DOUBLE_EQ(LinkCost(s, w, scales), 2.0);  // 1 + 0.5 / 0.5
-  s.utilisation = 1.5;                            // clamped to 0.98
-  EXPECT_NEAR(LinkCost(s, w, scales), 1 + 0.98 / 0.02, 1e-9);
+  s.utilisation = 1.5;  // past 0.98: along the tangent
+  EXPECT_NEAR(LinkCost(s, w, scales), 1 + 0.98 / 0.02 + 0.52 / (0.02 * 0.02), 1e-6);
   w = ClassWeights();
   w.capacity = 1;
   s.capacity = DataRate::Gbps(2.5);

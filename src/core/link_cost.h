@@ -28,7 +28,7 @@ struct ClassWeights {
   double hop = 1;          // a constant per hop: keeps costs > 0 and paths short
   double latency = 0;      // (propagation + queueing) / reference_delay
   double loss = 0;         // loss / reference_loss
-  double utilisation = 0;  // u / (1 - u): grows without bound as the link fills
+  double utilisation = 0;  // u / (1 - u): steep as the link fills (linear past max_utilisation)
   double capacity = 0;     // reference_capacity / capacity: prefers fat links
 };
 
@@ -37,7 +37,7 @@ struct CostScales {
   Duration reference_delay = Microseconds(10);
   double reference_loss = 0.01;
   DataRate reference_capacity = DataRate::Gbps(10);
-  double max_utilisation = 0.98;  // utilisation is clamped here before u / (1 - u)
+  double max_utilisation = 0.98;  // u / (1 - u) continues along its tangent past this
 };
 
 inline constexpr double kUnusable = std::numeric_limits<double>::infinity();

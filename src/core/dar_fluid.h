@@ -1,0 +1,40 @@
+// DAR's control loop run to a steady state on fluid loads, for `dar-sim loads --policy dar`:
+// the tables DAR would settle on for a demand matrix, cycle after cycle feeding the links'
+// utilisation under the last tables back into their costs.
+#ifndef DAR_CORE_DAR_FLUID_H_
+#define DAR_CORE_DAR_FLUID_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/diffusion.h"
+#include "core/fluid.h"
+#include "core/link_cost.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+
+namespace dar {
+
+struct DarFluidConfig {
+  DiffusionConfig diffusion{.temperature = 0.5, .min_weight = 0.02, .hysteresis = 0};
+  // The bulk class of the controller: capacity and utilisation matter, delay a little.
+  ClassWeights weights{.hop = 1, .latency = 0.1, .loss = 0, .utilisation = 1, .capacity = 1};
+  CostScales scales{.reference_delay = Milliseconds(1)};  // WAN delays are milliseconds
+  int max_cycles = 200;
+  double damping = 0.1;     // utilisation fed back: damping * new + (1 - damping) * old
+  double tolerance = 1e-4;  // stop once no link's utilisation moves more than this
+};
+
+struct DarFluidResult {
+  RoutingTables tables;
+  int cycles = 0;  // control cycles until the utilisations settled (or max_cycles)
+};
+
+// Runs the loop for `demand`, each unit of which is `unit_bps` bits per second.
+absl::StatusOr<DarFluidResult> SettleDarTables(const Topology& topo,
+                                               const std::vector<Demand>& demand, double unit_bps,
+                                               const DarFluidConfig& config = DarFluidConfig());
+
+}  // namespace dar
+
+#endif  // DAR_CORE_DAR_FLUID_H_
