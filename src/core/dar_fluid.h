@@ -16,7 +16,7 @@
 namespace dar {
 
 struct DarFluidConfig {
-  DiffusionConfig diffusion{.temperature = 0.5, .min_weight = 0.02, .hysteresis = 0};
+  DiffusionConfig diffusion{.temperature = 0.5, .min_weight = 0.001, .hysteresis = 0};
   // The bulk class of the controller: capacity and utilisation matter, delay a little.
   ClassWeights weights{.hop = 1, .latency = 0.1, .loss = 0, .utilisation = 1, .capacity = 1};
   CostScales scales{.reference_delay = Milliseconds(1)};  // WAN delays are milliseconds

@@ -159,17 +159,22 @@ bool DiffusionEngine::Relax(const DestState& d, int32_t v, absl::Span<const doub
     }
     phi = m;
   } else {
-    // Candidates whose share would fall below min_weight are dropped before the soft minimum,
-    // so the potential is the free energy of exactly the next hops kept.
-    const double cutoff = t * std::log(1 / std::max(config_.min_weight, 1e-300));
+    // Every downhill neighbour stays a next hop, so traffic pinned to one (a flow, a flowlet)
+    // never has to move while it stays downhill; one far costlier than the best gets only
+    // the floor share, min_weight, of new traffic.
     for (size_t i = 0; i < row_.size(); ++i) {
       const double excess = x_[i] - m;
-      if (excess > cutoff) continue;
       const double w = excess == 0 ? 1.0 : std::exp(static_cast<float>(-excess / t));
       total += w;
       row_[kept++] = NextHop{row_[i].link, w};
     }
     phi = m - t * std::log(total);
+    double floored = 0;
+    for (size_t i = 0; i < kept; ++i) {
+      row_[i].weight = std::max(row_[i].weight / total, config_.min_weight);
+      floored += row_[i].weight;
+    }
+    total = floored;
   }
   row_.resize(kept);
   for (NextHop& h : row_) h.weight /= total;

@@ -104,13 +104,21 @@ TEST(DiffusionTest, SoftMinSpreadsOverNearEqualPathsOnly) {
   const double expect = -0.5 * std::log(std::exp(-2 / 0.5) + std::exp(-2.2 / 0.5));
   EXPECT_NEAR(engine.Potential(g.t, g.s), expect, 1e-6);
   EXPECT_LT(engine.Potential(g.t, g.s), 2.0);
-  // Via b now costs 5: its share exp(-3/0.5) is below min_weight, so it is dropped.
-  costs[g.bt] = 4;
+  // Via b now costs 3.5: its share e^-3 / (1 + e^-3) = 4.7% is floored at min_weight (5%),
+  // and b stays a next hop (a flow pinned to it need not move).
+  costs[g.bt] = 2.5;
   engine.ComputeAll(costs);
   t = engine.Tables(2);
+  ASSERT_EQ(t.Lookup(g.s, g.t).size(), 2u);
+  const double a_share = 1 / (1 + std::exp(-1.5 / 0.5));  // before the floor
+  EXPECT_NEAR(g.Weight(t, g.sb), 0.05 / (a_share + 0.05), 1e-6);
+  EXPECT_GT(g.Weight(t, g.sa), 0.9);
+  // At 4, b is farther from t than s is (3 through s): not downhill, not a next hop.
+  costs[g.bt] = 4;
+  engine.ComputeAll(costs);
+  t = engine.Tables(3);
   ASSERT_EQ(t.Lookup(g.s, g.t).size(), 1u);
-  EXPECT_EQ(t.Lookup(g.s, g.t)[0].link, g.sa);
-  EXPECT_EQ(t.version(), 2u);
+  EXPECT_EQ(t.version(), 3u);
   ExpectDownhill(g.topo, engine, t);
 }
 

@@ -33,7 +33,7 @@ struct DarConfig {
   HoltConfig forecast;                    // per-sample smoothing (see forecast.h)
   double min_cost_change = 0.05;          // relative cost move that counts as a change
   int full_every = 50;                    // cycles between full recomputes
-  DiffusionConfig diffusion{.temperature = 0.5, .min_weight = 0.05, .hysteresis = 0.3};
+  DiffusionConfig diffusion{.temperature = 0.5, .min_weight = 0.001, .hysteresis = 0.3};
   CostScales scales;
   // Light utilisation weights: short-term utilisation is noisy, and chasing it moves flows
   // (reordering) for little gain; capacity and loss are steadier signals.
