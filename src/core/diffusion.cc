@@ -159,22 +159,24 @@ bool DiffusionEngine::Relax(const DestState& d, int32_t v, absl::Span<const doub
     }
     phi = m;
   } else {
-    // Every downhill neighbour stays a next hop, so traffic pinned to one (a flow, a flowlet)
-    // never has to move while it stays downhill; one far costlier than the best gets only
-    // the floor share, min_weight, of new traffic.
+    double z = 0;
     for (size_t i = 0; i < row_.size(); ++i) {
       const double excess = x_[i] - m;
-      const double w = excess == 0 ? 1.0 : std::exp(static_cast<float>(-excess / t));
+      row_[i].weight = excess == 0 ? 1.0 : std::exp(static_cast<float>(-excess / t));
+      z += row_[i].weight;
+    }
+    phi = m - t * std::log(z);
+    // Every neighbour below the new potential stays a next hop, so traffic pinned to one (a
+    // flow, a flowlet) never has to move while it stays downhill; one far costlier than the
+    // best gets only the floor share, min_weight, of new traffic. The best neighbour always
+    // stays (the potential is then lifted just above it).
+    for (size_t i = 0; i < row_.size(); ++i) {
+      const bool best = x_[i] == m;
+      if (!best && !(d.phi[link_dst_core_[row_[i].link]] < phi)) continue;
+      const double w = std::max(row_[i].weight / z, config_.min_weight);
       total += w;
       row_[kept++] = NextHop{row_[i].link, w};
     }
-    phi = m - t * std::log(total);
-    double floored = 0;
-    for (size_t i = 0; i < kept; ++i) {
-      row_[i].weight = std::max(row_[i].weight / total, config_.min_weight);
-      floored += row_[i].weight;
-    }
-    total = floored;
   }
   row_.resize(kept);
   for (NextHop& h : row_) h.weight /= total;

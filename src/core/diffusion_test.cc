@@ -104,15 +104,18 @@ TEST(DiffusionTest, SoftMinSpreadsOverNearEqualPathsOnly) {
   const double expect = -0.5 * std::log(std::exp(-2 / 0.5) + std::exp(-2.2 / 0.5));
   EXPECT_NEAR(engine.Potential(g.t, g.s), expect, 1e-6);
   EXPECT_LT(engine.Potential(g.t, g.s), 2.0);
-  // Via b now costs 3.5: its share e^-3 / (1 + e^-3) = 4.7% is floored at min_weight (5%),
-  // and b stays a next hop (a flow pinned to it need not move).
-  costs[g.bt] = 2.5;
+  // s -> b now costs 4 but b is close to t (0.2): b is below s's potential, so it stays a
+  // next hop (a flow pinned to it need not move), its share e^-4.4 floored at min_weight.
+  costs[g.sb] = 4;
+  costs[g.bt] = 0.2;
   engine.ComputeAll(costs);
   t = engine.Tables(2);
   ASSERT_EQ(t.Lookup(g.s, g.t).size(), 2u);
-  const double a_share = 1 / (1 + std::exp(-1.5 / 0.5));  // before the floor
+  const double a_share = 1 / (1 + std::exp(-2.2 / 0.5));  // before the floor
   EXPECT_NEAR(g.Weight(t, g.sb), 0.05 / (a_share + 0.05), 1e-6);
   EXPECT_GT(g.Weight(t, g.sa), 0.9);
+  ExpectDownhill(g.topo, engine, t);
+  costs[g.sb] = 1;
   // At 4, b is farther from t than s is (3 through s): not downhill, not a next hop.
   costs[g.bt] = 4;
   engine.ComputeAll(costs);
@@ -290,7 +293,7 @@ TEST(LinkCostTest, TermsAndDownLinks) {
   w.utilisation = 1;
   s.utilisation = 0.5;
   EXPECT_DOUBLE_EQ(LinkCost(s, w, scales), 2.0);  // 1 + 0.5 / 0.5
-  s.utilisation = 1.5;  // past 0.98: along the tangent
+  s.utilisation = 1.5;                            // past 0.98: along the tangent
   EXPECT_NEAR(LinkCost(s, w, scales), 1 + 0.98 / 0.02 + 0.52 / (0.02 * 0.02), 1e-6);
   w = ClassWeights();
   w.capacity = 1;
