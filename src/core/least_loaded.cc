@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/routing.h"
+
 namespace dar {
 namespace {
 
@@ -32,31 +34,6 @@ bool Usable(const Topology& topo, absl::Span<const double> base_cost, LinkId l) 
   return topo.link(l).up && base_cost[l] < kInfinity;
 }
 
-// Cheapest-path cost from every node to `dest` over usable links, never through a host.
-std::vector<double> Distances(const Topology& topo, absl::Span<const double> base_cost,
-                              NodeId dest) {
-  std::vector<double> dist(topo.num_nodes(), kInfinity);
-  using Entry = std::pair<double, NodeId>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
-  dist[dest] = 0;
-  queue.push({0, dest});
-  while (!queue.empty()) {
-    const auto [d, u] = queue.top();
-    queue.pop();
-    if (d > dist[u] || !Forwards(topo, u, dest)) continue;
-    for (LinkId l : topo.node(u).in_links) {
-      if (!Usable(topo, base_cost, l)) continue;
-      const NodeId v = topo.link(l).src;
-      const double candidate = d + base_cost[l];
-      if (candidate < dist[v]) {
-        dist[v] = candidate;
-        queue.push({candidate, v});
-      }
-    }
-  }
-  return dist;
-}
-
 struct Candidate {
   LinkId link;
   double score;       // max(utilisation of the link, load of the rest of the path)
@@ -66,7 +43,7 @@ struct Candidate {
 DestinationTablePtr ComputeDestination(const Topology& topo, absl::Span<const double> base_cost,
                                        absl::Span<const double> utilisation,
                                        const LeastLoadedConfig& config, NodeId dest) {
-  const std::vector<double> dist = Distances(topo, base_cost, dest);
+  const std::vector<double> dist = ShortestDistances(topo, dest, base_cost);
   std::vector<NodeId> order;
   for (NodeId v = 0; v < topo.num_nodes(); ++v) {
     if (dist[v] < kInfinity) order.push_back(v);

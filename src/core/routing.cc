@@ -56,6 +56,13 @@ RoutingTables ComputeTables(const Topology& topo, ChooseHops choose) {
 }  // namespace
 
 std::vector<double> ShortestDistances(const Topology& topo, NodeId dest) {
+  std::vector<double> metrics(topo.num_links());
+  for (LinkId l = 0; l < topo.num_links(); ++l) metrics[l] = topo.link(l).params.metric;
+  return ShortestDistances(topo, dest, metrics);
+}
+
+std::vector<double> ShortestDistances(const Topology& topo, NodeId dest,
+                                      absl::Span<const double> link_costs) {
   std::vector<double> dist(topo.num_nodes(), kInfinity);
   using Entry = std::pair<double, NodeId>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
@@ -67,8 +74,8 @@ std::vector<double> ShortestDistances(const Topology& topo, NodeId dest) {
     if (d > dist[u] || !Forwards(topo, u, dest)) continue;
     for (LinkId l : topo.node(u).in_links) {
       const Link& link = topo.link(l);
-      if (!link.up) continue;
-      const double candidate = d + link.params.metric;
+      if (!link.up || !(link_costs[l] < kInfinity)) continue;
+      const double candidate = d + link_costs[l];
       if (candidate < dist[link.src]) {
         dist[link.src] = candidate;
         queue.push({candidate, link.src});

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "core/routing_table.h"
 #include "core/topology.h"
 
@@ -21,6 +22,10 @@ namespace dar {
 // Cost of the cheapest path from every node to `dest` (0 at dest, +infinity where dest is
 // unreachable). REQUIRES: 0 <= dest < topo.num_nodes().
 std::vector<double> ShortestDistances(const Topology& topo, NodeId dest);
+// The same with a cost per link instead of the metric; a link is usable if it is up and its
+// cost is finite. REQUIRES: link_costs.size() == topo.num_links(), finite costs > 0.
+std::vector<double> ShortestDistances(const Topology& topo, NodeId dest,
+                                      absl::Span<const double> link_costs);
 
 // For every destination in topo.Destinations(), one shortest-path next hop (weight 1) at
 // every node that can reach it. Ties are broken per destination, D-mod-k style: with the
