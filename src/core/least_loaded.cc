@@ -6,7 +6,6 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <queue>
 #include <utility>
 #include <vector>
 
