@@ -17,6 +17,7 @@ SimAgents::SimAgents(EventLoop& loop, Network& net, const AgentConfig& config, S
     m.capacity = topo.link(l).params.capacity;
     monitors_.emplace_back(m);
   }
+  alive_.assign(topo.num_links(), true);
   net_.set_probe_handler(
       [this](NodeId at, LinkId in_link, PacketPtr p) { OnProbe(at, in_link, std::move(p)); });
 }
@@ -36,6 +37,13 @@ void SimAgents::Tick() {
     const LinkCounters& c = net_.counters(l);
     monitors_[l].OnCounters(now, c.tx_bytes, net_.QueuedBytes(l));
     batch.samples[l] = monitors_[l].Sample(now);
+    // Liveness from probes counts only once the link has answered at all (a long link's
+    // first reply may take more than a few periods).
+    const bool alive = batch.samples[l].up || monitors_[l].rtt().count() == 0;
+    if (alive != alive_[l]) {
+      alive_[l] = alive;
+      if (on_liveness_) on_liveness_(l, alive);
+    }
     // The next probe; the link's own port carries it, behind whatever is queued.
     monitors_[l].OnProbeSent(seq_, now);
     PacketPtr p = net_.pool().Allocate();

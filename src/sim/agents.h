@@ -20,8 +20,8 @@
 namespace dar::sim {
 
 struct AgentConfig {
-  Duration period = Milliseconds(100);        // probe and sample period (10 per second)
-  Duration report_delay = Milliseconds(1);    // agent -> controller
+  Duration period = Milliseconds(100);      // probe and sample period (10 per second)
+  Duration report_delay = Milliseconds(1);  // agent -> controller
   int32_t probe_bytes = 64;
   LinkMonitorConfig monitor;  // its sample_period and capacity are set per link
 };
@@ -30,6 +30,9 @@ class SimAgents {
  public:
   // Samples of every link (indexed by LinkId), all taken at the same instant.
   using SampleSink = std::function<void(const std::vector<LinkSample>&)>;
+  // A link's liveness by its probes changed (missed_probe_threshold probes in a row went
+  // unanswered, or replies came back). Called at the link's tail, at once.
+  using LivenessHandler = std::function<void(LinkId link, bool alive)>;
 
   // `net` and `loop` must outlive the agents.
   SimAgents(EventLoop& loop, Network& net, const AgentConfig& config, SampleSink sink);
@@ -39,6 +42,7 @@ class SimAgents {
 
   // Sends the first probes now; samples every period from then on.
   void Start();
+  void set_liveness_handler(LivenessHandler h) { on_liveness_ = std::move(h); }
   const LinkMonitor& monitor(LinkId l) const { return monitors_[l]; }
   int64_t probes_sent() const { return probes_sent_; }
 
@@ -52,6 +56,8 @@ class SimAgents {
   AgentConfig config_;
   SampleSink sink_;
   std::vector<LinkMonitor> monitors_;
+  std::vector<bool> alive_;  // by link: the last liveness verdict
+  LivenessHandler on_liveness_;
   uint32_t seq_ = 0;
   int64_t probes_sent_ = 0;
   Timer tick_;

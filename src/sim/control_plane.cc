@@ -7,8 +7,8 @@
 
 namespace dar::sim {
 
-absl::StatusOr<ControlPlanePtr> CreateControlPlane(const std::string& routing,
-                                                   YamlReader& policy, const ConfigContext& ctx) {
+absl::StatusOr<ControlPlanePtr> CreateControlPlane(const std::string& routing, YamlReader& policy,
+                                                   const ConfigContext& ctx) {
   if (const ControlPlaneFactory* f = Registry<ControlPlaneFactory>::Find(routing)) {
     return (*f)(policy, ctx);
   }
@@ -21,8 +21,8 @@ absl::StatusOr<ControlPlanePtr> CreateControlPlane(const std::string& routing,
   }
   std::vector<std::string> names = Registry<ControlPlaneFactory>::Names();
   for (const std::string& n : Registry<TablePolicy>::Names()) names.push_back(n);
-  return absl::InvalidArgumentError(fmt::format("{}: unknown routing '{}' (one of: {})",
-                                                ctx.where, routing, fmt::join(names, ", ")));
+  return absl::InvalidArgumentError(fmt::format("{}: unknown routing '{}' (one of: {})", ctx.where,
+                                                routing, fmt::join(names, ", ")));
 }
 
 }  // namespace dar::sim

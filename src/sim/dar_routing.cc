@@ -57,7 +57,16 @@ void DarRouting::Start(ControlContext& ctx) {
   Cycle(/*force_full=*/true, /*push_delay=*/Duration(0));
   agents_ = std::make_unique<SimAgents>(ctx.loop, ctx.network, config_.agents,
                                         [this](const std::vector<LinkSample>& s) { OnSamples(s); });
+  agents_->set_liveness_handler([this](LinkId l, bool alive) { OnLiveness(l, alive); });
   agents_->Start();
+}
+
+void DarRouting::OnLiveness(LinkId link, bool alive) {
+  // The forwarder at the link's tail acts on its own probes at once; the controller learns
+  // from the samples and recomputes.
+  ctx_->network.SetLinkUsable(link, alive);
+  for (auto& m : managers_) m->SetLinkUp(link, alive, ctx_->loop.now()).IgnoreError();
+  ++local_failovers_;
 }
 
 void DarRouting::OnLinkChange(LinkId link) {
@@ -80,7 +89,9 @@ LinkState DarRouting::StateOf(LinkId l) const {
   LinkState s;
   s.capacity = link.params.capacity;
   s.propagation = link.params.delay;
-  s.up = link.up && !known_down_[l] && last_[l].up;
+  // Probes rule a link out only once it has answered at all.
+  const bool probes_say_down = !last_[l].up && last_[l].rtt_smoothed.count() > 0;
+  s.up = link.up && !known_down_[l] && !probes_say_down;
   s.loss = last_[l].loss;
   const Forecaster& f = forecasts_[l];
   const double predicted =
@@ -172,6 +183,7 @@ void DarRouting::Report(nlohmann::json& metrics) const {
   const double seconds = ToSeconds(ctx_->loop.now());
   metrics["route_changes_per_s"] = seconds > 0 ? route_changes_ / seconds : 0.0;
   metrics["probes_sent"] = agents_ != nullptr ? agents_->probes_sent() : 0;
+  metrics["local_liveness_changes"] = local_failovers_;
 }
 
 namespace {

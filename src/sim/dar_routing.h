@@ -10,7 +10,8 @@
 //
 // Class 0 is the latency class; every other class uses the bulk weights. A link change
 // (carrier loss) reaches the controller report_delay after it happens and triggers a cycle
-// at once; a forwarder stops using a dead local link immediately (network.h).
+// at once; a forwarder stops using a dead local link immediately (network.h), and one whose
+// probes go unanswered (a gray failure that keeps carrier) as soon as its agent says so.
 #ifndef DAR_SIM_DAR_ROUTING_H_
 #define DAR_SIM_DAR_ROUTING_H_
 
@@ -55,6 +56,7 @@ class DarRouting : public ControlPlane {
   static constexpr int kClasses = 2;  // latency, bulk
 
   void OnSamples(const std::vector<LinkSample>& samples);
+  void OnLiveness(LinkId link, bool alive);
   // Recomputes costs from the current link view, runs the engines, pushes tables.
   void Cycle(bool force_full, Duration push_delay);
   void Push(std::shared_ptr<const RoutingTables> tables, int cls, Duration delay);
@@ -79,6 +81,7 @@ class DarRouting : public ControlPlane {
   int64_t route_changes_ = 0;
   int64_t pushes_ = 0;
   int64_t full_cycles_ = 0;
+  int64_t local_failovers_ = 0;
   struct InFlight {
     Time at{0};
     std::shared_ptr<const RoutingTables> tables;

@@ -94,6 +94,37 @@ TEST(DarRoutingTest, BulkClassAvoidsADegradedLink) {
   EXPECT_EQ(h.net.tables(0)->Lookup(a0, remote).size(), 2u);
 }
 
+// A gray failure (a link that loses everything but keeps carrier): nothing local sees it, so
+// the link-state baseline keeps sending into it; DAR's agents miss three probes, the forwarder
+// stops using the link at once, and the transfer completes.
+TEST(DarRoutingTest, MissedProbesRouteAroundASilentFailure) {
+  absl::StatusOr<nlohmann::json> r = RunYaml(R"(
+duration_ms: 1
+drain_limit_ms: 100
+topology: {type: leaf_spine, leaves: 2, spines: 2, hosts_per_leaf: 1}
+events:
+  - {at_ms: 3, link_fail_silent: [leaf0, spine0]}
+workloads:
+  - {type: bulk, size_mb: 20, transfers: [{src: h0, dst: h1}]}
+policies:
+  - {name: ecmp, forwarding: per_packet}
+  - {name: dar, forwarding: per_packet, period_ms: 1}
+)");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& ecmp = (*r)["policies"][0]["metrics"];
+  const auto& dar = (*r)["policies"][1]["metrics"];
+  // ECMP never learns: it keeps losing half its packets and does not finish in time.
+  EXPECT_FALSE(ecmp["completed"].get<bool>());
+  EXPECT_GT(ecmp["drops_by_reason"]["silent_failure"].get<int64_t>(), 0);
+  EXPECT_TRUE(dar["completed"].get<bool>());
+  EXPECT_EQ(dar["transfers_completed"], 1);
+  EXPECT_GE(dar["local_liveness_changes"].get<int64_t>(), 2);  // both directions
+  EXPECT_GT(dar["drops_by_reason"]["silent_failure"].get<int64_t>(), 0);
+  // 16 ms of data at line rate; the failure costs about three probe periods more, not tens.
+  EXPECT_LT(dar["completion_mean_s"].get<double>(), 0.030);
+  EXPECT_EQ(dar["routing_loops"], 0);
+}
+
 // Invalid tables offered to the forwarders are refused and never forward a packet: the
 // network keeps the last good tables, and traffic flows without loops.
 TEST(DarRoutingTest, InvalidTablesNeverForward) {

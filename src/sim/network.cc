@@ -12,10 +12,10 @@ absl::StatusOr<ForwardingMode> ParseForwardingMode(std::string_view name) {
   if (name == "per_flowlet") return ForwardingMode::kPerFlowlet;
   if (name == "per_packet") return ForwardingMode::kPerPacket;
   if (name == "per_packet_p2c") return ForwardingMode::kPerPacketP2C;
-  return absl::InvalidArgumentError(fmt::format(
-      "unknown forwarding mode '{}' (expected per_flow, per_flowlet, per_packet or "
-      "per_packet_p2c)",
-      name));
+  return absl::InvalidArgumentError(
+      fmt::format("unknown forwarding mode '{}' (expected per_flow, per_flowlet, per_packet or "
+                  "per_packet_p2c)",
+                  name));
 }
 
 std::string_view ForwardingModeName(ForwardingMode mode) {
@@ -42,6 +42,8 @@ std::string_view DropReasonName(DropReason r) {
       return "hop_limit";
     case DropReason::kNoRoute:
       return "no_route";
+    case DropReason::kSilentFailure:
+      return "silent_failure";
     case DropReason::kCount:
       break;
   }
@@ -67,6 +69,10 @@ class Network::Port {
         arrival_(net.loop_, [this] { OnArrival(); }) {}
 
   bool up() const { return up_; }
+  // Up, and not ruled out by the forwarder's own liveness check.
+  bool forwardable() const { return up_ && usable_; }
+  void set_usable(bool usable) { usable_ = usable; }
+  void set_silent_failure(bool failed) { silent_ = failed; }
   int64_t queued_bytes() const { return queued_bytes_; }
   const LinkCounters& counters() const { return counters_; }
   LinkCounters& mutable_counters() { return counters_; }
@@ -99,7 +105,8 @@ class Network::Port {
     arrival_.Cancel();
     if (in_tx_) net_.Drop(std::move(in_tx_), DropReason::kLinkDown, id_);
     while (!queue_.empty()) net_.Drop(queue_.pop_front(), DropReason::kLinkDown, id_);
-    while (!wire_.empty()) net_.Drop(std::move(wire_.pop_front().packet), DropReason::kLinkDown, id_);
+    while (!wire_.empty())
+      net_.Drop(std::move(wire_.pop_front().packet), DropReason::kLinkDown, id_);
     queued_bytes_ = 0;
   }
 
@@ -121,6 +128,11 @@ class Network::Port {
   void OnTransmitted() {
     ++counters_.tx_packets;
     counters_.tx_bytes += in_tx_->size_bytes;
+    if (silent_) {
+      net_.Drop(std::move(in_tx_), DropReason::kSilentFailure, id_);
+      if (!queue_.empty()) StartTransmit();
+      return;
+    }
     const Time arrival = net_.loop_.now() + delay_;
     wire_.push_back(InFlight{arrival, std::move(in_tx_)});
     if (!arrival_.pending()) arrival_.ScheduleAt(arrival);
@@ -144,6 +156,8 @@ class Network::Port {
   Duration delay_;
   int64_t queue_limit_;
   bool up_;
+  bool usable_ = true;
+  bool silent_ = false;
   int64_t queued_bytes_ = 0;
   RingBuffer<PacketPtr> queue_;
   PacketPtr in_tx_;
@@ -198,6 +212,12 @@ void Network::SetLinkUp(LinkId link, bool up) {
   ports_[link]->SetUp(up);
 }
 
+void Network::SetLinkSilentFailure(LinkId link, bool failed) {
+  ports_[link]->set_silent_failure(failed);
+}
+
+void Network::SetLinkUsable(LinkId link, bool usable) { ports_[link]->set_usable(usable); }
+
 void Network::SetLinkCapacity(LinkId link, DataRate capacity) {
   topology_.mutable_link(link).params.capacity = capacity;
   ports_[link]->SetCapacity(capacity);
@@ -245,7 +265,7 @@ void Network::Forward(NodeId node, PacketPtr p) {
   const NodeId target = route_target_[p->dst];
   LinkId out = kNoLink;
   if (const LinkId up = stub_uplink_[node]; up != kNoLink) {
-    if (ports_[up]->up()) out = up;
+    if (ports_[up]->forwardable()) out = up;
   } else if (node == target) {
     out = last_hop_link_[p->dst];
   } else if (const RoutingTables* t = tables_[p->traffic_class % kClasses].get();
@@ -260,7 +280,7 @@ void Network::Forward(NodeId node, PacketPtr p) {
 }
 
 double Network::Weight(const NextHop& h, bool by_queue) const {
-  if (!ports_[h.link]->up()) return 0;
+  if (!ports_[h.link]->forwardable()) return 0;
   if (!by_queue || forwarding_.queue_bias_bytes <= 0) return h.weight;
   return h.weight / (1.0 + static_cast<double>(ports_[h.link]->queued_bytes()) /
                                static_cast<double>(forwarding_.queue_bias_bytes));
@@ -284,7 +304,7 @@ LinkId Network::PickByWeight(absl::Span<const NextHop> hops, double u, bool by_q
 
 LinkId Network::ChooseNextHop(NodeId node, const Packet& p, absl::Span<const NextHop> hops) {
   if (hops.empty()) return kNoLink;
-  if (hops.size() == 1) return ports_[hops[0].link]->up() ? hops[0].link : kNoLink;
+  if (hops.size() == 1) return ports_[hops[0].link]->forwardable() ? hops[0].link : kNoLink;
   switch (forwarding_.mode) {
     case ForwardingMode::kPerFlow: {
       const uint64_t h = Random::Hash(p.flow_id ^ node_salt_[node]);
@@ -301,7 +321,7 @@ LinkId Network::ChooseNextHop(NodeId node, const Packet& p, absl::Span<const Nex
       const bool fresh = e.flow_id == key && e.last_seen.count() >= 0 &&
                          now - e.last_seen <= forwarding_.flowlet_gap;
       bool valid = false;
-      if (fresh && ports_[e.link]->up()) {
+      if (fresh && ports_[e.link]->forwardable()) {
         for (const NextHop& nh : hops) valid |= nh.link == e.link;
       }
       if (!valid) {

@@ -55,7 +55,14 @@ struct NetworkConfig {
   uint8_t initial_hop_limit = 64;
 };
 
-enum class DropReason : uint8_t { kQueueFull, kLinkDown, kHopLimit, kNoRoute, kCount };
+enum class DropReason : uint8_t {
+  kQueueFull,
+  kLinkDown,
+  kHopLimit,
+  kNoRoute,
+  kSilentFailure,  // lost on a link that fails without losing carrier
+  kCount
+};
 std::string_view DropReasonName(DropReason r);
 
 // Counters of one directed link.
@@ -98,9 +105,7 @@ class Network {
   // Installs a table set for all forwarders, for one traffic class or all of them. Tables must
   // cover topology().Destinations().
   void InstallTables(std::shared_ptr<const RoutingTables> tables, int traffic_class = kAllClasses);
-  const RoutingTables* tables(int traffic_class = 0) const {
-    return tables_[traffic_class].get();
-  }
+  const RoutingTables* tables(int traffic_class = 0) const { return tables_[traffic_class].get(); }
 
   // Sends a packet from `node` (its src); it is forwarded like any other packet there.
   void Send(NodeId node, PacketPtr p);
@@ -112,6 +117,12 @@ class Network {
   // at once (loss of carrier); remote nodes keep it until new tables arrive.
   void SetLinkUp(LinkId link, bool up);
   void SetLinkCapacity(LinkId link, DataRate capacity);
+  // A gray failure: the link loses every packet it carries but keeps carrier, so nothing
+  // local notices; only missed probes tell.
+  void SetLinkSilentFailure(LinkId link, bool failed);
+  // The forwarder at the link's tail stops (or resumes) choosing it: its own liveness verdict
+  // (missed probes), taken at once, before any controller reacts.
+  void SetLinkUsable(LinkId link, bool usable);
   // The topology as the network sees it now (link states and capacities included).
   const Topology& current() const { return topology_; }
 
@@ -144,11 +155,11 @@ class Network {
   NetworkConfig config_;
   ForwardingConfig forwarding_;
   PacketPool pool_;
-  std::vector<std::unique_ptr<Port>> ports_;  // by LinkId
-  std::vector<NodeId> route_target_;          // by node
-  std::vector<LinkId> last_hop_link_;         // by host: the link from its switch to it
-  std::vector<LinkId> stub_uplink_;           // by node: a stub host's only link, or kNoLink
-  std::vector<uint64_t> node_salt_;           // per-node hash salt for per-flow choice
+  std::vector<std::unique_ptr<Port>> ports_;         // by LinkId
+  std::vector<NodeId> route_target_;                 // by node
+  std::vector<LinkId> last_hop_link_;                // by host: the link from its switch to it
+  std::vector<LinkId> stub_uplink_;                  // by node: a stub host's only link, or kNoLink
+  std::vector<uint64_t> node_salt_;                  // per-node hash salt for per-flow choice
   std::vector<std::vector<FlowletEntry>> flowlets_;  // by node, when kPerFlowlet
   std::array<std::shared_ptr<const RoutingTables>, kClasses> tables_;
   std::array<int64_t, static_cast<int>(DropReason::kCount)> drops_{};

@@ -88,8 +88,7 @@ absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicyS
 
   ConfigContext cfg{fmt::format("{}: policies.{}", scenario.path, policy.name), scenario.base_dir,
                     &scenario.topology};
-  ASSIGN_OR_RETURN(ControlPlanePtr control,
-                   CreatePolicyControlPlane(policy, cfg));
+  ASSIGN_OR_RETURN(ControlPlanePtr control, CreatePolicyControlPlane(policy, cfg));
 
   std::vector<WorkloadPtr> workloads;
   std::vector<Random> workload_rngs;
@@ -113,10 +112,17 @@ absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicyS
       continue;
     }
     auto apply = [&net, &control, &scenario, links, e] {
+      if (e.kind == TimedEvent::Kind::kSilentFailure ||
+          e.kind == TimedEvent::Kind::kSilentRecovery) {
+        for (LinkId l : links) {
+          net.SetLinkSilentFailure(l, e.kind == TimedEvent::Kind::kSilentFailure);
+        }
+        return;  // carrier stays: no control plane hears of it
+      }
       for (LinkId l : links) {
         if (e.kind == TimedEvent::Kind::kCapacity) {
-          net.SetLinkCapacity(l, scenario.topology.link(l).params.capacity.Scaled(
-                                     e.capacity_fraction));
+          net.SetLinkCapacity(
+              l, scenario.topology.link(l).params.capacity.Scaled(e.capacity_fraction));
         } else {
           net.SetLinkUp(l, e.kind == TimedEvent::Kind::kLinkUp);
         }
@@ -152,7 +158,8 @@ absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicyS
   while (!all_done && loop.now() < limit) {
     loop.RunUntil(std::min(limit, loop.now() + Milliseconds(1)));
     if (options.on_progress) {
-      options.on_progress(RunProgress{policy.name, loop.now(), scenario.duration, loop.events_run()});
+      options.on_progress(
+          RunProgress{policy.name, loop.now(), scenario.duration, loop.events_run()});
     }
   }
 

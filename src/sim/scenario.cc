@@ -38,15 +38,22 @@ absl::StatusOr<TimedEvent> ReadEvent(YamlReader& r, const Topology& topo) {
   TimedEvent e;
   ASSIGN_OR_RETURN(e.at, r.RequiredDuration("at"));
   std::vector<std::string> kinds;
-  for (const char* k : {"link_down", "link_up", "capacity", "load"}) {
+  for (const char* k :
+       {"link_down", "link_up", "link_fail_silent", "link_recover_silent", "capacity", "load"}) {
     if (r.Has(k)) kinds.push_back(k);
   }
   if (kinds.size() != 1) {
-    return r.Error("", "an event needs exactly one of link_down, link_up, capacity, load");
+    return r.Error("",
+                   "an event needs exactly one of link_down, link_up, link_fail_silent, "
+                   "link_recover_silent, capacity, load");
   }
   const std::string& kind = kinds[0];
-  if (kind == "link_down" || kind == "link_up") {
-    e.kind = kind == "link_down" ? TimedEvent::Kind::kLinkDown : TimedEvent::Kind::kLinkUp;
+  if (kind == "link_down" || kind == "link_up" || kind == "link_fail_silent" ||
+      kind == "link_recover_silent") {
+    e.kind = kind == "link_down"          ? TimedEvent::Kind::kLinkDown
+             : kind == "link_up"          ? TimedEvent::Kind::kLinkUp
+             : kind == "link_fail_silent" ? TimedEvent::Kind::kSilentFailure
+                                          : TimedEvent::Kind::kSilentRecovery;
     ASSIGN_OR_RETURN(auto cable, ReadCable(r, kind, topo));
     std::tie(e.a, e.b) = cable;
     RETURN_IF_ERROR(r.CheckNoUnknownKeys());
@@ -85,9 +92,9 @@ absl::Status ReadPolicyKeys(YamlReader& r, PolicySpec& p) {
   p.forwarding.mode = *parsed;
   ASSIGN_OR_RETURN(p.forwarding.flowlet_gap,
                    r.OptionalDuration("flowlet_gap", p.forwarding.flowlet_gap, Bounds::Positive()));
-  ASSIGN_OR_RETURN(p.forwarding.queue_bias_bytes,
-                   r.OptionalSize("queue_bias", p.forwarding.queue_bias_bytes,
-                                  Bounds::NonNegative()));
+  ASSIGN_OR_RETURN(
+      p.forwarding.queue_bias_bytes,
+      r.OptionalSize("queue_bias", p.forwarding.queue_bias_bytes, Bounds::NonNegative()));
   return absl::OkStatus();
 }
 

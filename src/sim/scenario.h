@@ -22,7 +22,9 @@ namespace dar::sim {
 // A change to the network at a point in simulated time. Link events apply to both directions
 // of the cable between `a` and `b`.
 struct TimedEvent {
-  enum class Kind { kLinkDown, kLinkUp, kCapacity, kLoadRamp };
+  // kSilentFailure / kSilentRecovery: a gray failure that keeps carrier (no control plane is
+  // told; only probes can notice).
+  enum class Kind { kLinkDown, kLinkUp, kCapacity, kLoadRamp, kSilentFailure, kSilentRecovery };
   Kind kind = Kind::kLinkDown;
   Time at{0};
   NodeId a = kNoNode;

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 #include <numeric>
+#include <sstream>
 
 #include "core/random.h"
 #include "fmt/format.h"
@@ -100,7 +100,8 @@ TEST(ScenarioTest, SprayingBeatsEcmpOnAPermutation) {
     return x / 4 == i / 4;
   }));
   std::string transfers;
-  for (int i = 0; i < 16; ++i) transfers += fmt::format("      - {{src: h{}, dst: h{}}}\n", i, perm[i]);
+  for (int i = 0; i < 16; ++i)
+    transfers += fmt::format("      - {{src: h{}, dst: h{}}}\n", i, perm[i]);
   const std::string text = fmt::format(R"(
 name: permutation
 duration_ms: 1

@@ -53,9 +53,9 @@ struct Transport::Flow {
   Time rack_xmit{-1};  // send time of the most recently sent segment known delivered
   Duration rack_rtt{0};
   int reo_wnd_mult = 1;
-  Time last_cut{-1};  // losses of segments sent before this do not cut the window again
+  Time last_cut{-1};           // losses of segments sent before this do not cut the window again
   double cwnd_before_cut = 0;  // restored if the cut's loss proves spurious
-  double alpha = 0;   // DCTCP's estimate of the marked fraction
+  double alpha = 0;            // DCTCP's estimate of the marked fraction
   int64_t window_acked = 0;
   int64_t window_marked = 0;
   int rto_backoff = 1;

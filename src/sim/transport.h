@@ -89,8 +89,7 @@ class Transport {
   // Starts sending `bytes` from host `src` to host `dst`; `on_done` runs when the receiver has
   // every byte. Returns the message id (dense, from 0).
   // REQUIRES: bytes > 0; src and dst are hosts with exactly one link, src != dst.
-  uint64_t Send(NodeId src, NodeId dst, int64_t bytes, uint8_t traffic_class,
-                DoneCallback on_done);
+  uint64_t Send(NodeId src, NodeId dst, int64_t bytes, uint8_t traffic_class, DoneCallback on_done);
 
   const TransportCounters& counters() const { return counters_; }
   const FlowCounters& flow_counters(uint64_t id) const { return flow_counters_[id]; }

@@ -117,8 +117,7 @@ TEST(TransportTest, SurvivesALinkFailureWhenAnotherPathRemains) {
   const Topology topo = FatTree(ft);
   Harness h(topo, ForwardingMode::kPerFlow);
   ControlContext ctx{h.loop, h.net, h.rng};
-  LinkStateRouting routing(*Registry<TablePolicy>::Find("ecmp"),
-                           LinkStateConfig{Milliseconds(1)});
+  LinkStateRouting routing(*Registry<TablePolicy>::Find("ecmp"), LinkStateConfig{Milliseconds(1)});
   routing.Start(ctx);
   const NodeId src = *topo.FindNode("h0");
   const NodeId dst = *topo.FindNode("h15");

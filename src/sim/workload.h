@@ -1,9 +1,9 @@
 // Workloads: the traffic a scenario puts on the network, and the metrics it reports.
 //
 // A workload is built from its YAML block by a factory registered under its `type` name
-// (REGISTER_WORKLOAD below, through core/registry.h), so adding one touches no central list. The runner calls Start()
-// once, then runs the event loop; a workload generates messages through the Transport and
-// records what its users would measure.
+// (REGISTER_WORKLOAD below, through core/registry.h), so adding one touches no central list. The
+// runner calls Start() once, then runs the event loop; a workload generates messages through the
+// Transport and records what its users would measure.
 #ifndef DAR_SIM_WORKLOAD_H_
 #define DAR_SIM_WORKLOAD_H_
 
@@ -65,7 +65,7 @@ absl::StatusOr<WorkloadPtr> CreateWorkload(const YAML::Node& node, const ConfigC
 }  // namespace dar::sim
 
 // Registers a workload factory under `type`, at namespace scope in a .cc file.
-#define REGISTER_WORKLOAD(type, factory)                                    \
+#define REGISTER_WORKLOAD(type, factory)                                     \
   static const ::dar::Registration<::dar::sim::WorkloadFactory> DAR_CONCAT_( \
       dar_workload_reg_, __LINE__)(type, factory)
 
