@@ -166,13 +166,11 @@ bool DiffusionEngine::Relax(const DestState& d, int32_t v, absl::Span<const doub
       z += row_[i].weight;
     }
     phi = m - t * std::log(z);
-    // Every neighbour below the new potential stays a next hop, so traffic pinned to one (a
-    // flow, a flowlet) never has to move while it stays downhill; one far costlier than the
-    // best gets only the floor share, min_weight, of new traffic. The best neighbour always
-    // stays (the potential is then lifted just above it).
+    // Every downhill neighbour (settled earlier) stays a next hop, so traffic pinned to one (a
+    // flow, a flowlet) never has to move while the settling order holds; one far costlier
+    // than the best gets only the floor share, min_weight, of new traffic. The potential is
+    // then lifted above any next hop it would fall below (ClampAboveNextHops).
     for (size_t i = 0; i < row_.size(); ++i) {
-      const bool best = x_[i] == m;
-      if (!best && !(d.phi[link_dst_core_[row_[i].link]] < phi)) continue;
       const double w = std::max(row_[i].weight / z, config_.min_weight);
       total += w;
       row_[kept++] = NextHop{row_[i].link, w};

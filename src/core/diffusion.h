@@ -10,9 +10,10 @@
 // (The soft minimum is the free energy of entropy-regularised routing: Akamatsu 1996;
 // Saerens et al., "Randomized shortest-path problems", Neural Computation 2009.)
 //
-// Next hops. A node's next hops toward d are the neighbours settled before it whose potential
-// is below its own, weighted w(u) ~ exp(-(c(v,u) + phi(u) - phi(v)) / T): traffic spreads over
-// near-equal paths and avoids costly ones; no share falls below `min_weight`. Settling order is a
+// Next hops. A node's next hops toward d are the neighbours settled before it, weighted
+// w(u) ~ exp(-(c(v,u) + phi(u) - phi(v)) / T): traffic spreads over near-equal paths and
+// avoids costly ones; no share falls below `min_weight`, so the set of next hops changes only
+// when the settling order does and pinned flows rarely have to move. Settling order is a
 // strict total order and every next hop was settled earlier, so phi strictly decreases along every
 // next hop (the engine enforces phi(v) > phi(u) for each next hop u): tables are loop-free by
 // construction, and every node that can reach d has a next hop.
@@ -43,10 +44,9 @@ struct DiffusionConfig {
   // Soft-minimum temperature, in cost units (a hop costs about 1). Larger spreads traffic over
   // paths that are further from the cheapest; 0 splits only over exactly equal paths.
   double temperature = 0.5;
-  // The smallest share a next hop gets. Every neighbour below a node's potential stays a next
-  // hop — so traffic pinned to one (a flow, a flowlet) is never moved while it stays
-  // downhill — but one far costlier than the best carries only about this share of new
-  // traffic.
+  // The smallest share a next hop gets. Every downhill neighbour stays a next hop — so traffic
+  // pinned to one (a flow, a flowlet) is not moved while the order holds — but one far
+  // costlier than the best carries only about this share of new traffic.
   double min_weight = 0.001;
   // A node keeps its previous next hops and weights while they are all still downhill and the
   // new weights differ from them by less than this (sum of absolute differences).

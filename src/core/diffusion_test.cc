@@ -104,8 +104,8 @@ TEST(DiffusionTest, SoftMinSpreadsOverNearEqualPathsOnly) {
   const double expect = -0.5 * std::log(std::exp(-2 / 0.5) + std::exp(-2.2 / 0.5));
   EXPECT_NEAR(engine.Potential(g.t, g.s), expect, 1e-6);
   EXPECT_LT(engine.Potential(g.t, g.s), 2.0);
-  // s -> b now costs 4 but b is close to t (0.2): b is below s's potential, so it stays a
-  // next hop (a flow pinned to it need not move), its share e^-4.4 floored at min_weight.
+  // s -> b now costs 4 but b is close to t (0.2), so still downhill: it stays a next hop (a
+  // flow pinned to it need not move), its share e^-4.4 floored at min_weight.
   costs[g.sb] = 4;
   costs[g.bt] = 0.2;
   engine.ComputeAll(costs);
