@@ -121,6 +121,7 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
     s.rank.assign(cores, -1);
     s.dist.assign(cores, kInf);
     s.phi.assign(cores, kInf);
+    s.psi.assign(cores, kInf);
     dests_.push_back(std::move(s));
   }
   rows_.resize(cores);
@@ -137,7 +138,7 @@ bool DiffusionEngine::Relax(const DestState& d, int32_t v, absl::Span<const doub
   for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1]; ++i) {
     const Arc& a = out_[i];
     if (!Downhill(d, v, a, costs)) continue;
-    const double x = costs[a.link] + d.phi[a.node];
+    const double x = costs[a.link] + d.psi[a.node];
     m = std::min(m, x);
     dist = std::min(dist, costs[a.link] + d.dist[a.node]);
     row_.push_back(NextHop{a.link, 0});
@@ -238,14 +239,16 @@ void DiffusionEngine::Settle(DestState& d, absl::Span<const double> costs) {
 }
 
 bool DiffusionEngine::SoftPass(DestState& d, absl::Span<const double> costs, bool check_order) {
+  std::fill(d.psi.begin(), d.psi.end(), kInf);
   std::fill(d.phi.begin(), d.phi.end(), kInf);
+  d.psi[d.core] = 0;
   d.phi[d.core] = 0;
   for (size_t i = 1; i < d.order.size(); ++i) {
     const int32_t v = d.order[i];
     double phi, dist;
     if (!Relax(d, v, costs, phi, dist)) return false;  // lost every downhill neighbour
     d.dist[v] = dist;
-    d.phi[v] = phi;
+    d.psi[v] = phi;
     rows_[v] = row_;
   }
   if (!check_order) return true;
@@ -287,7 +290,7 @@ void DiffusionEngine::ComputeDestination(DestState& d, absl::Span<const double> 
     const int32_t v = d.order[i];
     row_.swap(rows_[v]);
     if (ApplyHysteresis(d, v, costs)) ++stats_.route_changes;
-    d.phi[v] = ClampAboveNextHops(d, d.phi[v]);
+    d.phi[v] = ClampAboveNextHops(d, d.psi[v]);
     row_.swap(rows_[v]);
   }
   // Rows of nodes that can no longer reach d vanish; count them as changes too.
@@ -323,10 +326,13 @@ bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
     if (ApplyHysteresis(d, v, costs)) ++stats_.route_changes;
     rows_[v] = row_;
     d.dist[v] = dist;
-    const double old = d.phi[v];
-    phi = ClampAboveNextHops(d, phi);
-    d.phi[v] = phi;
-    if (std::abs(phi - old) <= 1e-12 * std::max(1.0, std::abs(old))) continue;
+    const double old_psi = d.psi[v], old_phi = d.phi[v];
+    d.psi[v] = phi;
+    d.phi[v] = ClampAboveNextHops(d, phi);
+    auto same = [](double a, double b) {
+      return std::abs(a - b) <= 1e-12 * std::max(1.0, std::abs(b));
+    };
+    if (same(d.psi[v], old_psi) && same(d.phi[v], old_phi)) continue;
     if (!forwards_[v]) continue;  // nobody goes through a host
     for (uint32_t i = in_begin_[v]; i < in_begin_[v + 1]; ++i) {
       if (d.rank[in_[i].node] > d.rank[v]) push(in_[i].node);

@@ -2,21 +2,23 @@
 // node, weighted next hops that only go downhill.
 //
 // Potentials. For destination d, nodes are settled in order of their cheapest-path cost to d
-// (a Dijkstra pass over the link costs), and each node's potential relaxes as a soft minimum
-// over the neighbours settled before it:
-//     phi(d) = 0,   phi(v) = -T ln sum_u exp(-(c(v,u) + phi(u)) / T)
-// so phi(v) sits a little below the cheapest (c + phi) when several near-equal ways lead on,
+// (a Dijkstra pass over the link costs), and each node relaxes to a soft minimum over the
+// neighbours settled before it:
+//     psi(d) = 0,   psi(v) = -T ln sum_u exp(-(c(v,u) + psi(u)) / T)
+// so psi(v) sits a little below the cheapest (c + psi) when several near-equal ways lead on,
 // and equals it when one way is clearly best. T = 0 is the shortest-path special case.
 // (The soft minimum is the free energy of entropy-regularised routing: Akamatsu 1996;
 // Saerens et al., "Randomized shortest-path problems", Neural Computation 2009.)
 //
 // Next hops. A node's next hops toward d are the neighbours settled before it, weighted
-// w(u) ~ exp(-(c(v,u) + phi(u) - phi(v)) / T): traffic spreads over near-equal paths and
-// avoids costly ones; no share falls below `min_weight`, so the set of next hops changes only
-// when the settling order does and pinned flows rarely have to move. Settling order is a
-// strict total order and every next hop was settled earlier, so phi strictly decreases along every
-// next hop (the engine enforces phi(v) > phi(u) for each next hop u): tables are loop-free by
-// construction, and every node that can reach d has a next hop.
+// w(u) ~ exp(-(c(v,u) + psi(u) - psi(v)) / T), where psi is the soft minimum above: traffic
+// spreads over near-equal paths and avoids costly ones; no share falls below `min_weight`, so
+// the set of next hops changes only when the settling order does and pinned flows rarely have
+// to move. The potential reported and checked, phi, is psi lifted (in settling order) just
+// above the phi of every next hop, so it strictly decreases along every forwarding path. Settling
+// order is a strict total order and every next hop was settled earlier, so phi strictly decreases
+// along every next hop (the engine enforces phi(v) > phi(u) for each next hop u): tables are
+// loop-free by construction, and every node that can reach d has a next hop.
 //
 // Incremental updates. A cost change on a link re-relaxes, per destination, only the nodes
 // upstream of that link whose potential moves; a destination is recomputed whole only when
@@ -100,7 +102,8 @@ class DiffusionEngine {
     std::vector<int32_t> order;  // core indices in settling order, d first
     std::vector<int32_t> rank;   // by core index: position in order; -1 = cannot reach
     std::vector<double> dist;    // cheapest-path cost
-    std::vector<double> phi;     // potential
+    std::vector<double> psi;    // soft minimum (free energy): what the weights come from
+    std::vector<double> phi;    // potential: psi lifted just above every next hop's phi
     DestinationTablePtr table;
   };
   class MinHeap;
