@@ -162,17 +162,18 @@ bool DiffusionEngine::Relax(const DestState& d, int32_t v, absl::Span<const doub
   } else {
     double z = 0;
     for (size_t i = 0; i < row_.size(); ++i) {
-      const double excess = x_[i] - m;
-      row_[i].weight = excess == 0 ? 1.0 : std::exp(static_cast<float>(-excess / t));
+      row_[i].weight = std::exp(-(x_[i] - m) / t);  // the best is exactly 1
       z += row_[i].weight;
     }
     phi = m - t * std::log(z);
     // Every downhill neighbour (settled earlier) stays a next hop, so traffic pinned to one (a
     // flow, a flowlet) never has to move while the settling order holds; one far costlier
-    // than the best gets only the floor share, min_weight, of new traffic. The potential is
-    // then lifted above any next hop it would fall below (ClampAboveNextHops).
+    // than the best is floored at min_weight before the final normalisation. The potential
+    // is then lifted above any next hop it would fall below (ClampAboveNextHops). With
+    // min_weight 0, a share that underflows to 0 is dropped.
     for (size_t i = 0; i < row_.size(); ++i) {
       const double w = std::max(row_[i].weight / z, config_.min_weight);
+      if (w <= 0) continue;
       total += w;
       row_[kept++] = NextHop{row_[i].link, w};
     }
@@ -189,9 +190,8 @@ double DiffusionEngine::ClampAboveNextHops(const DestState& d, double phi) const
 
 bool DiffusionEngine::ApplyHysteresis(const DestState& d, int32_t v,
                                       absl::Span<const double> costs) {
-  const absl::Span<const NextHop> prev =
-      d.table == nullptr ? absl::Span<const NextHop>() : d.table->At(node_of_[v]);
   if (d.table == nullptr) return false;  // a first table changes no route
+  const absl::Span<const NextHop> prev = d.table->At(node_of_[v]);
   if (prev.empty()) return !row_.empty();
   // Both rows are in link-id order (the order of the node's out-links): merge them.
   bool still_downhill = true;
@@ -275,7 +275,9 @@ void DiffusionEngine::ComputeDestination(DestState& d, absl::Span<const double> 
   for (std::vector<NextHop>& r : rows_) r.clear();
   const bool warm = !reorder && !d.order.empty() && SoftPass(d, costs, /*check_order=*/true);
   if (!warm) {
-    for (std::vector<NextHop>& r : rows_) r.clear();
+    if (!reorder && !d.order.empty()) {
+      for (std::vector<NextHop>& r : rows_) r.clear();  // the failed warm pass wrote some
+    }
     Settle(d, costs);
     const bool ok = SoftPass(d, costs, /*check_order=*/false);
     assert(ok);  // every settled node was reached through a downhill neighbour
@@ -320,6 +322,18 @@ bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
     double phi, dist;
     if (!Relax(d, v, costs, phi, dist)) {
       ok = false;  // no downhill neighbour left: the order must change
+      break;
+    }
+    // A rise in v's cost to d may make a neighbour settled after v the cheaper way on: then
+    // the order is wrong and d is recomputed whole.
+    bool reordered = false;
+    for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1] && !reordered; ++i) {
+      const Arc& a = out_[i];
+      if (d.rank[a.node] <= d.rank[v] || (!forwards_[a.node] && a.node != d.core)) continue;
+      reordered = costs[a.link] + d.dist[a.node] < dist - 1e-9 * std::max(1.0, dist);
+    }
+    if (reordered) {
+      ok = false;
       break;
     }
     ++stats_.nodes_relaxed;

@@ -21,8 +21,9 @@
 // loop-free by construction, and every node that can reach d has a next hop.
 //
 // Incremental updates. A cost change on a link re-relaxes, per destination, only the nodes
-// upstream of that link whose potential moves; a destination is recomputed whole only when
-// the change could reorder it (a new shortcut, or a node left without a downhill neighbour).
+// upstream of that link whose potential moves; a destination is recomputed whole when the
+// change could reorder it (a new shortcut, a relaxed node now cheaper through a neighbour
+// settled after it, or a node left without a downhill neighbour).
 // Hysteresis keeps a node's previous next hops while the new weights differ little, so noise
 // in the costs does not make routes flap.
 //
@@ -102,8 +103,8 @@ class DiffusionEngine {
     std::vector<int32_t> order;  // core indices in settling order, d first
     std::vector<int32_t> rank;   // by core index: position in order; -1 = cannot reach
     std::vector<double> dist;    // cheapest-path cost
-    std::vector<double> psi;    // soft minimum (free energy): what the weights come from
-    std::vector<double> phi;    // potential: psi lifted just above every next hop's phi
+    std::vector<double> psi;     // soft minimum (free energy): what the weights come from
+    std::vector<double> phi;     // potential: psi lifted just above every next hop's phi
     DestinationTablePtr table;
   };
   class MinHeap;

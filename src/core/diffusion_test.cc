@@ -199,6 +199,53 @@ TEST(DiffusionTest, IncrementalUpdateMatchesFullRecompute) {
   }
 }
 
+// Regression: a cost rise on a downhill link can make a node cheaper through a neighbour
+// settled after it. The incremental update must notice and reorder, not keep the old way.
+TEST(DiffusionTest, IncrementalUpdateReordersWhenACostRises) {
+  Topology topo;
+  const NodeId d = topo.AddNode("d", NodeKind::kSwitch);
+  const NodeId s = topo.AddNode("s", NodeKind::kSwitch);
+  const NodeId w = topo.AddNode("w", NodeKind::kSwitch);
+  const LinkId sd = topo.AddDuplexLink(s, d, LinkParams()).first;
+  topo.AddDuplexLink(w, d, LinkParams());
+  topo.AddDuplexLink(s, w, LinkParams());
+  std::vector<double> costs(topo.num_links(), 1.0);
+  costs[topo.FindLink(s, w)] = costs[topo.FindLink(w, s)] = 0.5;
+  DiffusionConfig config;
+  config.hysteresis = 0;
+  DiffusionEngine incremental(topo, config);
+  incremental.ComputeAll(costs);
+  costs[sd] = 10;
+  const LinkId changed[] = {sd};
+  incremental.Update(costs, changed);
+  DiffusionEngine full(topo, config);
+  full.ComputeAll(costs);
+  EXPECT_NEAR(incremental.Potential(d, s), full.Potential(d, s), 1e-9);
+  const auto hops = incremental.Tables(2).Lookup(s, d);
+  ASSERT_FALSE(hops.empty());
+  double via_w = 0;
+  for (const NextHop& h : hops) {
+    if (h.link == topo.FindLink(s, w)) via_w = h.weight;
+  }
+  EXPECT_GT(via_w, 0.99);
+}
+
+// min_weight 0: a share that underflows to 0 is dropped, never emitted as a 0 weight.
+TEST(DiffusionTest, ZeroMinWeightNeverEmitsZeroWeights) {
+  Diamond g;
+  DiffusionConfig config;
+  config.min_weight = 0;
+  config.temperature = 0.01;
+  DiffusionEngine engine(g.topo, config);
+  std::vector<double> costs = UniformCosts(g.topo);
+  costs[g.sb] = 50;
+  costs[g.bt] = 0.01;
+  engine.ComputeAll(costs);
+  const RoutingTables t = engine.Tables(1);
+  EXPECT_TRUE(ValidateTables(g.topo, t).ok()) << ValidateTables(g.topo, t).ToStatus();
+  for (const NextHop& h : t.Lookup(g.s, g.t)) EXPECT_GT(h.weight, 0);
+}
+
 TEST(DiffusionTest, UnaffectedDestinationsKeepTheirTables) {
   FatTreeParams p;
   p.k = 8;

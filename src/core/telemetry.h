@@ -218,6 +218,9 @@ class LinkMonitor {
   // REQUIRES: config.Validate().ok().
   explicit LinkMonitor(const LinkMonitorConfig& config);
 
+  // The link's capacity changed (a port speed change): utilisation is measured against it.
+  void set_capacity(DataRate capacity) { config_.capacity = capacity; }
+
   // Probe `seq` left at `t1` (our clock). REQUIRES: seqs increase from call to call.
   void OnProbeSent(uint64_t seq, Time t1);
 

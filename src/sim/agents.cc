@@ -35,6 +35,7 @@ void SimAgents::Tick() {
   ++seq_;
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const LinkCounters& c = net_.counters(l);
+    monitors_[l].set_capacity(topo.link(l).params.capacity);  // the port's speed now
     monitors_[l].OnCounters(now, c.tx_bytes, net_.QueuedBytes(l));
     batch.samples[l] = monitors_[l].Sample(now);
     // Liveness from probes counts only once the link has answered at all (a long link's

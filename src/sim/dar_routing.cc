@@ -91,7 +91,8 @@ LinkState DarRouting::StateOf(LinkId l) const {
   s.propagation = link.params.delay;
   // Probes rule a link out only once it has answered at all.
   const bool probes_say_down = !last_[l].up && last_[l].rtt_smoothed.count() > 0;
-  s.up = link.up && !known_down_[l] && !probes_say_down;
+  // Carrier loss reaches the controller report_delay after it happens (known_down_).
+  s.up = !known_down_[l] && !probes_say_down;
   s.loss = last_[l].loss;
   const Forecaster& f = forecasts_[l];
   const double predicted =

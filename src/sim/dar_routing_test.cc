@@ -57,7 +57,7 @@ double SteadyChangesPerCycle(double hysteresis, double min_cost_change) {
 }
 
 TEST(DarRoutingTest, RoutesHoldStillOnASteadyNetwork) {
-  const double calm = SteadyChangesPerCycle(0.3, 0.2);  // the defaults
+  const double calm = SteadyChangesPerCycle(0.3, 0.05);  // the defaults
   const double jumpy = SteadyChangesPerCycle(0, 0);
   std::printf("route changes per cycle on a steady network: %.3f with hysteresis, %.3f without\n",
               calm, jumpy);
@@ -118,8 +118,8 @@ policies:
   EXPECT_GT(ecmp["drops_by_reason"]["silent_failure"].get<int64_t>(), 0);
   EXPECT_TRUE(dar["completed"].get<bool>());
   EXPECT_EQ(dar["transfers_completed"], 1);
-  EXPECT_GE(dar["local_liveness_changes"].get<int64_t>(), 2);  // both directions
-  EXPECT_GT(dar["drops_by_reason"]["silent_failure"].get<int64_t>(), 0);
+  EXPECT_GE(dar["local_liveness_changes"].get<int64_t>(), 2);             // both directions
+  EXPECT_GT(dar["drops_by_reason"]["silent_failure"].get<int64_t>(), 0);  // data, not probes
   // 16 ms of data at line rate; the failure costs about three probe periods more, not tens.
   EXPECT_LT(dar["completion_mean_s"].get<double>(), 0.030);
   EXPECT_EQ(dar["routing_loops"], 0);

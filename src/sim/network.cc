@@ -238,6 +238,10 @@ void Network::Drop(PacketPtr p, DropReason r, LinkId link) {
     ++filler_drops_;
     return;
   }
+  if (p->kind == PacketKind::kProbe || p->kind == PacketKind::kProbeReply) {
+    ++probe_drops_;  // the agents' own traffic: not counted against the policy
+    return;
+  }
   ++drops_[static_cast<int>(r)];
   if (link != kNoLink) ++ports_[link]->mutable_counters().drops;
   if (on_drop_) on_drop_(*p, r);
@@ -321,7 +325,7 @@ LinkId Network::ChooseNextHop(NodeId node, const Packet& p, absl::Span<const Nex
       const bool fresh = e.flow_id == key && e.last_seen.count() >= 0 &&
                          now - e.last_seen <= forwarding_.flowlet_gap;
       bool valid = false;
-      if (fresh && ports_[e.link]->forwardable()) {
+      if (fresh && e.link != kNoLink && ports_[e.link]->forwardable()) {
         for (const NextHop& nh : hops) valid |= nh.link == e.link;
       }
       if (!valid) {

@@ -131,6 +131,7 @@ class Network {
   int64_t drops(DropReason r) const { return drops_[static_cast<int>(r)]; }
   int64_t total_drops() const;
   int64_t filler_drops() const { return filler_drops_; }
+  int64_t probe_drops() const { return probe_drops_; }
 
  private:
   class Port;
@@ -164,6 +165,7 @@ class Network {
   std::array<std::shared_ptr<const RoutingTables>, kClasses> tables_;
   std::array<int64_t, static_cast<int>(DropReason::kCount)> drops_{};
   int64_t filler_drops_ = 0;
+  int64_t probe_drops_ = 0;
   ReceiveHandler on_receive_;
   DropHandler on_drop_;
   NicReadyHandler on_nic_ready_;

@@ -211,6 +211,23 @@ TEST(NetworkTest, FlowletRepicksOnlyAfterAGap) {
   EXPECT_LT(a2, 140);
 }
 
+// Regression: a flowlet whose pick failed (every next hop down) must not index a port with
+// kNoLink on the flow's next packet.
+TEST(NetworkTest, FlowletWithNoLiveNextHopDropsCleanly) {
+  const Topology topo = Diamond(LinkParams());
+  RawNetwork n(topo, ForwardingMode::kPerFlowlet);
+  n.net.SetLinkUp(topo.FindLink(2, 3), false);
+  n.net.SetLinkUp(topo.FindLink(2, 4), false);
+  n.Send(0, 1, 5, 100);
+  n.Send(0, 1, 5, 100);
+  n.loop.Run();
+  EXPECT_EQ(n.net.drops(DropReason::kNoRoute), 2);
+  n.net.SetLinkUp(topo.FindLink(2, 3), true);
+  n.Send(0, 1, 5, 100);
+  n.loop.Run();
+  EXPECT_EQ(n.received.size(), 1u);
+}
+
 TEST(NetworkTest, LoopingTableDropsAtHopLimit) {
   const Topology topo = Diamond(LinkParams());
   RawNetwork n(topo, ForwardingMode::kPerFlow);

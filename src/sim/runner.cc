@@ -21,7 +21,7 @@ class LinkLoadGenerator {
   static constexpr int32_t kPacketBytes = 1500;
 
   LinkLoadGenerator(Network& net, LinkId link, const TimedEvent& e)
-      : net_(net), link_(link), event_(e), timer_(net.loop(), [this] { Emit(); }) {
+      : net_(net), link_(link), event_(e), timer_(net.loop(), [this] { Emit(); }), last_(e.at) {
     timer_.ScheduleAt(e.at);
   }
 
@@ -33,28 +33,37 @@ class LinkLoadGenerator {
     return event_.load_from + (event_.load_to - event_.load_from) * x;
   }
 
+  // Every at most 100 us, adds the bytes the load allows for the time since the last call
+  // and sends whole packets of them, so a low or ramping rate is followed closely.
   void Emit() {
     const Time now = net_.loop().now();
     if (now >= event_.hold) return;
     const double load = std::clamp(LoadAt(now), 0.0, 1.0);
-    const DataRate capacity = net_.current().link(link_).params.capacity;
-    if (load <= 0 || capacity.is_zero()) {
-      timer_.ScheduleIn(Microseconds(100));
-      return;
+    const double bps = static_cast<double>(net_.current().link(link_).params.capacity.bps()) * load;
+    credit_ += bps / 8 * ToSeconds(now - last_);
+    last_ = now;
+    while (credit_ >= kPacketBytes) {
+      credit_ -= kPacketBytes;
+      PacketPtr p = net_.pool().Allocate();
+      p->kind = PacketKind::kFiller;
+      p->src = net_.current().link(link_).src;
+      p->dst = net_.current().link(link_).dst;
+      p->size_bytes = kPacketBytes;
+      net_.SendOnLink(link_, std::move(p));
     }
-    PacketPtr p = net_.pool().Allocate();
-    p->kind = PacketKind::kFiller;
-    p->src = net_.current().link(link_).src;
-    p->dst = net_.current().link(link_).dst;
-    p->size_bytes = kPacketBytes;
-    net_.SendOnLink(link_, std::move(p));
-    timer_.ScheduleIn(capacity.Scaled(load).TransmitTime(kPacketBytes));
+    Duration next = Microseconds(100);
+    if (bps > 0)
+      next = std::min(next,
+                      Duration(static_cast<int64_t>((kPacketBytes - credit_) * 8 / bps * 1e9) + 1));
+    timer_.ScheduleIn(next);
   }
 
   Network& net_;
   LinkId link_;
   TimedEvent event_;
   Timer timer_;
+  double credit_ = 0;  // bytes allowed and not yet sent
+  Time last_{0};
 };
 
 uint64_t StreamSeed(uint64_t seed, uint64_t stream) {

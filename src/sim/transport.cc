@@ -249,6 +249,7 @@ void Transport::OnAck(const Packet& p) {
       f.cwnd = f.cwnd_before_cut;
       f.ssthresh = std::max(f.ssthresh, f.cwnd_before_cut);
     }
+    f.cwnd_before_cut = 0;  // one undo per cut
   }
   const uint8_t st = f.state[p.seq];
   if (st == kAcked) return;
@@ -284,6 +285,7 @@ void Transport::OnAck(const Packet& p) {
     const double frac = static_cast<double>(f.window_marked) / f.window_acked;
     f.alpha = (1 - config_.dctcp_g) * f.alpha + config_.dctcp_g * frac;
     if (f.window_marked > 0) {
+      f.cwnd_before_cut = 0;  // congestion is real: a later spurious loss must not undo this
       f.cwnd = std::max<double>(f.mss, f.cwnd * (1 - f.alpha / 2));
       f.ssthresh = f.cwnd;
     }
@@ -362,6 +364,7 @@ void Transport::OnTimeout(Flow& f) {
   f.rack_timer.Cancel();
   f.ssthresh = std::max<double>(2.0 * f.mss, f.cwnd / 2);
   f.cwnd = f.mss;
+  f.cwnd_before_cut = 0;
   f.last_cut = net_.loop().now();
   f.rto_backoff = std::min(f.rto_backoff * 2, 64);
   MakeReady(f);
