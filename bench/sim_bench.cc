@@ -55,7 +55,8 @@ void BM_FatTreePermutation(benchmark::State& state) {
   for (int i = 0; i < 128; ++i) {
     if (perm[i] != i) transfers += fmt::format("      - {{src: h{}, dst: h{}}}\n", i, perm[i]);
   }
-  const char* policy = state.range(0) == 0 ? "ecmp" : "{name: spray, routing: ecmp, forwarding: per_packet}";
+  const char* policy =
+      state.range(0) == 0 ? "ecmp" : "{name: spray, routing: ecmp, forwarding: per_packet}";
   const std::string yaml = FatTree(8) + fmt::format(R"(
 duration_ms: 1
 workloads:

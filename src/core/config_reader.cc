@@ -387,7 +387,8 @@ std::string YamlReader::KnownKeys() const {
 absl::Status YamlReader::CheckNoUnknownKeys() const {
   if (!node_.IsMap()) return absl::OkStatus();
   for (const auto& entry : node_) {
-    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : DescribeYaml(entry.first);
+    const std::string key =
+        entry.first.IsScalar() ? entry.first.Scalar() : DescribeYaml(entry.first);
     if (!known_.contains(key)) {
       if (known_display_.empty()) return Error(key, "unknown key (this map takes no keys)");
       return Error(key, fmt::format("unknown key (known: {})", KnownKeys()));

@@ -30,8 +30,7 @@ struct NextHop {
 class DestinationTable {
  public:
   // Builds from per-node lists. REQUIRES: per_node.size() == number of nodes.
-  explicit DestinationTable(NodeId destination,
-                            const std::vector<std::vector<NextHop>>& per_node);
+  explicit DestinationTable(NodeId destination, const std::vector<std::vector<NextHop>>& per_node);
   // Builds from flat arrays: node v's next hops are hops[offsets[v] .. offsets[v+1]).
   // REQUIRES: offsets has one entry per node plus one, non-decreasing, ending at hops.size().
   DestinationTable(NodeId destination, std::vector<uint32_t> offsets, std::vector<NextHop> hops)

@@ -9,10 +9,10 @@
 #define DAR_CONCAT_(a, b) DAR_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                          \
-  do {                                                 \
-    ::absl::Status dar_status_ = (expr);               \
-    if (!dar_status_.ok()) return dar_status_;         \
+#define RETURN_IF_ERROR(expr)                  \
+  do {                                         \
+    ::absl::Status dar_status_ = (expr);       \
+    if (!dar_status_.ok()) return dar_status_; \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, Foo());` declares x from an absl::StatusOr, or returns its error.

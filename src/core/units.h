@@ -19,7 +19,9 @@ inline constexpr Duration Microseconds(int64_t n) { return Duration(n * 1000); }
 inline constexpr Duration Milliseconds(int64_t n) { return Duration(n * 1000 * 1000); }
 inline constexpr Duration Seconds(int64_t n) { return Duration(n * 1000 * 1000 * 1000); }
 // Rounds to the nearest nanosecond. For configuration input only, never on a hot path.
-inline constexpr Duration SecondsF(double s) { return Duration(static_cast<int64_t>(s * 1e9 + 0.5)); }
+inline constexpr Duration SecondsF(double s) {
+  return Duration(static_cast<int64_t>(s * 1e9 + 0.5));
+}
 inline constexpr double ToSeconds(Duration d) { return static_cast<double>(d.count()) * 1e-9; }
 
 // A data rate in bits per second.
