@@ -8,7 +8,7 @@ SimAgents::SimAgents(EventLoop& loop, Network& net, const AgentConfig& config, S
       config_(config),
       sink_(std::move(sink)),
       tick_(loop, [this] { Tick(); }),
-      deliver_(loop, [this] { Deliver(); }) {
+      reports_(loop, [this](std::vector<LinkSample>&& s) { sink_(s); }) {
   const Topology& topo = net_.topology();
   monitors_.reserve(topo.num_links());
   for (LinkId l = 0; l < topo.num_links(); ++l) {
@@ -29,18 +29,16 @@ void SimAgents::Start() { tick_.ScheduleIn(Duration(0)); }
 void SimAgents::Tick() {
   const Time now = loop_.now();
   const Topology& topo = net_.current();
-  Pending batch;
-  batch.at = now + config_.report_delay;
-  batch.samples.resize(topo.num_links());
+  std::vector<LinkSample> samples(topo.num_links());
   ++seq_;
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const LinkCounters& c = net_.counters(l);
     monitors_[l].set_capacity(topo.link(l).params.capacity);  // the port's speed now
     monitors_[l].OnCounters(now, c.tx_bytes, net_.QueuedBytes(l));
-    batch.samples[l] = monitors_[l].Sample(now);
+    samples[l] = monitors_[l].Sample(now);
     // Liveness from probes counts only once the link has answered at all (a long link's
     // first reply may take more than a few periods).
-    const bool alive = batch.samples[l].up || monitors_[l].rtt().count() == 0;
+    const bool alive = samples[l].up || monitors_[l].rtt().count() == 0;
     if (alive != alive_[l]) {
       alive_[l] = alive;
       if (on_liveness_) on_liveness_(l, alive);
@@ -57,8 +55,7 @@ void SimAgents::Tick() {
     net_.SendOnLink(l, std::move(p));
     ++probes_sent_;
   }
-  pending_.push_back(std::move(batch));
-  if (!deliver_.pending()) deliver_.ScheduleAt(pending_.front().at);
+  reports_.Send(std::move(samples), config_.report_delay);
   tick_.ScheduleIn(config_.period);
 }
 
@@ -81,15 +78,6 @@ void SimAgents::OnProbe(NodeId at, LinkId in_link, PacketPtr p) {
   monitors_[probed]
       .OnProbeReply(p->seq, p->sent_time, p->peer_received, p->peer_sent, now)
       .IgnoreError();  // a late or duplicate reply only counts for loss
-}
-
-void SimAgents::Deliver() {
-  const Time now = loop_.now();
-  while (!pending_.empty() && pending_.front().at <= now) {
-    Pending batch = pending_.pop_front();
-    sink_(batch.samples);
-  }
-  if (!pending_.empty()) deliver_.ScheduleAt(pending_.front().at);
 }
 
 }  // namespace dar::sim

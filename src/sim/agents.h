@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "core/telemetry.h"
+#include "sim/delay_line.h"
 #include "sim/event_loop.h"
 #include "sim/network.h"
-#include "sim/ring_buffer.h"
 
 namespace dar::sim {
 
@@ -49,7 +49,6 @@ class SimAgents {
  private:
   void Tick();
   void OnProbe(NodeId at, LinkId in_link, PacketPtr p);
-  void Deliver();
 
   EventLoop& loop_;
   Network& net_;
@@ -61,12 +60,7 @@ class SimAgents {
   uint32_t seq_ = 0;
   int64_t probes_sent_ = 0;
   Timer tick_;
-  Timer deliver_;
-  struct Pending {
-    Time at{0};
-    std::vector<LinkSample> samples;
-  };
-  RingBuffer<Pending> pending_;
+  DelayLine<std::vector<LinkSample>> reports_;  // agent -> controller
 };
 
 }  // namespace dar::sim

@@ -51,7 +51,8 @@ void DarRouting::Start(ControlContext& ctx) {
     }
     Cycle(/*force_full=*/false, config_.push_delay);
   });
-  deliver_ = std::make_unique<Timer>(ctx.loop, [this] { DeliverDue(); });
+  pushes_line_ = std::make_unique<DelayLine<Push>>(
+      ctx.loop, [this](Push&& p) { Receive(std::move(p.tables), p.cls); });
 
   // The controller starts from its configuration: the links' capacities and delays, no load.
   Cycle(/*force_full=*/true, /*push_delay=*/Duration(0));
@@ -133,36 +134,25 @@ void DarRouting::Cycle(bool force_full, Duration push_delay) {
     if (full || !changed.empty()) route_changes_ += engine.stats().route_changes;
     // Push every cycle: a fresh version is also the forwarders' sign that the controller is
     // alive (a table nobody renews goes stale and the static one takes over).
-    Push(std::make_shared<const RoutingTables>(engine.Tables(++version_)), cls, push_delay);
+    SendTables(std::make_shared<const RoutingTables>(engine.Tables(++version_)), cls, push_delay);
   }
 }
 
-void DarRouting::Push(std::shared_ptr<const RoutingTables> tables, int cls, Duration delay) {
-  in_flight_.push_back(InFlight{ctx_->loop.now() + delay, std::move(tables), cls});
+void DarRouting::SendTables(std::shared_ptr<const RoutingTables> tables, int cls, Duration delay) {
   ++pushes_;
-  if (delay == Duration(0)) {
-    DeliverDue();
-  } else if (!deliver_->pending()) {
-    deliver_->ScheduleAt(in_flight_.front().at);
-  }
+  pushes_line_->Send(Push{std::move(tables), cls}, delay);
 }
 
-void DarRouting::DeliverDue() {
+void DarRouting::Receive(std::shared_ptr<const RoutingTables> tables, int cls) {
   const Time now = ctx_->loop.now();
-  while (!in_flight_.empty() && in_flight_.front().at <= now) {
-    InFlight f = std::move(in_flight_.front());
-    in_flight_.erase(in_flight_.begin());
-    TableManager& m = *managers_[f.cls];
-    if (!m.Offer(f.tables, now).ok()) {
-      spdlog::debug("dar: forwarders refused tables v{}: {}", f.tables->version(),
-                    m.last_refusal());
-    }
-    std::shared_ptr<const RoutingTables> active = m.ActiveShared(now);
-    ForEachNetworkClass(f.cls, [&](int c) {
-      if (ctx_->network.tables(c) != active.get()) ctx_->network.InstallTables(active, c);
-    });
+  TableManager& m = *managers_[cls];
+  if (!m.Offer(tables, now).ok()) {
+    spdlog::debug("dar: forwarders refused tables v{}: {}", tables->version(), m.last_refusal());
   }
-  if (!in_flight_.empty() && !deliver_->pending()) deliver_->ScheduleAt(in_flight_.front().at);
+  std::shared_ptr<const RoutingTables> active = m.ActiveShared(now);
+  ForEachNetworkClass(cls, [&](int c) {
+    if (ctx_->network.tables(c) != active.get()) ctx_->network.InstallTables(active, c);
+  });
 }
 
 void DarRouting::Report(nlohmann::json& metrics) const {

@@ -24,6 +24,7 @@
 #include "core/table_manager.h"
 #include "sim/agents.h"
 #include "sim/control_plane.h"
+#include "sim/delay_line.h"
 
 namespace dar::sim {
 
@@ -59,10 +60,10 @@ class DarRouting : public ControlPlane {
   void OnLiveness(LinkId link, bool alive);
   // Recomputes costs from the current link view, runs the engines, pushes tables.
   void Cycle(bool force_full, Duration push_delay);
-  void Push(std::shared_ptr<const RoutingTables> tables, int cls, Duration delay);
-  // Offers the tables whose push delay has passed to the forwarders and installs what they
-  // then serve.
-  void DeliverDue();
+  void SendTables(std::shared_ptr<const RoutingTables> tables, int cls, Duration delay);
+  // The forwarders receive tables: they offer them to their TableManager and install what it
+  // then serves.
+  void Receive(std::shared_ptr<const RoutingTables> tables, int cls);
   LinkState StateOf(LinkId l) const;
 
   DarConfig config_;
@@ -82,13 +83,11 @@ class DarRouting : public ControlPlane {
   int64_t pushes_ = 0;
   int64_t full_cycles_ = 0;
   int64_t local_failovers_ = 0;
-  struct InFlight {
-    Time at{0};
+  struct Push {
     std::shared_ptr<const RoutingTables> tables;
     int cls;
   };
-  std::vector<InFlight> in_flight_;
-  std::unique_ptr<Timer> deliver_;
+  std::unique_ptr<DelayLine<Push>> pushes_line_;  // controller -> forwarders
 };
 
 }  // namespace dar::sim
