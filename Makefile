@@ -31,6 +31,7 @@ test-asan: deps
 
 bench: build
 	./$(BUILD)/bench/sim_bench
+	./$(BUILD)/bench/engine_bench
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
