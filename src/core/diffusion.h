@@ -11,14 +11,13 @@
 // Saerens et al., "Randomized shortest-path problems", Neural Computation 2009.)
 //
 // Next hops. A node's next hops toward d are the neighbours settled before it, weighted
-// w(u) ~ exp(-(c(v,u) + psi(u) - psi(v)) / T), where psi is the soft minimum above: traffic
-// spreads over near-equal paths and avoids costly ones; no share falls below `min_weight`, so
-// the set of next hops changes only when the settling order does and pinned flows rarely have
-// to move. The potential reported and checked, phi, is psi lifted (in settling order) just
-// above the phi of every next hop, so it strictly decreases along every forwarding path. Settling
-// order is a strict total order and every next hop was settled earlier, so phi strictly decreases
-// along every next hop (the engine enforces phi(v) > phi(u) for each next hop u): tables are
-// loop-free by construction, and every node that can reach d has a next hop.
+// w(u) ~ exp(-(c(v,u) + psi(u) - psi(v)) / T): traffic spreads over near-equal paths and
+// avoids costly ones. Every share is floored at `min_weight` before normalising, so the set of
+// next hops changes only when the settling order does and pinned flows rarely have to move.
+// The potential reported and checked, phi, is psi lifted (in settling order) just above the
+// phi of every next hop. Settling order is a strict total order and every next hop was settled
+// earlier, so phi strictly decreases along every forwarding path: tables are loop-free by
+// construction, and every node that can reach d has a next hop.
 //
 // Incremental updates. A cost change on a link re-relaxes, per destination, only the nodes
 // upstream of that link whose potential moves; a destination is recomputed whole when the
