@@ -69,7 +69,8 @@ void AdaptiveRouting::Start(ControlContext& ctx) {
   cost_.resize(believed_.num_links());
   utilisation_.resize(believed_.num_links());
   link_change_ = std::make_unique<Timer>(ctx.loop, [this] { Push(Compute()); });
-  deliver_ = std::make_unique<Timer>(ctx.loop, [this] { DeliverDue(); });
+  pushes_ = std::make_unique<DelayLine<std::shared_ptr<const RoutingTables>>>(
+      ctx.loop, [this](std::shared_ptr<const RoutingTables>&& t) { Install(std::move(t)); });
   // The controller's configuration: every link idle, installed before any traffic.
   if (std::shared_ptr<const RoutingTables> t = Compute()) Install(std::move(t));
   agents_ = std::make_unique<SimAgents>(
@@ -91,8 +92,7 @@ void AdaptiveRouting::OnSamples(const std::vector<LinkSample>& samples) {
 
 void AdaptiveRouting::Push(std::shared_ptr<const RoutingTables> tables) {
   if (tables == nullptr) return;
-  in_flight_.push_back(InFlight{ctx_->loop.now() + config_.push_delay, std::move(tables)});
-  if (!deliver_->pending()) deliver_->ScheduleAt(in_flight_.front().at);
+  pushes_->Send(std::move(tables), config_.push_delay);
 }
 
 double AdaptiveRouting::LinkBaseCost(const Link& link) const {
@@ -144,14 +144,6 @@ void AdaptiveRouting::Install(std::shared_ptr<const RoutingTables> tables) {
   installed_ = tables;
   ctx_->network.InstallTables(std::move(tables), Network::kAllClasses);
   ++installed_count_;
-}
-
-void AdaptiveRouting::DeliverDue() {
-  const Time now = ctx_->loop.now();
-  while (!in_flight_.empty() && in_flight_.front().at <= now) {
-    Install(in_flight_.pop_front().tables);
-  }
-  if (!in_flight_.empty()) deliver_->ScheduleAt(in_flight_.front().at);
 }
 
 void AdaptiveRouting::Report(nlohmann::json& metrics) const {

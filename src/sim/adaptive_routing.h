@@ -36,7 +36,7 @@
 #include "core/telemetry.h"
 #include "sim/agents.h"
 #include "sim/control_plane.h"
-#include "sim/ring_buffer.h"
+#include "sim/delay_line.h"
 
 namespace dar::sim {
 
@@ -85,7 +85,6 @@ class AdaptiveRouting : public ControlPlane {
   // Sends `tables` (if not null) to the forwarders; they install them push_delay from now.
   void Push(std::shared_ptr<const RoutingTables> tables);
   void Install(std::shared_ptr<const RoutingTables> tables);
-  void DeliverDue();
   double LinkBaseCost(const Link& link) const;
 
   AdaptiveConfig config_;
@@ -96,12 +95,7 @@ class AdaptiveRouting : public ControlPlane {
   std::vector<double> cost_;         // by link, scratch
   std::vector<double> utilisation_;  // by link, scratch
   std::unique_ptr<Timer> link_change_;
-  std::unique_ptr<Timer> deliver_;
-  struct InFlight {
-    Time at{0};
-    std::shared_ptr<const RoutingTables> tables;
-  };
-  RingBuffer<InFlight> in_flight_;  // pushed, not yet installed; in time order
+  std::unique_ptr<DelayLine<std::shared_ptr<const RoutingTables>>> pushes_;  // -> forwarders
   std::shared_ptr<const RoutingTables> installed_;
   uint64_t version_ = 0;
   int64_t installed_count_ = 0;
