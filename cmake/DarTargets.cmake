@@ -8,17 +8,22 @@ function(dar_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# dar_test(NAME SRCS ... DEPS ...): one GoogleTest binary, registered with ctest.
+# dar_test(NAME SRCS ... DEPS ... [LABELS ...]): one GoogleTest binary, registered with ctest.
 # Tests run with the repository root as working directory so they find scenarios/ and data/.
+# LABELS defaults to `unit` (run again under ASan + UBSan by `make test`); `integration` tests
+# (real processes, namespaces) run once, in the Release build.
 function(dar_test name)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE DAR_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
                                              DAR_BINARY_DIR="${CMAKE_BINARY_DIR}")
   include(GoogleTest)
   gtest_discover_tests(${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR} DISCOVERY_TIMEOUT 60
-                       PROPERTIES TIMEOUT 900 LABELS unit)
+                       PROPERTIES TIMEOUT 900 LABELS "${ARG_LABELS}")
 endfunction()
 
 # dar_binary(NAME SRCS ... DEPS ...): a command-line program; main() stays thin.
@@ -34,4 +39,31 @@ function(dar_benchmark name)
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
   target_compile_definitions(${name} PRIVATE DAR_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+endfunction()
+
+# dar_proto_library(NAME PROTOS ...): messages and gRPC stubs from .proto files under proto/,
+# generated into the build tree (include them as "dar/v1/foo.pb.h").
+function(dar_proto_library name)
+  cmake_parse_arguments(ARG "" "" "PROTOS" ${ARGN})
+  set(gen_dir ${CMAKE_BINARY_DIR}/proto)
+  set(srcs)
+  foreach(proto ${ARG_PROTOS})
+    get_filename_component(abs ${proto} ABSOLUTE)
+    file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR}/proto ${abs})
+    string(REGEX REPLACE "\\.proto$" "" base ${rel})
+    set(out ${gen_dir}/${base})
+    list(APPEND srcs ${out}.pb.cc ${out}.grpc.pb.cc)
+    add_custom_command(
+      OUTPUT ${out}.pb.cc ${out}.pb.h ${out}.grpc.pb.cc ${out}.grpc.pb.h
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${gen_dir}
+      COMMAND protobuf::protoc --cpp_out=${gen_dir} --grpc_out=${gen_dir}
+              --plugin=protoc-gen-grpc=$<TARGET_FILE:gRPC::grpc_cpp_plugin>
+              -I ${CMAKE_SOURCE_DIR}/proto ${abs}
+      DEPENDS ${abs} VERBATIM)
+  endforeach()
+  add_library(${name} STATIC ${srcs})
+  # Generated code is not ours to warn about.
+  target_compile_options(${name} PRIVATE -w)
+  target_include_directories(${name} SYSTEM PUBLIC ${gen_dir})
+  target_link_libraries(${name} PUBLIC protobuf::libprotobuf gRPC::grpc++)
 endfunction()

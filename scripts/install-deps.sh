@@ -7,6 +7,11 @@ PACKAGES=(
   build-essential cmake pkg-config git
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # The real runtime (controller, agents, overlay, lab): gRPC over mutual TLS, OpenSSL for
+  # certificates, libsodium for data-plane authenticators, Prometheus metrics, an HTTP server
+  # for /healthz and metrics, iproute2 for namespaces and veths, iperf3 for the lab's traffic.
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev openssl
+  libsodium-dev prometheus-cpp-dev libcpp-httplib-dev iproute2 iperf3
 )
 
 missing=()
