@@ -1,8 +1,10 @@
 #include "core/diffusion.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace dar {
@@ -12,6 +14,56 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Strictly above `phi` by a relative hair, so that "downhill" survives rounding.
 double Above(double phi) { return phi + 1e-9 * std::max(1.0, std::abs(phi)); }
+
+// exp(y) for y <= 0, two lanes at a time (SSE2 through GCC's vector extensions), within a few
+// ulp, and 0 below -708 (where exp leaves the normal range). The weights are the engine's
+// innermost work. y = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), exp(r) by its
+// Taylor series to r^12 (truncation error below 2e-16), then 2^n by adding n to the exponent.
+using V2d = double __attribute__((vector_size(16)));
+using V2i = int64_t __attribute__((vector_size(16)));
+
+inline V2d ExpNonPositive(V2d y) {
+  constexpr double kLog2e = 1.4426950408889634;
+  constexpr double kLn2Hi = 6.93147180369123816490e-01;
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  constexpr double kShift = 0x1.8p52;  // adding it rounds to an integer held in the low bits
+  const V2d floor = {-708.0, -708.0};
+  const V2i in_range = y >= floor;  // all ones or all zeros per lane
+  const V2d yc = y >= floor ? y : floor;
+  const V2d shifted = yc * kLog2e + kShift;
+  const V2i n = std::bit_cast<V2i>(shifted) - std::bit_cast<int64_t>(kShift);
+  const V2d nd = shifted - kShift;
+  const V2d r = (yc - nd * kLn2Hi) - nd * kLn2Lo;
+  V2d p = r * (1.0 / 479001600) + 1.0 / 39916800;  // 1/12!, 1/11!
+  p = p * r + 1.0 / 3628800;
+  p = p * r + 1.0 / 362880;
+  p = p * r + 1.0 / 40320;
+  p = p * r + 1.0 / 5040;
+  p = p * r + 1.0 / 720;
+  p = p * r + 1.0 / 120;
+  p = p * r + 1.0 / 24;
+  p = p * r + 1.0 / 6;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  const V2i e = (std::bit_cast<V2i>(p) + (n << 52)) & in_range;
+  return std::bit_cast<V2d>(e);
+}
+
+// x[i] = exp((m - x[i]) * inv_t) for i < n, where every x[i] >= m.
+void ExpWeights(double* x, uint32_t n, double m, double inv_t) {
+  uint32_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    V2d y;
+    std::memcpy(&y, x + i, sizeof(y));
+    y = ExpNonPositive((m - y) * inv_t);
+    std::memcpy(x + i, &y, sizeof(y));
+  }
+  if (i < n) {
+    const V2d y = ExpNonPositive(V2d{(m - x[i]) * inv_t, 0.0});
+    x[i] = y[0];
+  }
+}
 
 }  // namespace
 
@@ -93,21 +145,45 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
     node_of_.push_back(v);
     forwards_.push_back(topo.node(v).kind != NodeKind::kHost);
   }
+  row_of_node_ = std::make_shared<const DestinationTable::RowMap>(core_of_);
   const int32_t cores = static_cast<int32_t>(node_of_.size());
   link_dst_core_.resize(topo.num_links());
   for (LinkId l = 0; l < topo.num_links(); ++l) link_dst_core_[l] = core_of_[topo.link(l).dst];
+  // Twins: the k-th link u -> v pairs with the k-th link v -> u (parallel links pair in id
+  // order). A link left unpaired is checked on its own (irregular_).
+  std::vector<LinkId> twin(topo.num_links(), kNoLink);
+  {
+    std::vector<std::pair<std::pair<NodeId, NodeId>, LinkId>> ends;
+    for (LinkId l = 0; l < topo.num_links(); ++l)
+      ends.push_back({{topo.link(l).src, topo.link(l).dst}, l});
+    std::sort(ends.begin(), ends.end());
+    std::vector<size_t> taken(ends.size(), 0);
+    for (size_t i = 0; i < ends.size(); ++i) {
+      if (twin[ends[i].second] != kNoLink) continue;
+      const std::pair<NodeId, NodeId> back = {ends[i].first.second, ends[i].first.first};
+      auto it = std::lower_bound(ends.begin(), ends.end(), std::make_pair(back, LinkId{-1}));
+      while (it != ends.end() && it->first == back && twin[it->second] != kNoLink) ++it;
+      if (it == ends.end() || it->first != back || it->second == ends[i].second) continue;
+      twin[ends[i].second] = it->second;
+      twin[it->second] = ends[i].second;
+    }
+  }
   out_begin_.assign(cores + 1, 0);
   in_begin_.assign(cores + 1, 0);
+  size_t max_degree = 0;
   for (int32_t c = 0; c < cores; ++c) {
     const Node& node = topo.node(node_of_[c]);
     for (LinkId l : node.out_links) {
       const int32_t u = core_of_[topo.link(l).dst];
-      if (u >= 0) out_.push_back(Arc{l, u});
+      if (u < 0) continue;
+      out_.push_back(Arc{l, u, twin[l]});
+      if (twin[l] == kNoLink || !forwards_[c]) irregular_.push_back({c, out_.back()});
     }
     out_begin_[c + 1] = static_cast<uint32_t>(out_.size());
+    max_degree = std::max<size_t>(max_degree, out_begin_[c + 1] - out_begin_[c]);
     for (LinkId l : node.in_links) {
       const int32_t w = core_of_[topo.link(l).src];
-      if (w >= 0) in_.push_back(Arc{l, w});
+      if (w >= 0) in_.push_back(Arc{l, w, twin[l]});
     }
     in_begin_[c + 1] = static_cast<uint32_t>(in_.size());
   }
@@ -124,46 +200,72 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
     s.psi.assign(cores, kInf);
     dests_.push_back(std::move(s));
   }
-  rows_.resize(cores);
+  hops_.resize(out_.size());
+  hop_node_.resize(out_.size());
+  row_len_.assign(cores, 0);
+  changed_.assign(cores, 0);
+  x_.resize(max_degree);
+  twin_checks_.resize(max_degree);
   queued_.assign(cores, 0);
   heap_ = std::make_unique<MinHeap>(cores);
 }
 
-bool DiffusionEngine::Relax(const DestState& d, int32_t v, absl::Span<const double> costs,
-                            double& phi, double& dist) {
-  row_.clear();
-  x_.clear();
+DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t v,
+                                                    absl::Span<const double> costs,
+                                                    bool check_twins, double& phi, double& dist) {
+  NextHop* row = &hops_[out_begin_[v]];
+  double* x = x_.data();
+  uint32_t n = 0, checks = 0;
   double m = kInf;
   dist = kInf;
+  const int32_t rv = d.rank[v];
+  check_twins = check_twins && forwards_[v];  // nobody reaches d through a host
   for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1]; ++i) {
     const Arc& a = out_[i];
-    if (!Downhill(d, v, a, costs)) continue;
-    const double x = costs[a.link] + d.psi[a.node];
-    m = std::min(m, x);
-    dist = std::min(dist, costs[a.link] + d.dist[a.node]);
-    row_.push_back(NextHop{a.link, 0});
-    x_.push_back(x);
+    const int32_t u = a.node;
+    const int32_t ru = d.rank[u];
+    if (ru < 0 || ru >= rv || (!forwards_[u] && u != d.core)) continue;
+    if (check_twins && a.twin != kNoLink) twin_checks_[checks++] = i;
+    const double c = costs[a.link];
+    if (!(c < kInf)) continue;
+    const double xu = c + d.psi[u];
+    m = std::min(m, xu);
+    dist = std::min(dist, c + d.dist[u]);
+    row[n] = NextHop{a.link, 0};
+    hop_node_[out_begin_[v] + n] = u;
+    x[n++] = xu;
   }
-  if (row_.empty()) return false;
+  row_len_[v] = 0;
+  if (n == 0) return RelaxResult::kNoNextHop;
+  // The order holds at v's downhill neighbours u if none of them now reaches d more cheaply
+  // through v (over the twin u -> v) than the way it was settled.
+  for (uint32_t k = 0; k < checks; ++k) {
+    const Arc& a = out_[twin_checks_[k]];
+    const double du = d.dist[a.node];
+    if (costs[a.twin] + dist < du - 1e-9 * std::max(1.0, du)) return RelaxResult::kReordered;
+  }
 
   const double t = config_.temperature;
-  size_t kept = 0;
+  uint32_t kept = 0;
   double total = 0;
+  int32_t* nodes = &hop_node_[out_begin_[v]];
   if (t <= 0) {
     const double tie = 1e-9 * std::max(1.0, std::abs(m));
-    for (size_t i = 0; i < row_.size(); ++i) {
-      if (x_[i] <= m + tie) {
-        row_[kept] = NextHop{row_[i].link, 1.0};
-        x_[kept++] = x_[i];
+    for (uint32_t i = 0; i < n; ++i) {
+      if (x[i] <= m + tie) {
+        nodes[kept] = nodes[i];
+        row[kept++] = NextHop{row[i].link, 1.0};
         total += 1;
       }
     }
     phi = m;
   } else {
+    const double inv_t = 1 / t;
+    ExpWeights(x, n, m, inv_t);  // the best is exactly 1
     double z = 0;
-    for (size_t i = 0; i < row_.size(); ++i) {
-      row_[i].weight = std::exp(-(x_[i] - m) / t);  // the best is exactly 1
-      z += row_[i].weight;
+    for (uint32_t i = 0; i < n; ++i) {
+      row[i].weight = x[i];
+      z += x[i];
     }
     phi = m - t * std::log(z);
     // Every downhill neighbour (settled earlier) stays a next hop, so traffic pinned to one (a
@@ -171,45 +273,91 @@ bool DiffusionEngine::Relax(const DestState& d, int32_t v, absl::Span<const doub
     // than the best is floored at min_weight before the final normalisation. The potential
     // is then lifted above any next hop it would fall below (ClampAboveNextHops). With
     // min_weight 0, a share that underflows to 0 is dropped.
-    for (size_t i = 0; i < row_.size(); ++i) {
-      const double w = std::max(row_[i].weight / z, config_.min_weight);
+    const double inv_z = 1 / z;
+    for (uint32_t i = 0; i < n; ++i) {
+      const double w = std::max(row[i].weight * inv_z, config_.min_weight);
       if (w <= 0) continue;
       total += w;
-      row_[kept++] = NextHop{row_[i].link, w};
+      nodes[kept] = nodes[i];
+      row[kept++] = NextHop{row[i].link, w};
     }
   }
-  row_.resize(kept);
-  for (NextHop& h : row_) h.weight /= total;
-  return true;
+  const double inv_total = 1 / total;
+  for (uint32_t i = 0; i < kept; ++i) row[i].weight *= inv_total;
+  row_len_[v] = kept;
+  return RelaxResult::kOk;
 }
 
-double DiffusionEngine::ClampAboveNextHops(const DestState& d, double phi) const {
-  for (const NextHop& h : row_) phi = std::max(phi, Above(d.phi[link_dst_core_[h.link]]));
+bool DiffusionEngine::OrderBrokenOutsideTwins(const DestState& d,
+                                              absl::Span<const double> costs) const {
+  auto broken = [&](int32_t v, const Arc& a) {
+    const int32_t u = a.node;
+    if (v == d.core || d.rank[u] < 0 || (d.rank[v] >= 0 && d.rank[u] < d.rank[v])) return false;
+    if (!forwards_[u] && u != d.core) return false;
+    const double dv = d.rank[v] < 0 ? kInf : d.dist[v];
+    return costs[a.link] + d.dist[u] < dv - 1e-9 * std::max(1.0, std::isfinite(dv) ? dv : 1.0);
+  };
+  for (const auto& [v, a] : irregular_) {
+    if (broken(v, a)) return true;
+  }
+  if (d.order.size() == node_of_.size()) return false;
+  for (int32_t v = 0; v < static_cast<int32_t>(node_of_.size()); ++v) {
+    if (d.rank[v] >= 0) continue;
+    for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1]; ++i) {
+      if (broken(v, out_[i])) return true;
+    }
+  }
+  return false;
+}
+
+double DiffusionEngine::ClampAboveNextHops(const DestState& d, int32_t v, double phi) const {
+  const int32_t* nodes = &hop_node_[out_begin_[v]];
+  for (uint32_t i = 0; i < row_len_[v]; ++i) phi = std::max(phi, Above(d.phi[nodes[i]]));
   return phi;
 }
 
 bool DiffusionEngine::ApplyHysteresis(const DestState& d, int32_t v,
                                       absl::Span<const double> costs) {
   if (d.table == nullptr) return false;  // a first table changes no route
-  const absl::Span<const NextHop> prev = d.table->At(node_of_[v]);
-  if (prev.empty()) return !row_.empty();
+  const absl::Span<const NextHop> prev = d.table->Row(static_cast<uint32_t>(v));
+  const absl::Span<NextHop> row = NewRow(v);
+  if (prev.empty()) return !row.empty();
+  // The common case: the same next hops (so all still downhill), other weights.
+  if (prev.size() == row.size()) {
+    double diff = 0;
+    size_t i = 0;
+    for (; i < prev.size() && prev[i].link == row[i].link; ++i) {
+      diff += std::abs(prev[i].weight - row[i].weight);
+    }
+    if (i == prev.size()) {
+      if (diff >= config_.hysteresis) return diff > 0;
+      for (i = 0; i < prev.size(); ++i) row[i].weight = prev[i].weight;
+      return false;
+    }
+  }
   // Both rows are in link-id order (the order of the node's out-links): merge them.
   bool still_downhill = true;
   double diff = 0;
   size_t i = 0, j = 0;
-  while (i < prev.size() || j < row_.size()) {
-    if (j == row_.size() || (i < prev.size() && prev[i].link < row_[j].link)) {
+  while (i < prev.size() || j < row.size()) {
+    if (j == row.size() || (i < prev.size() && prev[i].link < row[j].link)) {
       const int32_t u = link_dst_core_[prev[i].link];
-      still_downhill = still_downhill && u >= 0 && Downhill(d, v, Arc{prev[i].link, u}, costs);
+      still_downhill =
+          still_downhill && u >= 0 && Downhill(d, v, Arc{prev[i].link, u, kNoLink}, costs);
       diff += prev[i++].weight;
-    } else if (i == prev.size() || row_[j].link < prev[i].link) {
-      diff += row_[j++].weight;
+    } else if (i == prev.size() || row[j].link < prev[i].link) {
+      diff += row[j++].weight;
     } else {
-      diff += std::abs(prev[i++].weight - row_[j++].weight);
+      diff += std::abs(prev[i++].weight - row[j++].weight);
     }
   }
   if (still_downhill && diff < config_.hysteresis) {
-    row_.assign(prev.begin(), prev.end());
+    int32_t* nodes = &hop_node_[out_begin_[v]];
+    for (size_t k = 0; k < prev.size(); ++k) {
+      hops_[out_begin_[v] + k] = prev[k];
+      nodes[k] = link_dst_core_[prev[k].link];
+    }
+    row_len_[v] = static_cast<uint32_t>(prev.size());
     return false;
   }
   return diff > 0;
@@ -246,38 +394,27 @@ bool DiffusionEngine::SoftPass(DestState& d, absl::Span<const double> costs, boo
   for (size_t i = 1; i < d.order.size(); ++i) {
     const int32_t v = d.order[i];
     double phi, dist;
-    if (!Relax(d, v, costs, phi, dist)) return false;  // lost every downhill neighbour
+    if (Relax(d, v, costs, check_order, phi, dist) != RelaxResult::kOk) return false;
     d.dist[v] = dist;
     d.psi[v] = phi;
-    rows_[v] = row_;
   }
-  if (!check_order) return true;
-  // The order is still right if no node reaches d more cheaply through a neighbour ordered
-  // after it, and no node outside the order can now reach a node in it.
-  const int32_t cores = static_cast<int32_t>(node_of_.size());
-  for (int32_t v = 0; v < cores; ++v) {
-    if (v == d.core) continue;
-    const double dv = d.rank[v] < 0 ? kInf : d.dist[v];
-    const double slack = 1e-9 * std::max(1.0, std::isfinite(dv) ? dv : 1.0);
-    for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1]; ++i) {
-      const Arc& a = out_[i];
-      const int32_t u = a.node;
-      if (d.rank[u] < 0 || (d.rank[v] >= 0 && d.rank[u] < d.rank[v])) continue;
-      if (!forwards_[u] && u != d.core) continue;
-      if (costs[a.link] + d.dist[u] < dv - slack) return false;
-    }
+  if (check_order && OrderBrokenOutsideTwins(d, costs)) return false;
+  // Hysteresis in row order, so the previous table is read front to back (it is far larger
+  // than the caches), then potentials above the next hops kept, in settling order.
+  for (int32_t v = 0; v < static_cast<int32_t>(node_of_.size()); ++v) {
+    if (d.rank[v] > 0) changed_[v] = ApplyHysteresis(d, v, costs);
+  }
+  for (size_t i = 1; i < d.order.size(); ++i) {
+    const int32_t v = d.order[i];
+    d.phi[v] = ClampAboveNextHops(d, v, d.psi[v]);
   }
   return true;
 }
 
 void DiffusionEngine::ComputeDestination(DestState& d, absl::Span<const double> costs,
                                          bool reorder) {
-  for (std::vector<NextHop>& r : rows_) r.clear();
   const bool warm = !reorder && !d.order.empty() && SoftPass(d, costs, /*check_order=*/true);
   if (!warm) {
-    if (!reorder && !d.order.empty()) {
-      for (std::vector<NextHop>& r : rows_) r.clear();  // the failed warm pass wrote some
-    }
     Settle(d, costs);
     const bool ok = SoftPass(d, costs, /*check_order=*/false);
     assert(ok);  // every settled node was reached through a downhill neighbour
@@ -287,28 +424,19 @@ void DiffusionEngine::ComputeDestination(DestState& d, absl::Span<const double> 
     ++stats_.destinations_warm;
   }
   stats_.nodes_relaxed += static_cast<int64_t>(d.order.size());
-  // Hysteresis, then potentials strictly above every next hop kept, in order.
-  for (size_t i = 1; i < d.order.size(); ++i) {
-    const int32_t v = d.order[i];
-    row_.swap(rows_[v]);
-    if (ApplyHysteresis(d, v, costs)) ++stats_.route_changes;
-    d.phi[v] = ClampAboveNextHops(d, d.psi[v]);
-    row_.swap(rows_[v]);
+  // Nodes outside the order lose their rows; a vanished row is a route change too.
+  for (int32_t v = 0; v < static_cast<int32_t>(node_of_.size()); ++v) {
+    if (d.rank[v] > 0) continue;
+    row_len_[v] = 0;
+    changed_[v] = d.table != nullptr && !d.table->Row(static_cast<uint32_t>(v)).empty();
   }
-  // Rows of nodes that can no longer reach d vanish; count them as changes too.
-  if (d.table != nullptr) {
-    for (int32_t v = 0; v < static_cast<int32_t>(node_of_.size()); ++v) {
-      if (d.rank[v] < 0 && !d.table->At(node_of_[v]).empty()) ++stats_.route_changes;
-    }
-  }
-  order_.clear();
-  d.table = BuildTable(d, order_);  // empty list: every row from rows_
+  d.table = BuildTable(d);
+  std::fill(changed_.begin(), changed_.end(), 0);
 }
 
 bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
                                   std::vector<int32_t>& seeds) {
-  std::vector<int32_t>& changed = order_;
-  changed.clear();
+  touched_.clear();
   auto push = [&](int32_t v) {
     if (queued_[v] || v == d.core || d.rank[v] < 0) return;
     queued_[v] = 1;
@@ -318,14 +446,16 @@ bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
   bool ok = true;
   while (!heap_->empty()) {
     const int32_t v = heap_->Pop();
-    changed.push_back(v);
+    touched_.push_back(v);
     double phi, dist;
-    if (!Relax(d, v, costs, phi, dist)) {
-      ok = false;  // no downhill neighbour left: the order must change
+    // A node without a downhill neighbour, or a node settled earlier that is now cheaper
+    // through v: the order must change.
+    if (Relax(d, v, costs, /*check_twins=*/true, phi, dist) != RelaxResult::kOk) {
+      ok = false;
       break;
     }
     // A rise in v's cost to d may make a neighbour settled after v the cheaper way on: then
-    // the order is wrong and d is recomputed whole.
+    // the order is wrong too.
     bool reordered = false;
     for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1] && !reordered; ++i) {
       const Arc& a = out_[i];
@@ -337,12 +467,11 @@ bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
       break;
     }
     ++stats_.nodes_relaxed;
-    if (ApplyHysteresis(d, v, costs)) ++stats_.route_changes;
-    rows_[v] = row_;
+    changed_[v] = ApplyHysteresis(d, v, costs);
     d.dist[v] = dist;
     const double old_psi = d.psi[v], old_phi = d.phi[v];
     d.psi[v] = phi;
-    d.phi[v] = ClampAboveNextHops(d, phi);
+    d.phi[v] = ClampAboveNextHops(d, v, phi);
     auto same = [](double a, double b) {
       return std::abs(a - b) <= 1e-12 * std::max(1.0, std::abs(b));
     };
@@ -353,38 +482,60 @@ bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
     }
   }
   while (!heap_->empty()) queued_[heap_->Pop()] = 0;
-  for (int32_t v : changed) queued_[v] = 0;
-  if (!ok) return false;
-  if (changed.empty()) return true;
-  ++stats_.destinations_incremental;
-  d.table = BuildTable(d, changed);
-  return true;
+  for (int32_t v : touched_) queued_[v] = 0;
+  if (ok && !touched_.empty()) {
+    ++stats_.destinations_incremental;
+    d.table = BuildTable(d);
+  }
+  for (int32_t v : touched_) changed_[v] = 0;
+  return ok;
 }
 
-DestinationTablePtr DiffusionEngine::BuildTable(const DestState& d,
-                                                const std::vector<int32_t>& changed_rows) {
-  const bool all = changed_rows.empty() || d.table == nullptr;
-  for (int32_t v : changed_rows) queued_[v] = 2;  // marks, cleared below
-  const int n = topo_.num_nodes();
-  std::vector<uint32_t> offsets;
-  offsets.reserve(n + 1);
-  std::vector<NextHop> hops;
-  hops.reserve(d.table == nullptr ? out_.size() / 2 : d.table->num_hops() + 16);
-  offsets.push_back(0);
-  for (NodeId node = 0; node < n; ++node) {
-    const int32_t v = core_of_[node];
-    if (v >= 0 && v != d.core) {
-      if (all || queued_[v] == 2) {
-        hops.insert(hops.end(), rows_[v].begin(), rows_[v].end());
-      } else {
-        const absl::Span<const NextHop> old = d.table->At(node);
-        hops.insert(hops.end(), old.begin(), old.end());
+DestinationTablePtr DiffusionEngine::BuildTable(const DestState& d) {
+  const DestinationTable* old = d.table.get();
+  const uint32_t cores = static_cast<uint32_t>(node_of_.size());
+  const uint32_t per_block = DestinationTable::kRowsPerBlock;
+  std::vector<DestinationTable::BlockPtr> blocks;
+  blocks.reserve((cores + per_block - 1) / per_block);
+  constexpr uint32_t kAhead = 8;  // blocks: sharing one touches its reference count, often cold
+  for (uint32_t first = 0; first < cores; first += per_block) {
+    const uint32_t last = std::min(cores, first + per_block);
+    if (old != nullptr && first / per_block + kAhead < old->blocks().size()) {
+      // The count sits just before the block in make_shared's allocation.
+      __builtin_prefetch(
+          reinterpret_cast<const char*>(old->blocks()[first / per_block + kAhead].get()) - 16, 1);
+    }
+    bool rebuild = old == nullptr;
+    for (uint32_t v = first; v < last; ++v) {
+      if (changed_[v]) {
+        rebuild = true;
+        ++stats_.route_changes;
       }
     }
-    offsets.push_back(static_cast<uint32_t>(hops.size()));
+    if (!rebuild) {
+      blocks.push_back(old->blocks()[first / per_block]);
+      continue;
+    }
+    auto block = std::make_shared<DestinationTable::Block>();
+    block->offsets.resize(last - first + 1);
+    block->offsets[0] = 0;
+    for (uint32_t v = first; v < last; ++v) {
+      const uint32_t len = old == nullptr || changed_[v] ? row_len_[v] : old->Row(v).size();
+      block->offsets[v - first + 1] = block->offsets[v - first] + len;
+    }
+    block->hops.resize(block->offsets.back());
+    for (uint32_t v = first; v < last; ++v) {
+      const absl::Span<const NextHop> row =
+          old == nullptr || changed_[v] ? NewRow(static_cast<int32_t>(v)) : old->Row(v);
+      if (!row.empty()) {
+        std::memcpy(&block->hops[block->offsets[v - first]], row.data(),
+                    row.size() * sizeof(NextHop));
+      }
+    }
+    blocks.push_back(std::move(block));
   }
-  for (int32_t v : changed_rows) queued_[v] = 0;
-  return std::make_shared<const DestinationTable>(d.node, std::move(offsets), std::move(hops));
+  return std::make_shared<const DestinationTable>(d.node, topo_.num_nodes(), row_of_node_,
+                                                  std::move(blocks));
 }
 
 void DiffusionEngine::ComputeAll(absl::Span<const double> costs, bool reorder) {

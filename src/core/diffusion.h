@@ -95,6 +95,7 @@ class DiffusionEngine {
   struct Arc {
     LinkId link;
     int32_t node;  // core index of the other end
+    LinkId twin;   // a link from `node` back to this one, paired one to one; kNoLink if none
   };
   struct DestState {
     NodeId node = kNoNode;
@@ -106,23 +107,30 @@ class DiffusionEngine {
     std::vector<double> phi;     // potential: psi lifted just above every next hop's phi
     DestinationTablePtr table;
   };
+  enum class RelaxResult { kOk, kNoNextHop, kReordered };
   class MinHeap;
 
   // Settling order, ranks and cheapest-path costs of d (Dijkstra from d over in-links).
   void Settle(DestState& d, absl::Span<const double> costs);
-  // Potentials and rows_ of d in its current order; with check_order, false if the order is
-  // no longer right for `costs` (see ComputeAll). Also false if a node lost every downhill
-  // neighbour.
+  // Relaxes every node of d in its current order: potentials, new rows, hysteresis. With
+  // check_order, false as soon as the order is no longer right for `costs` (a node reaches d
+  // more cheaply through a neighbour ordered after it, or a node outside the order can now
+  // reach it). Also false if a node lost every downhill neighbour.
   bool SoftPass(DestState& d, absl::Span<const double> costs, bool check_order);
   void ComputeDestination(DestState& d, absl::Span<const double> costs, bool reorder);
   // Re-relaxes d upstream of `seeds`; false if d must be recomputed whole.
   bool RelaxRegion(DestState& d, absl::Span<const double> costs, std::vector<int32_t>& seeds);
-  // Relaxes node v of d from its downhill neighbours into row_; false if it has none.
-  bool Relax(const DestState& d, int32_t v, absl::Span<const double> costs, double& phi,
-             double& dist);
-  // `phi` raised, if need be, strictly above the potential of every next hop in row_.
-  double ClampAboveNextHops(const DestState& d, double phi) const;
-  // Replaces row_ by v's previous next hops where hysteresis says so; true if the row changed.
+  // Relaxes node v of d from its downhill neighbours into its new row (NewRow). With
+  // check_twins, also reports kReordered if a node settled before v now reaches d more
+  // cheaply through v (checked over the twins of v's downhill arcs).
+  RelaxResult Relax(const DestState& d, int32_t v, absl::Span<const double> costs, bool check_twins,
+                    double& phi, double& dist);
+  // Whether d's order is broken by a link the twin checks do not cover (no twin, or from a
+  // host), or by a node outside the order that can now reach a node in it.
+  bool OrderBrokenOutsideTwins(const DestState& d, absl::Span<const double> costs) const;
+  // `phi` raised, if need be, strictly above the potential of every next hop in v's new row.
+  double ClampAboveNextHops(const DestState& d, int32_t v, double phi) const;
+  // Replaces v's new row by its previous one where hysteresis says so; true if the row changed.
   bool ApplyHysteresis(const DestState& d, int32_t v, absl::Span<const double> costs);
   // Whether arc a out of v may be a next hop toward d: usable, toward a node settled before v
   // that forwards (or is d itself).
@@ -131,25 +139,40 @@ class DiffusionEngine {
     return d.rank[u] >= 0 && d.rank[u] < d.rank[v] && (forwards_[u] || u == d.core) &&
            costs[a.link] < std::numeric_limits<double>::infinity();
   }
-  DestinationTablePtr BuildTable(const DestState& d, const std::vector<int32_t>& changed_rows);
+  // v's row as last relaxed: a slice of hops_ at v's first out-arc.
+  absl::Span<NextHop> NewRow(int32_t v) {
+    return absl::Span<NextHop>(&hops_[out_begin_[v]], row_len_[v]);
+  }
+  absl::Span<const NextHop> NewRow(int32_t v) const {
+    return absl::Span<const NextHop>(&hops_[out_begin_[v]], row_len_[v]);
+  }
+  // d's next table: blocks with a changed row (changed_) are rebuilt, the others shared with
+  // the current table. Counts route changes.
+  DestinationTablePtr BuildTable(const DestState& d);
 
   const Topology& topo_;
   DiffusionConfig config_;
-  std::vector<int32_t> core_of_;        // node -> core index, -1 for stub hosts
-  std::vector<NodeId> node_of_;         // core index -> node
+  std::vector<int32_t> core_of_;  // node -> core index, -1 for stub hosts
+  std::shared_ptr<const DestinationTable::RowMap> row_of_node_;  // core_of_, for the tables
+  std::vector<NodeId> node_of_;                                  // core index -> node
   std::vector<int32_t> link_dst_core_;  // link -> core index of its head, -1
-  std::vector<bool> forwards_;          // by core index: may carry transit traffic
+  std::vector<uint8_t> forwards_;       // by core index: may carry transit traffic
   std::vector<uint32_t> out_begin_, in_begin_;
   std::vector<Arc> out_, in_;  // CSR by core index
+  // Links between cores the twin checks do not cover: no twin, or leaving a host.
+  std::vector<std::pair<int32_t, Arc>> irregular_;  // (tail core, arc)
   std::vector<DestState> dests_;
   std::vector<int32_t> dest_index_;  // node -> index into dests_, -1
   DiffusionStats stats_;
 
   // Scratch, reused across destinations so steady-state cycles do not allocate.
-  std::vector<NextHop> row_;
-  std::vector<double> x_;
-  std::vector<std::vector<NextHop>> rows_;  // by core index, for the destination in hand
-  std::vector<int32_t> order_;
+  std::vector<NextHop> hops_;          // new rows, by out-arc slot (a row fits its node's out-arcs)
+  std::vector<int32_t> hop_node_;      // by out-arc slot: the core each new next hop leads to
+  std::vector<uint32_t> row_len_;      // by core index
+  std::vector<uint8_t> changed_;       // by core index: the new row differs from the table's
+  std::vector<double> x_;              // per next hop of the node in hand: cost + psi
+  std::vector<uint32_t> twin_checks_;  // arcs of the node in hand whose twins are checked
+  std::vector<int32_t> touched_;       // cores relaxed by RelaxRegion
   std::unique_ptr<MinHeap> heap_;
   std::vector<uint8_t> queued_;
 };

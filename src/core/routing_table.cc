@@ -1,17 +1,23 @@
 #include "core/routing_table.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace dar {
 
 DestinationTable::DestinationTable(NodeId destination,
                                    const std::vector<std::vector<NextHop>>& per_node)
-    : destination_(destination) {
-  offsets_.reserve(per_node.size() + 1);
-  offsets_.push_back(0);
-  for (const auto& hops : per_node) {
-    hops_.insert(hops_.end(), hops.begin(), hops.end());
-    offsets_.push_back(static_cast<uint32_t>(hops_.size()));
+    : destination_(destination), num_nodes_(static_cast<int>(per_node.size())) {
+  for (size_t first = 0; first < per_node.size(); first += kRowsPerBlock) {
+    auto block = std::make_shared<Block>();
+    const size_t last = std::min(per_node.size(), first + kRowsPerBlock);
+    block->offsets.reserve(last - first + 1);
+    block->offsets.push_back(0);
+    for (size_t v = first; v < last; ++v) {
+      block->hops.insert(block->hops.end(), per_node[v].begin(), per_node[v].end());
+      block->offsets.push_back(static_cast<uint32_t>(block->hops.size()));
+    }
+    blocks_.push_back(std::move(block));
   }
 }
 

@@ -27,27 +27,51 @@ struct NextHop {
 };
 
 // Next hops of every node toward one destination. Immutable once built.
+//
+// Rows are stored in blocks of kRowsPerBlock; a block is immutable and may be shared by several
+// versions of a destination's table, so a new version that changes a few rows (an incremental
+// update) copies only their blocks. A row map (shared by all tables of one engine) places
+// nodes in rows; without one, node v is row v.
 class DestinationTable {
  public:
+  static constexpr uint32_t kRowsPerBlock = 16;
+  struct Block {
+    std::vector<uint32_t> offsets;  // row i of the block: hops[offsets[i] .. offsets[i+1])
+    std::vector<NextHop> hops;
+  };
+  using BlockPtr = std::shared_ptr<const Block>;
+  using RowMap = std::vector<int32_t>;  // node -> row; -1 = the node has no row
+
   // Builds from per-node lists. REQUIRES: per_node.size() == number of nodes.
-  explicit DestinationTable(NodeId destination, const std::vector<std::vector<NextHop>>& per_node);
-  // Builds from flat arrays: node v's next hops are hops[offsets[v] .. offsets[v+1]).
-  // REQUIRES: offsets has one entry per node plus one, non-decreasing, ending at hops.size().
-  DestinationTable(NodeId destination, std::vector<uint32_t> offsets, std::vector<NextHop> hops)
-      : destination_(destination), offsets_(std::move(offsets)), hops_(std::move(hops)) {}
+  DestinationTable(NodeId destination, const std::vector<std::vector<NextHop>>& per_node);
+  // REQUIRES: row_of_node (if set) has num_nodes entries; blocks cover every row it names,
+  // all full but the last.
+  DestinationTable(NodeId destination, int num_nodes, std::shared_ptr<const RowMap> row_of_node,
+                   std::vector<BlockPtr> blocks)
+      : destination_(destination),
+        num_nodes_(num_nodes),
+        row_of_node_(std::move(row_of_node)),
+        blocks_(std::move(blocks)) {}
 
   NodeId destination() const { return destination_; }
-  int num_nodes() const { return static_cast<int>(offsets_.size()) - 1; }
-  size_t num_hops() const { return hops_.size(); }
+  int num_nodes() const { return num_nodes_; }
   absl::Span<const NextHop> At(NodeId node) const {
-    return absl::Span<const NextHop>(hops_.data() + offsets_[node],
-                                     offsets_[node + 1] - offsets_[node]);
+    const int32_t row = row_of_node_ == nullptr ? node : (*row_of_node_)[node];
+    return row < 0 ? absl::Span<const NextHop>() : Row(static_cast<uint32_t>(row));
   }
+  // Row `row` (see the row map). REQUIRES: row < number of rows.
+  absl::Span<const NextHop> Row(uint32_t row) const {
+    const Block& b = *blocks_[row / kRowsPerBlock];
+    const uint32_t i = row % kRowsPerBlock;
+    return absl::Span<const NextHop>(b.hops.data() + b.offsets[i], b.offsets[i + 1] - b.offsets[i]);
+  }
+  const std::vector<BlockPtr>& blocks() const { return blocks_; }
 
  private:
   NodeId destination_;
-  std::vector<uint32_t> offsets_;  // num_nodes + 1
-  std::vector<NextHop> hops_;
+  int num_nodes_;
+  std::shared_ptr<const RowMap> row_of_node_;  // null: row = node id
+  std::vector<BlockPtr> blocks_;
 };
 
 using DestinationTablePtr = std::shared_ptr<const DestinationTable>;
