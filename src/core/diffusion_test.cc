@@ -99,7 +99,7 @@ TEST(DiffusionTest, SoftMinSpreadsOverNearEqualPathsOnly) {
   engine.ComputeAll(costs);
   RoutingTables t = engine.Tables(1);
   const double ratio = g.Weight(t, g.sb) / g.Weight(t, g.sa);
-  EXPECT_NEAR(ratio, std::exp(-0.2 / 0.5), 1e-6);  // weights use single-precision exp
+  EXPECT_NEAR(ratio, std::exp(-0.2 / 0.5), 1e-12);
   // Two ways on lower the potential below the cheapest path: phi = -T ln(e^-2/T + e^-2.2/T).
   const double expect = -0.5 * std::log(std::exp(-2 / 0.5) + std::exp(-2.2 / 0.5));
   EXPECT_NEAR(engine.Potential(g.t, g.s), expect, 1e-6);
@@ -228,6 +228,46 @@ TEST(DiffusionTest, IncrementalUpdateReordersWhenACostRises) {
     if (h.link == topo.FindLink(s, w)) via_w = h.weight;
   }
   EXPECT_GT(via_w, 0.99);
+}
+
+// Regression: a cost drop can make a node cheaper through a neighbour settled after it (here
+// a, settled before b, now reaches d more cheaply through b). The incremental update must
+// reorder, so that it ends where a full recompute does.
+TEST(DiffusionTest, IncrementalUpdateReordersWhenACostDrops) {
+  Topology topo;
+  const NodeId d = topo.AddNode("d", NodeKind::kSwitch);
+  const NodeId a = topo.AddNode("a", NodeKind::kSwitch);
+  const NodeId b = topo.AddNode("b", NodeKind::kSwitch);
+  const LinkId ad = topo.AddDuplexLink(a, d, LinkParams()).first;
+  const LinkId bd = topo.AddDuplexLink(b, d, LinkParams()).first;
+  const auto [ab, ba] = topo.AddDuplexLink(a, b, LinkParams());
+  std::vector<double> costs(topo.num_links(), 1.0);
+  costs[ad] = 2;
+  costs[bd] = 5;
+  costs[ab] = costs[ba] = 0.5;  // b is settled after a, through a (2.5)
+  DiffusionConfig config;
+  config.hysteresis = 0;
+  DiffusionEngine incremental(topo, config);
+  incremental.ComputeAll(costs);
+  costs[bd] = 1;  // b now 1, and a through b 1.5 < 2
+  const LinkId changed[] = {bd};
+  incremental.Update(costs, changed);
+  EXPECT_EQ(incremental.stats().destinations_full, 1);
+  DiffusionEngine full(topo, config);
+  full.ComputeAll(costs);
+  for (NodeId v : {a, b}) {
+    EXPECT_NEAR(incremental.Potential(d, v), full.Potential(d, v), 1e-12);
+    const auto x = incremental.Tables(2).Lookup(v, d), y = full.Tables(2).Lookup(v, d);
+    ASSERT_EQ(x.size(), y.size()) << topo.node(v).name;
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(x[i].link, y[i].link);
+      EXPECT_NEAR(x[i].weight, y[i].weight, 1e-12);
+    }
+  }
+  // a now sends through b too.
+  bool via_b = false;
+  for (const NextHop& h : incremental.Tables(2).Lookup(a, d)) via_b |= h.link == ab;
+  EXPECT_TRUE(via_b);
 }
 
 // min_weight 0: a share that underflows to 0 is dropped, never emitted as a 0 weight.
