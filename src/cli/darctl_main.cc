@@ -1,0 +1,152 @@
+// darctl: the operator's tool. main() only builds the command tree: each group of subcommands
+// ("certs" here; later "show", "policy", "link", each in its own darctl_<group>.cc) is added
+// by one Add<Group>Commands(CLI::App&) call.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "control/certs.h"
+#include "control/tls.h"
+#include "fmt/format.h"
+
+namespace dar::cli {
+namespace {
+
+// New certificates are valid from a few minutes ago, so that a peer whose clock is slightly
+// behind accepts them at once.
+constexpr absl::Duration kClockSkewAllowance = absl::Minutes(5);
+
+void Fail(std::string_view command, const absl::Status& status) {
+  std::cerr << "darctl " << command << ": " << status.message() << "\n";
+  throw CLI::RuntimeError(1);
+}
+
+struct CertsInitFlags {
+  std::string dir;
+  std::string domain;
+  int days = 365;
+  std::vector<std::string> controller_hosts = {"localhost", "127.0.0.1"};
+  bool force = false;
+};
+
+struct CertsIssueFlags {
+  std::string dir;
+  std::string node;
+  std::string admin;
+  bool controller = false;
+  std::vector<std::string> hosts;
+  int days = 365;
+  bool force = false;
+};
+
+void RunCertsInit(const CertsInitFlags& flags) {
+  const absl::Time now = absl::Now();
+  control::InitCertDirOptions options;
+  options.dir = flags.dir;
+  options.trust_domain = flags.domain;
+  options.not_before = now - kClockSkewAllowance;
+  options.not_after = now + absl::Hours(24) * flags.days;
+  options.controller_hosts = flags.controller_hosts;
+  options.overwrite = flags.force;
+  if (absl::Status status = control::InitCertDir(options); !status.ok()) {
+    Fail("certs init", status);
+  }
+  const control::SpiffeId controller = control::SpiffeId::Controller(flags.domain);
+  std::cout << fmt::format(
+      "CA for spiffe://{0}: {1}/{2} (key {1}/{3})\n"
+      "controller {4}: {1}/{5} (key {1}/{6})\nvalid until {7}\n",
+      flags.domain, flags.dir, control::kCaCertFile, control::kCaKeyFile, controller.ToString(),
+      control::CertFileName(controller), control::KeyFileName(controller),
+      control::FormatCertTime(options.not_after));
+}
+
+void RunCertsIssue(const CertsIssueFlags& flags) {
+  const int kinds =
+      (flags.node.empty() ? 0 : 1) + (flags.admin.empty() ? 0 : 1) + (flags.controller ? 1 : 0);
+  if (kinds != 1) {
+    Fail("certs issue",
+         absl::InvalidArgumentError("give exactly one of --node ID, --admin NAME, --controller"));
+  }
+  const absl::Time now = absl::Now();
+  control::IssueOptions options;
+  options.dir = flags.dir;
+  if (!flags.node.empty()) {
+    options.kind = control::PeerKind::kNode;
+    options.name = flags.node;
+  } else if (!flags.admin.empty()) {
+    options.kind = control::PeerKind::kAdmin;
+    options.name = flags.admin;
+  } else {
+    options.kind = control::PeerKind::kController;
+  }
+  options.hosts = flags.hosts;
+  if (flags.controller && options.hosts.empty()) options.hosts = {"localhost", "127.0.0.1"};
+  options.not_before = now - kClockSkewAllowance;
+  options.not_after = now + absl::Hours(24) * flags.days;
+  options.overwrite = flags.force;
+  absl::StatusOr<control::IssuedCertificate> issued = control::IssueFromCertDir(options);
+  if (!issued.ok()) Fail("certs issue", issued.status());
+  std::cout << fmt::format("{}: {} (key {})\nvalid until {}{}\n", issued->id.ToString(),
+                           issued->cert_path, issued->key_path,
+                           control::FormatCertTime(issued->not_after),
+                           issued->capped_at_ca ? " (the CA's end)" : "");
+}
+
+void AddCertsCommands(CLI::App& app) {
+  CLI::App* certs = app.add_subcommand("certs", "Certificates for mutual TLS");
+  certs->require_subcommand(1);
+
+  auto init = std::make_shared<CertsInitFlags>();
+  CLI::App* init_cmd = certs->add_subcommand(
+      "init", "Create a CA (EC P-256) and the controller's certificate in a directory");
+  init_cmd->add_option("--dir", init->dir, "Directory for the files (created, mode 0700)")
+      ->required();
+  init_cmd->add_option("--domain", init->domain, "Trust domain, e.g. example.org")->required();
+  init_cmd->add_option("--days", init->days, "Validity of the CA and controller certificate")
+      ->check(CLI::Range(1, 36500))
+      ->capture_default_str();
+  init_cmd
+      ->add_option("--controller-host", init->controller_hosts,
+                   "DNS name or IP address of the controller, repeatable (replaces the default)")
+      ->capture_default_str();
+  init_cmd->add_flag("--force", init->force, "Replace existing files");
+  init_cmd->callback([init] { RunCertsInit(*init); });
+
+  auto issue = std::make_shared<CertsIssueFlags>();
+  CLI::App* issue_cmd = certs->add_subcommand(
+      "issue", "Issue a node, admin or controller certificate with the directory's CA");
+  issue_cmd->add_option("--dir", issue->dir, "Directory holding ca.crt and ca.key")->required();
+  issue_cmd->add_option("--node", issue->node, "Node id: spiffe://<domain>/node/<ID>");
+  issue_cmd->add_option("--admin", issue->admin, "Operator: spiffe://<domain>/admin/<NAME>");
+  issue_cmd->add_flag("--controller", issue->controller,
+                      "Renew the controller's certificate (spiffe://<domain>/controller)");
+  issue_cmd->add_option("--host", issue->hosts,
+                        "DNS name or IP address to add as a SAN, repeatable (--controller: "
+                        "default localhost and 127.0.0.1)");
+  issue_cmd->add_option("--days", issue->days, "Validity (capped at the CA's)")
+      ->check(CLI::Range(1, 36500))
+      ->capture_default_str();
+  issue_cmd->add_flag("--force", issue->force, "Replace existing files");
+  issue_cmd->callback([issue] { RunCertsIssue(*issue); });
+}
+
+}  // namespace
+}  // namespace dar::cli
+
+int main(int argc, char** argv) {
+  // Before anything can create a TLS context (control/tls.h).
+  if (absl::Status status = dar::control::EnforceTls13(); !status.ok()) {
+    std::cerr << "darctl: " << status.message() << "\n";
+    return 1;
+  }
+  CLI::App app{"darctl: operate a DAR deployment"};
+  app.require_subcommand(1);
+  dar::cli::AddCertsCommands(app);
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}
