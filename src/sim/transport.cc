@@ -246,6 +246,7 @@ void Transport::OnAck(const Packet& p) {
     f.reo_wnd_mult = std::min(f.reo_wnd_mult * 2, 64);
     // The cut it caused was for nothing: undo it (as Linux does on a DSACK).
     if (f.cwnd < f.cwnd_before_cut) {
+      ++counters_.cwnd_undos;
       f.cwnd = f.cwnd_before_cut;
       f.ssthresh = std::max(f.ssthresh, f.cwnd_before_cut);
     }
@@ -334,6 +335,7 @@ void Transport::DetectLosses(Flow& f) {
     f.lost.push_back(s.seq);
     f.in_flight_bytes -= f.PayloadOf(s.seq);
     if (s.at > f.last_cut) {
+      ++counters_.loss_cuts;
       f.cwnd_before_cut = f.cwnd;
       f.cwnd = std::max<double>(f.mss, f.cwnd / 2);
       f.ssthresh = f.cwnd;

@@ -66,7 +66,9 @@ struct TransportCounters {
   int64_t retransmissions = 0;
   int64_t timeouts = 0;
   int64_t spurious_retransmissions = 0;  // a retransmitted segment the receiver already had
-  int64_t bytes_delivered = 0;           // unique payload bytes
+  int64_t loss_cuts = 0;        // window halvings on a detected loss (at most one per window)
+  int64_t cwnd_undos = 0;       // cuts undone because their loss proved spurious (once per cut)
+  int64_t bytes_delivered = 0;  // unique payload bytes
 };
 
 // Per-message packet accounting, kept after completion for conservation checks.

@@ -153,5 +153,41 @@ TEST(TransportTest, SurvivesALinkFailureWhenAnotherPathRemains) {
   EXPECT_EQ(m["routing_loops"], 0);
 }
 
+// Packets sprayed over a short and a long path arrive far out of order: the loss detector
+// retransmits segments that were only late, and every such cut is undone — once. Several
+// spurious retransmissions from one cut must not undo it again (or undo a later, real cut).
+TEST(TransportTest, SpuriousLossesUndoEachCutOnce) {
+  Topology topo;
+  const NodeId hs = topo.AddNode("hs", NodeKind::kHost);
+  const NodeId s = topo.AddNode("s", NodeKind::kSwitch);
+  const NodeId a = topo.AddNode("a", NodeKind::kSwitch);
+  const NodeId b = topo.AddNode("b", NodeKind::kSwitch);
+  const NodeId t = topo.AddNode("t", NodeKind::kSwitch);
+  const NodeId ht = topo.AddNode("ht", NodeKind::kHost);
+  LinkParams fast, slow;
+  slow.delay = Microseconds(150);  // 300 us more one way than through a: far past the window
+  topo.AddDuplexLink(hs, s, fast);
+  topo.AddDuplexLink(s, a, fast);
+  topo.AddDuplexLink(a, t, fast);
+  topo.AddDuplexLink(s, b, slow);
+  topo.AddDuplexLink(b, t, slow);
+  topo.AddDuplexLink(t, ht, fast);
+  // Both ways are equal for ECMP (hop counts), so per-packet spraying uses both.
+  Harness h(topo, ForwardingMode::kPerPacket);
+  int completed = 0;
+  for (int i = 0; i < 4; ++i) {
+    h.transport.Send(hs, ht, 1'000'000, 0, [&](const MessageResult&) { ++completed; });
+  }
+  h.loop.Run();
+  EXPECT_EQ(completed, 4);
+  const TransportCounters& c = h.transport.counters();
+  EXPECT_GT(c.spurious_retransmissions, 0);
+  EXPECT_GT(c.cwnd_undos, 0);
+  EXPECT_LE(c.cwnd_undos, c.loss_cuts);
+  // One cut is followed by several spurious retransmissions; it is undone once.
+  EXPECT_LT(c.cwnd_undos, c.spurious_retransmissions);
+  EXPECT_EQ(c.data_sent, c.data_delivered + c.data_dropped);
+}
+
 }  // namespace
 }  // namespace dar::sim
