@@ -1,0 +1,569 @@
+#include "lab/lab.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/status_macros.h"
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "lab/process.h"
+#include "yaml-cpp/yaml.h"
+
+namespace dar::lab {
+namespace {
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) return absl::InternalError(fmt::format("{}: cannot write", path));
+  return absl::OkStatus();
+}
+
+std::string ConfigPath(const std::string& dir, const std::string& who) {
+  return fmt::format("{}/{}.yaml", dir, who);
+}
+std::string LogPath(const std::string& dir, const std::string& who) {
+  return fmt::format("{}/{}.log", dir, who);
+}
+
+// tbf's bucket: 10 ms at the rate, at least 16 KiB so that full-size frames pass at low rates.
+int64_t TbfBurstBytes(DataRate rate) {
+  return std::max<int64_t>(rate.BytesIn(Milliseconds(10)), 16 * 1024);
+}
+
+}  // namespace
+
+std::vector<std::string> TbfCommand(const std::string& netns, const std::string& ifname,
+                                    DataRate rate) {
+  return {"tc",
+          "-n",
+          netns,
+          "qdisc",
+          "replace",
+          "dev",
+          ifname,
+          "root",
+          "tbf",
+          "rate",
+          fmt::format("{}bit", rate.bps()),
+          "burst",
+          std::to_string(TbfBurstBytes(rate)),
+          "latency",
+          "50ms"};
+}
+
+std::string NodeConfigYaml(const LabLayout& layout, int node) {
+  const NodeLayout& n = layout.nodes.at(node);
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "lab" << YAML::Value << layout.name;
+  out << YAML::Key << "node" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "id"
+      << YAML::Value << n.id << YAML::Key << "name" << YAML::Value << n.name << YAML::EndMap;
+  out << YAML::Key << "netns" << YAML::Value << n.netns;
+  out << YAML::Key << "controller" << YAML::Value << layout.controller_addr();
+  out << YAML::Key << "management" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "interface" << YAML::Value << n.mgmt_ifname;
+  out << YAML::Key << "address" << YAML::Value << fmt::format("{}/30", n.mgmt_address);
+  out << YAML::Key << "gateway" << YAML::Value << n.ctl_address;
+  out << YAML::EndMap;
+  out << YAML::Key << "neighbours" << YAML::Value << YAML::BeginSeq;
+  for (const LinkLayout& l : layout.links) {
+    if (l.a.node != node && l.b.node != node) continue;
+    const bool is_a = l.a.node == node;
+    const LinkEnd& local = is_a ? l.a : l.b;
+    const LinkEnd& peer = is_a ? l.b : l.a;
+    const NodeLayout& p = layout.nodes.at(peer.node);
+    out << YAML::BeginMap;
+    out << YAML::Key << "id" << YAML::Value << p.id;
+    out << YAML::Key << "name" << YAML::Value << p.name;
+    out << YAML::Key << "link" << YAML::Value << l.index;
+    out << YAML::Key << "interface" << YAML::Value << local.ifname;
+    out << YAML::Key << "address" << YAML::Value
+        << fmt::format("{}/{}", local.address, l.prefix_length);
+    out << YAML::Key << "peer_interface" << YAML::Value << peer.ifname;
+    out << YAML::Key << "peer_address" << YAML::Value << peer.address;
+    if (l.rate) out << YAML::Key << "rate_bps" << YAML::Value << l.rate->bps();
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::EndMap;
+  return fmt::format("# Written by dar-lab for node {} of lab {}.\n{}\n", n.name, layout.name,
+                     out.c_str());
+}
+
+std::string ControllerConfigYaml(const LabLayout& layout) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "lab" << YAML::Value << layout.name;
+  out << YAML::Key << "netns" << YAML::Value << layout.ctl_netns;
+  out << YAML::Key << "listen" << YAML::Value << layout.controller_addr();
+  out << YAML::Key << "nodes" << YAML::Value << YAML::BeginSeq;
+  for (const NodeLayout& n : layout.nodes) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "id" << YAML::Value << n.id;
+    out << YAML::Key << "name" << YAML::Value << n.name;
+    out << YAML::Key << "management_address" << YAML::Value << n.mgmt_address;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
+  for (const LinkLayout& l : layout.links) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "index" << YAML::Value << l.index;
+    out << YAML::Key << "a" << YAML::Value << layout.nodes.at(l.a.node).name;
+    out << YAML::Key << "b" << YAML::Value << layout.nodes.at(l.b.node).name;
+    out << YAML::Key << "a_address" << YAML::Value << l.a.address;
+    out << YAML::Key << "b_address" << YAML::Value << l.b.address;
+    out << YAML::Key << "a_interface" << YAML::Value << l.a.ifname;
+    out << YAML::Key << "b_interface" << YAML::Value << l.b.ifname;
+    if (l.rate) out << YAML::Key << "rate_bps" << YAML::Value << l.rate->bps();
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::EndMap;
+  return fmt::format("# Written by dar-lab for the controller of lab {}.\n{}\n", layout.name,
+                     out.c_str());
+}
+
+std::string DescribeLab(const LabState& state, const std::string& dir) {
+  const LabLayout& layout = state.layout;
+  std::map<std::string, const ProcessRecord*> process_of;  // by node name; "" = controller
+  for (const ProcessRecord& p : state.processes) process_of[p.node] = &p;
+  const auto process = [&](const std::string& who) -> std::string {
+    auto it = process_of.find(who);
+    if (it == process_of.end()) return "not started";
+    return fmt::format("pid {} {}", it->second->id.pid,
+                       IsRunning(it->second->id) ? "running" : "exited");
+  };
+  std::string out = fmt::format("lab {} in {}: {}\n", layout.name, dir, PhaseName(state.phase));
+  out += fmt::format("controller {} in netns {}  config {}  log {}  ({})\n",
+                     layout.controller_addr(), layout.ctl_netns, ConfigPath(dir, "controller"),
+                     LogPath(dir, "controller"), process(""));
+  out += "nodes:\n";
+  for (const NodeLayout& n : layout.nodes) {
+    out += fmt::format("  {:>3} {:<8} netns {}  mgmt {} ({})  config {}  log {}  ({})\n", n.id,
+                       n.name, n.netns, n.mgmt_address, n.mgmt_ifname, ConfigPath(dir, n.name),
+                       LogPath(dir, n.name), process(n.name));
+  }
+  out += "links:\n";
+  for (const LinkLayout& l : layout.links) {
+    out += fmt::format("  {:>3} {}-{}  {} {}/{} <-> {} {}/{}  {}  {}\n", l.index,
+                       layout.nodes.at(l.a.node).name, layout.nodes.at(l.b.node).name, l.a.ifname,
+                       l.a.address, l.prefix_length, l.b.ifname, l.b.address, l.prefix_length,
+                       l.rate ? FormatRate(*l.rate) : "unlimited", l.up ? "up" : "down");
+  }
+  return out;
+}
+
+Lab::Lab(CommandRunner& runner, const std::string& dir)
+    : runner_(runner), dir_(std::filesystem::absolute(dir).lexically_normal().string()) {
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+}
+
+absl::StatusOr<LabState> Lab::LoadState() const { return LoadLabState(StatePath(dir_)); }
+
+absl::StatusOr<LabState> Lab::LoadUpState() const {
+  absl::StatusOr<LabState> state = LoadState();
+  if (absl::IsNotFound(state.status())) {
+    return absl::FailedPreconditionError(fmt::format(
+        "no lab in {} (no state.json); start one with `dar-lab up FILE --dir {}`", dir_, dir_));
+  }
+  if (!state.ok()) return state.status();
+  if (state->phase != LabPhase::kUp) {
+    return absl::FailedPreconditionError(fmt::format(
+        "lab {} in {} is {}, not up", state->layout.name, dir_, PhaseName(state->phase)));
+  }
+  return state;
+}
+
+absl::Status Lab::Save(const LabState& state) const { return SaveLabState(state, StatePath(dir_)); }
+
+absl::Status Lab::Step(const std::vector<std::string>& argv, const UpOptions& options) {
+  if (options.on_step) options.on_step(FormatCommand(argv));
+  return runner_.Run(argv).status();
+}
+
+absl::StatusOr<std::vector<std::string>> Lab::ListNamespaces() {
+  ASSIGN_OR_RETURN(const std::string out, runner_.Run({"ip", "netns", "list"}));
+  std::vector<std::string> names;
+  for (const std::string& line : Lines(out)) {
+    // "name" or "name (id: 3)".
+    names.push_back(line.substr(0, line.find(' ')));
+  }
+  return names;
+}
+
+absl::StatusOr<std::vector<std::string>> Lab::ListRootInterfaces() {
+  ASSIGN_OR_RETURN(const std::string out, runner_.Run({"ip", "-o", "link", "show"}));
+  std::vector<std::string> names;
+  for (const std::string& line : Lines(out)) {
+    // "7: name@peer: <BROADCAST,...> ..." or "1: lo: <LOOPBACK,...> ...".
+    const size_t start = line.find(": ");
+    if (start == std::string::npos) continue;
+    const size_t end = line.find_first_of("@:", start + 2);
+    if (end == std::string::npos) continue;
+    names.push_back(line.substr(start + 2, end - start - 2));
+  }
+  return names;
+}
+
+absl::Status Lab::CheckNameFree(const std::string& prefix) {
+  ASSIGN_OR_RETURN(const std::vector<std::string> namespaces, ListNamespaces());
+  ASSIGN_OR_RETURN(const std::vector<std::string> interfaces, ListRootInterfaces());
+  for (const auto& [kind, names] :
+       {std::pair{"namespace", &namespaces}, std::pair{"interface", &interfaces}}) {
+    for (const std::string& name : *names) {
+      if (StartsWith(name, prefix)) {
+        const std::string lab = prefix.substr(0, prefix.size() - 1);
+        return absl::FailedPreconditionError(fmt::format(
+            "lab name '{}' is in use: {} {} exists (remove that lab with `dar-lab down --name "
+            "{}`, or rename this one)",
+            lab, kind, name, lab));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LabState> Lab::Up(const LabConfig& config, const UpOptions& options) {
+  LabState state;
+  state.file = options.file;
+  state.layout = MakeLayout(config);
+
+  absl::StatusOr<LabState> existing = LoadState();
+  if (existing.ok() && existing->phase != LabPhase::kDown) {
+    return absl::FailedPreconditionError(
+        fmt::format("lab {} is {} in {}; run `dar-lab down --dir {}` first", existing->layout.name,
+                    PhaseName(existing->phase), dir_, dir_));
+  }
+  if (!existing.ok() && !absl::IsNotFound(existing.status())) {
+    return absl::FailedPreconditionError(
+        fmt::format("{} (remove it if no lab is running from {})", Msg(existing.status()), dir_));
+  }
+  RETURN_IF_ERROR(CheckNameFree(state.layout.prefix()));
+  if (options.start_services) {
+    for (const auto& [role, service] :
+         {std::pair{"controller", &config.controller}, std::pair{"agent", &config.agent}}) {
+      if (!service->has_value()) continue;
+      const std::string& program = (*service)->command.front();
+      if (program.find('{') != std::string::npos) continue;  // known only once expanded
+      absl::StatusOr<std::string> found = FindExecutable(program);
+      if (!found.ok()) {
+        return absl::NotFoundError(
+            fmt::format("services.{}.command[0]: {}", role, Msg(found.status())));
+      }
+    }
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) return absl::InternalError(fmt::format("{}: cannot create: {}", dir_, ec.message()));
+  RETURN_IF_ERROR(Save(state));
+
+  const absl::Status built = Build(config, options, state);
+  if (!built.ok()) {
+    DownOptions down;
+    down.name = state.layout.name;
+    down.grace = Seconds(2);
+    absl::StatusOr<DownReport> rolled_back = Down(down);
+    return absl::Status(built.code(),
+                        fmt::format("{} ({})", Msg(built),
+                                    rolled_back.ok() ? "everything created was removed again"
+                                                     : "removing what was created failed too: " +
+                                                           Msg(rolled_back.status())));
+  }
+  state.phase = LabPhase::kUp;
+  RETURN_IF_ERROR(Save(state));
+  return state;
+}
+
+absl::Status Lab::Build(const LabConfig& config, const UpOptions& options, LabState& state) {
+  const LabLayout& layout = state.layout;
+  const auto record = [&](auto&& change) {
+    change();
+    return Save(state);
+  };
+
+  // Namespaces, loopback up.
+  std::vector<std::string> namespaces = {layout.ctl_netns};
+  for (const NodeLayout& n : layout.nodes) namespaces.push_back(n.netns);
+  for (const std::string& ns : namespaces) {
+    RETURN_IF_ERROR(record([&] { state.namespaces.push_back(ns); }));
+    RETURN_IF_ERROR(Step({"ip", "netns", "add", ns}, options));
+    RETURN_IF_ERROR(Step({"ip", "-n", ns, "link", "set", "lo", "up"}, options));
+  }
+
+  // A veth pair created directly in its two namespaces, addressed and up.
+  const auto veth = [&](const std::string& ns_a, const std::string& if_a, const std::string& ip_a,
+                        const std::string& ns_b, const std::string& if_b, const std::string& ip_b,
+                        int prefix_length) -> absl::Status {
+    RETURN_IF_ERROR(record([&] {
+      state.interfaces.push_back({ns_a, if_a});
+      state.interfaces.push_back({ns_b, if_b});
+    }));
+    RETURN_IF_ERROR(Step({"ip", "link", "add", if_a, "netns", ns_a, "type", "veth", "peer", "name",
+                          if_b, "netns", ns_b},
+                         options));
+    for (const auto& [ns, ifname, ip] :
+         {std::tuple{ns_a, if_a, ip_a}, std::tuple{ns_b, if_b, ip_b}}) {
+      RETURN_IF_ERROR(Step(
+          {"ip", "-n", ns, "addr", "add", fmt::format("{}/{}", ip, prefix_length), "dev", ifname},
+          options));
+      RETURN_IF_ERROR(Step({"ip", "-n", ns, "link", "set", ifname, "up"}, options));
+    }
+    return absl::OkStatus();
+  };
+
+  // Underlay links.
+  for (const LinkLayout& l : layout.links) {
+    const NodeLayout& a = layout.nodes.at(l.a.node);
+    const NodeLayout& b = layout.nodes.at(l.b.node);
+    RETURN_IF_ERROR(
+        veth(a.netns, l.a.ifname, l.a.address, b.netns, l.b.ifname, l.b.address, l.prefix_length));
+    if (l.rate) {
+      RETURN_IF_ERROR(Step(TbfCommand(a.netns, l.a.ifname, *l.rate), options));
+      RETURN_IF_ERROR(Step(TbfCommand(b.netns, l.b.ifname, *l.rate), options));
+    }
+  }
+
+  // Management: the controller's address on its loopback, a veth to every node, and a route
+  // from every node to the controller's address.
+  RETURN_IF_ERROR(Step({"ip", "-n", layout.ctl_netns, "addr", "add",
+                        fmt::format("{}/32", layout.controller_ip), "dev", "lo"},
+                       options));
+  for (const NodeLayout& n : layout.nodes) {
+    RETURN_IF_ERROR(veth(n.netns, n.mgmt_ifname, n.mgmt_address, layout.ctl_netns, n.ctl_ifname,
+                         n.ctl_address, 30));
+    RETURN_IF_ERROR(
+        Step({"ip", "-n", n.netns, "route", "add", fmt::format("{}/32", layout.controller_ip),
+              "via", n.ctl_address, "dev", n.mgmt_ifname},
+             options));
+  }
+
+  // Config files.
+  RETURN_IF_ERROR(WriteFile(ConfigPath(dir_, "controller"), ControllerConfigYaml(layout)));
+  for (size_t i = 0; i < layout.nodes.size(); ++i) {
+    RETURN_IF_ERROR(WriteFile(ConfigPath(dir_, layout.nodes[i].name),
+                              NodeConfigYaml(layout, static_cast<int>(i))));
+  }
+
+  // Services: the controller first, so agents find it.
+  if (!options.start_services) return absl::OkStatus();
+  Placeholders values = {{"lab", layout.name},
+                         {"lab_dir", dir_},
+                         {"controller_addr", layout.controller_addr()},
+                         {"controller_ip", layout.controller_ip},
+                         {"controller_port", std::to_string(layout.controller_port)}};
+  if (config.controller) {
+    values["netns"] = layout.ctl_netns;
+    values["config"] = ConfigPath(dir_, "controller");
+    ASSIGN_OR_RETURN(const std::vector<std::string> command,
+                     ExpandCommand(config.controller->command, values));
+    RETURN_IF_ERROR(StartService("controller", "", layout.ctl_netns, command, options, state));
+  }
+  if (config.agent) {
+    for (const NodeLayout& n : layout.nodes) {
+      values["netns"] = n.netns;
+      values["config"] = ConfigPath(dir_, n.name);
+      values["node"] = std::to_string(n.id);
+      values["node_name"] = n.name;
+      ASSIGN_OR_RETURN(const std::vector<std::string> command,
+                       ExpandCommand(config.agent->command, values));
+      RETURN_IF_ERROR(StartService("agent", n.name, n.netns, command, options, state));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Lab::StartService(const std::string& role, const std::string& node,
+                               const std::string& netns, const std::vector<std::string>& command,
+                               const UpOptions& options, LabState& state) {
+  std::vector<std::string> argv = {"ip", "netns", "exec", netns};
+  argv.insert(argv.end(), command.begin(), command.end());
+  const std::string who = node.empty() ? role : node;
+  if (options.on_step) {
+    options.on_step(
+        fmt::format("start {}{}{}: {}", role, node.empty() ? "" : " ", node, FormatCommand(argv)));
+  }
+  const std::string log = LogPath(dir_, who);
+  ASSIGN_OR_RETURN(HeldProcess process, SpawnHeld(argv, log));
+  state.processes.push_back({role, node, netns, process.id(), log, command});
+  RETURN_IF_ERROR(Save(state));
+  return process.Release();
+}
+
+absl::StatusOr<DownReport> Lab::Down(const DownOptions& options) {
+  DownReport report;
+  absl::StatusOr<LabState> state = LoadState();
+  std::string name = options.name;
+  if (state.ok()) {
+    if (name.empty()) name = state->layout.name;
+    if (name != state->layout.name) {
+      return absl::InvalidArgumentError(
+          fmt::format("{} is for lab '{}', not '{}'", StatePath(dir_), state->layout.name, name));
+    }
+  } else if (absl::IsNotFound(state.status())) {
+    if (name.empty()) {
+      report.note = fmt::format(
+          "no state file {}: nothing to do (give --name to sweep a lab whose state file was "
+          "lost)",
+          StatePath(dir_));
+      return report;
+    }
+    report.note = fmt::format("no state file {}; swept by name", StatePath(dir_));
+  } else {
+    if (name.empty()) {
+      return absl::InvalidArgumentError(
+          fmt::format("{} (give --name to sweep the lab by name)", Msg(state.status())));
+    }
+    report.note = fmt::format("{}; swept by name", Msg(state.status()));
+  }
+  report.name = name;
+  const std::string prefix = name + "-";
+  std::vector<std::string> problems;
+
+  // Namespaces that exist and are ours: recorded, or named with our prefix.
+  ASSIGN_OR_RETURN(const std::vector<std::string> listed, ListNamespaces());
+  std::set<std::string> recorded;
+  if (state.ok()) recorded.insert(state->namespaces.begin(), state->namespaces.end());
+  std::vector<std::string> namespaces;
+  for (const std::string& ns : listed) {
+    if (StartsWith(ns, prefix) || recorded.contains(ns)) namespaces.push_back(ns);
+  }
+
+  // Processes: the recorded ones, and anything else still running in our namespaces.
+  std::vector<ProcessId> processes;
+  if (state.ok()) {
+    for (const ProcessRecord& p : state->processes) processes.push_back(p.id);
+  }
+  for (const std::string& ns : namespaces) {
+    absl::StatusOr<std::string> pids = runner_.Run({"ip", "netns", "pids", ns});
+    if (!pids.ok()) {
+      problems.push_back(Msg(pids.status()));
+      continue;
+    }
+    for (const std::string& line : Lines(*pids)) {
+      const pid_t pid = static_cast<pid_t>(std::strtol(line.c_str(), nullptr, 10));
+      if (pid <= 0) continue;
+      absl::StatusOr<uint64_t> start = ProcessStartTime(pid);
+      if (start.ok()) processes.push_back({pid, *start});
+    }
+  }
+  for (const ProcessId& p : processes) report.processes_signalled += IsRunning(p) ? 1 : 0;
+  if (absl::Status s = StopProcesses(processes, options.grace, options.kill_wait); !s.ok()) {
+    problems.push_back(Msg(s));
+  }
+
+  for (const std::string& ns : namespaces) {
+    if (absl::Status s = runner_.Run({"ip", "netns", "del", ns}).status(); !s.ok()) {
+      problems.push_back(Msg(s));
+    } else {
+      report.namespaces_deleted.push_back(ns);
+    }
+  }
+
+  // Leftovers in the root namespace (the lab creates none there, but an interrupted older run or
+  // a hand-made test interface may have). Deleting one end of a veth deletes the other, so list
+  // again before calling a failed deletion a problem.
+  absl::StatusOr<std::vector<std::string>> interfaces = ListRootInterfaces();
+  if (!interfaces.ok()) {
+    problems.push_back(Msg(interfaces.status()));
+  } else {
+    for (const std::string& ifname : *interfaces) {
+      if (!StartsWith(ifname, prefix)) continue;
+      const absl::Status s = runner_.Run({"ip", "link", "del", ifname}).status();
+      if (s.ok()) {
+        report.interfaces_deleted.push_back(ifname);
+        continue;
+      }
+      absl::StatusOr<std::vector<std::string>> now = ListRootInterfaces();
+      if (now.ok() && std::find(now->begin(), now->end(), ifname) == now->end()) continue;
+      problems.push_back(Msg(s));
+    }
+  }
+
+  if (!problems.empty()) {
+    return absl::InternalError(
+        fmt::format("lab {} not completely removed: {}", name, fmt::join(problems, "; ")));
+  }
+  if (state.ok()) {
+    state->phase = LabPhase::kDown;
+    state->namespaces.clear();
+    state->interfaces.clear();
+    state->processes.clear();
+    RETURN_IF_ERROR(Save(*state));
+  }
+  return report;
+}
+
+absl::Status Lab::SetLinkUp(std::string_view a, std::string_view b, bool up) {
+  ASSIGN_OR_RETURN(LabState state, LoadUpState());
+  ASSIGN_OR_RETURN(const int index, state.layout.FindLink(a, b));
+  LinkLayout& link = state.layout.links[index];
+  for (const LinkEnd* end : {&link.a, &link.b}) {
+    const std::string& ns = state.layout.nodes.at(end->node).netns;
+    RETURN_IF_ERROR(
+        runner_.Run({"ip", "-n", ns, "link", "set", end->ifname, up ? "up" : "down"}).status());
+  }
+  link.up = up;
+  return Save(state);
+}
+
+absl::Status Lab::ApplyRate(const std::string& netns, const std::string& ifname,
+                            std::optional<DataRate> rate, bool had_rate) {
+  if (rate) return runner_.Run(TbfCommand(netns, ifname, *rate)).status();
+  if (!had_rate) return absl::OkStatus();
+  return runner_.Run({"tc", "-n", netns, "qdisc", "del", "dev", ifname, "root"}).status();
+}
+
+absl::Status Lab::SetRate(std::string_view a, std::string_view b, std::optional<DataRate> rate) {
+  ASSIGN_OR_RETURN(LabState state, LoadUpState());
+  ASSIGN_OR_RETURN(const int index, state.layout.FindLink(a, b));
+  LinkLayout& link = state.layout.links[index];
+  for (const LinkEnd* end : {&link.a, &link.b}) {
+    RETURN_IF_ERROR(ApplyRate(state.layout.nodes.at(end->node).netns, end->ifname, rate,
+                              link.rate.has_value()));
+  }
+  link.rate = rate;
+  return Save(state);
+}
+
+absl::StatusOr<std::vector<std::string>> Lab::ExecArgv(
+    std::string_view node, const std::vector<std::string>& command) const {
+  if (command.empty()) return absl::InvalidArgumentError("exec: no command given");
+  ASSIGN_OR_RETURN(const LabState state, LoadUpState());
+  std::string netns;
+  if (node == "ctl" || node == "controller") {
+    netns = state.layout.ctl_netns;
+  } else {
+    ASSIGN_OR_RETURN(const int index, state.layout.FindNode(node));
+    netns = state.layout.nodes[index].netns;
+  }
+  std::vector<std::string> argv = {"ip", "netns", "exec", netns};
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+}  // namespace dar::lab
