@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "fmt/format.h"
 #include "sim/runner.h"
@@ -22,6 +25,7 @@ struct RunFlags {
   int64_t seed = -1;
   std::vector<std::string> policies;
   bool quiet = false;
+  int jobs = 0;  // 0: one per core
 };
 
 // A single progress line on a terminal, redrawn at most a few times a second and only once a
@@ -31,8 +35,10 @@ class ProgressLine {
   explicit ProgressLine(bool enabled) : enabled_(enabled), start_(Clock::now()) {}
   ~ProgressLine() { Clear(); }
 
+  // Thread-safe: policies may run side by side.
   void Update(const sim::RunProgress& p) {
     if (!enabled_) return;
+    std::lock_guard<std::mutex> lock(mu_);
     const auto now = Clock::now();
     if (now - start_ < std::chrono::seconds(1) || now - last_ < std::chrono::milliseconds(200)) {
       return;
@@ -51,6 +57,7 @@ class ProgressLine {
 
  private:
   using Clock = std::chrono::steady_clock;
+  std::mutex mu_;
   bool enabled_;
   bool drawn_ = false;
   Clock::time_point start_;
@@ -85,6 +92,9 @@ int Run(const RunFlags& flags) {
   ProgressLine progress(!flags.quiet && isatty(STDERR_FILENO));
   sim::RunOptions options;
   options.on_progress = [&progress](const sim::RunProgress& p) { progress.Update(p); };
+  options.jobs = flags.jobs > 0
+                     ? flags.jobs
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   absl::StatusOr<nlohmann::json> results = sim::RunScenario(*scenario, options);
   progress.Clear();
   if (!results.ok()) {
@@ -122,6 +132,9 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--seed", flags->seed, "Override the scenario's seed");
   cmd->add_option("--policy", flags->policies, "Run only these policies (repeatable)");
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing but errors");
+  cmd->add_option("-j,--jobs", flags->jobs,
+                  "Policies simulated at once (default: one per core); results do not depend on it")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([flags] { throw CLI::RuntimeError(Run(*flags)); });
 }
 

@@ -1,9 +1,11 @@
 #include "sim/runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "core/status_macros.h"
@@ -211,9 +213,22 @@ absl::StatusOr<nlohmann::json> RunScenario(const Scenario& scenario, const RunOp
   results["topology"] = scenario.topology.Summary();
   results["duration_s"] = ToSeconds(scenario.duration);
   results["policies"] = nlohmann::json::array();
-  for (const PolicySpec& p : scenario.policies) {
-    ASSIGN_OR_RETURN(nlohmann::json r, RunPolicy(scenario, p, options));
-    results["policies"].push_back(std::move(r));
+  const size_t n = scenario.policies.size();
+  std::vector<absl::StatusOr<nlohmann::json>> runs(n, absl::UnknownError("not run"));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      runs[i] = RunPolicy(scenario, scenario.policies[i], options);
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t jobs = std::clamp<size_t>(static_cast<size_t>(std::max(options.jobs, 1)), 1, n);
+  for (size_t j = 1; j < jobs; ++j) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  for (absl::StatusOr<nlohmann::json>& r : runs) {
+    if (!r.ok()) return r.status();
+    results["policies"].push_back(*std::move(r));
   }
   return results;
 }

@@ -1,5 +1,6 @@
-// Runs a scenario: every policy on the same topology, workloads, events and seed, one after
-// the other, each in a fresh simulation. Produces the results.json document.
+// Runs a scenario: every policy on the same topology, workloads, events and seed, each in a
+// fresh simulation of its own (so they may run side by side on several cores; the results do
+// not depend on it). Produces the results.json document.
 #ifndef DAR_SIM_RUNNER_H_
 #define DAR_SIM_RUNNER_H_
 
@@ -20,8 +21,11 @@ struct RunProgress {
 };
 
 struct RunOptions {
-  // Called every few hundred thousand events; for a progress line.
+  // Called every few hundred thousand events; for a progress line. With jobs > 1 it is called
+  // from several threads.
   std::function<void(const RunProgress&)> on_progress;
+  // Policies simulated at once, each on its own thread.
+  int jobs = 1;
 };
 
 // The result of one policy: {"name", "routing", "forwarding", "metrics": {...}}.
