@@ -1,36 +1,8 @@
 #include "sim/network.h"
 
 #include <algorithm>
-#include <cassert>
-
-#include "fmt/format.h"
 
 namespace dar::sim {
-
-absl::StatusOr<ForwardingMode> ParseForwardingMode(std::string_view name) {
-  if (name == "per_flow") return ForwardingMode::kPerFlow;
-  if (name == "per_flowlet") return ForwardingMode::kPerFlowlet;
-  if (name == "per_packet") return ForwardingMode::kPerPacket;
-  if (name == "per_packet_p2c") return ForwardingMode::kPerPacketP2C;
-  return absl::InvalidArgumentError(
-      fmt::format("unknown forwarding mode '{}' (expected per_flow, per_flowlet, per_packet or "
-                  "per_packet_p2c)",
-                  name));
-}
-
-std::string_view ForwardingModeName(ForwardingMode mode) {
-  switch (mode) {
-    case ForwardingMode::kPerFlow:
-      return "per_flow";
-    case ForwardingMode::kPerFlowlet:
-      return "per_flowlet";
-    case ForwardingMode::kPerPacket:
-      return "per_packet";
-    case ForwardingMode::kPerPacketP2C:
-      return "per_packet_p2c";
-  }
-  return "?";
-}
 
 std::string_view DropReasonName(DropReason r) {
   switch (r) {
@@ -167,6 +139,17 @@ class Network::Port {
   Timer arrival_;
 };
 
+// The forwarders' view of their ports, as NextHopChooser reads it.
+class Network::PortView {
+ public:
+  explicit PortView(const std::vector<std::unique_ptr<Port>>& ports) : ports_(ports) {}
+  bool forwardable(LinkId link) const { return ports_[link]->forwardable(); }
+  int64_t queued_bytes(LinkId link) const { return ports_[link]->queued_bytes(); }
+
+ private:
+  const std::vector<std::unique_ptr<Port>>& ports_;
+};
+
 Network::Network(EventLoop& loop, Random& rng, const Topology& topology,
                  const NetworkConfig& config)
     : loop_(loop), rng_(rng), topology_(topology), config_(config) {
@@ -174,12 +157,12 @@ Network::Network(EventLoop& loop, Random& rng, const Topology& topology,
   route_target_.resize(n);
   last_hop_link_.assign(n, kNoLink);
   stub_uplink_.resize(n);
-  node_salt_.resize(n);
+  choosers_.reserve(n);
   for (NodeId i = 0; i < n; ++i) {
     route_target_[i] = topology_.RouteTarget(i);
     stub_uplink_[i] = topology_.StubUplink(i);
     if (route_target_[i] != i) last_hop_link_[i] = topology_.FindLink(route_target_[i], i);
-    node_salt_[i] = rng_.Next();  // each switch's hash seed
+    choosers_.emplace_back(ForwardingConfig(), rng_.Next());  // each switch's hash seed
   }
   ports_.reserve(topology_.num_links());
   for (LinkId l = 0; l < topology_.num_links(); ++l) {
@@ -198,6 +181,10 @@ void Network::InstallTables(std::shared_ptr<const RoutingTables> tables, int tra
   } else {
     tables_[traffic_class] = std::move(tables);
   }
+}
+
+void Network::set_forwarding(const ForwardingConfig& f) {
+  for (NextHopChooser& c : choosers_) c.set_config(f);
 }
 
 void Network::Send(NodeId node, PacketPtr p) {
@@ -274,77 +261,14 @@ void Network::Forward(NodeId node, PacketPtr p) {
     out = last_hop_link_[p->dst];
   } else if (const RoutingTables* t = tables_[p->traffic_class % kClasses].get();
              t != nullptr && t->IsDestination(target)) {
-    out = ChooseNextHop(node, *p, t->Lookup(node, target));
+    out = choosers_[node].Choose(t->Lookup(node, target), p->flow_id, p->dst, loop_.now(), rng_,
+                                 PortView(ports_));
   }
   if (out == kNoLink) {
     Drop(std::move(p), DropReason::kNoRoute, kNoLink);
     return;
   }
   ports_[out]->Enqueue(std::move(p));
-}
-
-double Network::Weight(const NextHop& h, bool by_queue) const {
-  if (!ports_[h.link]->forwardable()) return 0;
-  if (!by_queue || forwarding_.queue_bias_bytes <= 0) return h.weight;
-  return h.weight / (1.0 + static_cast<double>(ports_[h.link]->queued_bytes()) /
-                               static_cast<double>(forwarding_.queue_bias_bytes));
-}
-
-LinkId Network::PickByWeight(absl::Span<const NextHop> hops, double u, bool by_queue) const {
-  double total = 0;
-  for (const NextHop& h : hops) total += Weight(h, by_queue);
-  if (total <= 0) return kNoLink;
-  double x = u * total;
-  LinkId last = kNoLink;
-  for (const NextHop& h : hops) {
-    const double w = Weight(h, by_queue);
-    if (w <= 0) continue;
-    last = h.link;
-    x -= w;
-    if (x < 0) return h.link;
-  }
-  return last;
-}
-
-LinkId Network::ChooseNextHop(NodeId node, const Packet& p, absl::Span<const NextHop> hops) {
-  if (hops.empty()) return kNoLink;
-  if (hops.size() == 1) return ports_[hops[0].link]->forwardable() ? hops[0].link : kNoLink;
-  switch (forwarding_.mode) {
-    case ForwardingMode::kPerFlow: {
-      const uint64_t h = Random::Hash(p.flow_id ^ node_salt_[node]);
-      return PickByWeight(hops, static_cast<double>(h >> 11) * 0x1.0p-53, /*by_queue=*/false);
-    }
-    case ForwardingMode::kPerFlowlet: {
-      if (flowlets_.empty()) flowlets_.resize(topology_.num_nodes());
-      std::vector<FlowletEntry>& table = flowlets_[node];
-      if (table.empty()) table.resize(forwarding_.flowlet_table_size);
-      // A flowlet is one direction of a flow: a flow's data and its ACKs are separate.
-      const uint64_t key = Random::Hash(p.flow_id ^ (static_cast<uint64_t>(p.dst) << 40));
-      FlowletEntry& e = table[(key ^ node_salt_[node]) % table.size()];
-      const Time now = loop_.now();
-      const bool fresh = e.flow_id == key && e.last_seen.count() >= 0 &&
-                         now - e.last_seen <= forwarding_.flowlet_gap;
-      bool valid = false;
-      if (fresh && e.link != kNoLink && ports_[e.link]->forwardable()) {
-        for (const NextHop& nh : hops) valid |= nh.link == e.link;
-      }
-      if (!valid) {
-        e.link = PickByWeight(hops, rng_.Uniform(), /*by_queue=*/true);
-        e.flow_id = key;
-      }
-      e.last_seen = now;
-      return e.link;
-    }
-    case ForwardingMode::kPerPacket:
-      return PickByWeight(hops, rng_.Uniform(), /*by_queue=*/true);
-    case ForwardingMode::kPerPacketP2C: {
-      const LinkId a = PickByWeight(hops, rng_.Uniform(), /*by_queue=*/false);
-      const LinkId b = PickByWeight(hops, rng_.Uniform(), /*by_queue=*/false);
-      if (a == kNoLink || b == kNoLink) return a == kNoLink ? b : a;
-      return ports_[b]->queued_bytes() < ports_[a]->queued_bytes() ? b : a;
-    }
-  }
-  return kNoLink;
 }
 
 }  // namespace dar::sim

@@ -1,6 +1,7 @@
 // The simulated network: an output port per directed link (drop-tail queue in bytes with an
 // optional ECN threshold, serialisation at the link's capacity, then propagation delay), and a
-// forwarder at every node that picks among the installed routing table's next hops.
+// forwarder at every node that picks among the installed routing table's next hops with the
+// same NextHopChooser (core/next_hop_chooser.h) as the agents' data plane.
 //
 // Packet life: Send() at the source node -> forwarded hop by hop -> delivered to the receive
 // handler at the destination, or dropped (queue full, link down, hop limit, no route), which
@@ -17,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "core/next_hop_chooser.h"
 #include "core/random.h"
 #include "core/routing_table.h"
 #include "core/topology.h"
@@ -26,26 +27,6 @@
 #include "sim/ring_buffer.h"
 
 namespace dar::sim {
-
-// How a forwarder spreads traffic over the next hops of one (node, destination).
-enum class ForwardingMode : uint8_t {
-  kPerFlow,      // a hash of the flow id picks a next hop by weight; sticky
-  kPerFlowlet,   // re-pick by weight after the flow has been idle for flowlet_gap
-  kPerPacket,    // weighted random per packet
-  kPerPacketP2C  // two weighted-random candidates, the one with the shorter queue wins
-};
-absl::StatusOr<ForwardingMode> ParseForwardingMode(std::string_view name);
-std::string_view ForwardingModeName(ForwardingMode mode);
-
-struct ForwardingConfig {
-  ForwardingMode mode = ForwardingMode::kPerFlow;
-  // Local correction by queue depth: when a forwarder picks a next hop afresh (per packet, or
-  // at a flowlet's start) each weight is divided by (1 + queued bytes / queue_bias_bytes), so
-  // a next hop with a long local queue gets less new traffic. 0 = off.
-  int64_t queue_bias_bytes = 0;
-  Duration flowlet_gap = Microseconds(100);
-  int flowlet_table_size = 4096;  // entries per switch, indexed by flow hash (as in hardware)
-};
 
 struct NetworkConfig {
   // Queue depth (bytes) above which ECN-capable packets are marked on enqueue; 0 = no marking.
@@ -100,7 +81,9 @@ class Network {
   void set_drop_handler(DropHandler h) { on_drop_ = std::move(h); }
   void set_nic_ready_handler(NicReadyHandler h) { on_nic_ready_ = std::move(h); }
   void set_probe_handler(ProbeHandler h) { on_probe_ = std::move(h); }
-  void set_forwarding(const ForwardingConfig& f) { forwarding_ = f; }
+  // The forwarding mode of every forwarder (NextHopChooser); forgets their flowlets.
+  // REQUIRES: f.Validate().ok().
+  void set_forwarding(const ForwardingConfig& f);
 
   // Installs a table set for all forwarders, for one traffic class or all of them. Tables must
   // cover topology().Destinations().
@@ -135,33 +118,22 @@ class Network {
 
  private:
   class Port;
-  struct FlowletEntry {
-    uint64_t flow_id = 0;  // hash of (flow id, destination): one direction of a flow
-    Time last_seen{-1};
-    LinkId link = kNoLink;
-  };
+  class PortView;
 
   void Receive(NodeId node, PacketPtr p, LinkId in_link);
   void Forward(NodeId node, PacketPtr p);
-  LinkId ChooseNextHop(NodeId node, const Packet& p, absl::Span<const NextHop> hops);
-  // A next hop drawn by weight among those whose link is up (u uniform in [0, 1)); with
-  // `by_queue`, weights are corrected by local queue depth (ForwardingConfig).
-  LinkId PickByWeight(absl::Span<const NextHop> hops, double u, bool by_queue) const;
-  double Weight(const NextHop& h, bool by_queue) const;
   void Drop(PacketPtr p, DropReason r, LinkId link);
 
   EventLoop& loop_;
   Random& rng_;
   Topology topology_;
   NetworkConfig config_;
-  ForwardingConfig forwarding_;
   PacketPool pool_;
-  std::vector<std::unique_ptr<Port>> ports_;         // by LinkId
-  std::vector<NodeId> route_target_;                 // by node
-  std::vector<LinkId> last_hop_link_;                // by host: the link from its switch to it
-  std::vector<LinkId> stub_uplink_;                  // by node: a stub host's only link, or kNoLink
-  std::vector<uint64_t> node_salt_;                  // per-node hash salt for per-flow choice
-  std::vector<std::vector<FlowletEntry>> flowlets_;  // by node, when kPerFlowlet
+  std::vector<std::unique_ptr<Port>> ports_;  // by LinkId
+  std::vector<NodeId> route_target_;          // by node
+  std::vector<LinkId> last_hop_link_;         // by host: the link from its switch to it
+  std::vector<LinkId> stub_uplink_;           // by node: a stub host's only link, or kNoLink
+  std::vector<NextHopChooser> choosers_;      // by node
   std::array<std::shared_ptr<const RoutingTables>, kClasses> tables_;
   std::array<int64_t, static_cast<int>(DropReason::kCount)> drops_{};
   int64_t filler_drops_ = 0;

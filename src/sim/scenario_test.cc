@@ -52,7 +52,9 @@ TEST(ScenarioTest, SameSeedGivesIdenticalResults) {
   ASSERT_TRUE(s.ok()) << s.status();
   absl::StatusOr<nlohmann::json> a = RunScenario(*s, {});
   // Policies run side by side (one thread each) give the same document as one after another.
-  absl::StatusOr<nlohmann::json> b = RunScenario(*s, {.jobs = 3});
+  RunOptions parallel;
+  parallel.jobs = 3;
+  absl::StatusOr<nlohmann::json> b = RunScenario(*s, parallel);
   ASSERT_TRUE(a.ok() && b.ok());
   StripWallTime(*a);
   StripWallTime(*b);

@@ -1,0 +1,198 @@
+// The forwarder's fast, local layer (ARCHITECTURE.md, "Two speeds"): given the weighted next
+// hops a routing table holds for one (node, destination), pick the one a packet leaves on —
+// per flow, per flowlet, per packet or by power of two choices — corrected by the local queue
+// depth and skipping next hops whose link is not forwardable right now.
+//
+// Shared by the simulator's forwarders and the agent's data plane, so that both make the same
+// choices. The chooser has no clock and no randomness of its own: the caller passes the time,
+// a Random and a view of its ports with every call.
+#ifndef DAR_CORE_NEXT_HOP_CHOOSER_H_
+#define DAR_CORE_NEXT_HOP_CHOOSER_H_
+
+#include <concepts>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/random.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+#include "core/units.h"
+
+namespace dar {
+
+// How a forwarder spreads traffic over the next hops of one (node, destination).
+enum class ForwardingMode : uint8_t {
+  kPerFlow,      // a hash of the flow id picks a next hop by weight; sticky
+  kPerFlowlet,   // re-pick by weight after the flow has been idle for flowlet_gap
+  kPerPacket,    // weighted random per packet
+  kPerPacketP2C  // two weighted-random candidates, the one with the shorter queue wins
+};
+// "per_flow", "per_flowlet", "per_packet" or "per_packet_p2c"; InvalidArgument otherwise.
+absl::StatusOr<ForwardingMode> ParseForwardingMode(std::string_view name);
+std::string_view ForwardingModeName(ForwardingMode mode);
+
+struct ForwardingConfig {
+  ForwardingMode mode = ForwardingMode::kPerFlow;
+  // Local correction by queue depth: when a forwarder picks a next hop afresh (per packet, or
+  // at a flowlet's start) each weight is divided by (1 + queued bytes / queue_bias_bytes), so
+  // a next hop with a long local queue gets less new traffic. 0 = off.
+  int64_t queue_bias_bytes = 0;
+  Duration flowlet_gap = Microseconds(100);
+  int flowlet_table_size = 4096;  // entries per forwarder, indexed by flow hash (as in hardware)
+
+  // OK, or InvalidArgument naming the first bad field.
+  absl::Status Validate() const;
+};
+
+// What a NextHopChooser reads about the forwarder's own ports, by outgoing link: whether it
+// may send on the link now (carrier up and not ruled out by its own liveness check) and how
+// many bytes wait in the link's local queue. Both are called on the per-packet path.
+template <typename P>
+concept LocalPortState = requires(const P& ports, LinkId link) {
+  { ports.forwardable(link) } -> std::convertible_to<bool>;
+  { ports.queued_bytes(link) } -> std::convertible_to<int64_t>;
+};
+
+// The next-hop choice of one forwarder (one node). Holds the forwarding configuration, the
+// node's hash salt and its flowlet table.
+//
+// Per flow: a hash of (flow, salt) draws a next hop by the table's weights; the same flow
+// takes the same next hop while the next hops and their liveness are unchanged. Queue depth
+// is not consulted (it would move flows).
+// Per flowlet: a flowlet table entry, indexed by a hash of (flow, destination), remembers
+// the next hop of one direction of a flow; a packet within flowlet_gap of the previous one
+// of the same flow follows it while that next hop is still offered and forwardable, otherwise
+// a next hop is drawn afresh by queue-corrected weight. Colliding flows share (overwrite) an
+// entry, as in hardware.
+// Per packet: a draw by queue-corrected weight for every packet.
+// Power of two choices: two draws by plain weight, the one with fewer queued bytes wins (the
+// first on a tie).
+//
+// Not thread-safe; give each forwarding thread its own chooser.
+class NextHopChooser {
+ public:
+  // `salt` decorrelates the per-flow and flowlet hashes of different forwarders (so that a
+  // flow's choice at one hop does not determine its choice at the next).
+  // REQUIRES: config.Validate().ok().
+  NextHopChooser(const ForwardingConfig& config, uint64_t salt);
+
+  const ForwardingConfig& config() const { return config_; }
+  // Replaces the configuration and forgets every flowlet.
+  // REQUIRES: config.Validate().ok().
+  void set_config(const ForwardingConfig& config);
+
+  // The link a packet of `flow` toward `destination` leaves on, among `hops` (a routing
+  // table's next hops at this node); kNoLink if none of them is forwardable. `now` is the
+  // packet's time (only per-flowlet mode reads it; it must not go backwards). Draws from
+  // `rng` only in per-flowlet (at a flowlet's start), per-packet and power-of-two modes, and
+  // only when there is more than one next hop.
+  // The first per-flowlet choice allocates the flowlet table; no other call allocates.
+  template <LocalPortState Ports>
+  LinkId Choose(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination, Time now,
+                Random& rng, const Ports& ports);
+
+ private:
+  struct FlowletEntry {
+    uint64_t key = 0;  // hash of (flow, destination): one direction of a flow
+    Time last_seen{-1};
+    LinkId link = kNoLink;
+  };
+
+  // A next hop drawn by weight among the forwardable ones (u uniform in [0, 1)); with
+  // `by_queue`, weights are corrected by local queue depth. kNoLink if no weight is positive.
+  template <LocalPortState Ports>
+  LinkId PickByWeight(absl::Span<const NextHop> hops, double u, bool by_queue,
+                      const Ports& ports) const;
+  template <LocalPortState Ports>
+  double Weight(const NextHop& h, bool by_queue, const Ports& ports) const;
+  template <LocalPortState Ports>
+  LinkId ChooseFlowlet(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination, Time now,
+                       Random& rng, const Ports& ports);
+
+  ForwardingConfig config_;
+  uint64_t salt_;
+  std::vector<FlowletEntry> flowlets_;  // empty until the first per-flowlet choice
+};
+
+// Implementation -----------------------------------------------------------------------------
+
+template <LocalPortState Ports>
+double NextHopChooser::Weight(const NextHop& h, bool by_queue, const Ports& ports) const {
+  if (!ports.forwardable(h.link)) return 0;
+  if (!by_queue || config_.queue_bias_bytes <= 0) return h.weight;
+  return h.weight / (1.0 + static_cast<double>(ports.queued_bytes(h.link)) /
+                               static_cast<double>(config_.queue_bias_bytes));
+}
+
+template <LocalPortState Ports>
+LinkId NextHopChooser::PickByWeight(absl::Span<const NextHop> hops, double u, bool by_queue,
+                                    const Ports& ports) const {
+  double total = 0;
+  for (const NextHop& h : hops) total += Weight(h, by_queue, ports);
+  if (total <= 0) return kNoLink;
+  double x = u * total;
+  LinkId last = kNoLink;
+  for (const NextHop& h : hops) {
+    const double w = Weight(h, by_queue, ports);
+    if (w <= 0) continue;
+    last = h.link;
+    x -= w;
+    if (x < 0) return h.link;
+  }
+  return last;  // rounding left x just above zero: the last positive weight
+}
+
+template <LocalPortState Ports>
+LinkId NextHopChooser::ChooseFlowlet(absl::Span<const NextHop> hops, uint64_t flow,
+                                     NodeId destination, Time now, Random& rng,
+                                     const Ports& ports) {
+  if (flowlets_.empty()) flowlets_.resize(config_.flowlet_table_size);
+  // A flowlet is one direction of a flow: a flow's data and its ACKs are separate.
+  const uint64_t key = Random::Hash(flow ^ (static_cast<uint64_t>(destination) << 40));
+  FlowletEntry& e = flowlets_[(key ^ salt_) % flowlets_.size()];
+  const bool fresh =
+      e.key == key && e.last_seen.count() >= 0 && now - e.last_seen <= config_.flowlet_gap;
+  bool valid = false;
+  if (fresh && e.link != kNoLink && ports.forwardable(e.link)) {
+    for (const NextHop& nh : hops) valid |= nh.link == e.link;
+  }
+  if (!valid) {
+    e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/true, ports);
+    e.key = key;
+  }
+  e.last_seen = now;
+  return e.link;
+}
+
+template <LocalPortState Ports>
+LinkId NextHopChooser::Choose(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination,
+                              Time now, Random& rng, const Ports& ports) {
+  if (hops.empty()) return kNoLink;
+  if (hops.size() == 1) return ports.forwardable(hops[0].link) ? hops[0].link : kNoLink;
+  switch (config_.mode) {
+    case ForwardingMode::kPerFlow: {
+      const uint64_t h = Random::Hash(flow ^ salt_);
+      return PickByWeight(hops, static_cast<double>(h >> 11) * 0x1.0p-53, /*by_queue=*/false,
+                          ports);
+    }
+    case ForwardingMode::kPerFlowlet:
+      return ChooseFlowlet(hops, flow, destination, now, rng, ports);
+    case ForwardingMode::kPerPacket:
+      return PickByWeight(hops, rng.Uniform(), /*by_queue=*/true, ports);
+    case ForwardingMode::kPerPacketP2C: {
+      const LinkId a = PickByWeight(hops, rng.Uniform(), /*by_queue=*/false, ports);
+      const LinkId b = PickByWeight(hops, rng.Uniform(), /*by_queue=*/false, ports);
+      if (a == kNoLink || b == kNoLink) return a == kNoLink ? b : a;
+      return ports.queued_bytes(b) < ports.queued_bytes(a) ? b : a;
+    }
+  }
+  return kNoLink;
+}
+
+}  // namespace dar
+
+#endif  // DAR_CORE_NEXT_HOP_CHOOSER_H_

@@ -1,0 +1,311 @@
+#include "core/next_hop_chooser.h"
+
+#include <array>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dar {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Local port state of a forwarder with a handful of links, set by the test.
+struct FakePorts {
+  explicit FakePorts(int links) : up(links, true), queued(links, 0) {}
+  bool forwardable(LinkId link) const { return up[link]; }
+  int64_t queued_bytes(LinkId link) const { return queued[link]; }
+
+  std::vector<bool> up;
+  std::vector<int64_t> queued;
+};
+static_assert(LocalPortState<FakePorts>);
+
+ForwardingConfig Config(ForwardingMode mode, int64_t queue_bias_bytes = 0) {
+  ForwardingConfig c;
+  c.mode = mode;
+  c.queue_bias_bytes = queue_bias_bytes;
+  c.flowlet_gap = Microseconds(100);
+  return c;
+}
+
+// How often each of links 0..3 was chosen over `n` calls of `choose(i)`.
+template <typename F>
+std::array<int, 4> Histogram(int n, F choose) {
+  std::array<int, 4> counts{};
+  for (int i = 0; i < n; ++i) {
+    const LinkId l = choose(i);
+    EXPECT_GE(l, 0);
+    EXPECT_LT(l, 4);
+    if (l >= 0 && l < 4) ++counts[l];
+  }
+  return counts;
+}
+
+TEST(ForwardingModeTest, NamesRoundTrip) {
+  for (ForwardingMode m : {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet,
+                           ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C}) {
+    absl::StatusOr<ForwardingMode> parsed = ParseForwardingMode(ForwardingModeName(m));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, m);
+  }
+  absl::StatusOr<ForwardingMode> bad = ParseForwardingMode("per_byte");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("'per_byte'"));
+}
+
+TEST(ForwardingConfigTest, ValidateNamesTheBadField) {
+  EXPECT_TRUE(ForwardingConfig().Validate().ok());
+  ForwardingConfig c;
+  c.queue_bias_bytes = -1;
+  EXPECT_THAT(c.Validate().message(), HasSubstr("queue_bias_bytes"));
+  c = ForwardingConfig();
+  c.flowlet_gap = Nanoseconds(-1);
+  EXPECT_THAT(c.Validate().message(), HasSubstr("flowlet_gap"));
+  c = ForwardingConfig();
+  c.flowlet_table_size = 0;
+  EXPECT_THAT(c.Validate().message(), HasSubstr("flowlet_table_size"));
+}
+
+TEST(NextHopChooserTest, PerPacketFollowsWeights) {
+  const std::vector<NextHop> hops = {{0, 0.1}, {1, 0.2}, {2, 0.7}};
+  FakePorts ports(3);
+  NextHopChooser c(Config(ForwardingMode::kPerPacket), 1);
+  Random rng(42);
+  const int n = 100000;
+  const std::array<int, 4> counts =
+      Histogram(n, [&](int i) { return c.Choose(hops, 5, 9, Nanoseconds(i), rng, ports); });
+  // Binomial standard deviations are below 0.0015 of n; 0.01 is over six of them.
+  EXPECT_NEAR(counts[0] / double(n), 0.1, 0.01);
+  EXPECT_NEAR(counts[1] / double(n), 0.2, 0.01);
+  EXPECT_NEAR(counts[2] / double(n), 0.7, 0.01);
+}
+
+TEST(NextHopChooserTest, PerFlowIsStickyAndSpreadsFlowsByWeight) {
+  const std::vector<NextHop> hops = {{0, 0.25}, {1, 0.75}};
+  FakePorts ports(2);
+  NextHopChooser c(Config(ForwardingMode::kPerFlow), 3);
+  Random rng(1);
+  const Random before = rng;
+  const int n = 40000;
+  const std::array<int, 4> counts =
+      Histogram(n, [&](int flow) { return c.Choose(hops, flow, 9, Time{0}, rng, ports); });
+  EXPECT_NEAR(counts[0] / double(n), 0.25, 0.02);
+  EXPECT_NEAR(counts[1] / double(n), 0.75, 0.02);
+  // The same flow takes the same next hop whatever the time, queues or other flows.
+  const LinkId first = c.Choose(hops, 77, 9, Time{0}, rng, ports);
+  ports.queued[first] = 1 << 20;
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(c.Choose(hops, 77, 9, Milliseconds(i), rng, ports), first);
+    c.Choose(hops, 1000 + i, 9, Milliseconds(i), rng, ports);
+  }
+  // Per-flow choice is a hash: it never draws from the caller's Random.
+  Random copy = before;
+  EXPECT_EQ(rng.Next(), copy.Next());
+}
+
+TEST(NextHopChooserTest, SaltDecorrelatesForwarders) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
+  FakePorts ports(2);
+  NextHopChooser a(Config(ForwardingMode::kPerFlow), 1);
+  NextHopChooser b(Config(ForwardingMode::kPerFlow), 2);
+  Random rng(1);
+  int same = 0;
+  const int n = 10000;
+  for (int flow = 0; flow < n; ++flow) {
+    same += a.Choose(hops, flow, 9, Time{0}, rng, ports) ==
+            b.Choose(hops, flow, 9, Time{0}, rng, ports);
+  }
+  EXPECT_NEAR(same / double(n), 0.5, 0.03);
+}
+
+TEST(NextHopChooserTest, SkipsLinksThatAreNotForwardableInEveryMode) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.3}, {2, 0.2}};
+  for (ForwardingMode mode : {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet,
+                              ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C}) {
+    SCOPED_TRACE(ForwardingModeName(mode));
+    FakePorts ports(3);
+    ports.up[0] = false;
+    NextHopChooser c(Config(mode, /*queue_bias_bytes=*/1000), 5);
+    Random rng(9);
+    const std::array<int, 4> counts = Histogram(
+        20000, [&](int i) { return c.Choose(hops, i % 500, 9, Microseconds(i), rng, ports); });
+    EXPECT_EQ(counts[0], 0);
+    EXPECT_GT(counts[1], counts[2]);  // the live ones keep their relative weights
+    EXPECT_GT(counts[2], 0);
+    // Nothing forwardable: no next hop.
+    ports.up.assign(3, false);
+    for (int flow = 0; flow < 50; ++flow) {
+      EXPECT_EQ(c.Choose(hops, flow, 9, Seconds(1), rng, ports), kNoLink);
+    }
+  }
+}
+
+TEST(NextHopChooserTest, SingleAndEmptyNextHops) {
+  FakePorts ports(2);
+  NextHopChooser c(Config(ForwardingMode::kPerPacket), 5);
+  Random rng(9);
+  const std::vector<NextHop> one = {{1, 1.0}};
+  EXPECT_EQ(c.Choose({}, 1, 2, Time{0}, rng, ports), kNoLink);
+  EXPECT_EQ(c.Choose(one, 1, 2, Time{0}, rng, ports), 1);
+  ports.up[1] = false;
+  EXPECT_EQ(c.Choose(one, 1, 2, Time{0}, rng, ports), kNoLink);
+}
+
+TEST(NextHopChooserTest, ZeroWeightIsNeverChosen) {
+  const std::vector<NextHop> hops = {{0, 0.0}, {1, 1.0}, {2, 0.0}};
+  FakePorts ports(3);
+  for (ForwardingMode mode :
+       {ForwardingMode::kPerFlow, ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C}) {
+    NextHopChooser c(Config(mode), 5);
+    Random rng(3);
+    const std::array<int, 4> counts =
+        Histogram(5000, [&](int i) { return c.Choose(hops, i, 9, Time{0}, rng, ports); });
+    EXPECT_EQ(counts[1], 5000) << ForwardingModeName(mode);
+  }
+}
+
+TEST(NextHopChooserTest, FlowletStaysWithinGapAndRepicksAfterIt) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
+  FakePorts ports(2);
+  NextHopChooser c(Config(ForwardingMode::kPerFlowlet), 11);
+  Random rng(5);
+  const uint64_t flow = 1234;
+  Time now{0};
+  const LinkId first = c.Choose(hops, flow, 9, now, rng, ports);
+  ASSERT_NE(first, kNoLink);
+  // Packets at most flowlet_gap apart stay on it, whatever the queues say.
+  ports.queued[first] = 1 << 20;
+  for (int i = 0; i < 200; ++i) {
+    now += Microseconds(100);
+    ASSERT_EQ(c.Choose(hops, flow, 9, now, rng, ports), first) << i;
+  }
+  // After a gap longer than flowlet_gap every packet starts a flowlet: both next hops are
+  // used, each about half the time (the queue bias is off).
+  ports.queued[first] = 0;
+  int moved = 0;
+  const int n = 2000;
+  LinkId prev = first;
+  for (int i = 0; i < n; ++i) {
+    now += Microseconds(101);
+    const LinkId l = c.Choose(hops, flow, 9, now, rng, ports);
+    moved += l != prev;
+    prev = l;
+  }
+  EXPECT_NEAR(moved / double(n), 0.5, 0.05);
+}
+
+TEST(NextHopChooserTest, FlowletDirectionsAndFlowsAreSeparate) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
+  FakePorts ports(2);
+  ForwardingConfig config = Config(ForwardingMode::kPerFlowlet);
+  config.flowlet_table_size = 1 << 16;  // few collisions among the flows below
+  NextHopChooser c(config, 11);
+  Random rng(5);
+  // Many flows, each in both directions, all in one flowlet: their first choices spread, and
+  // each keeps its own.
+  std::vector<LinkId> forward(200), backward(200);
+  for (int f = 0; f < 200; ++f) {
+    forward[f] = c.Choose(hops, f, 1, Time{0}, rng, ports);
+    backward[f] = c.Choose(hops, f, 2, Time{0}, rng, ports);
+  }
+  int differ = 0;
+  for (int f = 0; f < 200; ++f) {
+    EXPECT_EQ(c.Choose(hops, f, 1, Microseconds(50), rng, ports), forward[f]);
+    EXPECT_EQ(c.Choose(hops, f, 2, Microseconds(50), rng, ports), backward[f]);
+    differ += forward[f] != backward[f];
+  }
+  EXPECT_GT(differ, 50);
+  EXPECT_LT(differ, 150);
+}
+
+TEST(NextHopChooserTest, FlowletLeavesADeadOrWithdrawnNextHopAtOnce) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
+  FakePorts ports(2);
+  NextHopChooser c(Config(ForwardingMode::kPerFlowlet), 11);
+  Random rng(5);
+  const LinkId first = c.Choose(hops, 1, 9, Time{0}, rng, ports);
+  ASSERT_NE(first, kNoLink);
+  const LinkId other = 1 - first;
+  ports.up[first] = false;
+  EXPECT_EQ(c.Choose(hops, 1, 9, Microseconds(1), rng, ports), other);
+  ports.up[first] = true;
+  // It stays on the new next hop within the gap.
+  EXPECT_EQ(c.Choose(hops, 1, 9, Microseconds(2), rng, ports), other);
+  // A new table that no longer offers it moves the flowlet too.
+  const std::vector<NextHop> only_first = {{first, 0.5}, {2, 0.5}};
+  FakePorts three(3);
+  const LinkId moved = c.Choose(only_first, 1, 9, Microseconds(3), rng, three);
+  EXPECT_NE(moved, other);
+  EXPECT_NE(moved, kNoLink);
+}
+
+TEST(NextHopChooserTest, SetConfigForgetsFlowlets) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
+  FakePorts ports(2);
+  NextHopChooser c(Config(ForwardingMode::kPerFlowlet), 11);
+  Random rng(5);
+  // Find a flowlet that a fresh pick would move: after set_config the entry is gone, so
+  // some of many flows must re-pick differently within what was their gap.
+  std::vector<LinkId> first(100);
+  for (int f = 0; f < 100; ++f) first[f] = c.Choose(hops, f, 9, Time{0}, rng, ports);
+  c.set_config(Config(ForwardingMode::kPerFlowlet));
+  int moved = 0;
+  for (int f = 0; f < 100; ++f)
+    moved += c.Choose(hops, f, 9, Microseconds(1), rng, ports) != first[f];
+  EXPECT_GT(moved, 20);
+}
+
+TEST(NextHopChooserTest, QueueBiasShiftsNewTrafficAwayFromLongQueues) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
+  FakePorts ports(2);
+  ports.queued[0] = 3000;  // weight 0.5 / (1 + 3000 / 1000) = 0.125 against 0.5
+  NextHopChooser c(Config(ForwardingMode::kPerPacket, /*queue_bias_bytes=*/1000), 5);
+  Random rng(8);
+  const int n = 50000;
+  std::array<int, 4> counts =
+      Histogram(n, [&](int i) { return c.Choose(hops, 1, 9, Time{0}, rng, ports); });
+  EXPECT_NEAR(counts[0] / double(n), 0.2, 0.01);
+  // Without a bias the queue is ignored.
+  NextHopChooser plain(Config(ForwardingMode::kPerPacket), 5);
+  counts = Histogram(n, [&](int i) { return plain.Choose(hops, 1, 9, Time{0}, rng, ports); });
+  EXPECT_NEAR(counts[0] / double(n), 0.5, 0.01);
+  // Flowlets start by the same corrected weights.
+  NextHopChooser flowlets(Config(ForwardingMode::kPerFlowlet, /*queue_bias_bytes=*/1000), 5);
+  counts = Histogram(n, [&](int i) {
+    return flowlets.Choose(hops, 1, 9, Milliseconds(i), rng, ports);  // every packet a flowlet
+  });
+  EXPECT_NEAR(counts[0] / double(n), 0.2, 0.01);
+}
+
+TEST(NextHopChooserTest, PowerOfTwoChoicesPrefersTheShorterQueue) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
+  FakePorts ports(2);
+  ports.queued[0] = 10;
+  NextHopChooser c(Config(ForwardingMode::kPerPacketP2C), 5);
+  Random rng(8);
+  const int n = 50000;
+  // Link 0 wins only when both candidates are link 0: a quarter of the time.
+  const std::array<int, 4> counts =
+      Histogram(n, [&](int i) { return c.Choose(hops, 1, 9, Time{0}, rng, ports); });
+  EXPECT_NEAR(counts[0] / double(n), 0.25, 0.01);
+}
+
+TEST(NextHopChooserTest, SameSeedSameChoices) {
+  const std::vector<NextHop> hops = {{0, 0.3}, {1, 0.3}, {2, 0.4}};
+  FakePorts ports(3);
+  ports.queued = {100, 5000, 0};
+  for (ForwardingMode mode :
+       {ForwardingMode::kPerFlowlet, ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C}) {
+    NextHopChooser a(Config(mode, 2000), 5), b(Config(mode, 2000), 5);
+    Random ra(77), rb(77);
+    for (int i = 0; i < 1000; ++i) {
+      ASSERT_EQ(a.Choose(hops, i % 37, 9, Microseconds(i * 30), ra, ports),
+                b.Choose(hops, i % 37, 9, Microseconds(i * 30), rb, ports));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dar

@@ -1,0 +1,353 @@
+#include "net/overlay_header.h"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/random.h"
+#include "fmt/format.h"
+#include "net/byte_order.h"
+
+namespace dar::net {
+namespace {
+
+// Byte offsets in the header.
+constexpr size_t kVersionAt = 0;
+constexpr size_t kTypeAt = 1;
+constexpr size_t kClassAt = 2;
+constexpr size_t kHopLimitAt = 3;
+constexpr size_t kKeyIdAt = 4;
+constexpr size_t kSourceAt = 8;
+constexpr size_t kDestinationAt = 12;
+constexpr size_t kFlowHashAt = 16;
+constexpr size_t kLengthAt = 20;
+constexpr size_t kReservedAt = 22;
+
+// crypto_kdf context: which subkey of the cluster key the tag uses (8 bytes, no NUL needed).
+constexpr char kKdfContext[crypto_kdf_CONTEXTBYTES] = {'D', 'A', 'R', 'o', 'v', 'l', 'a', 'y'};
+constexpr uint64_t kKdfSubkeyTag = 1;
+
+static_assert(crypto_shorthash_siphashx24_BYTES == kOverlayTagBytes);
+static_assert(crypto_shorthash_siphashx24_KEYBYTES == 16);
+static_assert(crypto_kdf_KEYBYTES == kOverlayKeyBytes);
+
+bool KnownType(uint8_t t) {
+  return t == static_cast<uint8_t>(OverlayType::kData) ||
+         t == static_cast<uint8_t>(OverlayType::kProbe) ||
+         t == static_cast<uint8_t>(OverlayType::kProbeReply);
+}
+
+// The payload size a type requires, or 0 for any.
+size_t RequiredPayload(uint8_t type) {
+  if (type == static_cast<uint8_t>(OverlayType::kProbe)) return kProbeBodyBytes;
+  if (type == static_cast<uint8_t>(OverlayType::kProbeReply)) return kProbeReplyBodyBytes;
+  return 0;
+}
+
+absl::Status InitSodium() {
+  if (sodium_init() < 0) return absl::InternalError("libsodium: sodium_init failed");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view OverlayStatusName(OverlayStatus s) {
+  switch (s) {
+    case OverlayStatus::kOk:
+      return "ok";
+    case OverlayStatus::kTooShort:
+      return "too_short";
+    case OverlayStatus::kBadVersion:
+      return "bad_version";
+    case OverlayStatus::kUnknownType:
+      return "unknown_type";
+    case OverlayStatus::kBadTrafficClass:
+      return "bad_traffic_class";
+    case OverlayStatus::kBadLength:
+      return "bad_length";
+    case OverlayStatus::kUnknownKeyId:
+      return "unknown_key_id";
+    case OverlayStatus::kBadTag:
+      return "bad_tag";
+    case OverlayStatus::kHopLimitExhausted:
+      return "hop_limit_exhausted";
+    case OverlayStatus::kCount:
+      break;
+  }
+  return "?";
+}
+
+// OverlayKey and OverlayKeyRing
+// --------------------------------------------------------------------------------
+
+void OverlayKey::MakeTag(const uint8_t* data, size_t n, uint8_t* tag) const {
+  crypto_shorthash_siphashx24(tag, data, n, mac_key_.data());
+}
+
+OverlayKeyRing::~OverlayKeyRing() { sodium_memzero(keys_.data(), sizeof(keys_)); }
+
+absl::Status OverlayKeyRing::Add(uint32_t id, const OverlayKeyBytes& key) {
+  if (absl::Status s = InitSodium(); !s.ok()) return s;
+  int slot = -1;
+  for (int i = 0; i < count_; ++i) {
+    if (keys_[i].id_ == id) slot = i;
+  }
+  if (slot < 0) {
+    if (count_ == kMaxKeys) {
+      return absl::ResourceExhaustedError(fmt::format(
+          "overlay key ring: cannot add key id {}, already holding {} keys", id, kMaxKeys));
+    }
+    slot = count_++;
+  }
+  keys_[slot].id_ = id;
+  if (crypto_kdf_derive_from_key(keys_[slot].mac_key_.data(), keys_[slot].mac_key_.size(),
+                                 kKdfSubkeyTag, kKdfContext, key.data()) != 0) {
+    return absl::InternalError(
+        fmt::format("overlay key ring: key derivation failed for id {}", id));
+  }
+  if (current_ < 0) current_ = slot;
+  return absl::OkStatus();
+}
+
+absl::Status OverlayKeyRing::Remove(uint32_t id) {
+  for (int i = 0; i < count_; ++i) {
+    if (keys_[i].id_ != id) continue;
+    if (i == current_) {
+      return absl::FailedPreconditionError(fmt::format(
+          "overlay key ring: key id {} is the current key; make another current first", id));
+    }
+    const int last = count_ - 1;
+    if (i != last) {
+      keys_[i] = keys_[last];
+      if (current_ == last) current_ = i;
+    }
+    sodium_memzero(&keys_[last], sizeof(keys_[last]));
+    --count_;
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(fmt::format("overlay key ring: no key with id {}", id));
+}
+
+absl::Status OverlayKeyRing::SetCurrent(uint32_t id) {
+  for (int i = 0; i < count_; ++i) {
+    if (keys_[i].id_ == id) {
+      current_ = i;
+      return absl::OkStatus();
+    }
+  }
+  return absl::NotFoundError(fmt::format("overlay key ring: no key with id {}", id));
+}
+
+const OverlayKey* OverlayKeyRing::Find(uint32_t id) const {
+  for (int i = 0; i < count_; ++i) {
+    if (keys_[i].id_ == id) return &keys_[i];
+  }
+  return nullptr;
+}
+
+OverlayKeyBytes GenerateOverlayKey() {
+  OverlayKeyBytes key;
+  (void)InitSodium();  // randombytes_buf works without it; initialising picks the fast paths
+  randombytes_buf(key.data(), key.size());
+  return key;
+}
+
+// Sealing and parsing --------------------------------------------------------------------------
+
+absl::StatusOr<size_t> SealOverlay(const OverlayHeader& header, absl::Span<const uint8_t> payload,
+                                   const OverlayKey& key, absl::Span<uint8_t> out) {
+  if (payload.size() > kOverlayMaxPayload) {
+    return absl::InvalidArgumentError(
+        fmt::format("overlay seal: payload of {} bytes exceeds the maximum of {}", payload.size(),
+                    kOverlayMaxPayload));
+  }
+  if (!KnownType(static_cast<uint8_t>(header.type)) || header.traffic_class > TrafficClass::kBulk) {
+    return absl::InvalidArgumentError(
+        fmt::format("overlay seal: unknown type {} or traffic class {}",
+                    static_cast<int>(header.type), static_cast<int>(header.traffic_class)));
+  }
+  const size_t required = RequiredPayload(static_cast<uint8_t>(header.type));
+  if (required != 0 && payload.size() != required) {
+    return absl::InvalidArgumentError(
+        fmt::format("overlay seal: a type {} payload must be {} bytes, got {}",
+                    static_cast<int>(header.type), required, payload.size()));
+  }
+  const size_t size = OverlayDatagramSize(payload.size());
+  if (out.size() < size) {
+    return absl::ResourceExhaustedError(fmt::format(
+        "overlay seal: buffer of {} bytes cannot hold a {}-byte datagram", out.size(), size));
+  }
+  uint8_t* p = out.data();
+  // The payload first: it may overlap the header's bytes only if the caller put it in place.
+  if (payload.data() != p + kOverlayHeaderBytes && !payload.empty()) {
+    std::memmove(p + kOverlayHeaderBytes, payload.data(), payload.size());
+  }
+  p[kVersionAt] = kOverlayVersion;
+  p[kTypeAt] = static_cast<uint8_t>(header.type);
+  p[kClassAt] = static_cast<uint8_t>(header.traffic_class);
+  p[kHopLimitAt] = header.hop_limit;
+  Store32(p + kKeyIdAt, key.id());
+  Store32(p + kSourceAt, header.source);
+  Store32(p + kDestinationAt, header.destination);
+  Store32(p + kFlowHashAt, header.flow_hash);
+  Store16(p + kLengthAt, static_cast<uint16_t>(payload.size()));
+  Store16(p + kReservedAt, 0);
+  const size_t covered = kOverlayHeaderBytes + payload.size();
+  key.MakeTag(p, covered, p + covered);
+  return size;
+}
+
+OverlayStatus ParseOverlay(absl::Span<const uint8_t> datagram, const OverlayKeyRing& keys,
+                           OverlayPacket* out) {
+  const uint8_t* p = datagram.data();
+  const size_t n = datagram.size();
+  if (n < kOverlayOverheadBytes) return OverlayStatus::kTooShort;
+  if (p[kVersionAt] != kOverlayVersion) return OverlayStatus::kBadVersion;
+  const uint8_t type = p[kTypeAt];
+  if (!KnownType(type)) return OverlayStatus::kUnknownType;
+  if (p[kClassAt] > static_cast<uint8_t>(TrafficClass::kBulk)) {
+    return OverlayStatus::kBadTrafficClass;
+  }
+  const size_t length = Load16(p + kLengthAt);
+  if (OverlayDatagramSize(length) != n) return OverlayStatus::kBadLength;
+  if (const size_t required = RequiredPayload(type); required != 0 && length != required) {
+    return OverlayStatus::kBadLength;
+  }
+  const uint32_t key_id = Load32(p + kKeyIdAt);
+  const OverlayKey* key = keys.Find(key_id);
+  if (key == nullptr) return OverlayStatus::kUnknownKeyId;
+  const size_t covered = kOverlayHeaderBytes + length;
+  uint8_t tag[kOverlayTagBytes];
+  key->MakeTag(p, covered, tag);
+  if (sodium_memcmp(tag, p + covered, kOverlayTagBytes) != 0) return OverlayStatus::kBadTag;
+  if (p[kHopLimitAt] == 0) return OverlayStatus::kHopLimitExhausted;
+  out->header.type = static_cast<OverlayType>(type);
+  out->header.traffic_class = static_cast<TrafficClass>(p[kClassAt]);
+  out->header.hop_limit = p[kHopLimitAt];
+  out->header.source = Load32(p + kSourceAt);
+  out->header.destination = Load32(p + kDestinationAt);
+  out->header.flow_hash = Load32(p + kFlowHashAt);
+  out->key_id = key_id;
+  out->payload = datagram.subspan(kOverlayHeaderBytes, length);
+  return OverlayStatus::kOk;
+}
+
+OverlayStatus ForwardOverlay(absl::Span<uint8_t> datagram, const OverlayKey& key) {
+  uint8_t* p = datagram.data();
+  if (p[kHopLimitAt] <= 1) return OverlayStatus::kHopLimitExhausted;
+  --p[kHopLimitAt];
+  Store32(p + kKeyIdAt, key.id());
+  const size_t covered = datagram.size() - kOverlayTagBytes;
+  key.MakeTag(p, covered, p + covered);
+  return OverlayStatus::kOk;
+}
+
+// Probes ----------------------------------------------------------------------------------------
+
+std::array<uint8_t, kProbeBodyBytes> EncodeProbe(const ProbeBody& probe) {
+  std::array<uint8_t, kProbeBodyBytes> b;
+  Store64(b.data(), probe.sequence);
+  Store64(b.data() + 8, static_cast<uint64_t>(probe.t1.count()));
+  return b;
+}
+
+std::array<uint8_t, kProbeReplyBodyBytes> EncodeProbeReply(const ProbeReplyBody& reply) {
+  std::array<uint8_t, kProbeReplyBodyBytes> b;
+  Store64(b.data(), reply.sequence);
+  Store64(b.data() + 8, static_cast<uint64_t>(reply.t1.count()));
+  Store64(b.data() + 16, static_cast<uint64_t>(reply.t2.count()));
+  Store64(b.data() + 24, static_cast<uint64_t>(reply.t3.count()));
+  return b;
+}
+
+absl::StatusOr<ProbeBody> DecodeProbe(absl::Span<const uint8_t> payload) {
+  if (payload.size() != kProbeBodyBytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("probe payload is {} bytes, expected {}", payload.size(), kProbeBodyBytes));
+  }
+  ProbeBody probe;
+  probe.sequence = Load64(payload.data());
+  probe.t1 = Time(static_cast<int64_t>(Load64(payload.data() + 8)));
+  return probe;
+}
+
+absl::StatusOr<ProbeReplyBody> DecodeProbeReply(absl::Span<const uint8_t> payload) {
+  if (payload.size() != kProbeReplyBodyBytes) {
+    return absl::InvalidArgumentError(fmt::format("probe reply payload is {} bytes, expected {}",
+                                                  payload.size(), kProbeReplyBodyBytes));
+  }
+  ProbeReplyBody reply;
+  reply.sequence = Load64(payload.data());
+  reply.t1 = Time(static_cast<int64_t>(Load64(payload.data() + 8)));
+  reply.t2 = Time(static_cast<int64_t>(Load64(payload.data() + 16)));
+  reply.t3 = Time(static_cast<int64_t>(Load64(payload.data() + 24)));
+  return reply;
+}
+
+// Flow hash -------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr uint8_t kProtoTcp = 6;
+constexpr uint8_t kProtoUdp = 17;
+constexpr uint8_t kProtoSctp = 132;
+
+bool HasPorts(uint8_t proto) {
+  return proto == kProtoTcp || proto == kProtoUdp || proto == kProtoSctp;
+}
+
+// Absorbs words into a 64-bit state with the splitmix64 finaliser.
+class FlowMixer {
+ public:
+  explicit FlowMixer(uint64_t kind) : h_(Random::Hash(kind)) {}
+  void Add(uint64_t word) { h_ = Random::Hash(h_ ^ word); }
+  void AddBytes(const uint8_t* p, size_t n) {
+    while (n >= 8) {
+      Add(Load64(p));
+      p += 8;
+      n -= 8;
+    }
+    uint64_t tail = n;  // the length, so that trailing zeros count
+    for (size_t i = 0; i < n; ++i) tail = (tail << 8) | p[i];
+    Add(tail);
+  }
+  uint32_t Finish() const { return static_cast<uint32_t>(h_ ^ (h_ >> 32)); }
+
+ private:
+  uint64_t h_;
+};
+
+}  // namespace
+
+uint32_t FlowHash(absl::Span<const uint8_t> packet) {
+  const uint8_t* p = packet.data();
+  const size_t n = packet.size();
+  const int version = n > 0 ? p[0] >> 4 : 0;
+  if (version == 4 && n >= 20) {
+    const uint8_t proto = p[9];
+    const size_t ihl = static_cast<size_t>(p[0] & 0x0f) * 4;
+    const uint16_t frag = Load16(p + 6);
+    const bool fragment = (frag & 0x3fff) != 0;  // more-fragments flag or a non-zero offset
+    uint32_t ports = 0;
+    if (HasPorts(proto) && !fragment && ihl >= 20 && n >= ihl + 4) ports = Load32(p + ihl);
+    FlowMixer m(4);
+    m.Add((static_cast<uint64_t>(Load32(p + 12)) << 32) | Load32(p + 16));
+    m.Add((static_cast<uint64_t>(proto) << 32) | ports);
+    return m.Finish();
+  }
+  if (version == 6 && n >= 40) {
+    const uint8_t next = p[6];
+    uint32_t ports = 0;
+    if (HasPorts(next) && n >= 44) ports = Load32(p + 40);
+    FlowMixer m(6);
+    m.AddBytes(p + 8, 32);  // source and destination addresses
+    m.Add((static_cast<uint64_t>(next) << 32) | ports);
+    return m.Finish();
+  }
+  FlowMixer m(0);
+  m.AddBytes(p, std::min<size_t>(n, 64));
+  return m.Finish();
+}
+
+}  // namespace dar::net

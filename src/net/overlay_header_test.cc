@@ -1,0 +1,523 @@
+#include "net/overlay_header.h"
+
+#include <array>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "core/telemetry.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dar::net {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+OverlayKeyBytes Key(uint8_t fill) {
+  OverlayKeyBytes k;
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<uint8_t>(fill + i);
+  return k;
+}
+
+std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
+  std::vector<uint8_t> b(n);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(seed + 31 * i);
+  return b;
+}
+
+OverlayHeader DataHeader() {
+  OverlayHeader h;
+  h.type = OverlayType::kData;
+  h.traffic_class = TrafficClass::kBulk;
+  h.hop_limit = 7;
+  h.source = 0x01020304;
+  h.destination = 0xa0b0c0d0;
+  h.flow_hash = 0xdeadbeef;
+  return h;
+}
+
+// A ring holding key 1 (current) and key 2.
+class OverlayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(ring_.Add(1, Key(10)).ok());
+    ASSERT_TRUE(ring_.Add(2, Key(20)).ok());
+  }
+
+  // Seals and returns the datagram.
+  std::vector<uint8_t> Seal(const OverlayHeader& h, const std::vector<uint8_t>& payload,
+                            uint32_t key_id = 1) {
+    std::vector<uint8_t> out(OverlayDatagramSize(payload.size()));
+    const OverlayKey* key = ring_.Find(key_id);
+    EXPECT_NE(key, nullptr);
+    absl::StatusOr<size_t> n = SealOverlay(h, payload, *key, absl::MakeSpan(out));
+    EXPECT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, out.size());
+    return out;
+  }
+
+  OverlayStatus Parse(const std::vector<uint8_t>& d, OverlayPacket* p = nullptr) {
+    OverlayPacket scratch;
+    return ParseOverlay(d, ring_, p == nullptr ? &scratch : p);
+  }
+
+  OverlayKeyRing ring_;
+};
+
+TEST_F(OverlayTest, DataRoundTrip) {
+  const std::vector<uint8_t> payload = Bytes(1400, 3);
+  const std::vector<uint8_t> d = Seal(DataHeader(), payload);
+  EXPECT_EQ(d.size(), 1400 + 40u);
+  EXPECT_EQ(d[0], 1);  // version first, big-endian fields
+  EXPECT_EQ(d[8], 0x01);
+  EXPECT_EQ(d[11], 0x04);
+  OverlayPacket p;
+  ASSERT_EQ(Parse(d, &p), OverlayStatus::kOk);
+  EXPECT_EQ(p.header.type, OverlayType::kData);
+  EXPECT_EQ(p.header.traffic_class, TrafficClass::kBulk);
+  EXPECT_EQ(p.header.hop_limit, 7);
+  EXPECT_EQ(p.header.source, 0x01020304u);
+  EXPECT_EQ(p.header.destination, 0xa0b0c0d0u);
+  EXPECT_EQ(p.header.flow_hash, 0xdeadbeefu);
+  EXPECT_EQ(p.key_id, 1u);
+  EXPECT_THAT(p.payload, ElementsAreArray(payload));
+  EXPECT_EQ(p.payload.data(), d.data() + kOverlayHeaderBytes);  // no copy
+}
+
+TEST_F(OverlayTest, EmptyPayloadAndSecondKey) {
+  const std::vector<uint8_t> d = Seal(DataHeader(), {}, /*key_id=*/2);
+  OverlayPacket p;
+  ASSERT_EQ(Parse(d, &p), OverlayStatus::kOk);
+  EXPECT_EQ(p.key_id, 2u);
+  EXPECT_TRUE(p.payload.empty());
+}
+
+TEST_F(OverlayTest, SealsInPlace) {
+  const std::vector<uint8_t> payload = Bytes(300, 9);
+  std::vector<uint8_t> buf(2048);
+  std::copy(payload.begin(), payload.end(), buf.begin() + kOverlayHeaderBytes);
+  absl::StatusOr<size_t> n =
+      SealOverlay(DataHeader(), absl::MakeConstSpan(buf).subspan(kOverlayHeaderBytes, 300),
+                  *ring_.current(), absl::MakeSpan(buf));
+  ASSERT_TRUE(n.ok()) << n.status();
+  buf.resize(*n);
+  EXPECT_EQ(buf, Seal(DataHeader(), payload));
+}
+
+TEST_F(OverlayTest, SealRejectsWhatItCannotCarry) {
+  std::vector<uint8_t> small(100);
+  absl::StatusOr<size_t> n =
+      SealOverlay(DataHeader(), Bytes(61, 0), *ring_.current(), absl::MakeSpan(small));
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(n.status().message(), HasSubstr("101-byte"));
+
+  std::vector<uint8_t> huge(kOverlayMaxPayload + 1), out(huge.size() + 64);
+  n = SealOverlay(DataHeader(), huge, *ring_.current(), absl::MakeSpan(out));
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+
+  OverlayHeader probe = DataHeader();
+  probe.type = OverlayType::kProbe;
+  n = SealOverlay(probe, Bytes(15, 0), *ring_.current(), absl::MakeSpan(out));
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(n.status().message(), HasSubstr("must be 16 bytes"));
+
+  OverlayHeader odd = DataHeader();
+  odd.traffic_class = static_cast<TrafficClass>(5);
+  n = SealOverlay(odd, Bytes(8, 0), *ring_.current(), absl::MakeSpan(out));
+  EXPECT_THAT(n.status().message(), HasSubstr("traffic class 5"));
+}
+
+TEST(OverlayStatusTest, EveryReasonHasItsOwnName) {
+  std::set<std::string> names;
+  for (int i = 0; i < static_cast<int>(OverlayStatus::kCount); ++i) {
+    const std::string name(OverlayStatusName(static_cast<OverlayStatus>(i)));
+    EXPECT_NE(name, "?");
+    EXPECT_TRUE(names.insert(name).second) << name;
+  }
+}
+
+TEST_F(OverlayTest, EachDefectHasItsOwnReason) {
+  const std::vector<uint8_t> good = Seal(DataHeader(), Bytes(100, 1));
+  ASSERT_EQ(Parse(good), OverlayStatus::kOk);
+
+  EXPECT_EQ(Parse({}), OverlayStatus::kTooShort);
+  EXPECT_EQ(Parse(std::vector<uint8_t>(good.begin(), good.begin() + 39)), OverlayStatus::kTooShort);
+
+  std::vector<uint8_t> d = good;
+  d[0] = 2;
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadVersion);
+
+  for (uint8_t type : {0, 4, 255}) {
+    d = good;
+    d[1] = type;
+    EXPECT_EQ(Parse(d), OverlayStatus::kUnknownType) << int(type);
+  }
+
+  d = good;
+  d[2] = 2;
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadTrafficClass);
+
+  d = good;
+  d.push_back(0);  // one byte more than the length field says
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadLength);
+  d = good;
+  d.pop_back();
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadLength);
+  d = good;
+  d[21] ^= 1;  // length field
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadLength);
+
+  // A probe must carry exactly a ProbeBody, a reply a ProbeReplyBody.
+  d = good;
+  d[1] = static_cast<uint8_t>(OverlayType::kProbe);
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadLength);
+  d[1] = static_cast<uint8_t>(OverlayType::kProbeReply);
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadLength);
+
+  d = good;
+  d[7] = 9;  // key id 9
+  EXPECT_EQ(Parse(d), OverlayStatus::kUnknownKeyId);
+
+  d = good;
+  d[50] ^= 0x10;  // payload
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadTag);
+  d = good;
+  d.back() ^= 0x80;  // tag
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadTag);
+  d = good;
+  d[3] = 8;  // a hop limit changed on the way without resealing
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadTag);
+  d = good;
+  d[22] = 1;  // reserved bits are authenticated too
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadTag);
+
+  OverlayHeader h = DataHeader();
+  h.hop_limit = 0;
+  EXPECT_EQ(Parse(Seal(h, Bytes(10, 1))), OverlayStatus::kHopLimitExhausted);
+}
+
+TEST_F(OverlayTest, AnotherClusterKeyIsRejected) {
+  OverlayKeyRing other;
+  ASSERT_TRUE(other.Add(1, Key(99)).ok());  // same id, different key
+  std::vector<uint8_t> d(OverlayDatagramSize(64));
+  ASSERT_TRUE(SealOverlay(DataHeader(), Bytes(64, 0), *other.current(), absl::MakeSpan(d)).ok());
+  EXPECT_EQ(Parse(d), OverlayStatus::kBadTag);
+}
+
+TEST_F(OverlayTest, KeyRotation) {
+  const std::vector<uint8_t> old_packet = Seal(DataHeader(), Bytes(20, 0), 1);
+  ASSERT_TRUE(ring_.SetCurrent(2).ok());
+  EXPECT_EQ(ring_.current()->id(), 2u);
+  EXPECT_EQ(Parse(old_packet), OverlayStatus::kOk);  // both accepted during the rotation
+  ASSERT_TRUE(ring_.Remove(1).ok());
+  EXPECT_EQ(Parse(old_packet), OverlayStatus::kUnknownKeyId);
+  EXPECT_EQ(ring_.size(), 1);
+
+  absl::Status s = ring_.Remove(2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ring_.Remove(7).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ring_.SetCurrent(7).code(), absl::StatusCode::kNotFound);
+
+  // Replacing a key under the same id invalidates packets made with the old one.
+  const std::vector<uint8_t> with_2 = Seal(DataHeader(), Bytes(20, 0), 2);
+  ASSERT_TRUE(ring_.Add(2, Key(77)).ok());
+  EXPECT_EQ(ring_.size(), 1);
+  EXPECT_EQ(Parse(with_2), OverlayStatus::kBadTag);
+}
+
+TEST(OverlayKeyRingTest, HoldsAtMostFourKeys) {
+  OverlayKeyRing ring;
+  EXPECT_EQ(ring.current(), nullptr);
+  for (uint32_t id = 0; id < OverlayKeyRing::kMaxKeys; ++id) {
+    ASSERT_TRUE(ring.Add(id, GenerateOverlayKey()).ok());
+  }
+  EXPECT_EQ(ring.current()->id(), 0u);  // the first added
+  absl::Status s = ring.Add(100, GenerateOverlayKey());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("key id 100"));
+  // Removing one key keeps the others (and the current one) findable.
+  ASSERT_TRUE(ring.SetCurrent(3).ok());
+  ASSERT_TRUE(ring.Remove(1).ok());
+  EXPECT_EQ(ring.current()->id(), 3u);
+  EXPECT_NE(ring.Find(0), nullptr);
+  EXPECT_EQ(ring.Find(1), nullptr);
+  EXPECT_NE(ring.Find(2), nullptr);
+  EXPECT_TRUE(ring.Add(100, GenerateOverlayKey()).ok());
+}
+
+TEST(OverlayKeyTest, GeneratedKeysDiffer) { EXPECT_NE(GenerateOverlayKey(), GenerateOverlayKey()); }
+
+TEST_F(OverlayTest, ForwardDecrementsHopLimitAndReseals) {
+  std::vector<uint8_t> d = Seal(DataHeader(), Bytes(500, 4), 1);
+  ASSERT_EQ(ForwardOverlay(absl::MakeSpan(d), *ring_.Find(2)), OverlayStatus::kOk);
+  OverlayPacket p;
+  ASSERT_EQ(Parse(d, &p), OverlayStatus::kOk);
+  EXPECT_EQ(p.header.hop_limit, 6);
+  EXPECT_EQ(p.key_id, 2u);
+  EXPECT_EQ(p.header.flow_hash, 0xdeadbeefu);
+
+  OverlayHeader h = DataHeader();
+  h.hop_limit = 1;
+  d = Seal(h, Bytes(50, 4));
+  const std::vector<uint8_t> before = d;
+  EXPECT_EQ(ForwardOverlay(absl::MakeSpan(d), *ring_.current()), OverlayStatus::kHopLimitExhausted);
+  EXPECT_EQ(d, before);
+}
+
+TEST(ProbeCodecTest, RoundTrips) {
+  const ProbeBody probe{0x0123456789abcdefULL, Nanoseconds(-5)};
+  absl::StatusOr<ProbeBody> p = DecodeProbe(EncodeProbe(probe));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->sequence, probe.sequence);
+  EXPECT_EQ(p->t1, probe.t1);
+
+  const ProbeReplyBody reply{~0ULL, Seconds(1), Time{INT64_MIN}, Time{INT64_MAX}};
+  absl::StatusOr<ProbeReplyBody> r = DecodeProbeReply(EncodeProbeReply(reply));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->sequence, reply.sequence);
+  EXPECT_EQ(r->t1, reply.t1);
+  EXPECT_EQ(r->t2, reply.t2);
+  EXPECT_EQ(r->t3, reply.t3);
+
+  const std::vector<uint8_t> short_body(15);
+  EXPECT_THAT(DecodeProbe(short_body).status().message(), HasSubstr("15 bytes, expected 16"));
+  EXPECT_THAT(DecodeProbeReply(short_body).status().message(), HasSubstr("15 bytes, expected 32"));
+}
+
+// A whole probe exchange through sealed datagrams, ending in the telemetry estimator.
+TEST_F(OverlayTest, ProbeExchangeGivesTwoWayDelay) {
+  OverlayHeader h;
+  h.type = OverlayType::kProbe;
+  h.source = 1;
+  h.destination = 2;
+  const Time t1 = Milliseconds(100);
+  const auto body = EncodeProbe(ProbeBody{42, t1});
+  const std::vector<uint8_t> probe = Seal(h, std::vector<uint8_t>(body.begin(), body.end()));
+
+  // The peer (clock 1 s ahead) receives it 5 ms later and replies 1 ms after that.
+  OverlayPacket in;
+  ASSERT_EQ(Parse(probe, &in), OverlayStatus::kOk);
+  ASSERT_EQ(in.header.type, OverlayType::kProbe);
+  absl::StatusOr<ProbeBody> got = DecodeProbe(in.payload);
+  ASSERT_TRUE(got.ok());
+  OverlayHeader rh;
+  rh.type = OverlayType::kProbeReply;
+  rh.source = 2;
+  rh.destination = 1;
+  const auto reply_body = EncodeProbeReply(
+      ProbeReplyBody{got->sequence, got->t1, t1 + Milliseconds(1005), t1 + Milliseconds(1006)});
+  const std::vector<uint8_t> reply =
+      Seal(rh, std::vector<uint8_t>(reply_body.begin(), reply_body.end()), 2);
+
+  ASSERT_EQ(Parse(reply, &in), OverlayStatus::kOk);
+  absl::StatusOr<ProbeReplyBody> r = DecodeProbeReply(in.payload);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->sequence, 42u);
+  absl::StatusOr<TwoWayDelay> delay =
+      ComputeTwoWayDelay(r->t1, r->t2, r->t3, t1 + Milliseconds(11));
+  ASSERT_TRUE(delay.ok()) << delay.status();
+  EXPECT_EQ(delay->rtt, Milliseconds(10));
+  EXPECT_EQ(delay->offset, Seconds(1));
+}
+
+// Fuzz-style: seeded random and mutated datagrams are all rejected, without a crash (this
+// binary also runs under ASan + UBSan). Every buffer is heap-allocated at its exact size so
+// that an overread is caught.
+TEST_F(OverlayTest, RandomAndMutatedDatagramsAreRejected) {
+  Random rng(20240601);
+  std::array<int, static_cast<int>(OverlayStatus::kCount)> seen{};
+  auto check = [&](const std::vector<uint8_t>& d) {
+    OverlayPacket p;
+    const OverlayStatus s = ParseOverlay(absl::MakeConstSpan(d), ring_, &p);
+    ++seen[static_cast<int>(s)];
+    return s;
+  };
+  // Pure noise of every short length and some long ones.
+  for (int i = 0; i < 4000; ++i) {
+    std::vector<uint8_t> d(i < 2000 ? i % 100 : rng.Below(2000));
+    for (uint8_t& b : d) b = static_cast<uint8_t>(rng.Next());
+    ASSERT_NE(check(d), OverlayStatus::kOk) << i;
+  }
+  // Noise with a plausible header (version, type, class, length, known key id), so that the
+  // tag check is reached.
+  for (int i = 0; i < 4000; ++i) {
+    const size_t len = rng.Below(3) == 0 ? (rng.Below(2) ? 16 : 32) : rng.Below(1500);
+    std::vector<uint8_t> d(OverlayDatagramSize(len));
+    for (uint8_t& b : d) b = static_cast<uint8_t>(rng.Next());
+    d[0] = 1;
+    d[1] = static_cast<uint8_t>(1 + rng.Below(3));
+    d[2] = static_cast<uint8_t>(rng.Below(2));
+    d[4] = d[5] = d[6] = 0;
+    d[7] = static_cast<uint8_t>(1 + rng.Below(2));
+    d[20] = static_cast<uint8_t>(len >> 8);
+    d[21] = static_cast<uint8_t>(len);
+    ASSERT_NE(check(d), OverlayStatus::kOk) << i;
+  }
+  // Valid datagrams with 1 to 3 bits flipped, truncated or extended.
+  for (int i = 0; i < 4000; ++i) {
+    OverlayHeader h = DataHeader();
+    h.type = static_cast<OverlayType>(1 + rng.Below(3));
+    const size_t len = h.type == OverlayType::kProbe        ? kProbeBodyBytes
+                       : h.type == OverlayType::kProbeReply ? kProbeReplyBodyBytes
+                                                            : rng.Below(1500);
+    std::vector<uint8_t> d = Seal(h, Bytes(len, static_cast<uint8_t>(i)), 1 + rng.Below(2));
+    ASSERT_EQ(check(d), OverlayStatus::kOk);
+    switch (rng.Below(3)) {
+      case 0: {
+        const int flips = 1 + static_cast<int>(rng.Below(3));
+        std::set<uint64_t> bits;
+        // Half of the time in the header, where the early checks are.
+        const uint64_t range = rng.Below(2) ? kOverlayHeaderBytes * 8 : d.size() * 8;
+        while (static_cast<int>(bits.size()) < flips) bits.insert(rng.Below(range));
+        for (uint64_t bit : bits) d[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+        break;
+      }
+      case 1:
+        d.resize(rng.Below(d.size()));
+        d.shrink_to_fit();
+        break;
+      default:
+        d.resize(d.size() + 1 + rng.Below(16), static_cast<uint8_t>(rng.Next()));
+        break;
+    }
+    ASSERT_NE(check(d), OverlayStatus::kOk) << i;
+  }
+  // The corpus reached every check.
+  for (int s = 1; s < static_cast<int>(OverlayStatus::kCount); ++s) {
+    if (static_cast<OverlayStatus>(s) == OverlayStatus::kHopLimitExhausted) continue;
+    EXPECT_GT(seen[s], 0) << OverlayStatusName(static_cast<OverlayStatus>(s));
+  }
+  EXPECT_GT(seen[static_cast<int>(OverlayStatus::kBadTag)], 2000);
+}
+
+// FlowHash ----------------------------------------------------------------------------------
+
+// An IPv4 packet: 20-byte header (plus `options` 4-byte words), then the L4 header's ports.
+std::vector<uint8_t> Ipv4(uint8_t proto, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
+                          int options = 0, uint16_t frag = 0x4000, size_t payload = 32) {
+  const size_t ihl = 20 + 4 * options;
+  std::vector<uint8_t> p(ihl + 8 + payload, 0);
+  p[0] = static_cast<uint8_t>(0x40 | (ihl / 4));
+  p[2] = static_cast<uint8_t>(p.size() >> 8);
+  p[3] = static_cast<uint8_t>(p.size());
+  p[6] = static_cast<uint8_t>(frag >> 8);
+  p[7] = static_cast<uint8_t>(frag);
+  p[8] = 64;
+  p[9] = proto;
+  for (int i = 0; i < 4; ++i) {
+    p[12 + i] = static_cast<uint8_t>(src >> (24 - 8 * i));
+    p[16 + i] = static_cast<uint8_t>(dst >> (24 - 8 * i));
+  }
+  for (int i = 0; i < 4 * options; ++i) p[20 + i] = 1;  // NOP options
+  p[ihl] = static_cast<uint8_t>(sport >> 8);
+  p[ihl + 1] = static_cast<uint8_t>(sport);
+  p[ihl + 2] = static_cast<uint8_t>(dport >> 8);
+  p[ihl + 3] = static_cast<uint8_t>(dport);
+  for (size_t i = ihl + 8; i < p.size(); ++i) p[i] = static_cast<uint8_t>(i);
+  return p;
+}
+
+constexpr uint8_t kTcp = 6, kUdp = 17, kIcmp = 1;
+constexpr uint32_t kA = 0x0a000001, kB = 0x0a000002;
+
+TEST(FlowHashTest, FiveTupleDecides) {
+  for (uint8_t proto : {kTcp, kUdp}) {
+    const uint32_t h = FlowHash(Ipv4(proto, kA, kB, 1000, 80));
+    EXPECT_EQ(h, FlowHash(Ipv4(proto, kA, kB, 1000, 80)));
+    EXPECT_NE(h, FlowHash(Ipv4(proto, kB, kA, 1000, 80)));
+    EXPECT_NE(h, FlowHash(Ipv4(proto, kA, kA, 1000, 80)));
+    EXPECT_NE(h, FlowHash(Ipv4(proto, kA, kB, 1001, 80)));
+    EXPECT_NE(h, FlowHash(Ipv4(proto, kA, kB, 1000, 81)));
+    EXPECT_NE(h, FlowHash(Ipv4(proto, kA, kB, 80, 1000)));
+  }
+  EXPECT_NE(FlowHash(Ipv4(kTcp, kA, kB, 1000, 80)), FlowHash(Ipv4(kUdp, kA, kB, 1000, 80)));
+}
+
+TEST(FlowHashTest, OtherFieldsDoNotMatter) {
+  std::vector<uint8_t> p = Ipv4(kUdp, kA, kB, 5000, 53);
+  const uint32_t h = FlowHash(p);
+  p[1] = 0xb8;  // DSCP
+  p[5] = 77;    // identification
+  p[8] = 3;     // TTL
+  p[10] = 0xff;
+  p[40] = 0x55;  // payload
+  EXPECT_EQ(FlowHash(p), h);
+  EXPECT_EQ(FlowHash(Ipv4(kUdp, kA, kB, 5000, 53, 0, 0x4000, 1000)), h);  // length
+}
+
+TEST(FlowHashTest, OptionsMoveThePorts) {
+  EXPECT_EQ(FlowHash(Ipv4(kTcp, kA, kB, 1, 2, /*options=*/2)), FlowHash(Ipv4(kTcp, kA, kB, 1, 2)));
+  EXPECT_NE(FlowHash(Ipv4(kTcp, kA, kB, 1, 2, 2)), FlowHash(Ipv4(kTcp, kA, kB, 1, 3, 2)));
+}
+
+TEST(FlowHashTest, FragmentsAndPortlessProtocolsUseAddresses) {
+  // All fragments of a datagram hash alike: the later ones carry no ports.
+  const uint32_t first = FlowHash(Ipv4(kUdp, kA, kB, 1000, 2000, 0, /*frag=*/0x2000));
+  EXPECT_EQ(first, FlowHash(Ipv4(kUdp, kA, kB, 7, 9, 0, /*frag=*/0x00b9)));
+  EXPECT_NE(first, FlowHash(Ipv4(kUdp, kB, kA, 7, 9, 0, 0x00b9)));
+  // ICMP: whatever follows the header does not matter.
+  EXPECT_EQ(FlowHash(Ipv4(kIcmp, kA, kB, 1, 2)), FlowHash(Ipv4(kIcmp, kA, kB, 3, 4)));
+  EXPECT_NE(FlowHash(Ipv4(kIcmp, kA, kB, 1, 2)), FlowHash(Ipv4(kIcmp, kA, kB + 1, 1, 2)));
+}
+
+TEST(FlowHashTest, Ipv6) {
+  std::vector<uint8_t> p(40 + 8 + 10, 0);
+  p[0] = 0x60;
+  p[6] = kUdp;
+  p[23] = 1;  // ::1 -> ::2
+  p[39] = 2;
+  p[41] = 10;  // ports 10 -> 20
+  p[43] = 20;
+  const uint32_t h = FlowHash(p);
+  std::vector<uint8_t> q = p;
+  q[43] = 21;
+  EXPECT_NE(FlowHash(q), h);
+  q = p;
+  q[50] = 9;  // payload
+  q[7] = 1;   // hop limit
+  EXPECT_EQ(FlowHash(q), h);
+}
+
+TEST(FlowHashTest, TruncatedAndGarbagePacketsAreSafe) {
+  const std::vector<uint8_t> full = Ipv4(kTcp, kA, kB, 1000, 80, 1);
+  for (size_t n = 0; n <= full.size(); ++n) {
+    const std::vector<uint8_t> cut(full.begin(), full.begin() + n);  // exact-size heap copy
+    EXPECT_EQ(FlowHash(cut), FlowHash(cut));
+  }
+  // Without its ports a TCP packet still hashes by addresses (and stays apart from others).
+  const std::vector<uint8_t> headers_only(full.begin(), full.begin() + 24);
+  EXPECT_NE(FlowHash(headers_only), FlowHash(Ipv4(kTcp, kB, kA, 1000, 80)));
+  // A bad header length (below 5 words or past the end) is not trusted for the ports.
+  std::vector<uint8_t> bad = Ipv4(kTcp, kA, kB, 1, 2);
+  bad[0] = 0x43;
+  FlowHash(bad);
+  bad[0] = 0x4f;
+  bad.resize(40);
+  FlowHash(bad);
+  Random rng(5);
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<uint8_t> d(rng.Below(80));
+    for (uint8_t& b : d) b = static_cast<uint8_t>(rng.Next());
+    if (!d.empty()) d[0] = static_cast<uint8_t>((rng.Below(3) == 0 ? 0x60 : 0x40) | (d[0] & 15));
+    EXPECT_EQ(FlowHash(d), FlowHash(d));
+  }
+}
+
+TEST(FlowHashTest, SpreadsFlows) {
+  // 4096 flows over 16 buckets: each bucket gets its share within a wide margin.
+  std::array<int, 16> buckets{};
+  for (int port = 0; port < 4096; ++port) {
+    ++buckets[FlowHash(Ipv4(kTcp, kA, kB, static_cast<uint16_t>(30000 + port), 443)) % 16];
+  }
+  for (int b : buckets) {
+    EXPECT_GT(b, 256 - 80);
+    EXPECT_LT(b, 256 + 80);
+  }
+}
+
+}  // namespace
+}  // namespace dar::net

@@ -1,0 +1,125 @@
+#include "net/udp_socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "fmt/format.h"
+
+namespace dar::net {
+namespace {
+
+sockaddr_in ToSockaddr(const Ipv4Endpoint& e) {
+  sockaddr_in a;
+  std::memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_port = htons(e.port);
+  a.sin_addr.s_addr = htonl(e.address.value);
+  return a;
+}
+
+Ipv4Endpoint FromSockaddr(const sockaddr_in& a) {
+  return Ipv4Endpoint{Ipv4Address{ntohl(a.sin_addr.s_addr)}, ntohs(a.sin_port)};
+}
+
+}  // namespace
+
+absl::StatusOr<UdpSocket> UdpSocket::Bind(const Ipv4Endpoint& local, int max_batch) {
+  assert(max_batch >= 1);
+  ScopedFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) {
+    return absl::ErrnoToStatus(errno, fmt::format("UDP socket for {}: socket", ToString(local)));
+  }
+  const int one = 1;
+  if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+    return absl::ErrnoToStatus(errno, fmt::format("UDP socket {}: SO_REUSEADDR", ToString(local)));
+  }
+  const sockaddr_in addr = ToSockaddr(local);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return absl::ErrnoToStatus(errno, fmt::format("UDP socket: bind to {}", ToString(local)));
+  }
+  sockaddr_in bound;
+  socklen_t len = sizeof(bound);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    return absl::ErrnoToStatus(errno, fmt::format("UDP socket {}: getsockname", ToString(local)));
+  }
+  return UdpSocket(std::move(fd), FromSockaddr(bound), max_batch);
+}
+
+UdpSocket::UdpSocket(ScopedFd fd, const Ipv4Endpoint& local, int max_batch)
+    : fd_(std::move(fd)), local_(local), msgs_(max_batch), iovs_(max_batch), addrs_(max_batch) {}
+
+absl::Status UdpSocket::SetBufferBytes(int receive_bytes, int send_bytes) {
+  if (receive_bytes > 0 &&
+      ::setsockopt(fd(), SOL_SOCKET, SO_RCVBUF, &receive_bytes, sizeof(receive_bytes)) != 0) {
+    return absl::ErrnoToStatus(
+        errno, fmt::format("UDP socket {}: SO_RCVBUF {}", ToString(local_), receive_bytes));
+  }
+  if (send_bytes > 0 &&
+      ::setsockopt(fd(), SOL_SOCKET, SO_SNDBUF, &send_bytes, sizeof(send_bytes)) != 0) {
+    return absl::ErrnoToStatus(
+        errno, fmt::format("UDP socket {}: SO_SNDBUF {}", ToString(local_), send_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> UdpSocket::RecvBatch(absl::Span<RecvSlot> slots) {
+  const size_t n = std::min(slots.size(), msgs_.size());
+  if (n == 0) return 0;
+  for (size_t i = 0; i < n; ++i) {
+    iovs_[i].iov_base = slots[i].buffer.data();
+    iovs_[i].iov_len = slots[i].buffer.size();
+    msghdr& h = msgs_[i].msg_hdr;
+    std::memset(&h, 0, sizeof(h));
+    h.msg_name = &addrs_[i];
+    h.msg_namelen = sizeof(addrs_[i]);
+    h.msg_iov = &iovs_[i];
+    h.msg_iovlen = 1;
+    msgs_[i].msg_len = 0;
+  }
+  int got;
+  do {
+    got = ::recvmmsg(fd(), msgs_.data(), static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    return absl::ErrnoToStatus(errno, fmt::format("UDP socket {}: recvmmsg", ToString(local_)));
+  }
+  for (int i = 0; i < got; ++i) {
+    slots[i].size = msgs_[i].msg_len;
+    slots[i].truncated = (msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+    slots[i].from = FromSockaddr(addrs_[i]);
+  }
+  return got;
+}
+
+absl::StatusOr<int> UdpSocket::SendBatch(absl::Span<const SendItem> items) {
+  const size_t n = std::min(items.size(), msgs_.size());
+  if (n == 0) return 0;
+  for (size_t i = 0; i < n; ++i) {
+    addrs_[i] = ToSockaddr(items[i].to);
+    iovs_[i].iov_base = const_cast<uint8_t*>(items[i].data.data());
+    iovs_[i].iov_len = items[i].data.size();
+    msghdr& h = msgs_[i].msg_hdr;
+    std::memset(&h, 0, sizeof(h));
+    h.msg_name = &addrs_[i];
+    h.msg_namelen = sizeof(addrs_[i]);
+    h.msg_iov = &iovs_[i];
+    h.msg_iovlen = 1;
+  }
+  int sent;
+  do {
+    sent = ::sendmmsg(fd(), msgs_.data(), static_cast<unsigned>(n), MSG_DONTWAIT);
+  } while (sent < 0 && errno == EINTR);
+  if (sent < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return 0;
+    return absl::ErrnoToStatus(errno, fmt::format("UDP socket {}: sendmmsg to {}", ToString(local_),
+                                                  ToString(items[0].to)));
+  }
+  return sent;
+}
+
+}  // namespace dar::net

@@ -1,0 +1,89 @@
+// A non-blocking IPv4 UDP socket with batched I/O (recvmmsg / sendmmsg): the agent's overlay
+// transport. The caller owns every buffer and polls fd() (poll/epoll) for readiness; no call
+// allocates or blocks.
+//
+// Thread-compatible: one thread may receive while another sends only if each uses its own
+// socket object (the batch descriptors are per object).
+#ifndef DAR_NET_UDP_SOCKET_H_
+#define DAR_NET_UDP_SOCKET_H_
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "net/ip_packet.h"
+#include "net/scoped_fd.h"
+
+namespace dar::net {
+
+// One datagram of a receive batch: the caller's buffer in, what arrived out.
+struct RecvSlot {
+  RecvSlot() = default;
+  explicit RecvSlot(absl::Span<uint8_t> b) : buffer(b) {}
+
+  absl::Span<uint8_t> buffer;  // in: where the datagram goes
+  size_t size = 0;             // out: bytes stored in buffer
+  bool truncated = false;      // out: the datagram was longer than buffer; the rest is lost
+  Ipv4Endpoint from;           // out: the sender
+};
+
+// One datagram of a send batch.
+struct SendItem {
+  absl::Span<const uint8_t> data;
+  Ipv4Endpoint to;
+};
+
+class UdpSocket {
+ public:
+  static constexpr int kDefaultMaxBatch = 64;
+
+  // Opens a non-blocking, close-on-exec UDP socket with SO_REUSEADDR, bound to `local` (port 0
+  // picks a free port; local() tells which). `max_batch` bounds the datagrams one RecvBatch or
+  // SendBatch call moves; their descriptors are allocated here, once.
+  // Errors: the failing system call, with the address and errno text.
+  // REQUIRES: max_batch >= 1.
+  static absl::StatusOr<UdpSocket> Bind(const Ipv4Endpoint& local,
+                                        int max_batch = kDefaultMaxBatch);
+
+  UdpSocket(UdpSocket&&) = default;
+  UdpSocket& operator=(UdpSocket&&) = default;
+
+  int fd() const { return fd_.get(); }
+  // The address the socket is bound to.
+  const Ipv4Endpoint& local() const { return local_; }
+  int max_batch() const { return static_cast<int>(msgs_.size()); }
+
+  // Sets SO_RCVBUF and SO_SNDBUF (the kernel doubles them and caps them at
+  // net.core.rmem_max / wmem_max); 0 leaves one unchanged.
+  absl::Status SetBufferBytes(int receive_bytes, int send_bytes);
+
+  // Receives the datagrams waiting, up to min(slots.size(), max_batch()), into slots[0..n);
+  // returns n, 0 if none is waiting. Each slot's buffer must be non-empty.
+  absl::StatusOr<int> RecvBatch(absl::Span<RecvSlot> slots);
+
+  // Sends items[0..n) in order, up to max_batch() of them; returns n, the number the kernel
+  // took (fewer than offered, possibly 0, when the send buffer is full: retry the rest when
+  // fd() is writable). An error on the first item is returned as a Status naming its
+  // destination; an error on a later item ends the batch there and is reported by the next
+  // call.
+  absl::StatusOr<int> SendBatch(absl::Span<const SendItem> items);
+
+ private:
+  UdpSocket(ScopedFd fd, const Ipv4Endpoint& local, int max_batch);
+
+  ScopedFd fd_;
+  Ipv4Endpoint local_;
+  std::vector<mmsghdr> msgs_;
+  std::vector<iovec> iovs_;
+  std::vector<sockaddr_in> addrs_;
+};
+
+}  // namespace dar::net
+
+#endif  // DAR_NET_UDP_SOCKET_H_

@@ -1,0 +1,152 @@
+#include "net/udp_socket.h"
+
+#include <poll.h>
+
+#include <array>
+#include <chrono>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dar::net {
+namespace {
+
+using ::testing::HasSubstr;
+
+const Ipv4Endpoint kLoopbackAnyPort{Ipv4Address{0x7f000001}, 0};
+
+// Waits until `fd` is readable or the deadline passes.
+bool WaitReadable(int fd, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) > 0) return true;
+  }
+}
+
+// Datagram i: its index in the first two bytes, then bytes derived from it.
+std::vector<uint8_t> Datagram(int i) {
+  std::vector<uint8_t> d(1 + (i * 97) % 1400 + 2);
+  d[0] = static_cast<uint8_t>(i >> 8);
+  d[1] = static_cast<uint8_t>(i);
+  for (size_t k = 2; k < d.size(); ++k) d[k] = static_cast<uint8_t>(i * 7 + k);
+  return d;
+}
+
+TEST(UdpSocketTest, BindsToAFreePort) {
+  absl::StatusOr<UdpSocket> s = UdpSocket::Bind(kLoopbackAnyPort);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_GE(s->fd(), 0);
+  EXPECT_EQ(s->local().address, kLoopbackAnyPort.address);
+  EXPECT_NE(s->local().port, 0);
+  EXPECT_EQ(s->max_batch(), UdpSocket::kDefaultMaxBatch);
+}
+
+TEST(UdpSocketTest, BindErrorNamesTheAddress) {
+  // 192.0.2.1 (TEST-NET-1) is not an address of this host.
+  absl::StatusOr<UdpSocket> s = UdpSocket::Bind({Ipv4Address{0xc0000201}, 0});
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("bind to 192.0.2.1:0"));
+}
+
+TEST(UdpSocketTest, ReuseAddressAllowsASecondBind) {
+  absl::StatusOr<UdpSocket> a = UdpSocket::Bind(kLoopbackAnyPort);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<UdpSocket> b = UdpSocket::Bind(a->local());
+  EXPECT_TRUE(b.ok()) << b.status();
+}
+
+TEST(UdpSocketTest, NothingWaitingReturnsZero) {
+  absl::StatusOr<UdpSocket> s = UdpSocket::Bind(kLoopbackAnyPort);
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::array<uint8_t, 64> buf;
+  RecvSlot slot{absl::MakeSpan(buf)};
+  absl::StatusOr<int> n = s->RecvBatch(absl::MakeSpan(&slot, 1));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0);
+}
+
+TEST(UdpSocketTest, BatchOf64ArrivesIntact) {
+  absl::StatusOr<UdpSocket> tx = UdpSocket::Bind(kLoopbackAnyPort);
+  absl::StatusOr<UdpSocket> rx = UdpSocket::Bind(kLoopbackAnyPort);
+  ASSERT_TRUE(tx.ok()) << tx.status();
+  ASSERT_TRUE(rx.ok()) << rx.status();
+  ASSERT_TRUE(rx->SetBufferBytes(1 << 20, 0).ok());
+
+  constexpr int kCount = 64;
+  std::vector<std::vector<uint8_t>> sent;
+  std::vector<SendItem> items;
+  for (int i = 0; i < kCount; ++i) sent.push_back(Datagram(i));
+  for (int i = 0; i < kCount; ++i) items.push_back({sent[i], rx->local()});
+  int offered = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (offered < kCount && std::chrono::steady_clock::now() < deadline) {
+    absl::StatusOr<int> n = tx->SendBatch(absl::MakeConstSpan(items).subspan(offered));
+    ASSERT_TRUE(n.ok()) << n.status();
+    offered += *n;
+  }
+  ASSERT_EQ(offered, kCount);
+
+  // Caller-owned buffers, reused across calls.
+  std::vector<std::array<uint8_t, 2048>> buffers(kCount);
+  std::vector<RecvSlot> slots(kCount);
+  std::vector<std::vector<uint8_t>> got;
+  while (static_cast<int>(got.size()) < kCount) {
+    ASSERT_TRUE(WaitReadable(rx->fd(), deadline)) << "received " << got.size() << " of 64";
+    for (int i = 0; i < kCount; ++i) slots[i] = RecvSlot{absl::MakeSpan(buffers[i])};
+    absl::StatusOr<int> n = rx->RecvBatch(absl::MakeSpan(slots));
+    ASSERT_TRUE(n.ok()) << n.status();
+    for (int i = 0; i < *n; ++i) {
+      EXPECT_FALSE(slots[i].truncated);
+      EXPECT_EQ(slots[i].from, tx->local());
+      got.emplace_back(buffers[i].begin(), buffers[i].begin() + slots[i].size);
+    }
+  }
+  EXPECT_EQ(got, sent);  // intact and, on loopback, in order
+}
+
+TEST(UdpSocketTest, LongDatagramIsReportedTruncated) {
+  absl::StatusOr<UdpSocket> tx = UdpSocket::Bind(kLoopbackAnyPort);
+  absl::StatusOr<UdpSocket> rx = UdpSocket::Bind(kLoopbackAnyPort);
+  ASSERT_TRUE(tx.ok() && rx.ok());
+  const std::vector<uint8_t> big(1000, 0xab);
+  const SendItem item{big, rx->local()};
+  ASSERT_EQ(*tx->SendBatch(absl::MakeConstSpan(&item, 1)), 1);
+  ASSERT_TRUE(WaitReadable(rx->fd(), std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  std::vector<uint8_t> small(100);
+  RecvSlot slot{absl::MakeSpan(small)};
+  ASSERT_EQ(*rx->RecvBatch(absl::MakeSpan(&slot, 1)), 1);
+  EXPECT_TRUE(slot.truncated);
+  EXPECT_EQ(slot.size, 100u);
+  EXPECT_EQ(small, std::vector<uint8_t>(100, 0xab));
+}
+
+TEST(UdpSocketTest, BatchesAreCappedAtMaxBatch) {
+  absl::StatusOr<UdpSocket> tx = UdpSocket::Bind(kLoopbackAnyPort, /*max_batch=*/4);
+  absl::StatusOr<UdpSocket> rx = UdpSocket::Bind(kLoopbackAnyPort, /*max_batch=*/3);
+  ASSERT_TRUE(tx.ok() && rx.ok());
+  const std::vector<uint8_t> d = {1, 2, 3};
+  const std::vector<SendItem> items(10, SendItem{d, rx->local()});
+  absl::StatusOr<int> n = tx->SendBatch(items);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 4);
+  std::vector<std::array<uint8_t, 16>> buffers(10);
+  std::vector<RecvSlot> slots;
+  for (auto& b : buffers) slots.push_back(RecvSlot{absl::MakeSpan(b)});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int received = 0;
+  while (received < 4) {
+    ASSERT_TRUE(WaitReadable(rx->fd(), deadline));
+    absl::StatusOr<int> r = rx->RecvBatch(absl::MakeSpan(slots));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_LE(*r, 3);
+    received += *r;
+  }
+  EXPECT_EQ(received, 4);
+}
+
+}  // namespace
+}  // namespace dar::net
