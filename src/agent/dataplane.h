@@ -1,0 +1,425 @@
+// The agent's data plane: one thread that carries the overlay between this node's TUN device
+// and its links to the neighbours, probes every neighbour, and keeps the link estimators.
+//
+//   TUN ──read──▶ classify (destination node, class from DSCP, flow hash) ──▶ seal ──┐
+//                                                                                     ▼
+//   link socket ──recvmmsg──▶ authenticate ──▶ for this node: write to the TUN    choose next
+//                                         ├──▶ otherwise: hop limit - 1, reseal ──▶ hop ──▶ queue
+//                                         ├──▶ probe: reply at once                       │
+//                                         └──▶ probe reply: estimators, liveness    sendmmsg ◀┘
+//
+// Every neighbour link has its own UDP socket bound to this node's end of the link. Every
+// probe_interval each link gets a four-timestamp probe; the replies feed a core LinkMonitor
+// (two-way delay, loss window, RTT EWMA and P95, throughput) and a LinkLiveness. A neighbour
+// that misses `missed_probes` probes in a row, or whose socket reports the network down or
+// unreachable, is down at once: the next-hop chooser skips its link, so traffic moves to the
+// other next hops of the table without waiting for the controller (fast failover).
+//
+// Threads: the data-plane thread (Start/Stop) owns the sockets, the TUN, the buffers and the
+// chooser. Everything else in the public API may be called from any thread; new tables, keys
+// and forwarding settings are picked up by the data-plane thread before its next batch.
+//
+// Per packet nothing is allocated: datagrams live in a fixed pool of buffers, are received in
+// batches (recvmmsg), encapsulated and resealed in place, and sent in batches (sendmmsg, each
+// run of equal-size datagrams to a neighbour as one UDP GSO message).
+#ifndef DAR_AGENT_DATAPLANE_H_
+#define DAR_AGENT_DATAPLANE_H_
+
+#include <time.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "agent/agent_tables.h"
+#include "core/next_hop_chooser.h"
+#include "core/random.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+#include "core/units.h"
+#include "net/ip_packet.h"
+#include "net/overlay_header.h"
+#include "net/scoped_fd.h"
+#include "net/tun.h"
+#include "net/udp_socket.h"
+
+namespace dar::agent {
+
+// Why the data plane dropped a packet; one counter per reason (DataplaneCounters::drops).
+enum class DropReason : uint8_t {
+  // A datagram from a link that ParseOverlay (or ForwardOverlay) refused, same meaning.
+  kTooShort,
+  kBadVersion,
+  kUnknownType,
+  kBadTrafficClass,
+  kBadLength,
+  kUnknownKeyId,
+  kBadTag,
+  kHopLimitExhausted,
+  kTruncated,  // a datagram longer than the receive buffer (the peer's MTU is larger)
+  kBadProbe,   // a probe or reply whose source or destination node does not fit its link
+  kNoKey,      // nothing to seal with: no key has been set yet
+  kNoRoute,    // no table, no row for the destination, or none of its next hops forwardable
+  kNotIpv4,    // from the TUN: not an IPv4 packet; for the TUN: the payload is not IPv4
+  kUnknownDestination,  // from the TUN: the destination address is no overlay node's
+  kLocalDestination,    // from the TUN: addressed to this node's own overlay address
+  kNoTun,      // addressed to this node, which has no TUN device (a transit-only data plane)
+  kTunWrite,   // the TUN device did not take the packet (full, or it refused it)
+  kQueueFull,  // the link's transmit queue was full
+  kSendError,  // the kernel refused the datagram (e.g. the link's interface is down)
+  kCount
+};
+inline constexpr size_t kDropReasons = static_cast<size_t>(DropReason::kCount);
+
+// A short snake_case name ("bad_tag", "no_route", ...) for metrics and logs.
+std::string_view DropReasonName(DropReason reason);
+// The drop reason for a datagram ParseOverlay or ForwardOverlay refused.
+// REQUIRES: status is neither kOk nor kCount.
+DropReason DropReasonFor(net::OverlayStatus status);
+
+// The traffic class of an IPv4 packet from its type-of-service byte: DSCP CS1 (8, "lower
+// effort") is bulk, every other code point latency. The ECN bits are ignored.
+net::TrafficClass TrafficClassFromTos(uint8_t tos);
+
+// What the data plane reads of a packet that arrives from the TUN device.
+struct IngressPacket {
+  net::Ipv4Address destination;
+  net::TrafficClass traffic_class = net::TrafficClass::kLatency;
+  uint32_t flow_hash = 0;  // net::FlowHash of the packet
+};
+// Fills `*out` and returns true for an IPv4 packet of at least a header's length whose header
+// length and total length fit `packet`; false otherwise (the packet is dropped as kNotIpv4).
+// Never reads outside `packet`; no allocation.
+bool ClassifyIngress(absl::Span<const uint8_t> packet, IngressPacket* out);
+
+// The liveness of one link as its prober sees it. Starts up (so that a restarted agent
+// forwards at once). Goes down when `missed_threshold` probes in a row have had a full probe
+// interval without a reply, or at once when sending on the link fails; comes back up after
+// replies to `recover_replies` consecutive probes sent since it went down.
+// Not thread-safe.
+class LinkLiveness {
+ public:
+  // REQUIRES: missed_threshold >= 1, recover_replies >= 1.
+  LinkLiveness(int missed_threshold, int recover_replies);
+
+  bool up() const { return up_; }
+
+  // Probe `seq` is about to leave (seqs increase by one per probe). First judges the probes
+  // sent before it: each has had a full interval. Returns true if up() changed.
+  bool OnProbeSent(uint64_t seq);
+  // A reply to probe `seq` arrived (and was counted by the loss window: not a duplicate, and
+  // for a probe still in it). Returns true if up() changed.
+  bool OnReply(uint64_t seq);
+  // Sending on the link failed because the network is down or unreachable. Returns true if
+  // up() changed.
+  bool OnSendError();
+
+  // Probes sent since the last reply arrived.
+  int unanswered() const { return unanswered_; }
+
+ private:
+  void GoDown();
+
+  int missed_threshold_;
+  int recover_replies_;
+  bool up_ = true;
+  int unanswered_ = 0;
+  uint64_t last_sent_ = 0;     // newest probe seq sent; 0 before the first
+  uint64_t down_after_ = 0;    // replies to probes up to this seq do not count toward recovery
+  uint64_t last_replied_ = 0;  // newest probe seq answered since going down
+  int streak_ = 0;             // replies to consecutive probes since going down
+};
+
+// A data-plane key: the cluster key `id`, and whether new packets are sealed with it (the
+// others are still accepted, for rotation). From AgentConfig.keys or the agent's config file.
+struct KeyUpdate {
+  uint32_t id = 0;
+  net::OverlayKeyBytes key{};
+  bool active = false;
+};
+
+// One link from this node to a neighbour, over the underlay.
+struct NeighbourLinkConfig {
+  NodeId neighbour = kNoNode;
+  // The link this node -> neighbour in the data plane's topology: what the tables name.
+  LinkId link = kNoLink;
+  // The socket is bound here (this node's address on the link; port 7000 by default, 0 picks
+  // a free port) and sends to `peer`, the neighbour's socket on the same link.
+  net::Ipv4Endpoint local;
+  net::Ipv4Endpoint peer;
+  // The underlay interface of this end; for messages only.
+  std::string interface;
+  // For utilisation; zero = unknown (utilisation is then reported as 0).
+  DataRate capacity;
+};
+
+// Everything a Dataplane is built from. Plain values; Validate() checks them.
+struct DataplaneConfig {
+  // This node, a NodeId of `topology`.
+  NodeId node = kNoNode;
+  // Every node of the lab and every link, both directions: NextHop.link and
+  // NeighbourLinkConfig.link are its LinkIds. Must outlive the Dataplane.
+  const Topology* topology = nullptr;
+  // Each node's overlay address (the address of its TUN), indexed by NodeId; one per node of
+  // the topology, all different.
+  std::vector<net::Ipv4Address> overlay_addresses;
+  // This node's links; at most one entry per LinkId.
+  std::vector<NeighbourLinkConfig> neighbours;
+  // The TUN device (name, mtu, this node's overlay address and prefix). An empty name means no
+  // TUN: a transit-only data plane, which forwards and probes but delivers nothing locally.
+  // Every agent of an overlay must use the same MTU.
+  net::TunConfig tun;
+  // Probes per link: one every probe_interval. A neighbour is down after missed_probes probes
+  // in a row without a reply, and up again after replies to recover_replies consecutive ones.
+  Duration probe_interval = Milliseconds(100);
+  int missed_probes = 3;
+  int recover_replies = 2;
+  // How traffic is spread over a table's next hops; changed later with SetForwarding.
+  ForwardingConfig forwarding;
+  // The hop limit of packets entering the overlay here (1..255).
+  int hop_limit = 64;
+  // Keys to start with (optional: AgentConfig brings them later through SetKeys). When not
+  // empty, exactly one must be active. Until a key is set nothing is sent, probes included.
+  std::vector<KeyUpdate> initial_keys;
+  // Datagrams per recvmmsg / sendmmsg and packets per TUN read burst (1..1024).
+  int batch_size = 32;
+  // Datagrams waiting to be sent per link before new ones are dropped (kQueueFull).
+  int queue_packets = 256;
+  // SO_RCVBUF / SO_SNDBUF of every link socket (raised beyond the sysctl cap when running
+  // with CAP_NET_ADMIN); 0 keeps the kernel's default.
+  int socket_buffer_bytes = 4 << 20;
+  // Send each run of equal-size datagrams queued for a link as one UDP GSO message
+  // (UDP_SEGMENT): one trip through the kernel's stack instead of one per datagram. A link
+  // whose path refuses it falls back to a message per datagram.
+  bool udp_gso = true;
+  // Seeds the chooser's hash salt and its random draws (logged by the caller).
+  uint64_t seed = 1;
+  // The clock of probe timestamps (t1..t4 of the four-timestamp method). Default:
+  // CLOCK_REALTIME, so that the peer offset is meaningful.
+  std::function<Time()> wall_clock;
+
+  // OK, or InvalidArgument naming the first bad field.
+  absl::Status Validate() const;
+};
+
+// What the data plane measures about one neighbour link (LinkSample in agent.proto).
+struct NeighbourSample {
+  NodeId neighbour = kNoNode;
+  LinkId link = kNoLink;
+  Time at{0};               // the `now` given to Samples()
+  bool up = true;           // LinkLiveness
+  Duration rtt{0};          // smoothed two-way delay; 0 before the first reply
+  Duration rtt_p95{0};      // over the last probes
+  double loss = 0;          // probe loss over the sliding window, 0..1
+  DataRate tx_rate;         // sent on the link (overlay datagrams with IPv4 and UDP headers)
+  double utilisation = 0;   // tx_rate / capacity; 0 if the capacity is unknown
+  int64_t queue_bytes = 0;  // queued by the data plane plus the socket's send queue
+  uint64_t probes_sent = 0;
+  uint64_t probes_answered = 0;
+};
+
+// Event counts since Create. A snapshot: each value is read atomically, the set is not.
+struct DataplaneCounters {
+  std::array<uint64_t, kDropReasons> drops{};
+  uint64_t received = 0;      // datagrams received on the links (valid or not)
+  uint64_t from_tun = 0;      // packets read from the TUN device
+  uint64_t encapsulated = 0;  // packets from the TUN sent into the overlay
+  uint64_t delivered = 0;     // data packets for this node written to the TUN
+  uint64_t forwarded = 0;     // data packets passed on toward another node
+  uint64_t sent = 0;          // datagrams the kernel took (data and probes)
+  uint64_t sent_bytes = 0;    // their overlay bytes
+  uint64_t probes_sent = 0;
+  uint64_t probe_replies_sent = 0;
+  uint64_t probe_replies_received = 0;  // counted by the estimators
+  uint64_t probe_replies_rejected = 0;  // duplicate, too late, or unusable timestamps
+  uint64_t liveness_changes = 0;        // a neighbour went down or came back up
+  uint64_t recv_errors = 0;             // recvmmsg or TUN read failed
+  uint64_t receive_batches = 0;         // recvmmsg calls that returned datagrams
+  uint64_t send_batches = 0;            // sendmmsg calls that sent datagrams
+  uint64_t gso_messages = 0;            // messages of 2 or more datagrams (UDP GSO) they sent
+
+  uint64_t dropped(DropReason r) const { return drops[static_cast<size_t>(r)]; }
+  uint64_t total_dropped() const;
+};
+
+// This node's rows of `tables` as AgentTables, the same for both traffic classes (e.g. the
+// static hop-count table of core's ComputeStaticTables, as a fallback or in tests).
+std::shared_ptr<const AgentTables> AgentTablesFromRouting(const RoutingTables& tables, NodeId node,
+                                                          bool is_static);
+
+class Dataplane {
+ public:
+  // Opens the TUN device and binds a socket per link, in the calling thread's network
+  // namespace (they stay there whichever thread uses them later). Does not start the thread.
+  // Errors: InvalidArgument from Validate(); the failing step otherwise (TUN open, bind of a
+  // link's socket naming its interface and address, epoll/timerfd/eventfd creation).
+  static absl::StatusOr<std::unique_ptr<Dataplane>> Create(const DataplaneConfig& config);
+
+  // Stops the thread if it runs.
+  ~Dataplane();
+  Dataplane(const Dataplane&) = delete;
+  Dataplane& operator=(const Dataplane&) = delete;
+
+  // Starts the data-plane thread. FailedPrecondition if it runs already. After Stop() it may
+  // be started again (probe sequence numbers continue).
+  absl::Status Start();
+  // Stops the thread and waits for it; queued datagrams are dropped. No-op when stopped.
+  void Stop();
+
+  // Forwards with `tables` from the next batch on (an atomic swap; the data plane keeps its
+  // reference until the next swap). Null: forward nothing (every packet is kNoRoute).
+  // Checking versions is the caller's business. Thread-safe.
+  void InstallTables(std::shared_ptr<const AgentTables> tables);
+  // The tables last installed (possibly not picked up by the thread yet).
+  std::shared_ptr<const AgentTables> tables() const;
+
+  // Replaces the whole key set: `keys` are accepted, the active one seals.
+  // Errors (nothing changes): InvalidArgument if `keys` is empty, more than
+  // net::OverlayKeyRing::kMaxKeys, repeats an id, or does not have exactly one active key.
+  // Thread-safe.
+  absl::Status SetKeys(const std::vector<KeyUpdate>& keys);
+
+  // Changes the forwarding mode and its parameters (forgetting every flowlet).
+  // InvalidArgument (nothing changes) if !config.Validate().ok(). Thread-safe.
+  absl::Status SetForwarding(const ForwardingConfig& config);
+
+  // Called on the data-plane thread whenever a neighbour link goes down or comes back up (one
+  // call per link, so a neighbour with two links may be reported twice). It must return
+  // quickly and must not call Stop(); other methods are fine. Replaces the previous callback;
+  // null removes it. Thread-safe.
+  void SetLivenessCallback(std::function<void(NodeId neighbour, bool up)> callback);
+
+  // One sample per neighbour link, in the order of DataplaneConfig::neighbours, stamped `now`.
+  // Thread-safe.
+  std::vector<NeighbourSample> Samples(Time now) const;
+
+  // Whether the chooser may use each link now, in the order of DataplaneConfig::neighbours.
+  // Thread-safe.
+  std::vector<bool> LinksUp() const;
+
+  DataplaneCounters counters() const;
+
+  // CPU time the data-plane thread has used (all runs); zero before the first Start. The
+  // thread is named "dar-dp<node>" (for top, perf).
+  Duration thread_cpu_time() const;
+
+  // The address each link's socket is bound to, in the order of DataplaneConfig::neighbours
+  // (useful with port 0).
+  std::vector<net::Ipv4Endpoint> local_endpoints() const;
+
+  const DataplaneConfig& config() const { return config_; }
+
+ private:
+  struct Port;
+  struct PortView;
+  class Counter {
+   public:
+    // Single writer (the data-plane thread); readers on any thread.
+    void Add(uint64_t n = 1) {
+      value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    }
+    uint64_t Get() const { return value_.load(std::memory_order_relaxed); }
+
+   private:
+    std::atomic<uint64_t> value_{0};
+  };
+
+  explicit Dataplane(const DataplaneConfig& config);
+
+  // The data-plane thread.
+  void Run();
+  // Picks up tables, keys, forwarding settings and the callback set since the last call.
+  void ApplyControl();
+  void OnProbeTick();
+  void ReceiveFrom(Port& port);
+  void ReadTun();
+  void HandleDatagram(Port& in, uint32_t buffer, size_t size, Time wall_rx, Time now);
+  void HandleProbe(Port& in, uint32_t buffer, const net::OverlayPacket& packet, Time wall_rx);
+  void HandleProbeReply(Port& in, const net::OverlayPacket& packet, Time wall_rx);
+  void Deliver(absl::Span<const uint8_t> payload);
+  // Chooses the next hop of a sealed data datagram and queues it; takes the buffer.
+  // `reseal`: decrement the hop limit and reseal first (a transit packet).
+  void Route(uint32_t buffer, size_t size, const net::OverlayHeader& header, bool reseal, Time now);
+  // Queues datagram `buffer` on `port`; takes the buffer.
+  void Enqueue(Port& port, uint32_t buffer, size_t size);
+  void Flush(Port& port);
+  void FlushDirty();
+  void SetWritableInterest(Port& port, bool want);
+  void LinkFailed(Port& port);
+  void SetPortUp(Port& port, bool up);
+  void Drop(DropReason reason) { drops_[static_cast<size_t>(reason)].Add(); }
+  void DropBuffer(DropReason reason, uint32_t buffer);
+  Time WallNow() const;
+
+  // Buffers.
+  uint8_t* BufferData(uint32_t b) { return arena_.data() + static_cast<size_t>(b) * buffer_bytes_; }
+  uint32_t TakeBuffer();
+  void GiveBuffer(uint32_t b) { free_buffers_.push_back(b); }
+
+  const DataplaneConfig config_;
+  const Topology& topology_;
+  std::optional<net::TunDevice> tun_;
+  std::vector<std::unique_ptr<Port>> ports_;
+  std::vector<int> port_of_link_;  // LinkId -> index in ports_, -1 if not this node's
+  absl::flat_hash_map<uint32_t, NodeId> node_of_address_;
+  net::ScopedFd epoll_fd_;
+  net::ScopedFd timer_fd_;
+  net::ScopedFd wake_fd_;
+
+  // Owned by the data-plane thread.
+  size_t buffer_bytes_ = 0;
+  std::vector<uint8_t> arena_;
+  std::vector<uint32_t> free_buffers_;
+  std::vector<net::RecvSlot> recv_slots_;
+  std::vector<uint32_t> recv_buffers_;
+  struct TxBatch;
+  std::unique_ptr<TxBatch> tx_;  // sendmmsg descriptors
+  std::vector<int> dirty_ports_;
+  NextHopChooser chooser_;
+  Random rng_;
+  std::shared_ptr<const AgentTables> active_tables_;
+  std::shared_ptr<const net::OverlayKeyRing> active_keys_;
+  std::function<void(NodeId, bool)> active_callback_;
+  uint64_t applied_generation_ = 0;
+  uint64_t applied_forwarding_generation_ = 0;
+
+  // Control surface: written by any thread under control_mu_, picked up by ApplyControl.
+  mutable std::mutex control_mu_;
+  std::shared_ptr<const AgentTables> pending_tables_;
+  std::shared_ptr<const net::OverlayKeyRing> pending_keys_;
+  ForwardingConfig pending_forwarding_;
+  uint64_t forwarding_generation_ = 0;
+  std::function<void(NodeId, bool)> pending_callback_;
+  std::atomic<uint64_t> generation_{0};
+
+  // Guards every Port::monitor (the data-plane thread writes, Samples reads).
+  mutable std::mutex monitor_mu_;
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> thread_cpu_ns_{0};  // of finished runs
+  std::atomic<bool> has_clock_{false};     // the thread runs and clock_id_ is its CPU clock
+  std::atomic<clockid_t> clock_id_{0};
+  mutable std::mutex thread_mu_;  // Start/Stop
+
+  std::array<Counter, kDropReasons> drops_;
+  Counter received_, from_tun_, encapsulated_, delivered_, forwarded_, sent_, sent_bytes_;
+  Counter probes_sent_, probe_replies_sent_, probe_replies_received_, probe_replies_rejected_;
+  Counter liveness_changes_, recv_errors_, receive_batches_, send_batches_, gso_messages_;
+};
+
+}  // namespace dar::agent
+
+#endif  // DAR_AGENT_DATAPLANE_H_

@@ -1,0 +1,550 @@
+// Integration tests (root only): data planes in network namespaces joined by veth pairs, each
+// with its TUN device, carrying plain UDP and TCP between the namespaces' overlay addresses.
+// Everything a test creates (namespaces, veths, TUNs, sockets) is named with the process id
+// and removed by RAII, also when the test fails.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "agent/dataplane.h"
+#include "core/routing.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "net/ip_packet.h"
+#include "net/netns.h"
+#include "net/overlay_header.h"
+#include "net/scoped_fd.h"
+#include "net/udp_socket.h"
+
+namespace dar::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+#define SKIP_UNLESS_ROOT()                                                                     \
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, veths, TUN devices)"; \
+  static_assert(true)
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+net::Ipv4Address Overlay(NodeId n) {
+  return net::Ipv4Address{0x0a4d0001u + static_cast<uint32_t>(n)};
+}
+
+// Namespaces n0..n(k-1), a veth pair per edge (edge e: 10.88.e.1/24 on its first node,
+// 10.88.e.2/24 on its second), a data plane per node with TUN dtun0 = 10.77.0.(n+1)/24.
+class NamespaceLab {
+ public:
+  NamespaceLab(const std::string& tag, int nodes, std::vector<std::pair<NodeId, NodeId>> edges)
+      : tag_(tag), edges_(std::move(edges)) {
+    for (int n = 0; n < nodes; ++n) {
+      topology_.AddNode(fmt::format("n{}", n), NodeKind::kSwitch);
+    }
+    for (const auto& [a, b] : edges_) {
+      const auto [ab, ba] = topology_.AddDuplexLink(a, b, LinkParams{});
+      links_.push_back({ab, ba});
+    }
+  }
+
+  absl::Status Build() {
+    for (int n = 0; n < topology_.num_nodes(); ++n) {
+      ASSIGN_OR_RETURN(net::NetNamespace ns, net::NetNamespace::Create(fmt::format(
+                                                 "dar-dp{}-{}{}", ::getpid(), tag_, n)));
+      namespaces_.push_back(std::move(ns));
+    }
+    for (size_t e = 0; e < edges_.size(); ++e) {
+      const auto [a, b] = edges_[e];
+      ASSIGN_OR_RETURN(
+          net::VethPair veth,
+          net::VethPair::Create({VethName(e, 'a'), ns(a).name(), fmt::format("10.88.{}.1/24", e)},
+                                {VethName(e, 'b'), ns(b).name(), fmt::format("10.88.{}.2/24", e)}));
+      veths_.push_back(std::move(veth));
+    }
+    return absl::OkStatus();
+  }
+
+  // The config of node n's data plane; `tweak` may change it before it is created.
+  DataplaneConfig ConfigFor(NodeId node) const {
+    DataplaneConfig c;
+    c.node = node;
+    c.topology = &topology_;
+    for (int n = 0; n < topology_.num_nodes(); ++n) c.overlay_addresses.push_back(Overlay(n));
+    for (size_t e = 0; e < edges_.size(); ++e) {
+      const auto [a, b] = edges_[e];
+      if (a != node && b != node) continue;
+      const bool first = a == node;
+      NeighbourLinkConfig l;
+      l.neighbour = first ? b : a;
+      l.link = first ? links_[e].first : links_[e].second;
+      l.local = {
+          net::Ipv4Address{0x0a580000u | (static_cast<uint32_t>(e) << 8) | (first ? 1u : 2u)},
+          7000};
+      l.peer = {net::Ipv4Address{0x0a580000u | (static_cast<uint32_t>(e) << 8) | (first ? 2u : 1u)},
+                7000};
+      l.interface = VethName(e, first ? 'a' : 'b');
+      c.neighbours.push_back(l);
+    }
+    c.tun.name = "dtun0";
+    c.tun.address = Overlay(node);
+    c.tun.prefix_length = 24;
+    c.tun.mtu = 1400;
+    net::OverlayKeyBytes key;
+    key.fill(0x42);
+    c.initial_keys = {KeyUpdate{1, key, true}};
+    return c;
+  }
+
+  absl::Status StartDataplanes(const std::function<void(DataplaneConfig&)>& tweak = {}) {
+    for (int n = 0; n < topology_.num_nodes(); ++n) {
+      DataplaneConfig c = ConfigFor(n);
+      if (tweak) tweak(c);
+      std::unique_ptr<Dataplane> dp;
+      RETURN_IF_ERROR(net::RunInNamespace(ns(n), [&]() -> absl::Status {
+        ASSIGN_OR_RETURN(dp, Dataplane::Create(c));
+        return absl::OkStatus();
+      }));
+      dataplanes_.push_back(std::move(dp));
+    }
+    for (auto& dp : dataplanes_) RETURN_IF_ERROR(dp->Start());
+    return absl::OkStatus();
+  }
+
+  void InstallRouting(const RoutingTables& routing) {
+    for (int n = 0; n < topology_.num_nodes(); ++n) {
+      dp(n).InstallTables(AgentTablesFromRouting(routing, n, /*is_static=*/true));
+    }
+  }
+
+  // Every data plane has had replies from every neighbour (links up, ARP resolved).
+  bool WaitForProbes() {
+    return WaitFor(
+        [&] {
+          for (auto& d : dataplanes_) {
+            for (const NeighbourSample& s : d->Samples(Time(0))) {
+              if (s.probes_answered < 2) return false;
+            }
+          }
+          return true;
+        },
+        std::chrono::seconds(20));
+  }
+
+  // A UDP socket in node n's namespace bound to its overlay address.
+  absl::StatusOr<net::UdpSocket> OverlaySocket(NodeId n, uint16_t port) {
+    std::optional<net::UdpSocket> out;
+    RETURN_IF_ERROR(net::RunInNamespace(ns(n), [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(net::UdpSocket s, net::UdpSocket::Bind({Overlay(n), port}));
+      out.emplace(std::move(s));
+      return absl::OkStatus();
+    }));
+    return std::move(*out);
+  }
+
+  // Sets a veth end down: edge e's end in its first ('a') or second ('b') node.
+  absl::Status SetDown(size_t edge, char end) {
+    const NodeId n = end == 'a' ? edges_[edge].first : edges_[edge].second;
+    return ns(n).Run({"ip", "link", "set", "dev", VethName(edge, end), "down"}).status();
+  }
+
+  const net::NetNamespace& ns(NodeId n) const { return namespaces_[static_cast<size_t>(n)]; }
+  Dataplane& dp(NodeId n) { return *dataplanes_[static_cast<size_t>(n)]; }
+  const Topology& topology() const { return topology_; }
+  LinkId link(size_t edge, bool forward) const {
+    return forward ? links_[edge].first : links_[edge].second;
+  }
+
+ private:
+  std::string VethName(size_t edge, char end) const {
+    return fmt::format("dp{}{}{}{}", ::getpid(), tag_, edge, end);
+  }
+
+  std::string tag_;
+  std::vector<std::pair<NodeId, NodeId>> edges_;
+  std::vector<std::pair<LinkId, LinkId>> links_;
+  Topology topology_;
+  // Declared so that data planes go first, then veths, then namespaces.
+  std::vector<net::NetNamespace> namespaces_;
+  std::vector<net::VethPair> veths_;
+  std::vector<std::unique_ptr<Dataplane>> dataplanes_;
+};
+
+void SendTo(net::UdpSocket& s, absl::Span<const uint8_t> data, const net::Ipv4Endpoint& to) {
+  const net::SendItem item{data, to};
+  absl::StatusOr<int> n = s.SendBatch(absl::MakeConstSpan(&item, 1));
+  ASSERT_TRUE(n.ok()) << n.status();
+}
+
+// Receives everything that arrives within `timeout` of the previous datagram.
+std::vector<std::vector<uint8_t>> ReceiveAll(net::UdpSocket& s, size_t want,
+                                             std::chrono::milliseconds timeout) {
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<uint8_t> buf(2048);
+  while (out.size() < want) {
+    pollfd p{s.fd(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) break;
+    net::RecvSlot slot(absl::MakeSpan(buf));
+    absl::StatusOr<int> n = s.RecvBatch(absl::MakeSpan(&slot, 1));
+    if (!n.ok() || *n == 0) continue;
+    out.emplace_back(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(slot.size));
+  }
+  return out;
+}
+
+// A - B - C: UDP from A's namespace to C's overlay address crosses B, and back.
+TEST(DataplaneNamespaceTest, UdpCrossesTwoHopsBothWays) {
+  SKIP_UNLESS_ROOT();
+  NamespaceLab lab("u", 3, {{0, 1}, {1, 2}});
+  const absl::Status built = lab.Build();
+  ASSERT_TRUE(built.ok()) << built;
+  ASSERT_TRUE(lab.StartDataplanes().ok());
+  lab.InstallRouting(ComputeStaticTables(lab.topology()));
+  ASSERT_TRUE(lab.WaitForProbes());
+
+  absl::StatusOr<net::UdpSocket> a = lab.OverlaySocket(0, 0);
+  absl::StatusOr<net::UdpSocket> c = lab.OverlaySocket(2, 9000);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(c.ok()) << c.status();
+  constexpr int kCount = 100;
+  for (int i = 0; i < kCount; ++i) {
+    const std::string msg = fmt::format("datagram {} from A", i);
+    SendTo(*a, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(msg.data()), msg.size()),
+           c->local());
+  }
+  const auto got = ReceiveAll(*c, kCount, std::chrono::seconds(10));
+  ASSERT_EQ(got.size(), static_cast<size_t>(kCount));
+  for (int i = 0; i < kCount; ++i) {
+    EXPECT_EQ(std::string(got[i].begin(), got[i].end()), fmt::format("datagram {} from A", i));
+  }
+  // And back: the reply follows C's table toward A.
+  const std::string reply = "reply from C";
+  SendTo(*c, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(reply.data()), reply.size()),
+         a->local());
+  const auto back = ReceiveAll(*a, 1, std::chrono::seconds(10));
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(std::string(back[0].begin(), back[0].end()), reply);
+
+  ASSERT_TRUE(
+      WaitFor([&] { return lab.dp(0).counters().delivered == 1; }, std::chrono::seconds(10)));
+  const DataplaneCounters ca = lab.dp(0).counters(), cb = lab.dp(1).counters(),
+                          cc = lab.dp(2).counters();
+  EXPECT_EQ(ca.encapsulated, static_cast<uint64_t>(kCount));
+  EXPECT_EQ(cb.forwarded, static_cast<uint64_t>(kCount + 1));
+  EXPECT_EQ(cc.delivered, static_cast<uint64_t>(kCount));
+  EXPECT_EQ(cc.encapsulated, 1u);
+  EXPECT_EQ(ca.delivered, 1u);
+  for (const DataplaneCounters* x : {&ca, &cb, &cc}) {
+    EXPECT_EQ(x->dropped(DropReason::kBadTag), 0u);
+    EXPECT_EQ(x->dropped(DropReason::kNoRoute), 0u);
+    EXPECT_EQ(x->dropped(DropReason::kTunWrite), 0u);
+  }
+}
+
+// A TCP connection (its data one way, its ACKs the other) between A and C's overlay addresses.
+TEST(DataplaneNamespaceTest, TcpWorksUnchanged) {
+  SKIP_UNLESS_ROOT();
+  NamespaceLab lab("t", 3, {{0, 1}, {1, 2}});
+  ASSERT_TRUE(lab.Build().ok());
+  ASSERT_TRUE(lab.StartDataplanes().ok());
+  lab.InstallRouting(ComputeStaticTables(lab.topology()));
+  ASSERT_TRUE(lab.WaitForProbes());
+
+  const auto make_tcp = [&](NodeId n) {
+    net::ScopedFd fd;
+    EXPECT_TRUE(net::RunInNamespace(lab.ns(n), [&] {
+                  fd.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+                  return fd.valid() ? absl::OkStatus() : absl::InternalError("socket");
+                }).ok());
+    return fd;
+  };
+  net::ScopedFd listener = make_tcp(2), client = make_tcp(0);
+  ASSERT_TRUE(listener.valid() && client.valid());
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(9100);
+  addr.sin_addr.s_addr = htonl(Overlay(2).value);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener.get(), 1), 0);
+  timeval tv{10, 0};
+  ::setsockopt(client.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  ::setsockopt(client.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+
+  constexpr size_t kBytes = 4 << 20;
+  std::vector<uint8_t> data(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) data[i] = static_cast<uint8_t>(i * 7 + (i >> 13));
+  std::vector<uint8_t> received;
+  std::thread server([&] {
+    pollfd p{listener.get(), POLLIN, 0};
+    if (::poll(&p, 1, 10000) <= 0) return;
+    net::ScopedFd conn(::accept(listener.get(), nullptr, nullptr));
+    if (!conn.valid()) return;
+    ::setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    std::vector<uint8_t> buf(65536);
+    for (;;) {
+      const ssize_t n = ::recv(conn.get(), buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      received.insert(received.end(), buf.begin(), buf.begin() + n);
+    }
+  });
+  ASSERT_EQ(::connect(client.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+      << std::strerror(errno);
+  size_t off = 0;
+  while (off < kBytes) {
+    const ssize_t n = ::send(client.get(), data.data() + off, kBytes - off, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+  ::shutdown(client.get(), SHUT_WR);
+  server.join();
+  EXPECT_EQ(off, kBytes);
+  EXPECT_TRUE(received == data) << "received " << received.size() << " of " << kBytes << " bytes";
+  EXPECT_GT(lab.dp(1).counters().forwarded, kBytes / 1400);
+}
+
+// Datagrams to a data plane's port from outside the overlay (plain UDP, a wrong key) are
+// dropped and counted; forwarding goes on.
+TEST(DataplaneNamespaceTest, OutsidersAreDroppedAndCounted) {
+  SKIP_UNLESS_ROOT();
+  NamespaceLab lab("o", 2, {{0, 1}});
+  ASSERT_TRUE(lab.Build().ok());
+  ASSERT_TRUE(lab.StartDataplanes().ok());
+  lab.InstallRouting(ComputeStaticTables(lab.topology()));
+  ASSERT_TRUE(lab.WaitForProbes());
+  // A socket in A's namespace that is not the data plane: plain UDP to B's port 7000.
+  std::optional<net::UdpSocket> outsider;
+  ASSERT_TRUE(net::RunInNamespace(lab.ns(0), [&]() -> absl::Status {
+                ASSIGN_OR_RETURN(net::UdpSocket s,
+                                 net::UdpSocket::Bind({*net::ParseIpv4Address("10.88.0.1"), 0}));
+                outsider.emplace(std::move(s));
+                return absl::OkStatus();
+              }).ok());
+  const net::Ipv4Endpoint b_port{*net::ParseIpv4Address("10.88.0.2"), 7000};
+  const std::string plain = "GET / HTTP/1.0\r\n\r\n and some more bytes to pass the size check";
+  SendTo(*outsider,
+         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(plain.data()), plain.size()), b_port);
+  // A well-formed overlay datagram sealed with a key the overlay does not use.
+  net::OverlayKeyRing wrong;
+  net::OverlayKeyBytes k;
+  k.fill(0x13);
+  ASSERT_TRUE(wrong.Add(1, k).ok());
+  net::OverlayHeader h;
+  h.source = 0;
+  h.destination = 1;
+  std::vector<uint8_t> inner(60, 0x45);
+  std::vector<uint8_t> forged(net::OverlayDatagramSize(inner.size()));
+  ASSERT_TRUE(net::SealOverlay(h, inner, *wrong.current(), absl::MakeSpan(forged)).ok());
+  SendTo(*outsider, forged, b_port);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const DataplaneCounters c = lab.dp(1).counters();
+        return c.dropped(DropReason::kBadVersion) == 1 && c.dropped(DropReason::kBadTag) == 1;
+      },
+      std::chrono::seconds(10)));
+  EXPECT_EQ(lab.dp(1).counters().delivered, 0u);
+  // The overlay itself still works.
+  absl::StatusOr<net::UdpSocket> a = lab.OverlaySocket(0, 0);
+  absl::StatusOr<net::UdpSocket> b = lab.OverlaySocket(1, 9000);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::vector<uint8_t> hello = {'h', 'i'};
+  SendTo(*a, hello, b->local());
+  EXPECT_EQ(ReceiveAll(*b, 1, std::chrono::seconds(10)).size(), 1u);
+}
+
+// A and B send destination C to each other: packets die by hop limit, counted, and nothing
+// breaks; with sane tables the same traffic is delivered.
+TEST(DataplaneNamespaceTest, LoopingTablesEndByHopLimit) {
+  SKIP_UNLESS_ROOT();
+  NamespaceLab lab("l", 3, {{0, 1}, {1, 2}});
+  ASSERT_TRUE(lab.Build().ok());
+  ASSERT_TRUE(lab.StartDataplanes().ok());
+  const auto tables_toward = [&](LinkId link) {
+    auto t = std::make_shared<AgentTables>();
+    for (auto& rows : t->rows) {
+      rows.assign(3, {});
+      rows[2] = {NextHop{link, 1.0}};
+    }
+    return t;
+  };
+  lab.dp(0).InstallTables(tables_toward(lab.link(0, true)));   // A -> B
+  lab.dp(1).InstallTables(tables_toward(lab.link(0, false)));  // B -> A
+  ASSERT_TRUE(lab.WaitForProbes());
+  absl::StatusOr<net::UdpSocket> a = lab.OverlaySocket(0, 0);
+  absl::StatusOr<net::UdpSocket> c = lab.OverlaySocket(2, 9000);
+  ASSERT_TRUE(a.ok() && c.ok());
+  constexpr int kPackets = 5;
+  const std::vector<uint8_t> payload(100, 1);
+  for (int i = 0; i < kPackets; ++i) SendTo(*a, payload, c->local());
+  const auto hop_drops = [&] {
+    return lab.dp(0).counters().dropped(DropReason::kHopLimitExhausted) +
+           lab.dp(1).counters().dropped(DropReason::kHopLimitExhausted);
+  };
+  ASSERT_TRUE(WaitFor([&] { return hop_drops() == kPackets; }, std::chrono::seconds(10)));
+  // Sealed with hop limit 64 at A; forwarded on arrival with 64 down to 2 (63 times), refused
+  // on arrival with 1.
+  EXPECT_EQ(lab.dp(0).counters().forwarded + lab.dp(1).counters().forwarded,
+            static_cast<uint64_t>(kPackets) * 63);
+  EXPECT_EQ(lab.dp(2).counters().delivered, 0u);
+  lab.InstallRouting(ComputeStaticTables(lab.topology()));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        SendTo(*a, payload, c->local());
+        return !ReceiveAll(*c, 1, std::chrono::milliseconds(100)).empty();
+      },
+      std::chrono::seconds(10)));
+}
+
+// Fast failover on a diamond A - {B, C} - D: a stream of numbered datagrams from A to D takes
+// one of the two equal paths; its first link fails; A stops using it within a few probe
+// intervals and the stream continues over the other path. The gap is measured and reported.
+class FailoverTest : public ::testing::TestWithParam<char> {};
+
+TEST_P(FailoverTest, StreamMovesToTheOtherPath) {
+  SKIP_UNLESS_ROOT();
+  const char failing_end = GetParam();  // 'a': A's own end (send errors); 'b': the far end
+  // Edges: 0 A-B, 1 A-C, 2 B-D, 3 C-D.
+  NamespaceLab lab(std::string(1, failing_end), 4, {{0, 1}, {0, 2}, {1, 3}, {2, 3}});
+  ASSERT_TRUE(lab.Build().ok());
+  std::mutex mu;
+  std::vector<std::pair<NodeId, bool>> events;
+  ASSERT_TRUE(lab.StartDataplanes([](DataplaneConfig& c) {
+                   c.probe_interval = Milliseconds(100);
+                   c.missed_probes = 3;
+                 })
+                  .ok());
+  lab.dp(0).SetLivenessCallback([&](NodeId n, bool up) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.emplace_back(n, up);
+  });
+  lab.InstallRouting(ComputeEcmpTables(lab.topology()));
+  ASSERT_EQ(
+      AgentTablesFromRouting(ComputeEcmpTables(lab.topology()), 0, false)->Lookup(0, 3).size(), 2u);
+  ASSERT_TRUE(lab.WaitForProbes());
+
+  absl::StatusOr<net::UdpSocket> a = lab.OverlaySocket(0, 0);
+  absl::StatusOr<net::UdpSocket> d = lab.OverlaySocket(3, 9000);
+  ASSERT_TRUE(a.ok() && d.ok());
+
+  // Receiver: arrival time of every sequence number.
+  std::atomic<bool> done{false};
+  std::vector<std::pair<uint32_t, Clock::time_point>> arrivals;
+  std::thread receiver([&] {
+    std::vector<uint8_t> buf(64);
+    while (!done.load()) {
+      pollfd p{d->fd(), POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      net::RecvSlot slot(absl::MakeSpan(buf));
+      absl::StatusOr<int> n = d->RecvBatch(absl::MakeSpan(&slot, 1));
+      if (n.ok() && *n == 1 && slot.size == 4) {
+        uint32_t seq;
+        std::memcpy(&seq, buf.data(), 4);
+        arrivals.emplace_back(seq, Clock::now());
+      }
+    }
+  });
+  // Sender: one datagram per millisecond (paced, not synchronised).
+  std::vector<Clock::time_point> sent_at;
+  const auto send_for = [&](std::chrono::milliseconds how_long) {
+    const auto end = Clock::now() + how_long;
+    while (Clock::now() < end) {
+      const uint32_t seq = static_cast<uint32_t>(sent_at.size());
+      uint8_t b[4];
+      std::memcpy(b, &seq, 4);
+      sent_at.push_back(Clock::now());
+      SendTo(*a, b, d->local());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  send_for(std::chrono::milliseconds(500));
+  // Which path does the stream take?
+  const bool via_b = lab.dp(1).counters().forwarded > lab.dp(2).counters().forwarded;
+  const size_t edge = via_b ? 0 : 1;
+  const NodeId lost_neighbour = via_b ? 1 : 2;
+  ASSERT_GT(lab.dp(via_b ? 1 : 2).counters().forwarded, 100u);
+  const auto failed_at = Clock::now();
+  const uint32_t first_after = static_cast<uint32_t>(sent_at.size());
+  ASSERT_TRUE(lab.SetDown(edge, failing_end).ok());
+  send_for(std::chrono::milliseconds(1500));
+  done.store(true);
+  receiver.join();
+
+  // A marked the neighbour down and reported it.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events[0], std::make_pair(lost_neighbour, false));
+  }
+  EXPECT_FALSE(lab.dp(0).LinksUp()[edge]);
+  // The stream continued over the other path: the last 500 ms arrived in full.
+  const uint32_t total = static_cast<uint32_t>(sent_at.size());
+  std::vector<bool> seen(total, false);
+  Clock::time_point last_before{}, first_resumed{};
+  for (const auto& [seq, at] : arrivals) {
+    if (seq >= total) continue;
+    seen[seq] = true;
+    if (seq < first_after && at > last_before) last_before = at;
+  }
+  uint32_t lost_after = 0;
+  uint32_t resumed_seq = total;
+  for (uint32_t s = first_after; s < total; ++s) {
+    if (!seen[s]) {
+      ++lost_after;
+    } else if (resumed_seq == total) {
+      resumed_seq = s;
+    }
+  }
+  for (const auto& [seq, at] : arrivals) {
+    if (seq == resumed_seq) first_resumed = at;
+  }
+  ASSERT_LT(resumed_seq, total) << "nothing arrived after the failure";
+  uint32_t lost_tail = 0;
+  for (uint32_t s = total - 500; s < total; ++s) lost_tail += !seen[s];
+  EXPECT_EQ(lost_tail, 0u);
+  const auto ms = [](Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  const int64_t outage_ms = ms(sent_at[resumed_seq] - failed_at);
+  const int64_t gap_ms = ms(first_resumed - last_before);
+  // Generous bounds (a loaded machine): the point is that A fails over by itself, well before
+  // a controller would (no controller runs here at all).
+  EXPECT_LT(outage_ms, 1200);
+  std::printf(
+      "failover (%s end down, probe 100 ms, 3 missed): %u of %u datagrams lost, "
+      "outage %lld ms (failure to first datagram sent that arrived), arrival gap %lld ms\n",
+      failing_end == 'a' ? "near" : "far", lost_after, total - first_after,
+      static_cast<long long>(outage_ms), static_cast<long long>(gap_ms));
+  RecordProperty("lost_datagrams", static_cast<int>(lost_after));
+  RecordProperty("outage_ms", static_cast<int>(outage_ms));
+  RecordProperty("arrival_gap_ms", static_cast<int>(gap_ms));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ends, FailoverTest, ::testing::Values('a', 'b'),
+                         [](const ::testing::TestParamInfo<char>& info) {
+                           return info.param == 'a' ? std::string("NearEndDown")
+                                                    : std::string("FarEndDown");
+                         });
+
+}  // namespace
+}  // namespace dar::agent
