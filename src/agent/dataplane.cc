@@ -2,7 +2,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <linux/sockios.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <pthread.h>
@@ -32,6 +35,9 @@ namespace {
 constexpr uint32_t kTagTimer = 0xffff0001u;
 constexpr uint32_t kTagWake = 0xffff0002u;
 constexpr uint32_t kTagTun = 0xffff0003u;
+constexpr uint32_t kTagNetlink = 0xffff0004u;
+// IFF_LOWER_UP (carrier) from <linux/if.h>, which clashes with <net/if.h>.
+constexpr unsigned kIffLowerUp = 1u << 16;
 
 // Receive batches taken from one ready socket before the others get a turn.
 constexpr int kBatchesPerWake = 4;
@@ -358,6 +364,7 @@ struct Dataplane::Port {
 
   const int index;  // in ports_, and the socket's epoll tag
   const NeighbourLinkConfig config;
+  unsigned ifindex = 0;  // of config.interface in this namespace; 0 if unknown
   net::UdpSocket socket;
   LinkMonitor monitor;  // guarded by monitor_mu_
   LinkLiveness liveness;
@@ -485,6 +492,21 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
                                                 c.missed_probes, c.recover_replies,
                                                 c.queue_packets));
     dp->ports_.back()->gso = c.udp_gso;
+    if (!n.interface.empty()) dp->ports_.back()->ifindex = ::if_nametoindex(n.interface.c_str());
+  }
+
+  // Carrier: the kernel announces every interface change on rtnetlink's link group. A link
+  // whose carrier drops (its far end went down, a cable was pulled) is down at once, as a
+  // switch's port is, without waiting for probes to go unanswered.
+  dp->netlink_fd_.Reset(
+      ::socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (!dp->netlink_fd_.valid()) return absl::ErrnoToStatus(errno, "data plane: netlink socket");
+  sockaddr_nl groups{};
+  groups.nl_family = AF_NETLINK;
+  groups.nl_groups = RTMGRP_LINK;
+  if (::bind(dp->netlink_fd_.get(), reinterpret_cast<const sockaddr*>(&groups), sizeof(groups)) !=
+      0) {
+    return absl::ErrnoToStatus(errno, "data plane: netlink bind (link group)");
   }
 
   dp->epoll_fd_.Reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -505,6 +527,7 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
   RETURN_IF_ERROR(watch(dp->timer_fd_.get(), kTagTimer));
   RETURN_IF_ERROR(watch(dp->wake_fd_.get(), kTagWake));
   if (dp->tun_) RETURN_IF_ERROR(watch(dp->tun_->fd(), kTagTun));
+  RETURN_IF_ERROR(watch(dp->netlink_fd_.get(), kTagNetlink));
   for (size_t i = 0; i < dp->ports_.size(); ++i) {
     RETURN_IF_ERROR(watch(dp->ports_[i]->socket.fd(), static_cast<uint32_t>(i)));
   }
@@ -652,6 +675,7 @@ DataplaneCounters Dataplane::counters() const {
   c.probe_replies_received = probe_replies_received_.Get();
   c.probe_replies_rejected = probe_replies_rejected_.Get();
   c.liveness_changes = liveness_changes_.Get();
+  c.carrier_losses = carrier_losses_.Get();
   c.recv_errors = recv_errors_.Get();
   c.receive_batches = receive_batches_.Get();
   c.send_batches = send_batches_.Get();
@@ -719,6 +743,8 @@ void Dataplane::Run() {
         if (::read(timer_fd_.get(), &expirations, sizeof(expirations)) > 0) OnProbeTick();
       } else if (tag == kTagTun) {
         ReadTun();
+      } else if (tag == kTagNetlink) {
+        ReadNetlink();
       } else if (tag < ports_.size()) {
         Port& port = *ports_[tag];
         if (events[i].events & (EPOLLIN | EPOLLERR)) ReceiveFrom(port);
@@ -1110,6 +1136,29 @@ void Dataplane::SetWritableInterest(Port& port, bool want) {
   ev.events = EPOLLIN | (want ? EPOLLOUT : 0u);
   ev.data.u32 = static_cast<uint32_t>(port.index);
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, port.socket.fd(), &ev);
+}
+
+void Dataplane::ReadNetlink() {
+  alignas(nlmsghdr) char buf[8192];
+  for (;;) {
+    const ssize_t n = ::recv(netlink_fd_.get(), buf, sizeof(buf), 0);
+    if (n <= 0) return;  // EAGAIN, or ENOBUFS after an overflow: probes still cover the links
+    int len = static_cast<int>(n);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+      if (h->nlmsg_type != RTM_NEWLINK && h->nlmsg_type != RTM_DELLINK) continue;
+      if (h->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) continue;
+      const auto* info = static_cast<const ifinfomsg*>(NLMSG_DATA(h));
+      const bool carrier = h->nlmsg_type == RTM_NEWLINK && (info->ifi_flags & IFF_UP) &&
+                           (info->ifi_flags & kIffLowerUp);
+      if (carrier) continue;  // coming back is for the probes to confirm
+      for (auto& port : ports_) {
+        if (port->ifindex != 0 && port->ifindex == static_cast<unsigned>(info->ifi_index)) {
+          carrier_losses_.Add();
+          LinkFailed(*port);
+        }
+      }
+    }
+  }
 }
 
 void Dataplane::LinkFailed(Port& port) {

@@ -245,6 +245,7 @@ struct DataplaneCounters {
   uint64_t probe_replies_received = 0;  // counted by the estimators
   uint64_t probe_replies_rejected = 0;  // duplicate, too late, or unusable timestamps
   uint64_t liveness_changes = 0;        // a neighbour went down or came back up
+  uint64_t carrier_losses = 0;          // a link's interface lost carrier (rtnetlink)
   uint64_t recv_errors = 0;             // recvmmsg or TUN read failed
   uint64_t receive_batches = 0;         // recvmmsg calls that returned datagrams
   uint64_t send_batches = 0;            // sendmmsg calls that sent datagrams
@@ -358,6 +359,8 @@ class Dataplane {
   void FlushDirty();
   void SetWritableInterest(Port& port, bool want);
   void LinkFailed(Port& port);
+  // Drains rtnetlink: a link whose interface lost carrier (or was deleted) is down at once.
+  void ReadNetlink();
   void SetPortUp(Port& port, bool up);
   void Drop(DropReason reason) { drops_[static_cast<size_t>(reason)].Add(); }
   void DropBuffer(DropReason reason, uint32_t buffer);
@@ -377,6 +380,7 @@ class Dataplane {
   net::ScopedFd epoll_fd_;
   net::ScopedFd timer_fd_;
   net::ScopedFd wake_fd_;
+  net::ScopedFd netlink_fd_;  // rtnetlink link group: carrier changes
 
   // Owned by the data-plane thread.
   size_t buffer_bytes_ = 0;
@@ -417,7 +421,8 @@ class Dataplane {
   std::array<Counter, kDropReasons> drops_;
   Counter received_, from_tun_, encapsulated_, delivered_, forwarded_, sent_, sent_bytes_;
   Counter probes_sent_, probe_replies_sent_, probe_replies_received_, probe_replies_rejected_;
-  Counter liveness_changes_, recv_errors_, receive_batches_, send_batches_, gso_messages_;
+  Counter liveness_changes_, carrier_losses_, recv_errors_, receive_batches_, send_batches_,
+      gso_messages_;
 };
 
 }  // namespace dar::agent

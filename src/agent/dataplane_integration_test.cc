@@ -169,6 +169,15 @@ class NamespaceLab {
     const NodeId n = end == 'a' ? edges_[edge].first : edges_[edge].second;
     return ns(n).Run({"ip", "link", "set", "dev", VethName(edge, end), "down"}).status();
   }
+  // A gray failure: the link keeps carrier but (almost) nothing gets through: the first end's
+  // egress is shaped to 8 bit/s, so its data and its probes are lost.
+  absl::Status SetGray(size_t edge) {
+    const NodeId n = edges_[edge].first;
+    return ns(n)
+        .Run({"tc", "qdisc", "replace", "dev", VethName(edge, 'a'), "root", "tbf", "rate", "8bit",
+              "burst", "1600", "limit", "1600"})
+        .status();
+  }
 
   const net::NetNamespace& ns(NodeId n) const { return namespaces_[static_cast<size_t>(n)]; }
   Dataplane& dp(NodeId n) { return *dataplanes_[static_cast<size_t>(n)]; }
@@ -423,7 +432,9 @@ class FailoverTest : public ::testing::TestWithParam<char> {};
 
 TEST_P(FailoverTest, StreamMovesToTheOtherPath) {
   SKIP_UNLESS_ROOT();
-  const char failing_end = GetParam();  // 'a': A's own end (send errors); 'b': the far end
+  // 'a': A's own end (send errors); 'b': the far end (A's end loses carrier); 'g': a gray
+  // failure that keeps carrier (only unanswered probes tell).
+  const char failing_end = GetParam();
   // Edges: 0 A-B, 1 A-C, 2 B-D, 3 C-D.
   NamespaceLab lab(std::string(1, failing_end), 4, {{0, 1}, {0, 2}, {1, 3}, {2, 3}});
   ASSERT_TRUE(lab.Build().ok());
@@ -485,7 +496,7 @@ TEST_P(FailoverTest, StreamMovesToTheOtherPath) {
   ASSERT_GT(lab.dp(via_b ? 1 : 2).counters().forwarded, 100u);
   const auto failed_at = Clock::now();
   const uint32_t first_after = static_cast<uint32_t>(sent_at.size());
-  ASSERT_TRUE(lab.SetDown(edge, failing_end).ok());
+  ASSERT_TRUE((failing_end == 'g' ? lab.SetGray(edge) : lab.SetDown(edge, failing_end)).ok());
   send_for(std::chrono::milliseconds(1500));
   done.store(true);
   receiver.join();
@@ -527,23 +538,41 @@ TEST_P(FailoverTest, StreamMovesToTheOtherPath) {
   };
   const int64_t outage_ms = ms(sent_at[resumed_seq] - failed_at);
   const int64_t gap_ms = ms(first_resumed - last_before);
+  // The longest time without a delivery, whatever got through in between.
+  Clock::duration longest{};
+  for (size_t i = 1; i < arrivals.size(); ++i) {
+    longest = std::max(longest, arrivals[i].second - arrivals[i - 1].second);
+  }
+  const int64_t longest_ms = ms(longest);
   // Generous bounds (a loaded machine): the point is that A fails over by itself, well before
   // a controller would (no controller runs here at all).
   EXPECT_LT(outage_ms, 1200);
+  EXPECT_LT(longest_ms, 1200);
+  // Carrier loss is seen at once: no probe interval passes (a generous bound on a busy machine).
+  if (failing_end == 'b') {
+    EXPECT_GE(lab.dp(0).counters().carrier_losses, 1u);
+    EXPECT_LT(outage_ms, 100);
+  }
   std::printf(
-      "failover (%s end down, probe 100 ms, 3 missed): %u of %u datagrams lost, "
-      "outage %lld ms (failure to first datagram sent that arrived), arrival gap %lld ms\n",
-      failing_end == 'a' ? "near" : "far", lost_after, total - first_after,
-      static_cast<long long>(outage_ms), static_cast<long long>(gap_ms));
+      "failover (%s, probe 100 ms, 3 missed): %u of %u datagrams lost, "
+      "outage %lld ms (failure to first datagram sent that arrived), arrival gap %lld ms, "
+      "longest gap in delivery %lld ms\n",
+      failing_end == 'a'   ? "near end down"
+      : failing_end == 'b' ? "far end down"
+                           : "gray failure",
+      lost_after, total - first_after, static_cast<long long>(outage_ms),
+      static_cast<long long>(gap_ms), static_cast<long long>(longest_ms));
   RecordProperty("lost_datagrams", static_cast<int>(lost_after));
   RecordProperty("outage_ms", static_cast<int>(outage_ms));
   RecordProperty("arrival_gap_ms", static_cast<int>(gap_ms));
+  RecordProperty("longest_gap_ms", static_cast<int>(longest_ms));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ends, FailoverTest, ::testing::Values('a', 'b'),
+INSTANTIATE_TEST_SUITE_P(Ends, FailoverTest, ::testing::Values('a', 'b', 'g'),
                          [](const ::testing::TestParamInfo<char>& info) {
-                           return info.param == 'a' ? std::string("NearEndDown")
-                                                    : std::string("FarEndDown");
+                           return info.param == 'a'   ? std::string("NearEndDown")
+                                  : info.param == 'b' ? std::string("FarEndDown")
+                                                      : std::string("GrayFailure");
                          });
 
 }  // namespace
