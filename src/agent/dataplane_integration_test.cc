@@ -460,6 +460,7 @@ TEST_P(FailoverTest, StreamMovesToTheOtherPath) {
 
   // Receiver: arrival time of every sequence number.
   std::atomic<bool> done{false};
+  std::atomic<uint32_t> newest{0};  // highest sequence number received
   std::vector<std::pair<uint32_t, Clock::time_point>> arrivals;
   std::thread receiver([&] {
     std::vector<uint8_t> buf(64);
@@ -472,6 +473,7 @@ TEST_P(FailoverTest, StreamMovesToTheOtherPath) {
         uint32_t seq;
         std::memcpy(&seq, buf.data(), 4);
         arrivals.emplace_back(seq, Clock::now());
+        if (seq > newest.load()) newest.store(seq);
       }
     }
   });
@@ -498,6 +500,12 @@ TEST_P(FailoverTest, StreamMovesToTheOtherPath) {
   const uint32_t first_after = static_cast<uint32_t>(sent_at.size());
   ASSERT_TRUE((failing_end == 'g' ? lab.SetGray(edge) : lab.SetDown(edge, failing_end)).ok());
   send_for(std::chrono::milliseconds(1500));
+  // The last datagrams are still crossing three data planes: wait for the newest (or give up
+  // after a second) before the receiver stops.
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  while (newest.load() + 1 < sent_at.size() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   done.store(true);
   receiver.join();
 

@@ -1,6 +1,6 @@
 // darctl: the operator's tool. main() only builds the command tree: each group of subcommands
-// ("certs" here; later "show", "policy", "link", each in its own darctl_<group>.cc) is added
-// by one Add<Group>Commands(CLI::App&) call.
+// is added by one Add<Group>Commands(CLI::App&) call ("certs" here; "show", "policy" and
+// "link", which talk to the controller, in darctl_admin.cc).
 #include <iostream>
 #include <memory>
 #include <string>
@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cli/darctl_admin.h"
 #include "control/certs.h"
 #include "control/tls.h"
 #include "fmt/format.h"
@@ -147,6 +148,7 @@ int main(int argc, char** argv) {
   CLI::App app{"darctl: operate a DAR deployment"};
   app.require_subcommand(1);
   dar::cli::AddCertsCommands(app);
+  dar::cli::AddAdminCommands(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -1,6 +1,13 @@
 #include "lab/lab.h"
 
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -8,6 +15,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "control/certs.h"
+#include "control/identity.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
@@ -74,8 +83,68 @@ std::vector<std::string> TbfCommand(const std::string& netns, const std::string&
           "50ms"};
 }
 
+std::string LabTrustDomain(const LabLayout& layout) { return layout.name + ".dar"; }
+
+std::string LabOverlayAddress(const NodeLayout& node) { return fmt::format("10.77.0.{}", node.id); }
+
+DataRate LabLinkCapacity(const LinkLayout& link) {
+  return link.rate.value_or(kLabUnlimitedCapacity);
+}
+
+absl::Status CreateLabCredentials(const LabLayout& layout, const std::string& dir, absl::Time now) {
+  const std::string certs = fmt::format("{}/{}", dir, kLabCertDir);
+  const absl::Time not_before = now - absl::Hours(1);
+  const absl::Time not_after = now + absl::Hours(24 * 365);
+  control::InitCertDirOptions init;
+  init.dir = certs;
+  init.trust_domain = LabTrustDomain(layout);
+  init.not_before = not_before;
+  init.not_after = not_after;
+  init.controller_hosts = {"localhost", "127.0.0.1", layout.controller_ip};
+  init.overwrite = true;
+  RETURN_IF_ERROR(control::InitCertDir(init));
+  const auto issue = [&](control::PeerKind kind, const std::string& name) -> absl::Status {
+    control::IssueOptions o;
+    o.dir = certs;
+    o.kind = kind;
+    o.name = name;
+    o.not_before = not_before;
+    o.not_after = not_after;
+    o.overwrite = true;
+    return control::IssueFromCertDir(o).status();
+  };
+  for (const NodeLayout& n : layout.nodes) {
+    RETURN_IF_ERROR(issue(control::PeerKind::kNode, std::to_string(n.id)));
+  }
+  RETURN_IF_ERROR(issue(control::PeerKind::kAdmin, std::string(kLabAdminName)));
+
+  // The data-plane key agents start with: 32 random bytes as hex, readable by root only.
+  unsigned char key[32];
+  if (RAND_bytes(key, sizeof(key)) != 1) {
+    return absl::InternalError("cannot draw the overlay key: RAND_bytes failed");
+  }
+  std::string hex;
+  for (const unsigned char b : key) hex += fmt::format("{:02x}", b);
+  OPENSSL_cleanse(key, sizeof(key));
+  const std::string path = fmt::format("{}/{}", dir, kLabOverlayKeyFile);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return absl::InternalError(fmt::format("{}: cannot create: {}", tmp, strerror(errno)));
+  hex += "\n";
+  const bool written = ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
+  OPENSSL_cleanse(hex.data(), hex.size());
+  if (::close(fd) != 0 || !written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(fmt::format("{}: cannot write: {}", path, strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 std::string NodeConfigYaml(const LabLayout& layout, int node) {
   const NodeLayout& n = layout.nodes.at(node);
+  const std::string node_id = std::to_string(n.id);
+  const control::SpiffeId id = control::SpiffeId::Node(LabTrustDomain(layout), node_id);
   YAML::Emitter out;
   out << YAML::BeginMap;
   out << YAML::Key << "lab" << YAML::Value << layout.name;
@@ -88,6 +157,46 @@ std::string NodeConfigYaml(const LabLayout& layout, int node) {
   out << YAML::Key << "address" << YAML::Value << fmt::format("{}/30", n.mgmt_address);
   out << YAML::Key << "gateway" << YAML::Value << n.ctl_address;
   out << YAML::EndMap;
+  // Paths are relative to this file, which lives in the lab dir.
+  out << YAML::Key << "tls" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "cert" << YAML::Value
+      << fmt::format("{}/{}", kLabCertDir, control::CertFileName(id));
+  out << YAML::Key << "key" << YAML::Value
+      << fmt::format("{}/{}", kLabCertDir, control::KeyFileName(id));
+  out << YAML::Key << "ca" << YAML::Value
+      << fmt::format("{}/{}", kLabCertDir, control::kCaCertFile);
+  out << YAML::EndMap;
+  out << YAML::Key << "state_dir" << YAML::Value << fmt::format("state/{}", n.name);
+  out << YAML::Key << "overlay" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "tun" << YAML::Value << "dar0";
+  out << YAML::Key << "prefix_length" << YAML::Value << 16;
+  out << YAML::EndMap;
+  out << YAML::Key << "data_port" << YAML::Value << kLabDataPort;
+  out << YAML::Key << "probe_interval_ms" << YAML::Value << 100;
+  out << YAML::Key << "missed_probes" << YAML::Value << 3;
+  out << YAML::Key << "forwarding_mode" << YAML::Value << "per_flowlet";
+  out << YAML::Key << "initial_key" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "id" << YAML::Value << kLabInitialKeyId;
+  out << YAML::Key << "file" << YAML::Value << std::string(kLabOverlayKeyFile);
+  out << YAML::EndMap;
+  out << YAML::Key << "nodes" << YAML::Value << YAML::BeginSeq;
+  for (const NodeLayout& other : layout.nodes) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "id" << YAML::Value << other.id;
+    out << YAML::Key << "name" << YAML::Value << other.name;
+    out << YAML::Key << "overlay" << YAML::Value << LabOverlayAddress(other);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
+  for (const LinkLayout& l : layout.links) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "a" << YAML::Value << layout.nodes.at(l.a.node).name;
+    out << YAML::Key << "b" << YAML::Value << layout.nodes.at(l.b.node).name;
+    out << YAML::Key << "capacity_bps" << YAML::Value << LabLinkCapacity(l).bps();
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
   out << YAML::Key << "neighbours" << YAML::Value << YAML::BeginSeq;
   for (const LinkLayout& l : layout.links) {
     if (l.a.node != node && l.b.node != node) continue;
@@ -114,31 +223,38 @@ std::string NodeConfigYaml(const LabLayout& layout, int node) {
 }
 
 std::string ControllerConfigYaml(const LabLayout& layout) {
+  const control::SpiffeId id = control::SpiffeId::Controller(LabTrustDomain(layout));
   YAML::Emitter out;
   out << YAML::BeginMap;
-  out << YAML::Key << "lab" << YAML::Value << layout.name;
-  out << YAML::Key << "netns" << YAML::Value << layout.ctl_netns;
   out << YAML::Key << "listen" << YAML::Value << layout.controller_addr();
+  out << YAML::Key << "tls" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "cert" << YAML::Value
+      << fmt::format("{}/{}", kLabCertDir, control::CertFileName(id));
+  out << YAML::Key << "key" << YAML::Value
+      << fmt::format("{}/{}", kLabCertDir, control::KeyFileName(id));
+  out << YAML::Key << "ca" << YAML::Value
+      << fmt::format("{}/{}", kLabCertDir, control::kCaCertFile);
+  out << YAML::EndMap;
+  out << YAML::Key << "trust_domain" << YAML::Value << LabTrustDomain(layout);
+  out << YAML::Key << "probe" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "interval_ms" << YAML::Value << 100;
+  out << YAML::Key << "missed_probes" << YAML::Value << 3;
+  out << YAML::EndMap;
   out << YAML::Key << "nodes" << YAML::Value << YAML::BeginSeq;
   for (const NodeLayout& n : layout.nodes) {
     out << YAML::Flow << YAML::BeginMap;
     out << YAML::Key << "id" << YAML::Value << n.id;
     out << YAML::Key << "name" << YAML::Value << n.name;
-    out << YAML::Key << "management_address" << YAML::Value << n.mgmt_address;
+    out << YAML::Key << "overlay" << YAML::Value << LabOverlayAddress(n);
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
   out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
   for (const LinkLayout& l : layout.links) {
-    out << YAML::BeginMap;
-    out << YAML::Key << "index" << YAML::Value << l.index;
+    out << YAML::Flow << YAML::BeginMap;
     out << YAML::Key << "a" << YAML::Value << layout.nodes.at(l.a.node).name;
     out << YAML::Key << "b" << YAML::Value << layout.nodes.at(l.b.node).name;
-    out << YAML::Key << "a_address" << YAML::Value << l.a.address;
-    out << YAML::Key << "b_address" << YAML::Value << l.b.address;
-    out << YAML::Key << "a_interface" << YAML::Value << l.a.ifname;
-    out << YAML::Key << "b_interface" << YAML::Value << l.b.ifname;
-    if (l.rate) out << YAML::Key << "rate_bps" << YAML::Value << l.rate->bps();
+    out << YAML::Key << "capacity_bps" << YAML::Value << LabLinkCapacity(l).bps();
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
@@ -362,7 +478,8 @@ absl::Status Lab::Build(const LabConfig& config, const UpOptions& options, LabSt
              options));
   }
 
-  // Config files.
+  // Credentials and config files.
+  RETURN_IF_ERROR(CreateLabCredentials(layout, dir_, absl::Now()));
   RETURN_IF_ERROR(WriteFile(ConfigPath(dir_, "controller"), ControllerConfigYaml(layout)));
   for (size_t i = 0; i < layout.nodes.size(); ++i) {
     RETURN_IF_ERROR(WriteFile(ConfigPath(dir_, layout.nodes[i].name),

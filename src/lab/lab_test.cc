@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent_config.h"
+#include "control/tls.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -209,6 +211,47 @@ TEST_F(LabTest, UpWritesANodeConfigForEachAgentAndOneForTheController) {
   EXPECT_EQ(ctl["nodes"].size(), 4u);
   EXPECT_EQ(ctl["links"].size(), 4u);
   EXPECT_EQ(ctl["links"][2]["a"].as<std::string>(), "B");
+}
+
+TEST_F(LabTest, UpWritesCredentialsAndConfigsTheServicesAccept) {
+  UpDiamond();
+  // Every agent's config parses, names its own certificate, and the certificate chains to the
+  // lab's CA with the node's identity.
+  for (const char* name : {"A", "B", "C", "D"}) {
+    absl::StatusOr<agent::AgentConfig> c =
+        agent::LoadAgentConfig(fmt::format("{}/{}.yaml", dir_, name));
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->self_node().name, name);
+    EXPECT_EQ(c->nodes.size(), 4u);
+    EXPECT_EQ(c->links.size(), 4u);
+    EXPECT_EQ(c->neighbours.size(), 2u);
+    EXPECT_EQ(c->state_dir, fmt::format("{}/state/{}", dir_, name));
+    EXPECT_EQ(c->links[0].capacity, DataRate::Mbps(100));
+    EXPECT_EQ(c->links[1].capacity, kLabUnlimitedCapacity);
+    absl::StatusOr<control::TlsMaterial> tls = control::LoadTlsMaterial(c->tls, absl::Now());
+    ASSERT_TRUE(tls.ok()) << tls.status();
+    EXPECT_EQ(tls->identity, control::SpiffeId::Node("dmd.dar", std::to_string(c->self_node().id)));
+    ASSERT_TRUE(c->initial_key.has_value());
+    EXPECT_TRUE(agent::LoadKeyFile(c->initial_key->file).ok());
+    EXPECT_EQ(std::filesystem::status(c->initial_key->file).permissions() &
+                  std::filesystem::perms::others_read,
+              std::filesystem::perms::none);
+  }
+  // The controller's and the admin's certificates chain to the same CA.
+  const YAML::Node ctl = YAML::LoadFile(dir_ + "/controller.yaml");
+  control::TlsFiles files{dir_ + "/" + ctl["tls"]["cert"].as<std::string>(),
+                          dir_ + "/" + ctl["tls"]["key"].as<std::string>(),
+                          dir_ + "/" + ctl["tls"]["ca"].as<std::string>()};
+  absl::StatusOr<control::TlsMaterial> tls = control::LoadTlsMaterial(files, absl::Now());
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_EQ(tls->identity, control::SpiffeId::Controller("dmd.dar"));
+  EXPECT_EQ(ctl["trust_domain"].as<std::string>(), "dmd.dar");
+  EXPECT_EQ(ctl["nodes"][2]["overlay"].as<std::string>(), "10.77.0.3");
+  files = {dir_ + "/certs/admin-admin.crt", dir_ + "/certs/admin-admin.key",
+           dir_ + "/certs/ca.crt"};
+  tls = control::LoadTlsMaterial(files, absl::Now());
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_EQ(tls->identity, control::SpiffeId::Admin("dmd.dar", "admin"));
 }
 
 TEST_F(LabTest, UpRefusesANameInUse) {

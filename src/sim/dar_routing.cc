@@ -1,8 +1,5 @@
 #include "sim/dar_routing.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include "core/config_reader.h"
 #include "core/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -20,11 +17,6 @@ void ForEachNetworkClass(int cls, F f) {
   }
 }
 
-bool CostMoved(double before, double after, double threshold) {
-  if (std::isinf(before) || std::isinf(after)) return std::isinf(before) != std::isinf(after);
-  return std::abs(after - before) > threshold * before;
-}
-
 }  // namespace
 
 DarRouting::DarRouting(const DarConfig& config) : config_(config) {}
@@ -32,22 +24,15 @@ DarRouting::~DarRouting() = default;
 
 void DarRouting::Start(ControlContext& ctx) {
   ctx_ = &ctx;
-  const Topology& topo = ctx.network.topology();
-  const int links = topo.num_links();
-  HoltConfig holt = config_.forecast;
-  holt.bounds = ForecastBounds{0, 1};
-  forecasts_.assign(links, HoltForecaster(holt));
-  last_.assign(links, LinkSample());
-  known_down_.assign(links, false);
-  for (LinkId l = 0; l < links; ++l) known_down_[l] = !ctx.network.current().link(l).up;
-  costs_.assign(kClasses, std::vector<double>(links, kUnusable));
-  for (int cls = 0; cls < kClasses; ++cls) {
-    engines_.push_back(std::make_unique<DiffusionEngine>(topo, config_.diffusion));
-    managers_.push_back(std::make_unique<TableManager>(ctx.network.current(), config_.tables));
+  const Topology& current = ctx.network.current();
+  computer_ = std::make_unique<RouteComputer>(ctx.network.topology(), config_.routes);
+  for (LinkId l = 0; l < current.num_links(); ++l) SyncLink(l);
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    managers_.push_back(std::make_unique<TableManager>(current, config_.tables));
   }
   link_change_ = std::make_unique<Timer>(ctx.loop, [this] {
-    for (LinkId l = 0; l < static_cast<LinkId>(known_down_.size()); ++l) {
-      known_down_[l] = !ctx_->network.current().link(l).up;
+    for (LinkId l = 0; l < ctx_->network.current().num_links(); ++l) {
+      computer_->SetKnownDown(l, !ctx_->network.current().link(l).up);
     }
     Cycle(/*force_full=*/false, config_.push_delay);
   });
@@ -60,6 +45,12 @@ void DarRouting::Start(ControlContext& ctx) {
                                         [this](const std::vector<LinkSample>& s) { OnSamples(s); });
   agents_->set_liveness_handler([this](LinkId l, bool alive) { OnLiveness(l, alive); });
   agents_->Start();
+}
+
+void DarRouting::SyncLink(LinkId l) {
+  const Link& link = ctx_->network.current().link(l);
+  computer_->SetLinkParams(l, link.params.capacity, link.params.delay);
+  computer_->SetKnownDown(l, !link.up);
 }
 
 void DarRouting::OnLiveness(LinkId link, bool alive) {
@@ -76,65 +67,25 @@ void DarRouting::OnLinkChange(LinkId link) {
   // The forwarders at the link's ends see carrier loss at once; the controller hears of it
   // from the agent one report delay later.
   for (auto& m : managers_) m->SetLinkUp(link, up, now).IgnoreError();
+  // The controller knows the port speeds at once (capacity is configuration, not a sample).
+  const Link& l = ctx_->network.current().link(link);
+  computer_->SetLinkParams(link, l.params.capacity, l.params.delay);
   if (!link_change_->pending()) link_change_->ScheduleIn(config_.agents.report_delay);
 }
 
 void DarRouting::OnSamples(const std::vector<LinkSample>& samples) {
-  last_ = samples;
-  for (size_t l = 0; l < samples.size(); ++l) forecasts_[l].Observe(samples[l].utilisation);
+  for (size_t l = 0; l < samples.size(); ++l) {
+    computer_->Observe(static_cast<LinkId>(l), samples[l]);
+  }
   Cycle(/*force_full=*/false, config_.push_delay);
 }
 
-LinkState DarRouting::StateOf(LinkId l) const {
-  const Link& link = ctx_->network.current().link(l);
-  LinkState s;
-  s.capacity = link.params.capacity;
-  s.propagation = link.params.delay;
-  // Probes rule a link out only once it has answered at all.
-  const bool probes_say_down = !last_[l].up && last_[l].rtt_smoothed.count() > 0;
-  // Carrier loss reaches the controller report_delay after it happens (known_down_).
-  s.up = !known_down_[l] && !probes_say_down;
-  s.loss = last_[l].loss;
-  const Forecaster& f = forecasts_[l];
-  const double predicted =
-      f.observations() > 0 ? f.Predict(config_.horizon_periods).mean : last_[l].utilisation;
-  // Plan for the load that is coming, but never for less than the load that is there.
-  s.utilisation = std::max(last_[l].utilisation, predicted);
-  if (!s.capacity.is_zero()) s.queueing = s.capacity.TransmitTime(last_[l].queue_bytes);
-  return s;
-}
-
 void DarRouting::Cycle(bool force_full, Duration push_delay) {
-  ++cycles_;
-  const bool full = force_full || ++cycles_since_full_ >= config_.full_every;
-  if (full) {
-    cycles_since_full_ = 0;
-    ++full_cycles_;
-  }
-  const int links = static_cast<int>(last_.size());
-  std::vector<LinkState> states(links);
-  for (LinkId l = 0; l < links; ++l) states[l] = StateOf(l);
-  for (int cls = 0; cls < kClasses; ++cls) {
-    const ClassWeights& w = cls == 0 ? config_.latency : config_.bulk;
-    std::vector<double>& costs = costs_[cls];
-    std::vector<LinkId> changed;
-    for (LinkId l = 0; l < links; ++l) {
-      const double c = LinkCost(states[l], w, config_.scales);
-      if (full || CostMoved(costs[l], c, config_.min_cost_change)) {
-        costs[l] = c;
-        changed.push_back(l);
-      }
-    }
-    DiffusionEngine& engine = *engines_[cls];
-    if (full) {
-      engine.ComputeAll(costs);
-    } else if (!changed.empty()) {
-      engine.Update(costs, changed);
-    }
-    if (full || !changed.empty()) route_changes_ += engine.stats().route_changes;
-    // Push every cycle: a fresh version is also the forwarders' sign that the controller is
-    // alive (a table nobody renews goes stale and the static one takes over).
-    SendTables(std::make_shared<const RoutingTables>(engine.Tables(++version_)), cls, push_delay);
+  RouteCycle cycle = computer_->Cycle(force_full);
+  // Push every cycle: a fresh version is also the forwarders' sign that the controller is
+  // alive (a table nobody renews goes stale and the static one takes over).
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    SendTables(std::move(cycle.tables[cls]), cls, push_delay);
   }
 }
 
@@ -168,11 +119,12 @@ void DarRouting::Report(nlohmann::json& metrics) const {
   metrics["tables_refused"] = refused;
   metrics["fallbacks_to_static"] = fallbacks;
   metrics["routing_loops"] = metrics.value("routing_loops", int64_t{0}) + loops;
-  metrics["control_cycles"] = cycles_;
-  metrics["full_recomputes"] = full_cycles_;
-  metrics["route_changes"] = route_changes_;
+  const RouteComputerStats stats = computer_ != nullptr ? computer_->stats() : RouteComputerStats();
+  metrics["control_cycles"] = stats.cycles;
+  metrics["full_recomputes"] = stats.full_cycles;
+  metrics["route_changes"] = stats.route_changes;
   const double seconds = ToSeconds(ctx_->loop.now());
-  metrics["route_changes_per_s"] = seconds > 0 ? route_changes_ / seconds : 0.0;
+  metrics["route_changes_per_s"] = seconds > 0 ? stats.route_changes / seconds : 0.0;
   metrics["probes_sent"] = agents_ != nullptr ? agents_->probes_sent() : 0;
   metrics["local_liveness_changes"] = local_failovers_;
 }
@@ -192,36 +144,37 @@ absl::Status ReadWeights(YamlReader& policy, const std::string& key, ClassWeight
 
 absl::StatusOr<ControlPlanePtr> MakeDar(YamlReader& p, const ConfigContext& ctx) {
   DarConfig c;
+  RouteComputerConfig& r = c.routes;
   ASSIGN_OR_RETURN(c.agents.period,
                    p.OptionalDuration("period", c.agents.period, Bounds::Positive()));
   ASSIGN_OR_RETURN(c.agents.report_delay,
                    p.OptionalDuration("report_delay", c.agents.report_delay));
   ASSIGN_OR_RETURN(c.push_delay, p.OptionalDuration("push_delay", c.push_delay));
-  ASSIGN_OR_RETURN(c.horizon_periods,
-                   p.Optional<int>("horizon_periods", c.horizon_periods, Bounds::AtLeast(1)));
-  ASSIGN_OR_RETURN(c.forecast.alpha, p.Optional<double>("forecast_alpha", c.forecast.alpha,
+  ASSIGN_OR_RETURN(r.horizon_periods,
+                   p.Optional<int>("horizon_periods", r.horizon_periods, Bounds::AtLeast(1)));
+  ASSIGN_OR_RETURN(r.forecast.alpha, p.Optional<double>("forecast_alpha", r.forecast.alpha,
                                                         Bounds::InRange(1e-6, 1)));
-  ASSIGN_OR_RETURN(c.forecast.beta,
-                   p.Optional<double>("forecast_beta", c.forecast.beta, Bounds::InRange(0, 1)));
-  ASSIGN_OR_RETURN(c.forecast.phi,
-                   p.Optional<double>("forecast_phi", c.forecast.phi, Bounds::InRange(1e-6, 1)));
-  ASSIGN_OR_RETURN(c.min_cost_change,
-                   p.Optional<double>("min_cost_change", c.min_cost_change, Bounds::NonNegative()));
-  ASSIGN_OR_RETURN(c.full_every, p.Optional<int>("full_every", c.full_every, Bounds::AtLeast(1)));
+  ASSIGN_OR_RETURN(r.forecast.beta,
+                   p.Optional<double>("forecast_beta", r.forecast.beta, Bounds::InRange(0, 1)));
+  ASSIGN_OR_RETURN(r.forecast.phi,
+                   p.Optional<double>("forecast_phi", r.forecast.phi, Bounds::InRange(1e-6, 1)));
+  ASSIGN_OR_RETURN(r.min_cost_change,
+                   p.Optional<double>("min_cost_change", r.min_cost_change, Bounds::NonNegative()));
+  ASSIGN_OR_RETURN(r.full_every, p.Optional<int>("full_every", r.full_every, Bounds::AtLeast(1)));
   ASSIGN_OR_RETURN(
-      c.diffusion.temperature,
-      p.Optional<double>("temperature", c.diffusion.temperature, Bounds::NonNegative()));
-  ASSIGN_OR_RETURN(c.diffusion.min_weight,
-                   p.Optional<double>("min_weight", c.diffusion.min_weight, Bounds::InRange(0, 1)));
-  ASSIGN_OR_RETURN(c.diffusion.hysteresis,
-                   p.Optional<double>("hysteresis", c.diffusion.hysteresis, Bounds::InRange(0, 2)));
+      r.diffusion.temperature,
+      p.Optional<double>("temperature", r.diffusion.temperature, Bounds::NonNegative()));
+  ASSIGN_OR_RETURN(r.diffusion.min_weight,
+                   p.Optional<double>("min_weight", r.diffusion.min_weight, Bounds::InRange(0, 1)));
+  ASSIGN_OR_RETURN(r.diffusion.hysteresis,
+                   p.Optional<double>("hysteresis", r.diffusion.hysteresis, Bounds::InRange(0, 2)));
   ASSIGN_OR_RETURN(
-      c.scales.reference_delay,
-      p.OptionalDuration("reference_delay", c.scales.reference_delay, Bounds::Positive()));
+      r.scales.reference_delay,
+      p.OptionalDuration("reference_delay", r.scales.reference_delay, Bounds::Positive()));
   ASSIGN_OR_RETURN(c.tables.stale_after,
                    p.OptionalDuration("stale_after", c.tables.stale_after, Bounds::Positive()));
-  RETURN_IF_ERROR(ReadWeights(p, "latency_weights", c.latency));
-  RETURN_IF_ERROR(ReadWeights(p, "bulk_weights", c.bulk));
+  RETURN_IF_ERROR(ReadWeights(p, "latency_weights", r.latency));
+  RETURN_IF_ERROR(ReadWeights(p, "bulk_weights", r.bulk));
   return std::make_unique<DarRouting>(c);
 }
 

@@ -1,0 +1,247 @@
+// The controller under the load of a real deployment, in one process: a 200-node overlay
+// (a ring plus random chords, degree ~6), one agent stream per node over mutual TLS 1.3 on
+// loopback, every agent reporting all its links at 10 Hz with noisy values and acking every
+// table. The controller runs its own cycle thread (100 ms). Reports the cycle's decision time
+// (median, p99, max, from the controller's JSON log) and what gRPC carried.
+//
+//   controller_bench [--nodes 200] [--degree 6] [--seconds 10] [--rate_hz 10] [--seed 1]
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
+#include "control/controller.h"
+#include "control/controller_test_util.h"
+#include "control/tls.h"
+#include "core/random.h"
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+
+namespace dar::control {
+namespace {
+
+using testing::TestAgent;
+
+struct Flags {
+  int nodes = 200;
+  int degree = 6;
+  double seconds = 10;
+  double rate_hz = 10;
+  uint64_t seed = 1;
+  // Each link's load drifts (a random walk of up to +-drift a sample, within [0.05, 0.95]) and
+  // every sample adds uniform noise of width `noise` around it.
+  double drift = 0.002;
+  double noise = 0.1;
+  // Hand the samples to the controller's core directly, without agents or gRPC: the decision
+  // time without the agents' load on the same cores.
+  bool direct = false;
+};
+
+// A ring (connected) plus random chords until the mean degree is reached; no parallel links.
+std::vector<std::pair<int, int>> RandomOverlay(int n, int degree, Random& rng) {
+  std::set<std::pair<int, int>> edges;
+  for (int i = 0; i < n; ++i) edges.insert(std::minmax(i, (i + 1) % n));
+  const size_t target = static_cast<size_t>(n) * degree / 2;
+  while (edges.size() < target) {
+    const int a = static_cast<int>(rng.Below(n));
+    const int b = static_cast<int>(rng.Below(n));
+    if (a != b) edges.insert(std::minmax(a, b));
+  }
+  return {edges.begin(), edges.end()};
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+int Run(const Flags& flags) {
+  // As dar-controller does: gRPC's mutexes are absl's, whose cycle detection costs CPU.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  if (absl::Status s = EnforceTls13(); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<testing::TestPki>> pki = testing::TestPki::Create();
+  if (!pki.ok()) {
+    std::fprintf(stderr, "certificates: %s\n", std::string(pki.status().message()).c_str());
+    return 1;
+  }
+  Random rng(flags.seed);
+  const std::vector<std::pair<int, int>> links = RandomOverlay(flags.nodes, flags.degree, rng);
+  std::map<uint32_t, std::vector<uint32_t>> neighbours;
+  for (auto [a, b] : links) {
+    neighbours[a + 1].push_back(b + 1);
+    neighbours[b + 1].push_back(a + 1);
+  }
+  testing::TempDir dir;
+  ControllerConfig config =
+      testing::MakeTestConfig(**pki, flags.nodes, links, dir.File("controller.jsonl"));
+  config.log_level = "debug";  // a line per cycle, with its decision time
+  absl::StatusOr<std::unique_ptr<Controller>> controller = Controller::Start(config);
+  if (!controller.ok()) {
+    std::fprintf(stderr, "controller: %s\n", std::string(controller.status().message()).c_str());
+    return 1;
+  }
+  Controller& c = **controller;
+
+  std::atomic<int64_t> tables{0};
+  std::vector<std::unique_ptr<TestAgent>> agents;
+  if (!flags.direct)
+    std::fprintf(stderr, "issuing %d certificates and connecting...\n", flags.nodes);
+  for (int i = 1; i <= flags.nodes && !flags.direct; ++i) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        (*pki)->Channel(SpiffeId::Node(testing::kTestDomain, std::to_string(i)), c.port());
+    if (!channel.ok()) {
+      std::fprintf(stderr, "channel: %s\n", std::string(channel.status().message()).c_str());
+      return 1;
+    }
+    agents.push_back(std::make_unique<TestAgent>(
+        *channel,
+        [&tables](const v1::RouteTable& t) {
+          tables.fetch_add(1, std::memory_order_relaxed);
+          v1::TableAck ack;
+          ack.set_version(t.version());
+          ack.set_accepted(true);
+          return ack;
+        },
+        /*keep_messages=*/false));
+    agents.back()->SendHello(i, neighbours[i], /*delta_tables=*/true);
+  }
+  const auto connect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!flags.direct && c.metrics().agents_connected->Value() < flags.nodes &&
+         std::chrono::steady_clock::now() < connect_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::fprintf(stderr, "%.0f agents connected; measuring for %.0f s\n",
+               c.metrics().agents_connected->Value(), flags.seconds);
+
+  // The measured window: samples from every agent at rate_hz, noisy utilisation and RTT.
+  const double samples_before = c.metrics().samples->Value();
+  const double messages_before = c.metrics().sample_messages->Value();
+  const int64_t tables_before = tables.load();
+  const double cycles_before = c.metrics().cycles->Value();
+  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(1.0 / flags.rate_hz));
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               std::chrono::duration<double>(flags.seconds));
+  int64_t sent = 0;
+  // Per directed link: a drifting load, a base RTT, and a steady loss rate (a sliding window's
+  // loss moves slowly): one link in twenty loses 1%.
+  struct LinkModel {
+    double load, rtt_ms, loss;
+  };
+  std::map<std::pair<uint32_t, uint32_t>, LinkModel> model;
+  for (const auto& [node, list] : neighbours) {
+    for (uint32_t nb : list) {
+      model[{node, nb}] = LinkModel{0.2 + 0.5 * rng.Uniform(), 0.2 + 0.3 * rng.Uniform(),
+                                    rng.Uniform() < 0.05 ? 0.01 : 0.0};
+    }
+  }
+  for (auto tick = start; tick < end; tick += period) {
+    std::this_thread::sleep_until(tick);
+    for (int i = 1; i <= flags.nodes; ++i) {
+      v1::AgentMessage m;
+      for (uint32_t nb : neighbours[i]) {
+        v1::LinkSample* s = m.mutable_samples()->add_samples();
+        s->set_neighbor_id(nb);
+        s->set_up(true);
+        LinkModel& l = model[{static_cast<uint32_t>(i), nb}];
+        l.load = std::clamp(l.load + 2 * flags.drift * (rng.Uniform() - 0.5), 0.05, 0.95);
+        s->set_rtt_ms(l.rtt_ms * (0.95 + 0.1 * rng.Uniform()));
+        s->set_rtt_p95_ms(0.6);
+        s->set_loss(l.loss);
+        s->set_utilisation(std::clamp(l.load + flags.noise * (rng.Uniform() - 0.5), 0.0, 1.0));
+        s->set_queue_bytes(static_cast<int64_t>(rng.Below(20000)));
+        ++sent;
+      }
+      if (flags.direct) {
+        c.core().OnSamples(i, m.samples()).IgnoreError();
+      } else {
+        agents[i - 1]->Send(std::move(m));
+      }
+    }
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double ingested = c.metrics().samples->Value() - samples_before;
+  const double messages = c.metrics().sample_messages->Value() - messages_before;
+  const double cycles = c.metrics().cycles->Value() - cycles_before;
+  const int64_t tables_received = tables.load() - tables_before;
+  agents.clear();
+  c.Shutdown();
+
+  // Decision and publish times of the cycles in the window, from the log.
+  std::vector<double> decision, publish;
+  double changed = 0, recomputed = 0, route_changes = 0;
+  std::ifstream log(dir.File("controller.jsonl"));
+  std::string line;
+  int skip = static_cast<int>(cycles_before);
+  while (std::getline(log, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    if (j.value("msg", "") == "publish") {
+      if (!decision.empty()) publish.push_back(j["publish_ms"].get<double>());
+      continue;
+    }
+    if (j.value("msg", "") != "cycle") continue;
+    if (skip-- > 0) continue;
+    if (decision.size() >= static_cast<size_t>(cycles)) break;
+    decision.push_back(j["decision_ms"].get<double>());
+    changed += j["changed_links"].get<double>();
+    recomputed += j["classes_recomputed"].get<double>();
+    route_changes += j["route_changes"].get<double>();
+  }
+  std::printf(
+      "controller_bench: %d nodes, %zu links (%zu directed), %d agent streams%s, %.0f Hz, "
+      "drift %.3f, noise %.2f, %.1f s\n",
+      flags.nodes, links.size(), 2 * links.size(), flags.direct ? 0 : flags.nodes,
+      flags.direct ? " (samples straight into the core)" : "", flags.rate_hz, flags.drift,
+      flags.noise, elapsed);
+  const double logged = std::max<double>(1, static_cast<double>(decision.size()));
+  std::printf(
+      "  cycles: %.0f; per cycle: %.0f link cost changes, %.2f classes recomputed whole, "
+      "%.0f route changes\n",
+      cycles, changed / logged, recomputed / logged, route_changes / logged);
+  std::printf("  decision ms: median %.2f  p99 %.2f  max %.2f\n", Percentile(decision, 0.5),
+              Percentile(decision, 0.99), Percentile(decision, 1.0));
+  std::printf("  publish ms:  median %.2f  p99 %.2f  max %.2f\n", Percentile(publish, 0.5),
+              Percentile(publish, 0.99), Percentile(publish, 1.0));
+  std::printf("  ingest: %.0f samples/s in %.0f messages/s (sent %.0f samples/s)\n",
+              ingested / elapsed, messages / elapsed, static_cast<double>(sent) / elapsed);
+  std::printf("  tables received by agents: %.0f/s\n",
+              static_cast<double>(tables_received) / elapsed);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dar::control
+
+int main(int argc, char** argv) {
+  CLI::App app("controller_bench: the controller with many agent streams on loopback");
+  dar::control::Flags flags;
+  app.add_option("--nodes", flags.nodes, "Nodes (one agent each)")->check(CLI::Range(3, 2000));
+  app.add_option("--degree", flags.degree, "Mean degree")->check(CLI::Range(2, 32));
+  app.add_option("--seconds", flags.seconds, "Measured time")->check(CLI::Range(1.0, 600.0));
+  app.add_option("--rate_hz", flags.rate_hz, "Samples per second per agent")
+      ->check(CLI::Range(0.1, 100.0));
+  app.add_option("--seed", flags.seed, "Topology and noise seed");
+  app.add_option("--drift", flags.drift, "Largest load step of a link per sample")
+      ->check(CLI::Range(0.0, 0.5));
+  app.add_option("--noise", flags.noise, "Width of the per-sample utilisation noise")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--direct", flags.direct, "Samples straight into the core: no agents, no gRPC");
+  CLI11_PARSE(app, argc, argv);
+  return dar::control::Run(flags);
+}

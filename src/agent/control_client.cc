@@ -1,0 +1,400 @@
+#include "agent/control_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "control/tls.h"
+#include "fmt/format.h"
+#include "grpcpp/client_context.h"
+
+namespace dar::agent {
+namespace {
+
+constexpr ForwardingMode kAllModes[] = {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet,
+                                        ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C};
+
+double Millis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }
+
+std::string Endpoint(net::Ipv4Address a, uint16_t port) {
+  return fmt::format("{}:{}", net::ToString(a), port);
+}
+
+}  // namespace
+
+ControlClient::ControlClient(const AgentConfig& config, TableStore& store,
+                             DataplaneControl& dataplane, AgentLog& log,
+                             ControlClientOptions options)
+    : config_(config),
+      store_(store),
+      dataplane_(dataplane),
+      log_(log),
+      options_(std::move(options)),
+      rng_(options_.seed),
+      forwarding_(options_.forwarding) {}
+
+ControlClient::~ControlClient() { Stop(); }
+
+Time ControlClient::Now() const {
+  if (options_.steady_clock) return options_.steady_clock();
+  return std::chrono::duration_cast<Time>(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+int64_t ControlClient::UnixNow() const {
+  if (options_.unix_clock) return options_.unix_clock();
+  return absl::ToUnixNanos(absl::Now());
+}
+
+absl::Status ControlClient::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_) return absl::FailedPreconditionError("the control client was started before");
+  started_ = true;
+  thread_ = std::thread([this] { Run(); });
+  return absl::OkStatus();
+}
+
+void ControlClient::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    if (context_ != nullptr) context_->TryCancel();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+ControlClientStatus ControlClient::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+v1::Hello ControlClient::MakeHello() const {
+  v1::Hello hello;
+  hello.set_node_id(config_.self_node().id);
+  hello.set_node_name(config_.self_node().name);
+  for (const NeighbourConfig& n : config_.neighbours) {
+    v1::LinkInfo* link = hello.add_links();
+    link->set_neighbor_id(n.id);
+    link->set_local_address(Endpoint(n.local_address, config_.data_port));
+    link->set_remote_address(Endpoint(n.peer_address, config_.data_port));
+    link->set_capacity_bps(static_cast<uint64_t>(config_.links[n.link].capacity.bps()));
+  }
+  v1::Capabilities* caps = hello.mutable_capabilities();
+  for (const ForwardingMode m : kAllModes)
+    caps->add_forwarding_modes(std::string(ForwardingModeName(m)));
+  caps->set_delta_tables(true);
+  hello.set_installed_version(store_.installed_version());
+  return hello;
+}
+
+void ControlClient::Maintain() {
+  // Held across taking and installing, so that two threads cannot install out of order.
+  std::lock_guard<std::mutex> lock(install_mu_);
+  std::shared_ptr<const AgentTables> t = store_.TakeChange(Now());
+  if (t == nullptr) return;
+  dataplane_.InstallTables(t);
+  log_.Debug("tables installed", {{"version", t->version}, {"static", t->is_static}});
+}
+
+bool ControlClient::WaitWithMaintenance(std::chrono::steady_clock::time_point deadline) {
+  const auto tick =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.probe_interval);
+  while (true) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_until(lock, std::min(deadline, now + tick), [this] { return stop_; })) {
+      return false;
+    }
+    lock.unlock();
+    Maintain();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return !stop_;
+}
+
+Duration ControlClient::NextBackoff(int attempt) {
+  Duration step = options_.backoff_min;
+  for (int i = 0; i < attempt && step < options_.backoff_max; ++i) step *= 2;
+  step = std::min(step, options_.backoff_max);
+  // Uniform in [step / 2, step].
+  return step / 2 + Duration(static_cast<int64_t>(rng_.Uniform() *
+                                                  static_cast<double>((step - step / 2).count())));
+}
+
+void ControlClient::Run() {
+  Maintain();
+  int attempt = 0;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+    }
+    if (RunSession()) attempt = 0;
+    const Duration wait = NextBackoff(attempt++);
+    log_.Info("reconnecting to the controller",
+              {{"controller", config_.controller}, {"in_ms", Millis(wait)}, {"attempt", attempt}});
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(wait);
+    if (!WaitWithMaintenance(deadline)) return;
+  }
+}
+
+void ControlClient::Fail(std::string error, bool answered) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.last_error = std::move(error);
+  status_.connected = false;
+  if (answered) {
+    ++status_.disconnects;
+  } else {
+    ++status_.connect_failures;
+  }
+}
+
+bool ControlClient::RunSession() {
+  control::ChannelTlsOptions tls;
+  tls.files = config_.tls;
+  tls.server_name = config_.controller_name;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      control::CreateSecureChannel(config_.controller, tls, absl::FromUnixNanos(UnixNow()));
+  if (!channel.ok()) {
+    const std::string error = std::string(channel.status().message());
+    log_.Error("cannot set up the channel to the controller",
+               {{"controller", config_.controller}, {"error", error}});
+    Fail(error, false);
+    return false;
+  }
+  std::unique_ptr<v1::AgentService::Stub> stub = v1::AgentService::NewStub(*channel);
+  auto context = std::make_shared<grpc::ClientContext>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return false;
+    context_ = context;
+    reader_done_ = false;
+    ++status_.streams;
+  }
+  answered_ = false;
+  last_heard_ns_ = Now().count();
+  std::unique_ptr<Stream> stream = stub->Connect(context.get());
+
+  v1::AgentMessage hello;
+  *hello.mutable_hello() = MakeHello();
+  log_.Debug("hello", {{"controller", config_.controller},
+                       {"installed_version", hello.hello().installed_version()}});
+  bool healthy = Send(*stream, hello);
+
+  std::thread reader;
+  if (healthy) {
+    reader = std::thread([this, &stream] {
+      ReadLoop(*stream);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reader_done_ = true;
+      }
+      cv_.notify_all();
+    });
+  }
+
+  std::string why;
+  const auto period =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.probe_interval);
+  auto next = std::chrono::steady_clock::now() + period;
+  while (healthy) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_until(lock, next, [this] { return stop_ || reader_done_; });
+      if (stop_) {
+        why = "stopped";
+        break;
+      }
+      if (reader_done_) break;
+    }
+    Maintain();
+    if (!SendSamples(*stream)) {
+      why = "cannot send samples";
+      break;
+    }
+    if (Now().count() - last_heard_ns_.load() > options_.silence_timeout.count()) {
+      why = fmt::format("the controller sent nothing for {:.0f} ms",
+                        Millis(options_.silence_timeout));
+      break;
+    }
+    next += period;
+    const auto now = std::chrono::steady_clock::now();
+    if (next < now) next = now + period;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!reader_done_ || !healthy) context->TryCancel();
+  }
+  if (reader.joinable()) reader.join();
+  const grpc::Status status = stream->Finish();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    context_ = nullptr;
+  }
+  const bool answered = answered_.load();
+  if (why.empty()) {
+    why = status.ok() ? "the controller closed the stream"
+                      : fmt::format("{} (code {})", status.error_message(),
+                                    static_cast<int>(status.error_code()));
+  }
+  if (why != "stopped") {
+    if (answered) {
+      log_.Warn("disconnected from the controller",
+                {{"controller", config_.controller}, {"reason", why}});
+    } else {
+      log_.Warn("cannot connect to the controller",
+                {{"controller", config_.controller}, {"reason", why}});
+    }
+  }
+  Fail(why, answered);
+  return answered;
+}
+
+bool ControlClient::Send(Stream& stream, const v1::AgentMessage& message) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  return stream.Write(message);
+}
+
+bool ControlClient::SendSamples(Stream& stream) {
+  const std::vector<NeighbourSample> samples = dataplane_.Samples(Now());
+  if (samples.empty()) return true;
+  const int64_t unix_now = UnixNow();
+  v1::AgentMessage m;
+  v1::LinkSamples* out = m.mutable_samples();
+  for (const NeighbourSample& s : samples) {
+    if (s.neighbour < 0 || s.neighbour >= static_cast<NodeId>(config_.nodes.size())) continue;
+    v1::LinkSample* x = out->add_samples();
+    x->set_neighbor_id(config_.nodes[s.neighbour].id);
+    x->set_time_unix_ns(unix_now);
+    x->set_up(s.up);
+    x->set_rtt_ms(Millis(s.rtt));
+    x->set_rtt_p95_ms(Millis(s.rtt_p95));
+    x->set_loss(s.loss);
+    x->set_tx_bps(static_cast<double>(s.tx_rate.bps()));
+    x->set_utilisation(s.utilisation);
+    x->set_queue_bytes(s.queue_bytes);
+    x->set_probes_sent(s.probes_sent);
+    x->set_probes_answered(s.probes_answered);
+  }
+  if (!Send(stream, m)) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++status_.samples_sent;
+  return true;
+}
+
+void ControlClient::ReadLoop(Stream& stream) {
+  v1::ControllerMessage message;
+  while (stream.Read(&message)) {
+    last_heard_ns_ = Now().count();
+    if (!answered_.exchange(true)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        status_.connected = true;
+      }
+      log_.Info("connected to the controller", {{"controller", config_.controller},
+                                                {"installed_version", store_.installed_version()}});
+    }
+    switch (message.kind_case()) {
+      case v1::ControllerMessage::kConfig:
+        HandleConfig(message.config());
+        break;
+      case v1::ControllerMessage::kTable:
+        HandleTable(stream, message.table());
+        break;
+      case v1::ControllerMessage::KIND_NOT_SET:
+        log_.Warn("a message from the controller without content: ignored");
+        break;
+    }
+  }
+}
+
+void ControlClient::HandleConfig(const v1::AgentConfig& c) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++status_.configs;
+  }
+  nlohmann::json applied = nlohmann::json::object();
+  if (c.table_stale_ms() > 0) {
+    store_.set_stale_after(Milliseconds(c.table_stale_ms()));
+    applied["table_stale_ms"] = c.table_stale_ms();
+  }
+  if (!c.forwarding_mode().empty()) {
+    absl::StatusOr<ForwardingMode> mode = ParseForwardingMode(c.forwarding_mode());
+    if (!mode.ok()) {
+      log_.Error("config: forwarding mode not applied",
+                 {{"forwarding_mode", c.forwarding_mode()},
+                  {"error", std::string(mode.status().message())}});
+    } else if (*mode != forwarding_.mode) {
+      ForwardingConfig next = forwarding_;
+      next.mode = *mode;
+      if (absl::Status s = dataplane_.SetForwarding(next); !s.ok()) {
+        log_.Error("config: forwarding mode not applied",
+                   {{"forwarding_mode", c.forwarding_mode()}, {"error", std::string(s.message())}});
+      } else {
+        forwarding_ = next;
+        applied["forwarding_mode"] = c.forwarding_mode();
+      }
+    }
+  }
+  if (!c.keys().empty()) {
+    std::vector<KeyUpdate> keys;
+    std::string problem;
+    for (const v1::OverlayKey& k : c.keys()) {
+      if (k.key().size() != net::kOverlayKeyBytes) {
+        problem = fmt::format("key {} has {} bytes, not {}", k.key_id(), k.key().size(),
+                              net::kOverlayKeyBytes);
+        break;
+      }
+      KeyUpdate u;
+      u.id = k.key_id();
+      u.active = k.active();
+      std::copy(k.key().begin(), k.key().end(), u.key.begin());
+      keys.push_back(u);
+    }
+    absl::Status s =
+        problem.empty() ? dataplane_.SetKeys(keys) : absl::InvalidArgumentError(problem);
+    if (!s.ok()) {
+      log_.Error("config: data-plane keys not applied", {{"error", std::string(s.message())}});
+    } else {
+      nlohmann::json ids = nlohmann::json::array();
+      for (const KeyUpdate& k : keys)
+        ids.push_back(k.active ? fmt::format("{}*", k.id) : std::to_string(k.id));
+      applied["keys"] = ids;  // ids only, never key bytes; * marks the active one
+    }
+  }
+  if ((c.probe_interval_ms() != 0 &&
+       Milliseconds(c.probe_interval_ms()) != config_.probe_interval) ||
+      (c.missed_probes() != 0 && static_cast<int>(c.missed_probes()) != config_.missed_probes)) {
+    log_.Warn("config: probe settings differ from the config file; they apply after a restart",
+              {{"probe_interval_ms", c.probe_interval_ms()}, {"missed_probes", c.missed_probes()}});
+  }
+  for (const v1::OverlayNode& n : c.nodes()) {
+    const NodeId i = config_.FindNode(n.node_id());
+    if (i == kNoNode || net::ToString(config_.nodes[i].overlay) != n.overlay_address()) {
+      log_.Warn("config: the controller's overlay differs from the config file",
+                {{"node_id", n.node_id()}, {"overlay_address", n.overlay_address()}});
+    }
+  }
+  log_.Info("config from the controller", applied);
+}
+
+void ControlClient::HandleTable(Stream& stream, const v1::RouteTable& table) {
+  const absl::Status s = store_.Offer(table, Now());
+  if (s.ok()) Maintain();  // forward with it before saying so
+  v1::AgentMessage m;
+  v1::TableAck* ack = m.mutable_ack();
+  ack->set_version(table.version());
+  ack->set_accepted(s.ok());
+  if (!s.ok()) ack->set_reason(std::string(s.message()));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(s.ok() ? status_.tables_accepted : status_.tables_refused);
+  }
+  Send(stream, m);
+}
+
+}  // namespace dar::agent

@@ -1,0 +1,171 @@
+// The agent's side of the control stream: one long-lived bidirectional gRPC stream to the
+// controller over mutual TLS 1.3 (proto/dar/v1/agent.proto).
+//
+//   up:   Hello (node, links, capabilities, installed table version), then the data plane's
+//         link samples every probe interval, and an ack for every table (accepted, or refused
+//         with the reason);
+//   down: AgentConfig (keys and forwarding mode to the data plane, the staleness timeout to
+//         the table store) and RouteTables (to the table store; what it serves goes to the
+//         data plane before the ack is sent).
+//
+// The client runs on its own thread (and a reader thread while a stream is open). When the
+// stream fails, or the controller has sent nothing for `silence_timeout`, it reconnects with a
+// fresh channel after an exponential backoff with jitter (backoff_min doubling up to
+// backoff_max; each wait drawn uniformly from the upper half of the step). The backoff starts
+// over after a stream on which the controller answered. The loop also keeps the data plane's
+// table current while disconnected: every probe interval it installs what the table store
+// serves (e.g. the static table once the controller's goes stale).
+#ifndef DAR_AGENT_CONTROL_CLIENT_H_
+#define DAR_AGENT_CONTROL_CLIENT_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "agent/agent_config.h"
+#include "agent/agent_log.h"
+#include "agent/agent_tables.h"
+#include "agent/dataplane.h"
+#include "agent/table_store.h"
+#include "core/next_hop_chooser.h"
+#include "core/random.h"
+#include "core/units.h"
+#include "dar/v1/agent.grpc.pb.h"
+
+namespace dar::agent {
+
+// What the control client needs of the data plane. DataplaneBridge forwards to a Dataplane;
+// tests plug in a fake. Implementations must be thread-safe.
+class DataplaneControl {
+ public:
+  virtual ~DataplaneControl() = default;
+  virtual std::vector<NeighbourSample> Samples(Time now) = 0;
+  virtual absl::Status SetKeys(const std::vector<KeyUpdate>& keys) = 0;
+  virtual absl::Status SetForwarding(const ForwardingConfig& config) = 0;
+  virtual void InstallTables(std::shared_ptr<const AgentTables> tables) = 0;
+};
+
+class DataplaneBridge final : public DataplaneControl {
+ public:
+  // `dataplane` must outlive the bridge.
+  explicit DataplaneBridge(Dataplane& dataplane) : dataplane_(dataplane) {}
+  std::vector<NeighbourSample> Samples(Time now) override { return dataplane_.Samples(now); }
+  absl::Status SetKeys(const std::vector<KeyUpdate>& keys) override {
+    return dataplane_.SetKeys(keys);
+  }
+  absl::Status SetForwarding(const ForwardingConfig& config) override {
+    return dataplane_.SetForwarding(config);
+  }
+  void InstallTables(std::shared_ptr<const AgentTables> tables) override {
+    dataplane_.InstallTables(std::move(tables));
+  }
+
+ private:
+  Dataplane& dataplane_;
+};
+
+struct ControlClientOptions {
+  // Reconnection backoff. REQUIRES: 0 < backoff_min <= backoff_max.
+  Duration backoff_min = Milliseconds(100);
+  Duration backoff_max = Seconds(5);
+  // A stream on which the controller sends nothing for this long is given up (the controller
+  // sends a table every cycle, 100 ms by default). REQUIRES: > 0.
+  Duration silence_timeout = Seconds(15);
+  // The forwarding settings the data plane started with; AgentConfig changes only the mode.
+  ForwardingConfig forwarding;
+  // Seeds the backoff jitter.
+  uint64_t seed = 1;
+  // The steady clock of the table store and the samples' `now`; default std::chrono's
+  // steady_clock. The Unix clock (nanoseconds) stamps samples and checks certificate
+  // validity; default the system clock.
+  std::function<Time()> steady_clock;
+  std::function<int64_t()> unix_clock;
+};
+
+// What the client has done since Start. A snapshot.
+struct ControlClientStatus {
+  bool connected = false;        // a stream is open and the controller has answered on it
+  int64_t streams = 0;           // streams opened (Hello sent)
+  int64_t connect_failures = 0;  // attempts that failed before the controller answered
+  int64_t disconnects = 0;       // streams that ended after the controller answered
+  int64_t configs = 0;
+  int64_t tables_accepted = 0;
+  int64_t tables_refused = 0;
+  int64_t samples_sent = 0;  // LinkSamples messages
+  std::string last_error;    // why the last stream ended or failed; empty before any
+};
+
+class ControlClient {
+ public:
+  // `config`, `store`, `dataplane` and `log` must outlive the client.
+  ControlClient(const AgentConfig& config, TableStore& store, DataplaneControl& dataplane,
+                AgentLog& log, ControlClientOptions options);
+  // Stops the client.
+  ~ControlClient();
+  ControlClient(const ControlClient&) = delete;
+  ControlClient& operator=(const ControlClient&) = delete;
+
+  // Starts the client's thread. FailedPrecondition if it has been started before.
+  absl::Status Start();
+  // Closes the stream and joins the threads. Idempotent.
+  void Stop();
+
+  ControlClientStatus status() const;
+
+  // The Hello this agent sends now. Exposed for tests.
+  v1::Hello MakeHello() const;
+
+ private:
+  using Stream = grpc::ClientReaderWriter<v1::AgentMessage, v1::ControllerMessage>;
+
+  void Run();
+  // One stream, from connecting to its end. True if the controller answered on it.
+  bool RunSession();
+  void ReadLoop(Stream& stream);
+  void HandleConfig(const v1::AgentConfig& config);
+  void HandleTable(Stream& stream, const v1::RouteTable& table);
+  bool Send(Stream& stream, const v1::AgentMessage& message);
+  bool SendSamples(Stream& stream);
+  // Installs what the table store serves now, if it changed.
+  void Maintain();
+  // Waits until `deadline` (steady std::chrono time) or Stop, running Maintain every probe
+  // interval. False if stopping.
+  bool WaitWithMaintenance(std::chrono::steady_clock::time_point deadline);
+  Duration NextBackoff(int attempt);
+  Time Now() const;
+  int64_t UnixNow() const;
+  void Fail(std::string error, bool answered);
+
+  const AgentConfig& config_;
+  TableStore& store_;
+  DataplaneControl& dataplane_;
+  AgentLog& log_;
+  ControlClientOptions options_;
+  Random rng_;                   // the run thread's
+  ForwardingConfig forwarding_;  // the reader thread's
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool started_ = false;
+  bool reader_done_ = false;
+  std::shared_ptr<grpc::ClientContext> context_;  // of the open stream, for Stop
+  ControlClientStatus status_;
+  std::thread thread_;
+
+  std::mutex write_mu_;                    // one writer at a time on the stream
+  std::mutex install_mu_;                  // Maintain
+  std::atomic<int64_t> last_heard_ns_{0};  // steady time of the last message received
+  std::atomic<bool> answered_{false};      // on the current stream
+};
+
+}  // namespace dar::agent
+
+#endif  // DAR_AGENT_CONTROL_CLIENT_H_

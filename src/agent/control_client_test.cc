@@ -1,0 +1,506 @@
+// The control client against a fake controller: the real generated service, real mutual TLS
+// 1.3 on 127.0.0.1, certificates made in a temp dir.
+#include "agent/control_client.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control/certs.h"
+#include "control/identity.h"
+#include "control/tls.h"
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+
+namespace dar::agent {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kTimeout = std::chrono::seconds(20);
+constexpr char kDomain[] = "test.dar";
+
+// Polls `done` until it holds or kTimeout passes.
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = Clock::now() + kTimeout;
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string path = fmt::format("/tmp/dar_control_client_test_{}_XXXXXX", getpid());
+    path_ = mkdtemp(path.data()) != nullptr ? path : "";
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Plays the controller: records what agents send, sends what the test says.
+class FakeController final : public v1::AgentService::Service {
+ public:
+  using AgentStream = grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>;
+
+  grpc::Status Connect(grpc::ServerContext* context, AgentStream* stream) override {
+    absl::StatusOr<control::SpiffeId> peer = control::PeerSpiffeId(*context);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      peers_.push_back(peer.ok() ? peer->ToString() : "unauthenticated");
+    }
+    {
+      std::lock_guard<std::mutex> lock(send_mu_);
+      stream_ = stream;
+    }
+    v1::AgentMessage m;
+    while (stream->Read(&m)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      received_.push_back(m);
+      cv_.notify_all();
+    }
+    std::lock_guard<std::mutex> lock(send_mu_);
+    stream_ = nullptr;
+    return grpc::Status::OK;
+  }
+
+  bool Send(const v1::ControllerMessage& m) {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    return stream_ != nullptr && stream_->Write(m);
+  }
+  bool SendTable(const v1::RouteTable& t) {
+    v1::ControllerMessage m;
+    *m.mutable_table() = t;
+    return Send(m);
+  }
+
+  // The first message from position `cursor` on that satisfies `match`; advances `cursor`
+  // past it. Fails the test after kTimeout.
+  v1::AgentMessage Next(size_t& cursor, const std::function<bool(const v1::AgentMessage&)>& match) {
+    std::unique_lock<std::mutex> lock(mu_);
+    v1::AgentMessage found;
+    const bool ok = cv_.wait_for(lock, kTimeout, [&] {
+      for (; cursor < received_.size(); ++cursor) {
+        if (match(received_[cursor])) {
+          found = received_[cursor++];
+          return true;
+        }
+      }
+      return false;
+    });
+    EXPECT_TRUE(ok) << "no matching message from the agent";
+    return found;
+  }
+  v1::TableAck NextAck(size_t& cursor) {
+    return Next(cursor, [](const v1::AgentMessage& m) { return m.has_ack(); }).ack();
+  }
+  v1::Hello NextHello(size_t& cursor) {
+    return Next(cursor, [](const v1::AgentMessage& m) { return m.has_hello(); }).hello();
+  }
+  bool connected() {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    return stream_ != nullptr;
+  }
+  std::vector<std::string> peers() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peers_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::AgentMessage> received_;
+  std::vector<std::string> peers_;
+  std::mutex send_mu_;
+  AgentStream* stream_ = nullptr;
+};
+
+// Records what the client asks of the data plane.
+class FakeDataplane final : public DataplaneControl {
+ public:
+  std::vector<NeighbourSample> Samples(Time now) override {
+    NeighbourSample a;
+    a.neighbour = 0;  // A
+    a.link = 1;
+    a.at = now;
+    a.up = true;
+    a.rtt = Microseconds(1500);
+    a.rtt_p95 = Milliseconds(3);
+    a.loss = 0.25;
+    a.tx_rate = DataRate::Mbps(20);
+    a.utilisation = 0.2;
+    a.queue_bytes = 1234;
+    a.probes_sent = 40;
+    a.probes_answered = 30;
+    NeighbourSample d = a;
+    d.neighbour = 3;  // D
+    d.link = 4;
+    d.up = false;
+    return {a, d};
+  }
+  absl::Status SetKeys(const std::vector<KeyUpdate>& keys) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    keys_ = keys;
+    return absl::OkStatus();
+  }
+  absl::Status SetForwarding(const ForwardingConfig& config) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    forwarding_.push_back(config);
+    return absl::OkStatus();
+  }
+  void InstallTables(std::shared_ptr<const AgentTables> tables) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    tables_ = std::move(tables);
+  }
+
+  std::shared_ptr<const AgentTables> tables() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tables_;
+  }
+  std::vector<KeyUpdate> keys() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return keys_;
+  }
+  std::vector<ForwardingConfig> forwarding() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return forwarding_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<const AgentTables> tables_;
+  std::vector<KeyUpdate> keys_;
+  std::vector<ForwardingConfig> forwarding_;
+};
+
+v1::Route MakeRoute(uint32_t dest, uint32_t cls, double phi,
+                    std::vector<std::pair<uint32_t, double>> hops) {
+  v1::Route r;
+  r.set_destination_id(dest);
+  r.set_traffic_class(cls);
+  r.set_potential(phi);
+  for (const auto& [n, w] : hops) {
+    v1::NextHop* h = r.add_next_hops();
+    h->set_neighbor_id(n);
+    h->set_weight(w);
+    h->set_potential(phi - 1);
+  }
+  return r;
+}
+
+// A valid full table for B (neighbours A = 1 and D = 4; C = 3 over both).
+v1::RouteTable FullTable(uint64_t version) {
+  v1::RouteTable t;
+  t.set_version(version);
+  for (uint32_t cls = 0; cls < 2; ++cls) {
+    *t.add_routes() = MakeRoute(1, cls, 1, {{1, 1}});
+    *t.add_routes() = MakeRoute(4, cls, 1, {{4, 1}});
+    *t.add_routes() = MakeRoute(3, cls, 2, {{1, 0.5}, {4, 0.5}});
+  }
+  return t;
+}
+
+class ControlClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    certs_ = dir_.path() + "/certs";
+    control::InitCertDirOptions init;
+    init.dir = certs_;
+    init.trust_domain = kDomain;
+    init.not_before = absl::Now() - absl::Hours(1);
+    init.not_after = absl::Now() + absl::Hours(1);
+    ASSERT_TRUE(control::InitCertDir(init).ok());
+    control::IssueOptions node;
+    node.dir = certs_;
+    node.name = "2";
+    node.not_before = init.not_before;
+    node.not_after = init.not_after;
+    ASSERT_TRUE(control::IssueFromCertDir(node).ok());
+    StartServer(0);
+    ASSERT_NE(port_, 0);
+
+    const std::string text = fmt::format(R"(node: {{id: 2, name: B}}
+controller: 127.0.0.1:{}
+tls: {{cert: {}/node-2.crt, key: {}/node-2.key, ca: {}/ca.crt}}
+state_dir: {}/state
+probe_interval_ms: 20
+forwarding_mode: per_flow
+nodes:
+  - {{id: 1, name: A}}
+  - {{id: 2, name: B}}
+  - {{id: 3, name: C}}
+  - {{id: 4, name: D}}
+links:
+  - {{a: A, b: B, capacity_bps: 100000000}}
+  - {{a: A, b: C}}
+  - {{a: B, b: D}}
+  - {{a: C, b: D}}
+neighbours:
+  - {{id: 1, link: 0, interface: b-a, address: 10.1.0.2/30, peer_address: 10.1.0.1}}
+  - {{id: 4, link: 2, interface: b-d, address: 10.1.2.1/30, peer_address: 10.1.2.2}}
+)",
+                                         port_, certs_, certs_, certs_, dir_.path());
+    absl::StatusOr<AgentConfig> c = ParseAgentConfig(text, "B.yaml");
+    ASSERT_TRUE(c.ok()) << c.status();
+    config_ = *c;
+    topology_ = BuildAgentTopology(config_);
+    store_ = std::make_unique<TableStore>(config_, topology_, config_.table_stale, &log_);
+  }
+
+  void TearDown() override {
+    if (client_ != nullptr) client_->Stop();
+    StopServer();
+  }
+
+  void StartServer(int port) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = control::MakeServerCredentials(
+        {certs_ + "/controller.crt", certs_ + "/controller.key", certs_ + "/ca.crt"}, absl::Now());
+    ASSERT_TRUE(creds.ok()) << creds.status();
+    controller_ = std::make_unique<FakeController>();
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(fmt::format("127.0.0.1:{}", port), *creds, &port_);
+    builder.RegisterService(controller_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+  }
+
+  void StopServer() {
+    if (server_ == nullptr) return;
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server_->Wait();
+    server_.reset();
+  }
+
+  void StartClient(ControlClientOptions options = {}) {
+    options.backoff_min = Milliseconds(10);
+    options.backoff_max = Milliseconds(100);
+    client_ = std::make_unique<ControlClient>(config_, *store_, dataplane_, log_, options);
+    ASSERT_TRUE(client_->Start().ok());
+  }
+
+  bool Logged(const std::string& text) {
+    std::lock_guard<std::mutex> lock(lines_mu_);
+    for (const std::string& l : lines_) {
+      if (l.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  TempDir dir_;
+  std::string certs_;
+  int port_ = 0;
+  std::unique_ptr<FakeController> controller_;
+  std::unique_ptr<grpc::Server> server_;
+  AgentConfig config_;
+  Topology topology_;
+  std::mutex lines_mu_;
+  std::vector<std::string> lines_;
+  AgentLog log_{[this](std::string_view line) {
+                  std::lock_guard<std::mutex> lock(lines_mu_);
+                  lines_.emplace_back(line);
+                },
+                LogLevel::kDebug};
+  std::unique_ptr<TableStore> store_;
+  FakeDataplane dataplane_;
+  std::unique_ptr<ControlClient> client_;
+};
+
+TEST_F(ControlClientTest, SaysHelloOverMutualTlsThenSendsSamples) {
+  StartClient();
+  size_t cursor = 0;
+  const v1::Hello hello = controller_->NextHello(cursor);
+  EXPECT_EQ(controller_->peers(), std::vector<std::string>{"spiffe://test.dar/node/2"});
+  EXPECT_EQ(hello.node_id(), 2u);
+  EXPECT_EQ(hello.node_name(), "B");
+  EXPECT_EQ(hello.installed_version(), 0u);
+  ASSERT_EQ(hello.links_size(), 2);
+  EXPECT_EQ(hello.links(0).neighbor_id(), 1u);
+  EXPECT_EQ(hello.links(0).local_address(), "10.1.0.2:7000");
+  EXPECT_EQ(hello.links(0).remote_address(), "10.1.0.1:7000");
+  EXPECT_EQ(hello.links(0).capacity_bps(), 100'000'000u);
+  EXPECT_EQ(hello.links(1).neighbor_id(), 4u);
+  EXPECT_EQ(hello.links(1).capacity_bps(), 0u);
+  EXPECT_TRUE(hello.capabilities().delta_tables());
+  EXPECT_THAT(hello.capabilities().forwarding_modes(),
+              ::testing::ElementsAre("per_flow", "per_flowlet", "per_packet", "per_packet_p2c"));
+
+  const v1::LinkSamples samples =
+      controller_->Next(cursor, [](const v1::AgentMessage& m) { return m.has_samples(); })
+          .samples();
+  ASSERT_EQ(samples.samples_size(), 2);
+  const v1::LinkSample& a = samples.samples(0);
+  EXPECT_EQ(a.neighbor_id(), 1u);
+  EXPECT_TRUE(a.up());
+  EXPECT_DOUBLE_EQ(a.rtt_ms(), 1.5);
+  EXPECT_DOUBLE_EQ(a.rtt_p95_ms(), 3);
+  EXPECT_DOUBLE_EQ(a.loss(), 0.25);
+  EXPECT_DOUBLE_EQ(a.tx_bps(), 20e6);
+  EXPECT_DOUBLE_EQ(a.utilisation(), 0.2);
+  EXPECT_EQ(a.queue_bytes(), 1234);
+  EXPECT_EQ(a.probes_sent(), 40u);
+  EXPECT_EQ(a.probes_answered(), 30u);
+  EXPECT_GT(a.time_unix_ns(), 1'600'000'000'000'000'000);
+  EXPECT_EQ(samples.samples(1).neighbor_id(), 4u);
+  EXPECT_FALSE(samples.samples(1).up());
+  // The static table is installed from the start.
+  ASSERT_TRUE(Eventually([&] { return dataplane_.tables() != nullptr; }));
+  EXPECT_TRUE(dataplane_.tables()->is_static);
+}
+
+TEST_F(ControlClientTest, AcksAcceptedTablesAndRefusesBadOnesWithTheReason) {
+  StartClient();
+  size_t cursor = 0;
+  controller_->NextHello(cursor);
+  ASSERT_TRUE(controller_->SendTable(FullTable(5)));
+  v1::TableAck ack = controller_->NextAck(cursor);
+  EXPECT_EQ(ack.version(), 5u);
+  EXPECT_TRUE(ack.accepted());
+  EXPECT_EQ(ack.reason(), "");
+  // Installed before the ack went out.
+  ASSERT_NE(dataplane_.tables(), nullptr);
+  EXPECT_EQ(dataplane_.tables()->version, 5u);
+
+  ASSERT_TRUE(controller_->SendTable(FullTable(5)));
+  ack = controller_->NextAck(cursor);
+  EXPECT_FALSE(ack.accepted());
+  EXPECT_EQ(ack.reason(), "version 5 is not newer than the installed version 5");
+
+  v1::RouteTable bad = FullTable(6);
+  *bad.add_routes() = MakeRoute(3, 0, 2, {{3, 1}});
+  ASSERT_TRUE(controller_->SendTable(bad));
+  ack = controller_->NextAck(cursor);
+  EXPECT_EQ(ack.version(), 6u);
+  EXPECT_FALSE(ack.accepted());
+  EXPECT_THAT(ack.reason(), HasSubstr("next hop 3 is not a neighbour of node 2"));
+
+  v1::RouteTable delta;
+  delta.set_version(7);
+  delta.set_base_version(5);
+  *delta.add_routes() = MakeRoute(3, 0, 2, {{4, 1}});
+  ASSERT_TRUE(controller_->SendTable(delta));
+  ack = controller_->NextAck(cursor);
+  EXPECT_TRUE(ack.accepted()) << ack.reason();
+  EXPECT_EQ(dataplane_.tables()->version, 7u);
+  EXPECT_EQ(dataplane_.tables()->Lookup(0, 2).size(), 1u);
+
+  const ControlClientStatus status = client_->status();
+  EXPECT_TRUE(status.connected);
+  EXPECT_EQ(status.tables_accepted, 2);
+  EXPECT_EQ(status.tables_refused, 2);
+  EXPECT_TRUE(Logged("table refused"));
+}
+
+TEST_F(ControlClientTest, AppliesTheControllersConfig) {
+  StartClient();
+  size_t cursor = 0;
+  controller_->NextHello(cursor);
+  v1::ControllerMessage m;
+  v1::AgentConfig* c = m.mutable_config();
+  c->set_forwarding_mode("per_packet");
+  c->set_table_stale_ms(200);
+  for (uint32_t id : {1u, 2u}) {
+    v1::OverlayKey* k = c->add_keys();
+    k->set_key_id(id);
+    k->set_key(std::string(32, static_cast<char>('a' + id)));
+    k->set_active(id == 2);
+  }
+  ASSERT_TRUE(controller_->Send(m));
+  ASSERT_TRUE(Eventually([&] { return dataplane_.keys().size() == 2; }));
+  const std::vector<KeyUpdate> keys = dataplane_.keys();
+  EXPECT_EQ(keys[0].id, 1u);
+  EXPECT_FALSE(keys[0].active);
+  EXPECT_EQ(keys[0].key[31], 'b');
+  EXPECT_TRUE(keys[1].active);
+  ASSERT_TRUE(Eventually([&] { return !dataplane_.forwarding().empty(); }));
+  EXPECT_EQ(dataplane_.forwarding()[0].mode, ForwardingMode::kPerPacket);
+
+  // The short staleness timeout applies: a table that is not refreshed gives way to the
+  // static one, installed by the client on its own.
+  ASSERT_TRUE(controller_->SendTable(FullTable(3)));
+  EXPECT_TRUE(controller_->NextAck(cursor).accepted());
+  ASSERT_TRUE(Eventually([&] { return dataplane_.tables()->is_static; }));
+  EXPECT_TRUE(Logged("table stale: falling back to the static table"));
+
+  // A key of the wrong size is not applied; the keys stay as they were.
+  c->clear_keys();
+  c->add_keys()->set_key("short");
+  c->mutable_keys(0)->set_active(true);
+  ASSERT_TRUE(controller_->Send(m));
+  ASSERT_TRUE(Eventually([&] { return Logged("data-plane keys not applied"); }));
+  EXPECT_EQ(dataplane_.keys().size(), 2u);
+  EXPECT_TRUE(Logged("key 0 has 5 bytes, not 32"));
+}
+
+TEST_F(ControlClientTest, ReconnectsAfterTheControllerRestarts) {
+  StartClient();
+  size_t cursor = 0;
+  controller_->NextHello(cursor);
+  ASSERT_TRUE(controller_->SendTable(FullTable(5)));
+  EXPECT_TRUE(controller_->NextAck(cursor).accepted());
+
+  const int port = port_;
+  StopServer();
+  ASSERT_TRUE(Eventually([&] { return !client_->status().connected; }));
+  // Attempts fail while no controller listens.
+  ASSERT_TRUE(Eventually([&] { return client_->status().connect_failures >= 1; }));
+  EXPECT_GE(client_->status().disconnects, 1);
+  StartServer(port);
+  ASSERT_EQ(port_, port);
+
+  cursor = 0;
+  const v1::Hello hello = controller_->NextHello(cursor);
+  EXPECT_EQ(hello.installed_version(), 5u);  // continues above what it forwards with
+  ASSERT_TRUE(controller_->SendTable(FullTable(6)));
+  EXPECT_TRUE(controller_->NextAck(cursor).accepted());
+  EXPECT_TRUE(client_->status().connected);
+  EXPECT_TRUE(Logged("disconnected from the controller"));
+  EXPECT_TRUE(Logged("reconnecting to the controller"));
+}
+
+TEST_F(ControlClientTest, GivesUpASilentStream) {
+  ControlClientOptions options;
+  options.silence_timeout = Milliseconds(200);
+  StartClient(options);
+  size_t cursor = 0;
+  controller_->NextHello(cursor);
+  // The controller never answers: the client drops the stream and says hello again.
+  controller_->NextHello(cursor);
+  EXPECT_GE(client_->status().connect_failures, 1);
+  EXPECT_THAT(client_->status().last_error, HasSubstr("sent nothing for 200 ms"));
+}
+
+TEST_F(ControlClientTest, StopsWhileBackingOff) {
+  StopServer();
+  StartClient();
+  ASSERT_TRUE(Eventually([&] { return client_->status().connect_failures >= 2; }));
+  client_->Stop();
+  EXPECT_FALSE(client_->status().connected);
+  // Stopped for good: a second Start is refused.
+  EXPECT_FALSE(client_->Start().ok());
+}
+
+}  // namespace
+}  // namespace dar::agent

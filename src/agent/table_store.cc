@@ -1,0 +1,455 @@
+#include "agent/table_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include "agent/dataplane.h"
+#include "control/certs.h"
+#include "core/routing.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+
+namespace dar::agent {
+namespace {
+
+// The largest table file read back: far above any overlay's table.
+constexpr size_t kMaxTableFileBytes = 64 << 20;
+constexpr char kFileMagic[] = "dar-agent-table";
+constexpr int kFileFormat = 1;
+// How far the weights of a row may sum from 1.
+constexpr double kWeightTolerance = 1e-6;
+
+uint64_t Fnv1a64(std::string_view data) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : data) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::string RowName(const v1::Route& r) {
+  return fmt::format("destination {} class {}", r.destination_id(), r.traffic_class());
+}
+
+absl::Status Refusal(std::string message) {
+  return absl::FailedPreconditionError(std::move(message));
+}
+
+}  // namespace
+
+TableStore::TableStore(const AgentConfig& config, const Topology& topology, Duration stale_after,
+                       AgentLog* log)
+    : config_(config),
+      topology_(topology),
+      log_(log),
+      stale_after_(stale_after),
+      link_up_(static_cast<size_t>(topology.num_links()), true) {
+  for (auto& rows : rows_) rows.resize(static_cast<size_t>(topology.num_nodes()));
+  RecomputeStatic();
+}
+
+void TableStore::Log(LogLevel level, std::string_view msg, const nlohmann::json& fields) const {
+  if (log_ != nullptr) log_->Write(level, msg, fields);
+}
+
+std::string TableStore::file_path() const {
+  return (std::filesystem::path(config_.state_dir) / kTableFileName).string();
+}
+
+void TableStore::RecomputeStatic() {
+  Topology view = topology_;
+  for (LinkId l = 0; l < view.num_links(); ++l) view.mutable_link(l).up = link_up_[l];
+  static_ = AgentTablesFromRouting(ComputeStaticTables(view), config_.self, /*is_static=*/true);
+}
+
+std::vector<bool> TableStore::Reachable() const {
+  std::vector<bool> seen(static_cast<size_t>(topology_.num_nodes()), false);
+  std::deque<NodeId> queue = {config_.self};
+  seen[config_.self] = true;
+  while (!queue.empty()) {
+    const NodeId v = queue.front();
+    queue.pop_front();
+    for (const LinkId l : topology_.node(v).out_links) {
+      const NodeId w = topology_.link(l).dst;
+      if (!link_up_[l] || seen[w]) continue;
+      seen[w] = true;
+      queue.push_back(w);
+    }
+  }
+  return seen;
+}
+
+absl::Status TableStore::CheckRoute(const v1::Route& route, CheckMode mode, NodeId& dest) const {
+  dest = config_.FindNode(route.destination_id());
+  if (dest == kNoNode) {
+    return Refusal(fmt::format("unknown destination node id {}", route.destination_id()));
+  }
+  if (dest == config_.self) return Refusal("a route to this node itself");
+  if (route.traffic_class() >= static_cast<uint32_t>(kTrafficClasses)) {
+    return Refusal(
+        fmt::format("unknown traffic class {} (0 latency, 1 bulk)", route.traffic_class()));
+  }
+  const double phi = route.potential();
+  if (route.next_hops().empty()) {
+    if (phi == std::numeric_limits<double>::infinity()) return absl::OkStatus();
+    return Refusal(
+        fmt::format("no next hops (a row without next hops must have potential +inf: unreachable), "
+                    "potential {}",
+                    phi));
+  }
+  if (!std::isfinite(phi)) return Refusal(fmt::format("potential {} is not finite", phi));
+  double sum = 0;
+  std::set<uint32_t> seen;
+  for (const v1::NextHop& h : route.next_hops()) {
+    const NeighbourConfig* n = config_.FindNeighbour(h.neighbor_id());
+    if (n == nullptr) {
+      return Refusal(fmt::format("next hop {} is not a neighbour of node {}", h.neighbor_id(),
+                                 config_.self_node().id));
+    }
+    if (!seen.insert(h.neighbor_id()).second) {
+      return Refusal(fmt::format("next hop {} appears twice", h.neighbor_id()));
+    }
+    if (mode == CheckMode::kOffer && !link_up_[n->out_link]) {
+      return Refusal(fmt::format("next hop {} is over a link the data plane reports down (via {})",
+                                 h.neighbor_id(), n->interface));
+    }
+    if (!std::isfinite(h.weight()) || h.weight() <= 0) {
+      return Refusal(fmt::format("next hop {} has weight {}: must be finite and positive",
+                                 h.neighbor_id(), h.weight()));
+    }
+    if (!std::isfinite(h.potential()) || !(h.potential() < phi)) {
+      return Refusal(fmt::format(
+          "next hop {} has potential {}, not strictly below this node's {} (not downhill: "
+          "could loop)",
+          h.neighbor_id(), h.potential(), phi));
+    }
+    sum += h.weight();
+  }
+  if (std::abs(sum - 1.0) > kWeightTolerance) {
+    return Refusal(fmt::format("weights sum to {:.9g}, not 1", sum));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
+                                                   CheckMode mode) const {
+  const uint64_t v = table.version();
+  if (v == 0) return Refusal("version 0 is not a table version");
+  if (mode == CheckMode::kOffer && v <= version_) {
+    return Refusal(
+        fmt::format("version {} is not newer than the installed version {}", v, version_));
+  }
+  Rows rows;
+  if (table.base_version() != 0) {
+    if (mode == CheckMode::kDisk) return Refusal("a delta, not a full table");
+    if (current_ == nullptr) {
+      return Refusal(fmt::format("a delta against version {}, but no table is installed",
+                                 table.base_version()));
+    }
+    if (table.base_version() != version_) {
+      return Refusal(fmt::format("a delta against version {}, but the installed version is {}",
+                                 table.base_version(), version_));
+    }
+    rows = rows_;
+  } else {
+    for (auto& r : rows) r.resize(static_cast<size_t>(topology_.num_nodes()));
+  }
+
+  for (int i = 0; i < table.removed_size(); ++i) {
+    const v1::RouteKey& k = table.removed(i);
+    const NodeId dest = config_.FindNode(k.destination_id());
+    if (dest == kNoNode) {
+      return Refusal(
+          fmt::format("removed[{}]: unknown destination node id {}", i, k.destination_id()));
+    }
+    if (k.traffic_class() >= static_cast<uint32_t>(kTrafficClasses)) {
+      return Refusal(fmt::format("removed[{}]: unknown traffic class {}", i, k.traffic_class()));
+    }
+    rows[k.traffic_class()][dest].reset();
+  }
+
+  std::set<std::pair<uint32_t, NodeId>> seen;
+  for (int i = 0; i < table.routes_size(); ++i) {
+    const v1::Route& r = table.routes(i);
+    NodeId dest = kNoNode;
+    if (absl::Status s = CheckRoute(r, mode, dest); !s.ok()) {
+      return Refusal(fmt::format("routes[{}] ({}): {}", i, RowName(r), std::string(s.message())));
+    }
+    if (!seen.insert({r.traffic_class(), dest}).second) {
+      return Refusal(fmt::format("routes[{}] ({}): a second row for it", i, RowName(r)));
+    }
+    rows[r.traffic_class()][dest] = r;
+  }
+
+  if (mode == CheckMode::kOffer) {
+    const std::vector<bool> reachable = Reachable();
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      for (NodeId d = 0; d < topology_.num_nodes(); ++d) {
+        if (d == config_.self || !reachable[d] || rows[cls][d].has_value()) continue;
+        return Refusal(
+            fmt::format("destination {} ({}) class {} is reachable but has no route (black hole)",
+                        config_.nodes[d].id, config_.nodes[d].name, cls));
+      }
+    }
+  }
+  return rows;
+}
+
+std::shared_ptr<const AgentTables> TableStore::BuildTables(const Rows& rows,
+                                                           uint64_t version) const {
+  auto t = std::make_shared<AgentTables>();
+  t->version = version;
+  t->is_static = false;
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    auto& out = t->rows[cls];
+    out.resize(static_cast<size_t>(topology_.num_nodes()));
+    for (NodeId d = 0; d < topology_.num_nodes(); ++d) {
+      if (!rows[cls][d].has_value()) continue;
+      for (const v1::NextHop& h : rows[cls][d]->next_hops()) {
+        out[d].push_back(NextHop{config_.FindNeighbour(h.neighbor_id())->out_link, h.weight()});
+      }
+    }
+  }
+  return t;
+}
+
+absl::Status TableStore::Save(uint64_t version, const Rows& rows, int64_t computed_unix_ns) const {
+  if (config_.state_dir.empty()) return absl::OkStatus();
+  v1::RouteTable full;
+  full.set_version(version);
+  full.set_computed_unix_ns(computed_unix_ns);
+  for (const auto& by_dest : rows) {
+    for (const auto& row : by_dest) {
+      if (row.has_value()) *full.add_routes() = *row;
+    }
+  }
+  std::string payload;
+  if (!full.SerializeToString(&payload)) return absl::InternalError("cannot serialise the table");
+  const std::string data =
+      fmt::format("{} {} node={} size={} fnv1a64={:016x}\n", kFileMagic, kFileFormat,
+                  config_.self_node().id, payload.size(), Fnv1a64(payload)) +
+      payload;
+
+  std::error_code ec;
+  std::filesystem::create_directories(config_.state_dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        fmt::format("{}: cannot create the state dir: {}", config_.state_dir, ec.message()));
+  }
+  const std::string path = file_path();
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  const int write_errno = errno;
+  if (::close(fd) != 0 || done != data.size()) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(
+        fmt::format("{}: cannot write: {}", tmp, std::strerror(write_errno)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return absl::InternalError(
+        fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(e)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TableStore::LoadFromDisk(Time now) {
+  const std::string path = file_path();
+  absl::StatusOr<std::string> data = control::ReadFile(path, kMaxTableFileBytes);
+  if (absl::IsNotFound(data.status())) {
+    Log(LogLevel::kInfo, "no table on disk: starting on the static table", {{"file", path}});
+    return data.status();
+  }
+  const auto ignore = [&](const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.disk_ignored;
+    Log(LogLevel::kWarn, "ignored the table on disk: starting on the static table",
+        {{"file", path}, {"reason", why}});
+    return absl::DataLossError(fmt::format("{}: {}", path, why));
+  };
+  if (!data.ok()) return ignore(std::string(data.status().message()));
+
+  const size_t eol = data->find('\n');
+  if (eol == std::string::npos || eol > 200) return ignore("no header line");
+  const std::string header = data->substr(0, eol);
+  char magic[32] = {};
+  int format = 0;
+  unsigned node = 0;
+  size_t size = 0;
+  uint64_t checksum = 0;
+  if (std::sscanf(header.c_str(), "%31s %d node=%u size=%zu fnv1a64=%" SCNx64, magic, &format,
+                  &node, &size, &checksum) != 5 ||
+      std::string(magic) != kFileMagic) {
+    return ignore(fmt::format("not a table file (header '{}')", header));
+  }
+  if (format != kFileFormat) return ignore(fmt::format("unknown format {}", format));
+  if (node != config_.self_node().id) {
+    return ignore(
+        fmt::format("the table of node {}, not of this node ({})", node, config_.self_node().id));
+  }
+  const std::string_view payload = std::string_view(*data).substr(eol + 1);
+  if (payload.size() != size) {
+    return ignore(
+        fmt::format("{} bytes of table, the header says {} (truncated?)", payload.size(), size));
+  }
+  if (Fnv1a64(payload) != checksum) return ignore("checksum mismatch (corrupted)");
+  v1::RouteTable table;
+  if (!table.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    return ignore("the table does not parse");
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<Rows> rows = Check(table, CheckMode::kDisk);
+  if (!rows.ok()) {
+    ++counters_.disk_ignored;
+    const std::string why = std::string(rows.status().message());
+    Log(LogLevel::kWarn, "ignored the table on disk: starting on the static table",
+        {{"file", path}, {"reason", why}});
+    return absl::DataLossError(fmt::format("{}: {}", path, why));
+  }
+  rows_ = std::move(*rows);
+  version_ = table.version();
+  current_ = BuildTables(rows_, version_);
+  refreshed_at_ = now;
+  ++counters_.loaded_from_disk;
+  SourceLocked(now);
+  Log(LogLevel::kInfo, "forwarding with the table from disk",
+      {{"file", path}, {"version", version_}, {"routes", table.routes_size()}});
+  return absl::OkStatus();
+}
+
+absl::Status TableStore::Offer(const v1::RouteTable& table, Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.offered;
+  absl::StatusOr<Rows> rows = Check(table, CheckMode::kOffer);
+  if (!rows.ok()) {
+    ++counters_.refused;
+    last_refusal_ = std::string(rows.status().message());
+    Log(LogLevel::kWarn, "table refused",
+        {{"version", table.version()},
+         {"base_version", table.base_version()},
+         {"reason", last_refusal_}});
+    return rows.status();
+  }
+  rows_ = std::move(*rows);
+  version_ = table.version();
+  current_ = BuildTables(rows_, version_);
+  refreshed_at_ = now;
+  ++counters_.accepted;
+  SourceLocked(now);
+  Log(LogLevel::kDebug, "table accepted",
+      {{"version", version_},
+       {"base_version", table.base_version()},
+       {"routes", table.routes_size()},
+       {"removed", table.removed_size()}});
+  if (absl::Status s = Save(version_, rows_, table.computed_unix_ns()); !s.ok()) {
+    ++counters_.disk_write_errors;
+    Log(LogLevel::kError, "cannot save the table",
+        {{"version", version_}, {"error", std::string(s.message())}});
+  }
+  return absl::OkStatus();
+}
+
+void TableStore::SetNeighbourUp(NodeId neighbour, bool up) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool changed = false;
+  for (const NeighbourConfig& n : config_.neighbours) {
+    if (n.node != neighbour) continue;
+    for (const LinkId l : {n.out_link, n.in_link}) {
+      changed |= link_up_[l] != up;
+      link_up_[l] = up;
+    }
+  }
+  if (!changed) return;
+  ++counters_.link_changes;
+  RecomputeStatic();
+}
+
+void TableStore::set_stale_after(Duration stale_after) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stale_after_ = stale_after;
+}
+
+TableSource TableStore::SourceLocked(Time now) {
+  const TableSource src = current_ != nullptr && now - refreshed_at_ <= stale_after_
+                              ? TableSource::kController
+                              : TableSource::kStatic;
+  if (src == source_) return src;
+  if (src == TableSource::kStatic) {
+    ++counters_.fallbacks_to_static;
+    fell_back_ = true;
+    Log(LogLevel::kWarn, "table stale: falling back to the static table",
+        {{"version", version_},
+         {"age_ms",
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - refreshed_at_).count()},
+         {"stale_after_ms",
+          std::chrono::duration_cast<std::chrono::milliseconds>(stale_after_).count()}});
+  } else {
+    if (fell_back_) {
+      ++counters_.recoveries;
+      Log(LogLevel::kInfo, "controller table again after the static fallback",
+          {{"version", version_}});
+    }
+    fell_back_ = false;
+  }
+  source_ = src;
+  return src;
+}
+
+TableSource TableStore::Source(Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SourceLocked(now);
+}
+
+std::shared_ptr<const AgentTables> TableStore::Active(Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SourceLocked(now) == TableSource::kController ? current_ : static_;
+}
+
+std::shared_ptr<const AgentTables> TableStore::TakeChange(Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<const AgentTables> active =
+      SourceLocked(now) == TableSource::kController ? current_ : static_;
+  if (active == handed_out_) return nullptr;
+  handed_out_ = active;
+  return active;
+}
+
+uint64_t TableStore::installed_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_;
+}
+
+TableStoreCounters TableStore::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+std::string TableStore::last_refusal() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_refusal_;
+}
+
+}  // namespace dar::agent

@@ -1,0 +1,179 @@
+// dar-agent: the DAR agent of one node. main() parses flags, loads the configuration, builds
+// the data plane, the table store (on the table saved on disk, else the static table) and the
+// control client, and stops them on SIGINT or SIGTERM.
+//
+//   dar-agent --config node.yaml [--log agent.jsonl]
+//   dar-agent --config node.yaml --check-config     exit 0 if valid, else 1 with the error
+#include <signal.h>
+
+#include <chrono>
+#include <iostream>
+#include <random>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/time/clock.h"
+#include "agent/agent_config.h"
+#include "agent/agent_log.h"
+#include "agent/control_client.h"
+#include "agent/dataplane.h"
+#include "agent/table_store.h"
+#include "control/tls.h"
+#include "fmt/format.h"
+
+namespace dar::cli {
+namespace {
+
+Time SteadyNow() {
+  return std::chrono::duration_cast<Time>(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+// The configuration, the TLS files it names (this node's certificate) and the data plane's
+// settings, checked as a start would, without opening anything.
+int CheckConfig(const std::string& path) {
+  absl::StatusOr<agent::AgentConfig> config = agent::LoadAgentConfig(path);
+  if (!config.ok()) {
+    std::cerr << "dar-agent: " << config.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<control::TlsMaterial> tls = control::LoadTlsMaterial(config->tls, absl::Now());
+  if (!tls.ok()) {
+    std::cerr << "dar-agent: " << path << ": tls: " << tls.status().message() << "\n";
+    return 1;
+  }
+  const std::string self = std::to_string(config->self_node().id);
+  if (tls->identity.kind != control::PeerKind::kNode || tls->identity.name != self) {
+    std::cerr << fmt::format(
+        "dar-agent: {}: tls.cert {} is the certificate of {}, not of node {}\n", path,
+        config->tls.cert_file, tls->identity.ToString(), self);
+    return 1;
+  }
+  const Topology topology = agent::BuildAgentTopology(*config);
+  absl::StatusOr<agent::DataplaneConfig> dataplane =
+      agent::MakeDataplaneConfig(*config, topology, 1);
+  if (!dataplane.ok() || !dataplane->Validate().ok()) {
+    std::cerr << "dar-agent: " << path << ": "
+              << (dataplane.ok() ? dataplane->Validate() : dataplane.status()).message() << "\n";
+    return 1;
+  }
+  std::cout << fmt::format("{}: OK (node {} '{}', {} nodes, {} links, {} neighbours)\n", path, self,
+                           config->self_node().name, config->nodes.size(), config->links.size(),
+                           config->neighbours.size());
+  return 0;
+}
+
+int Run(const std::string& path, const std::string& log_path) {
+  absl::StatusOr<agent::AgentConfig> config = agent::LoadAgentConfig(path);
+  if (!config.ok()) {
+    std::cerr << "dar-agent: " << config.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<agent::AgentLog>> log =
+      agent::AgentLog::Open(log_path, *agent::ParseLogLevel(config->log_level));
+  if (!log.ok()) {
+    std::cerr << "dar-agent: " << log.status().message() << "\n";
+    return 1;
+  }
+  agent::AgentLog& out = **log;
+  // Signals are taken synchronously by this thread; every thread started later inherits the
+  // mask, so none of them is interrupted.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const uint64_t seed = (static_cast<uint64_t>(std::random_device()()) << 32) ^
+                        static_cast<uint64_t>(std::random_device()());
+  const Topology topology = agent::BuildAgentTopology(*config);
+  absl::StatusOr<agent::DataplaneConfig> dataplane_config =
+      agent::MakeDataplaneConfig(*config, topology, seed);
+  if (!dataplane_config.ok()) {
+    out.Error("cannot start", {{"error", std::string(dataplane_config.status().message())}});
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<agent::Dataplane>> dataplane =
+      agent::Dataplane::Create(*dataplane_config);
+  if (!dataplane.ok()) {
+    out.Error("cannot start the data plane",
+              {{"error", std::string(dataplane.status().message())}});
+    return 1;
+  }
+  out.Info("starting", {{"config", path},
+                        {"node", config->self_node().id},
+                        {"name", config->self_node().name},
+                        {"controller", config->controller},
+                        {"seed", seed}});
+
+  // Forward at once: on the table from disk if there is a good one, else the static table.
+  agent::TableStore store(*config, topology, config->table_stale, &out);
+  store.LoadFromDisk(SteadyNow()).IgnoreError();  // logged by the store
+  (*dataplane)->InstallTables(store.TakeChange(SteadyNow()));
+  (*dataplane)->SetLivenessCallback([&store, &out, &config](NodeId neighbour, bool up) {
+    store.SetNeighbourUp(neighbour, up);
+    out.Info(up ? "neighbour up" : "neighbour down",
+             {{"neighbour", config->nodes[neighbour].id}, {"name", config->nodes[neighbour].name}});
+  });
+  if (absl::Status s = (*dataplane)->Start(); !s.ok()) {
+    out.Error("cannot start the data plane", {{"error", std::string(s.message())}});
+    return 1;
+  }
+
+  agent::DataplaneBridge bridge(**dataplane);
+  agent::ControlClientOptions options;
+  options.forwarding = dataplane_config->forwarding;
+  options.seed = seed;
+  agent::ControlClient client(*config, store, bridge, out, options);
+  if (absl::Status s = client.Start(); !s.ok()) {
+    out.Error("cannot start the control client", {{"error", std::string(s.message())}});
+    (*dataplane)->Stop();  // before the store its callback uses goes away
+    return 1;
+  }
+
+  int sig = 0;
+  while (sigwait(&signals, &sig) != 0) {
+  }
+  out.Info("stopping", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  client.Stop();
+  (*dataplane)->Stop();
+  const agent::DataplaneCounters c = (*dataplane)->counters();
+  const agent::TableStoreCounters t = store.counters();
+  nlohmann::json drops = nlohmann::json::object();
+  for (size_t r = 0; r < agent::kDropReasons; ++r) {
+    if (c.drops[r] != 0) {
+      drops[std::string(agent::DropReasonName(static_cast<agent::DropReason>(r)))] = c.drops[r];
+    }
+  }
+  out.Info("stopped", {{"forwarded", c.forwarded},
+                       {"delivered", c.delivered},
+                       {"encapsulated", c.encapsulated},
+                       {"drops", drops},
+                       {"tables_accepted", t.accepted},
+                       {"tables_refused", t.refused},
+                       {"fallbacks_to_static", t.fallbacks_to_static},
+                       {"installed_version", store.installed_version()}});
+  return 0;
+}
+
+}  // namespace
+}  // namespace dar::cli
+
+int main(int argc, char** argv) {
+  // Before any thread or TLS object exists (control/tls.h).
+  if (absl::Status s = dar::control::EnforceTls13(); !s.ok()) {
+    std::cerr << "dar-agent: " << s.message() << "\n";
+    return 1;
+  }
+  CLI::App app{
+      "dar-agent: probes this node's links, forwards the overlay, talks to the "
+      "controller"};
+  std::string config;
+  std::string log;
+  bool check = false;
+  app.add_option("--config", config, "the node's configuration file (dar-lab writes one)")
+      ->required();
+  app.add_flag("--check-config", check, "check the configuration and its files, then exit");
+  app.add_option("--log", log, "append JSON-lines logs to FILE (default: stderr)");
+  CLI11_PARSE(app, argc, argv);
+  return check ? dar::cli::CheckConfig(config) : dar::cli::Run(config, log);
+}

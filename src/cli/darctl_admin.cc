@@ -1,0 +1,322 @@
+#include "cli/darctl_admin.h"
+
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "control/certs.h"
+#include "control/identity.h"
+#include "control/tls.h"
+#include "dar/v1/admin.grpc.pb.h"
+#include "fmt/format.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+
+namespace dar::cli {
+namespace {
+
+// Where the controller is and who we are. Defaults come from the environment, so that a lab
+// (which writes them into its env file) needs no flags: DAR_CONTROLLER, DAR_TLS_DIR,
+// DAR_ADMIN, DAR_SERVER_NAME.
+struct Connection {
+  std::string controller = "127.0.0.1:50051";
+  std::string tls_dir;  // holds ca.crt and admin-<name>.crt/.key (darctl certs)
+  std::string admin = "admin";
+  std::string cert, key, ca;  // explicit files override tls_dir
+  std::string server_name;    // the name the controller's certificate must carry
+  bool json = false;
+  int timeout_s = 5;
+};
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::cerr << "darctl: " << what << "\n";
+  throw CLI::RuntimeError(1);
+}
+
+void AddConnectionFlags(CLI::App* cmd, Connection& c) {
+  cmd->add_option("--controller", c.controller, "Controller admin address host:port")
+      ->envname("DAR_CONTROLLER")
+      ->capture_default_str();
+  cmd->add_option("--tls-dir", c.tls_dir, "Directory with ca.crt and the admin certificate")
+      ->envname("DAR_TLS_DIR");
+  cmd->add_option("--admin", c.admin, "Admin name: uses admin-<NAME>.crt/.key in --tls-dir")
+      ->envname("DAR_ADMIN")
+      ->capture_default_str();
+  cmd->add_option("--cert", c.cert, "Admin certificate (overrides --tls-dir)");
+  cmd->add_option("--key", c.key, "Admin key (overrides --tls-dir)");
+  cmd->add_option("--ca", c.ca, "CA bundle (overrides --tls-dir)");
+  cmd->add_option("--server-name", c.server_name,
+                  "Name the controller's certificate must carry (default: the address's host)")
+      ->envname("DAR_SERVER_NAME");
+  cmd->add_flag("-j,--json", c.json, "Print JSON");
+}
+
+std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c) {
+  control::ChannelTlsOptions options;
+  if (!c.tls_dir.empty()) {
+    // Admin files are named like every other identity's (control/certs.h).
+    const control::SpiffeId id = control::SpiffeId::Admin("unused", c.admin);
+    options.files.cert_file = c.tls_dir + "/" + control::CertFileName(id);
+    options.files.key_file = c.tls_dir + "/" + control::KeyFileName(id);
+    options.files.ca_file = c.tls_dir + "/" + std::string(control::kCaCertFile);
+  }
+  if (!c.cert.empty()) options.files.cert_file = c.cert;
+  if (!c.key.empty()) options.files.key_file = c.key;
+  if (!c.ca.empty()) options.files.ca_file = c.ca;
+  if (options.files.cert_file.empty() || options.files.key_file.empty() ||
+      options.files.ca_file.empty()) {
+    Fail("no TLS files: give --tls-dir (or DAR_TLS_DIR), or --cert, --key and --ca");
+  }
+  options.server_name = c.server_name;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      control::CreateSecureChannel(c.controller, options, absl::Now());
+  if (!channel.ok()) Fail(std::string(channel.status().message()));
+  return dar::v1::AdminService::NewStub(*channel);
+}
+
+// Runs one unary admin call with a deadline; exits with the controller's error on failure.
+template <typename Request, typename Response, typename Method>
+Response Call(const Connection& c, Method method, const Request& request) {
+  auto stub = Dial(c);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(c.timeout_s));
+  Response response;
+  const grpc::Status status = ((*stub).*method)(&ctx, request, &response);
+  if (!status.ok()) {
+    Fail(fmt::format("controller {}: {} ({})", c.controller, status.error_message(),
+                     static_cast<int>(status.error_code())));
+  }
+  return response;
+}
+
+void PrintJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(m, &out, options).ok())
+    Fail("cannot print JSON");
+  std::cout << out;
+}
+
+std::string Age(int64_t unix_ns) {
+  if (unix_ns <= 0) return "-";
+  const double s = absl::ToDoubleSeconds(absl::Now() - absl::FromUnixNanos(unix_ns));
+  return s < 0 ? "0s" : fmt::format("{:.1f}s", s);
+}
+
+void PrintNodes(const google::protobuf::RepeatedPtrField<dar::v1::NodeView>& nodes) {
+  std::cout << fmt::format("{:<6}{:<14}{:<16}{:<11}{:>10}{:>9}{:>10}\n", "id", "name", "overlay",
+                           "connected", "version", "refused", "seen");
+  for (const auto& n : nodes) {
+    std::cout << fmt::format("{:<6}{:<14}{:<16}{:<11}{:>10}{:>9}{:>10}\n", n.node_id(), n.name(),
+                             n.overlay_address(), n.connected() ? "yes" : "no", n.acked_version(),
+                             n.refused_tables(), Age(n.last_seen_unix_ns()));
+  }
+}
+
+void PrintLinks(const google::protobuf::RepeatedPtrField<dar::v1::LinkView>& links) {
+  std::cout << fmt::format("{:<18}{:<6}{:>9}{:>8}{:>8}{:>9}{:>10}{:>9}{:>9}{:>8}\n", "link",
+                           "state", "rtt_ms", "loss", "util", "queue_B", "forecast", "c_lat",
+                           "c_bulk", "seen");
+  for (const auto& l : links) {
+    const std::string state = l.drained() ? "drain" : (l.up() ? "up" : "DOWN");
+    std::cout << fmt::format(
+        "{:<18}{:<6}{:>9.3f}{:>8.3f}{:>8.3f}{:>9}{:>10.3f}{:>9.3g}{:>9.3g}{:>8}\n",
+        l.src_name() + "->" + l.dst_name(), state, l.rtt_ms(), l.loss(), l.utilisation(),
+        l.queue_bytes(), l.forecast_utilisation(), l.cost_latency(), l.cost_bulk(),
+        Age(l.last_sample_unix_ns()));
+  }
+}
+
+void ShowTopology(const Connection& c) {
+  const auto r = Call<dar::v1::GetTopologyRequest, dar::v1::TopologyView>(
+      c, &dar::v1::AdminService::Stub::GetTopology, dar::v1::GetTopologyRequest());
+  if (c.json) return PrintJson(r);
+  PrintNodes(r.nodes());
+  std::cout << "\n";
+  PrintLinks(r.links());
+}
+
+void ShowNodes(const Connection& c) {
+  const auto r = Call<dar::v1::ListNodesRequest, dar::v1::ListNodesResponse>(
+      c, &dar::v1::AdminService::Stub::ListNodes, dar::v1::ListNodesRequest());
+  if (c.json) return PrintJson(r);
+  PrintNodes(r.nodes());
+}
+
+void ShowLinks(const Connection& c) {
+  const auto r = Call<dar::v1::ListLinksRequest, dar::v1::ListLinksResponse>(
+      c, &dar::v1::AdminService::Stub::ListLinks, dar::v1::ListLinksRequest());
+  if (c.json) return PrintJson(r);
+  PrintLinks(r.links());
+}
+
+struct RoutesFlags {
+  std::string node, destination;
+  unsigned traffic_class = 0;
+};
+
+void ShowRoutes(const Connection& c, const RoutesFlags& f) {
+  dar::v1::GetRoutesRequest request;
+  request.set_node(f.node);
+  request.set_destination(f.destination);
+  request.set_traffic_class(f.traffic_class);
+  const auto r = Call<dar::v1::GetRoutesRequest, dar::v1::GetRoutesResponse>(
+      c, &dar::v1::AdminService::Stub::GetRoutes, request);
+  if (c.json) return PrintJson(r);
+  std::cout << fmt::format("table version {}, class {}\n", r.version(),
+                           f.traffic_class == 0 ? "latency" : "bulk");
+  std::cout << fmt::format("{:<12}{:<12}{:>11}  {}\n", "node", "dest", "potential", "next hops");
+  for (const auto& route : r.routes()) {
+    std::string hops;
+    for (const auto& h : route.next_hops()) {
+      hops += fmt::format("{}{} {:.0f}%", hops.empty() ? "" : ", ", h.neighbor(), 100 * h.weight());
+    }
+    std::cout << fmt::format("{:<12}{:<12}{:>11.4g}  {}\n", route.node(), route.destination(),
+                             route.potential(), hops.empty() ? "-" : hops);
+  }
+}
+
+void ShowEvents(const Connection& c, unsigned limit) {
+  dar::v1::ListEventsRequest request;
+  request.set_limit(limit);
+  const auto r = Call<dar::v1::ListEventsRequest, dar::v1::ListEventsResponse>(
+      c, &dar::v1::AdminService::Stub::ListEvents, request);
+  if (c.json) return PrintJson(r);
+  for (const auto& e : r.events()) {
+    std::cout << fmt::format("{}  {:<18}{:<10}{}\n",
+                             absl::FormatTime("%H:%M:%E3S", absl::FromUnixNanos(e.time_unix_ns()),
+                                              absl::LocalTimeZone()),
+                             e.kind(), e.node(), e.detail());
+  }
+}
+
+struct PolicyFlags {
+  std::vector<std::string> set;  // key=value
+};
+
+void Policy(const Connection& c, const PolicyFlags& f) {
+  if (f.set.empty()) {
+    const auto r = Call<dar::v1::GetPolicyRequest, dar::v1::PolicySettings>(
+        c, &dar::v1::AdminService::Stub::GetPolicy, dar::v1::GetPolicyRequest());
+    return PrintJson(r);
+  }
+  auto current = Call<dar::v1::GetPolicyRequest, dar::v1::PolicySettings>(
+      c, &dar::v1::AdminService::Stub::GetPolicy, dar::v1::GetPolicyRequest());
+  // Changes are applied to the current settings by field name, as JSON would.
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(current, &json).ok()) Fail("bad policy");
+  dar::v1::PolicySettings next = current;
+  for (const std::string& kv : f.set) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) Fail(fmt::format("policy set: '{}' is not KEY=VALUE", kv));
+    const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    const auto* field = next.GetDescriptor()->FindFieldByName(key);
+    if (field == nullptr) {
+      std::string known;
+      for (int i = 0; i < next.GetDescriptor()->field_count(); ++i) {
+        known += (i ? ", " : "") + next.GetDescriptor()->field(i)->name();
+      }
+      Fail(fmt::format("policy set: unknown setting '{}' (known: {})", key, known));
+    }
+    const auto* refl = next.GetReflection();
+    try {
+      switch (field->cpp_type()) {
+        case google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE:
+          refl->SetDouble(&next, field, std::stod(value));
+          break;
+        case google::protobuf::FieldDescriptor::CPPTYPE_UINT32:
+          refl->SetUInt32(&next, field, static_cast<uint32_t>(std::stoul(value)));
+          break;
+        case google::protobuf::FieldDescriptor::CPPTYPE_STRING:
+          refl->SetString(&next, field, value);
+          break;
+        default:
+          Fail(fmt::format("policy set: cannot set '{}'", key));
+      }
+    } catch (const std::logic_error&) {
+      Fail(fmt::format("policy set: '{}' is not a valid value for {}", value, key));
+    }
+  }
+  const auto r = Call<dar::v1::PolicySettings, dar::v1::PolicySettings>(
+      c, &dar::v1::AdminService::Stub::SetPolicy, next);
+  PrintJson(r);
+}
+
+void Drain(const Connection& c, const std::string& a, const std::string& b, bool drain) {
+  dar::v1::DrainLinkRequest request;
+  request.set_a(a);
+  request.set_b(b);
+  request.set_drain(drain);
+  const auto r = Call<dar::v1::DrainLinkRequest, dar::v1::DrainLinkResponse>(
+      c, &dar::v1::AdminService::Stub::DrainLink, request);
+  if (c.json) return PrintJson(r);
+  std::cout << fmt::format("link {}-{} {}{}\n", a, b, drain ? "drained" : "undrained",
+                           r.changed() ? "" : " (no change)");
+}
+
+}  // namespace
+
+void AddAdminCommands(CLI::App& app) {
+  auto conn = std::make_shared<Connection>();
+
+  CLI::App* show = app.add_subcommand("show", "Show the controller's view");
+  show->require_subcommand(1);
+  AddConnectionFlags(show, *conn);
+  // Connection flags may also follow the subcommand (`darctl show links -j`).
+  show->add_subcommand("topology", "Nodes and links")->callback([conn] { ShowTopology(*conn); });
+  show->add_subcommand("nodes", "Agents: connected, table versions")->callback([conn] {
+    ShowNodes(*conn);
+  });
+  show->add_subcommand("links", "Links: state, measurements, forecast, costs")->callback([conn] {
+    ShowLinks(*conn);
+  });
+  auto routes = std::make_shared<RoutesFlags>();
+  CLI::App* routes_cmd = show->add_subcommand("routes", "Next hops per node and destination");
+  routes_cmd->add_option("--node", routes->node, "Only this node (name or id)");
+  routes_cmd->add_option("--dest", routes->destination, "Only this destination (name or id)");
+  routes_cmd->add_option("--class", routes->traffic_class, "0 latency, 1 bulk")
+      ->check(CLI::Range(0, 1));
+  routes_cmd->callback([conn, routes] { ShowRoutes(*conn, *routes); });
+  auto limit = std::make_shared<unsigned>(50);
+  CLI::App* events = show->add_subcommand("events", "Failures, fallbacks, refusals, newest first");
+  events->add_option("--limit", *limit, "How many (0 = all kept)")->capture_default_str();
+  events->callback([conn, limit] { ShowEvents(*conn, *limit); });
+
+  auto policy = std::make_shared<PolicyFlags>();
+  CLI::App* policy_cmd = app.add_subcommand("policy", "Show or change the routing policy");
+  AddConnectionFlags(policy_cmd, *conn);
+  policy_cmd->add_subcommand("show", "Current settings")->callback([conn, policy] {
+    Policy(*conn, PolicyFlags());
+  });
+  CLI::App* set = policy_cmd->add_subcommand("set", "Change settings: KEY=VALUE ...");
+  set->add_option("settings", policy->set, "e.g. temperature=0.3 forwarding_mode=per_flowlet")
+      ->required();
+  set->callback([conn, policy] { Policy(*conn, *policy); });
+  policy_cmd->require_subcommand(1);
+
+  CLI::App* link = app.add_subcommand("link", "Drain or undrain a link (both directions)");
+  link->require_subcommand(1);
+  AddConnectionFlags(link, *conn);
+  auto ends = std::make_shared<std::pair<std::string, std::string>>();
+  for (const bool drain : {true, false}) {
+    CLI::App* cmd = link->add_subcommand(drain ? "drain" : "undrain",
+                                         drain ? "Move traffic off the link" : "Use it again");
+    cmd->add_option("a", ends->first, "One end (name or id)")->required();
+    cmd->add_option("b", ends->second, "The other end")->required();
+    cmd->callback([conn, ends, drain] { Drain(*conn, ends->first, ends->second, drain); });
+  }
+  // Connection flags may also follow the subcommand (`darctl show links -j`).
+  for (CLI::App* group : {show, policy_cmd, link}) {
+    for (CLI::App* leaf : group->get_subcommands([](CLI::App*) { return true; })) {
+      leaf->fallthrough();
+    }
+  }
+}
+
+}  // namespace dar::cli

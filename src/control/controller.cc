@@ -1,0 +1,158 @@
+#include "control/controller.h"
+
+#include <chrono>
+
+#include "absl/time/clock.h"
+#include "control/tls.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+
+namespace dar::control {
+
+absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig config,
+                                                              const ControllerOptions& options) {
+  std::unique_ptr<Controller> c(new Controller());
+  if (options.clock == nullptr) {
+    c->own_clock_ = std::make_unique<RealClock>();
+    c->clock_ = c->own_clock_.get();
+  } else {
+    c->clock_ = options.clock;
+  }
+  c->config_file_ = config.file;
+  c->listen_override_ = options.listen_override;
+  if (!options.listen_override.empty()) config.listen = options.listen_override;
+
+  ASSIGN_OR_RETURN(TlsMaterial material, LoadTlsMaterial(config.tls, absl::Now()));
+  if (material.identity.kind != PeerKind::kController) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: tls.cert {} is the certificate of {}, not of a controller", config.file,
+                    config.tls.cert_file, material.identity.ToString()));
+  }
+  if (config.trust_domain.empty()) {
+    config.trust_domain = material.identity.trust_domain;
+  } else if (config.trust_domain != material.identity.trust_domain) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: trust_domain is {} but the controller certificate {} is of {}", config.file,
+        config.trust_domain, config.tls.cert_file, material.identity.trust_domain));
+  }
+  c->trust_domain_ = config.trust_domain;
+
+  ASSIGN_OR_RETURN(LogLevel level, ParseLogLevel(config.log_level));
+  ASSIGN_OR_RETURN(c->log_, ControllerLog::Open(config.log_file, level, *c->clock_));
+  c->metrics_ = std::make_unique<ControllerMetrics>();
+  c->core_ = std::make_unique<ControllerCore>(config, *c->clock_, *c->log_, *c->metrics_,
+                                              /*publish_thread=*/options.cycle_thread);
+  c->agent_service_ = std::make_unique<AgentServiceImpl>(*c->core_, *c->clock_, *c->log_);
+  c->admin_service_ = std::make_unique<AdminServiceImpl>(*c->core_, *c->log_);
+
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   MakeServerCredentials(config.tls, absl::Now()));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, credentials, &c->port_);
+  builder.RegisterService(c->agent_service_.get());
+  builder.RegisterService(c->admin_service_.get());
+  // Find agents that vanished without closing their stream.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  c->server_ = builder.BuildAndStart();
+  if (c->server_ == nullptr || c->port_ == 0) {
+    return absl::UnavailableError(
+        fmt::format("{}: listen {}: cannot serve gRPC there", config.file, config.listen));
+  }
+
+  if (!config.http.empty()) {
+    c->http_ =
+        std::make_unique<ControllerHttp>([m = c->metrics_.get()] { return m->Serialize(); },
+                                         [core = c->core_.get()] { return core->HealthProblem(); });
+    absl::StatusOr<int> port = c->http_->Start(config.http);
+    if (!port.ok()) {
+      return absl::Status(port.status().code(),
+                          fmt::format("{}: {}", config.file, std::string(port.status().message())));
+    }
+    c->http_port_ = *port;
+  }
+
+  c->core_->RunCycle();
+  c->log_->Info("controller started", {{"config", config.file},
+                                       {"listen", config.listen},
+                                       {"port", c->port_},
+                                       {"http_port", c->http_port_},
+                                       {"trust_domain", c->trust_domain_},
+                                       {"nodes", config.nodes.size()},
+                                       {"links", config.links.size()},
+                                       {"cycle_ms", config.policy.cycle.count() / 1000000}});
+  if (options.cycle_thread) c->cycle_thread_ = std::thread([p = c.get()] { p->CycleLoop(); });
+  return c;
+}
+
+Controller::~Controller() { Shutdown(); }
+
+void Controller::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    {
+      std::lock_guard<std::mutex> lock(thread_mu_);
+      stopping_ = true;
+    }
+    thread_cv_.notify_all();
+    if (cycle_thread_.joinable()) cycle_thread_.join();
+    if (core_ != nullptr) core_->CloseAll(absl::UnavailableError("the controller is stopping"));
+    if (server_ != nullptr) {
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      server_->Wait();
+    }
+    if (http_ != nullptr) http_->Stop();
+    if (log_ != nullptr) log_->Info("controller stopped");
+  });
+}
+
+void Controller::CycleLoop() {
+  using SteadyClock = std::chrono::steady_clock;
+  std::unique_lock<std::mutex> lock(thread_mu_);
+  SteadyClock::time_point next = SteadyClock::now();
+  while (!stopping_) {
+    next += core_->cycle_period();
+    const SteadyClock::time_point now = SteadyClock::now();
+    if (next < now) next = now;  // after a stall, do not run cycles back to back
+    thread_cv_.wait_until(lock, next, [this] { return stopping_ || wake_; });
+    if (stopping_) break;
+    if (wake_) next = SteadyClock::now();  // the period may have changed: start afresh
+    wake_ = false;
+    lock.unlock();
+    core_->RunCycle();
+    lock.lock();
+  }
+}
+
+absl::Status Controller::Apply(absl::StatusOr<ControllerConfig> next) {
+  if (next.ok() && !next->trust_domain.empty() && next->trust_domain != trust_domain_) {
+    next = absl::InvalidArgumentError(
+        fmt::format("{}: trust_domain {} differs from the running one ({}); that needs a restart "
+                    "with matching certificates",
+                    next->file, next->trust_domain, trust_domain_));
+  }
+  if (!next.ok()) {
+    metrics_->config_refused->Increment();
+    log_->Error("configuration refused; the running one stays",
+                {{"error", std::string(next.status().message())}});
+    core_->RecordEvent("config_refused", "", std::string(next.status().message()));
+    return next.status();
+  }
+  next->trust_domain = trust_domain_;
+  if (!listen_override_.empty()) next->listen = listen_override_;
+  core_->Reload(*next);
+  {
+    std::lock_guard<std::mutex> lock(thread_mu_);
+    wake_ = true;
+  }
+  thread_cv_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status Controller::Reload() { return Apply(LoadControllerConfig(config_file_)); }
+
+absl::Status Controller::ReloadFromText(const std::string& text, const std::string& file) {
+  return Apply(ParseControllerConfig(text, file));
+}
+
+}  // namespace dar::control

@@ -1,0 +1,102 @@
+// The controller daemon's runtime: the gRPC server (agents and admin on one port, mutual TLS
+// 1.3), the HTTP server for /metrics and /healthz, the structured log, and the decision cycle
+// on its own thread every cycle period of the policy. dar_controller_main.cc is only flags
+// and signals around this class.
+//
+// Thread-safe: Reload, RunCycleNow and the accessors may be called from any thread.
+#ifndef DAR_CONTROL_CONTROLLER_H_
+#define DAR_CONTROL_CONTROLLER_H_
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "control/admin_service.h"
+#include "control/controller_clock.h"
+#include "control/controller_config.h"
+#include "control/controller_core.h"
+#include "control/controller_log.h"
+#include "control/controller_metrics.h"
+#include "control/controller_service.h"
+#include "grpcpp/grpcpp.h"
+
+namespace dar::control {
+
+struct ControllerOptions {
+  // Run the decision cycle on its own thread, and offer its tables to the streams from
+  // another (ControllerCore's publish thread). Tests that drive cycles with RunCycleNow() turn
+  // it off: the tables are then offered before RunCycleNow returns.
+  bool cycle_thread = true;
+  // The clock; the real one if null. Must outlive the controller. (The cycle thread paces
+  // itself on the steady clock whatever this is.)
+  const ControllerClock* clock = nullptr;
+  // Replaces the configuration's listen address, at start and on every reload (a command
+  // line flag).
+  std::string listen_override;
+};
+
+class Controller {
+ public:
+  // Checks the TLS files (valid now, a controller certificate; its trust domain is the
+  // configuration's unless that names one, which must then match), opens the log, binds the
+  // gRPC and HTTP addresses (port 0: any free port), runs a first cycle and starts the cycle
+  // thread. Errors name what failed: a TLS file, the log file, an address.
+  static absl::StatusOr<std::unique_ptr<Controller>> Start(ControllerConfig config,
+                                                           const ControllerOptions& options = {});
+  ~Controller();  // Shutdown()
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  // Stops the cycle thread, then closes every stream and the servers. Idempotent.
+  void Shutdown();
+
+  // Re-reads the configuration file and applies it. A file that does not load or validate is
+  // refused: the error is logged, recorded as a "config_refused" event and returned, and the
+  // running configuration stays.
+  absl::Status Reload();
+  // The same with configuration text instead of the file (`file` names it in errors).
+  absl::Status ReloadFromText(const std::string& text, const std::string& file);
+
+  // Runs one decision cycle now, on the caller's thread.
+  CycleReport RunCycleNow() { return core_->RunCycle(); }
+
+  int port() const { return port_; }            // the gRPC port bound
+  int http_port() const { return http_port_; }  // 0 without HTTP
+  const std::string& trust_domain() const { return trust_domain_; }
+  ControllerCore& core() { return *core_; }
+  ControllerMetrics& metrics() { return *metrics_; }
+  ControllerLog& log() { return *log_; }
+
+ private:
+  Controller() = default;
+  absl::Status Apply(absl::StatusOr<ControllerConfig> next);
+  void CycleLoop();
+
+  std::unique_ptr<RealClock> own_clock_;
+  const ControllerClock* clock_ = nullptr;
+  std::string config_file_;
+  std::string listen_override_;
+  std::string trust_domain_;
+  std::unique_ptr<ControllerLog> log_;
+  std::unique_ptr<ControllerMetrics> metrics_;
+  std::unique_ptr<ControllerCore> core_;
+  std::unique_ptr<AgentServiceImpl> agent_service_;
+  std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<ControllerHttp> http_;
+  int port_ = 0;
+  int http_port_ = 0;
+
+  std::mutex thread_mu_;
+  std::condition_variable thread_cv_;
+  bool stopping_ = false;
+  bool wake_ = false;
+  std::thread cycle_thread_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace dar::control
+
+#endif  // DAR_CONTROL_CONTROLLER_H_

@@ -1,0 +1,418 @@
+#include "control/controller_config.h"
+
+#include <arpa/inet.h>
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string_view>
+
+#include "control/certs.h"
+#include "control/identity.h"
+#include "core/config_reader.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+
+namespace dar::control {
+namespace {
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+// Puts "<file>:<line>: " in front of reader errors, the line being that of the YAML node the
+// error is about (the value of a key when it is there, else the map holding it).
+class Located {
+ public:
+  explicit Located(std::string file) : file_(std::move(file)) {}
+
+  absl::Status At(const YAML::Node& node, const absl::Status& s) const {
+    if (s.ok()) return s;
+    if (!node.IsDefined() || node.Mark().is_null()) {
+      return absl::Status(s.code(), fmt::format("{}: {}", file_, Msg(s)));
+    }
+    return absl::Status(s.code(), fmt::format("{}:{}: {}", file_, node.Mark().line + 1, Msg(s)));
+  }
+  template <typename T>
+  absl::StatusOr<T> At(const YAML::Node& node, absl::StatusOr<T> v) const {
+    if (!v.ok()) return At(node, v.status());
+    return v;
+  }
+  // The node of `key` in `map` (or of the first key that starts with `key` followed by '_',
+  // for unit families such as cycle_ms), else `map` itself.
+  static YAML::Node KeyNode(const YAML::Node& map, std::string_view key) {
+    if (!map.IsMap()) return map;
+    for (const auto& entry : map) {
+      if (!entry.first.IsScalar()) continue;
+      const std::string& k = entry.first.Scalar();
+      if (k == key ||
+          (k.size() > key.size() && k.compare(0, key.size(), key) == 0 && k[key.size()] == '_')) {
+        return entry.second;
+      }
+    }
+    return map;
+  }
+  template <typename T>
+  absl::StatusOr<T> Key(const YAML::Node& map, std::string_view key, absl::StatusOr<T> v) const {
+    return At(KeyNode(map, key), std::move(v));
+  }
+  absl::Status Key(const YAML::Node& map, std::string_view key, const absl::Status& s) const {
+    return At(KeyNode(map, key), s);
+  }
+  // CheckNoUnknownKeys of `r` over `map`, located at the offending key.
+  absl::Status CheckKeys(const YamlReader& r, const YAML::Node& map) const {
+    const absl::Status s = r.CheckNoUnknownKeys();
+    if (s.ok() || !map.IsMap()) return At(map, s);
+    for (const auto& entry : map) {
+      if (!entry.first.IsScalar()) continue;
+      if (Msg(s).rfind(r.Path(entry.first.Scalar()) + ": unknown key", 0) == 0) {
+        return At(entry.first, s);
+      }
+    }
+    return At(map, s);
+  }
+
+ private:
+  std::string file_;
+};
+
+// "host:port" with a port in 0..65535 (0: any free port).
+absl::Status CheckHostPort(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos && colon > 0 && colon + 1 < text.size()) {
+    auto [ptr, ec] = std::from_chars(text.data() + colon + 1, text.data() + text.size(), port);
+    if (ec != std::errc() || ptr != text.data() + text.size()) port = -1;
+  }
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        fmt::format("must be host:port with a port in 0..65535, got '{}'", text));
+  }
+  return absl::OkStatus();
+}
+
+std::string Resolve(const std::string& path, const std::string& file) {
+  if (path.empty() || file.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(file).parent_path() / path).lexically_normal().string();
+}
+
+absl::Status ReadWeights(const Located& loc, YamlReader& policy, const YAML::Node& policy_node,
+                         const std::string& key, ClassWeights& w) {
+  const YAML::Node node = Located::KeyNode(policy_node, key);
+  ASSIGN_OR_RETURN(YamlReader r, loc.At(node, policy.OptionalMap(key)));
+  ASSIGN_OR_RETURN(w.hop,
+                   loc.Key(node, "hop", r.Optional<double>("hop", w.hop, Bounds::Positive())));
+  ASSIGN_OR_RETURN(
+      w.latency,
+      loc.Key(node, "latency", r.Optional<double>("latency", w.latency, Bounds::NonNegative())));
+  ASSIGN_OR_RETURN(
+      w.loss, loc.Key(node, "loss", r.Optional<double>("loss", w.loss, Bounds::NonNegative())));
+  ASSIGN_OR_RETURN(w.utilisation, loc.Key(node, "utilisation",
+                                          r.Optional<double>("utilisation", w.utilisation,
+                                                             Bounds::NonNegative())));
+  ASSIGN_OR_RETURN(
+      w.capacity,
+      loc.Key(node, "capacity", r.Optional<double>("capacity", w.capacity, Bounds::NonNegative())));
+  return loc.CheckKeys(r, node);
+}
+
+absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& root,
+                        ControllerPolicy& p) {
+  const YAML::Node node = Located::KeyNode(root, "policy");
+  ASSIGN_OR_RETURN(YamlReader r, loc.At(node, top.OptionalMap("policy")));
+  RouteComputerConfig& c = p.routes;
+  ASSIGN_OR_RETURN(
+      c.diffusion.temperature,
+      loc.Key(node, "temperature",
+              r.Optional<double>("temperature", c.diffusion.temperature, Bounds::NonNegative())));
+  ASSIGN_OR_RETURN(
+      c.diffusion.hysteresis,
+      loc.Key(node, "hysteresis",
+              r.Optional<double>("hysteresis", c.diffusion.hysteresis, Bounds::InRange(0, 2))));
+  ASSIGN_OR_RETURN(
+      c.diffusion.min_weight,
+      loc.Key(node, "min_weight",
+              r.Optional<double>("min_weight", c.diffusion.min_weight, Bounds::InRange(0, 1))));
+  ASSIGN_OR_RETURN(
+      c.min_cost_change,
+      loc.Key(node, "min_cost_change",
+              r.Optional<double>("min_cost_change", c.min_cost_change, Bounds::NonNegative())));
+  ASSIGN_OR_RETURN(c.full_every, loc.Key(node, "full_every",
+                                         r.Optional<int>("full_every", c.full_every,
+                                                         Bounds::InRange(1, 1000000))));
+  ASSIGN_OR_RETURN(
+      c.scales.reference_delay,
+      loc.Key(node, "reference_delay",
+              r.OptionalDuration("reference_delay", c.scales.reference_delay, Bounds::Positive())));
+  ASSIGN_OR_RETURN(
+      std::string mode,
+      loc.Key(node, "forwarding_mode",
+              r.Optional<std::string>("forwarding_mode",
+                                      std::string(ForwardingModeName(p.forwarding_mode)))));
+  absl::StatusOr<ForwardingMode> parsed = ParseForwardingMode(mode);
+  if (!parsed.ok()) {
+    return loc.Key(node, "forwarding_mode", r.Error("forwarding_mode", parsed.status().message()));
+  }
+  p.forwarding_mode = *parsed;
+  RETURN_IF_ERROR(ReadWeights(loc, r, node, "latency_weights", c.latency));
+  RETURN_IF_ERROR(ReadWeights(loc, r, node, "bulk_weights", c.bulk));
+  return loc.CheckKeys(r, node);
+}
+
+absl::StatusOr<DataRate> ReadCapacity(const Located& loc, YamlReader& r, const YAML::Node& node) {
+  static constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"capacity_bps", 1}, {"capacity_mbps", 1e6}, {"capacity_gbps", 1e9}};
+  std::optional<std::pair<std::string_view, double>> found;
+  for (const auto& unit : kUnits) {
+    if (!r.Has(unit.first)) continue;
+    if (found) {
+      return loc.Key(node, unit.first,
+                     r.Error(unit.first, fmt::format("give only one of capacity_bps, "
+                                                     "capacity_mbps, capacity_gbps (also {})",
+                                                     found->first)));
+    }
+    found = unit;
+  }
+  if (!found) {
+    return loc.At(node, r.Error("capacity_bps", "missing (or capacity_mbps, capacity_gbps)"));
+  }
+  ASSIGN_OR_RETURN(
+      double v, loc.Key(node, found->first, r.Required<double>(found->first, Bounds::Positive())));
+  const double bps = v * found->second;
+  if (!(bps >= 1000 && bps <= 1e13)) {
+    return loc.Key(node, found->first,
+                   r.Error(found->first, fmt::format("must be between 1 kb/s and 10 Tb/s, got "
+                                                     "{} b/s",
+                                                     bps)));
+  }
+  return DataRate::BitsPerSecond(std::llround(bps));
+}
+
+absl::Status ReadNodes(const Located& loc, YamlReader& top, const YAML::Node& root,
+                       ControllerConfig& c) {
+  const YAML::Node list = Located::KeyNode(root, "nodes");
+  ASSIGN_OR_RETURN(std::vector<YamlReader> nodes, loc.At(list, top.RequiredMapList("nodes")));
+  if (nodes.empty()) return loc.At(list, top.Error("nodes", "must list at least one node"));
+  std::map<uint32_t, size_t> ids;
+  std::map<std::string, size_t> names, overlays;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    YamlReader& r = nodes[i];
+    const YAML::Node node = list[i];
+    ControllerNodeConfig n;
+    ASSIGN_OR_RETURN(
+        int64_t id,
+        loc.Key(node, "id", r.Required<int64_t>("id", Bounds::InRange(1, 4294967295.0))));
+    n.id = static_cast<uint32_t>(id);
+    ASSIGN_OR_RETURN(n.name, loc.Key(node, "name", r.Required<std::string>("name")));
+    if (absl::Status s = ValidateIdentityName(n.name); !s.ok()) {
+      return loc.Key(node, "name", r.Error("name", s.message()));
+    }
+    ASSIGN_OR_RETURN(n.overlay_address,
+                     loc.Key(node, "overlay", r.Required<std::string>("overlay")));
+    in_addr addr;
+    if (inet_pton(AF_INET, n.overlay_address.c_str(), &addr) != 1) {
+      return loc.Key(node, "overlay",
+                     r.Error("overlay", fmt::format("must be an IPv4 address such as 10.77.0.1, "
+                                                    "got '{}'",
+                                                    n.overlay_address)));
+    }
+    if (auto [it, fresh] = ids.emplace(n.id, i); !fresh) {
+      return loc.Key(
+          node, "id",
+          r.Error("id", fmt::format("{} is also the id of nodes[{}]", n.id, it->second)));
+    }
+    if (auto [it, fresh] = names.emplace(n.name, i); !fresh) {
+      return loc.Key(node, "name",
+                     r.Error("name", fmt::format("'{}' is also the name of "
+                                                 "nodes[{}]",
+                                                 n.name, it->second)));
+    }
+    if (auto [it, fresh] = overlays.emplace(n.overlay_address, i); !fresh) {
+      return loc.Key(node, "overlay",
+                     r.Error("overlay", fmt::format("{} is also the overlay "
+                                                    "address of nodes[{}]",
+                                                    n.overlay_address, it->second)));
+    }
+    RETURN_IF_ERROR(loc.CheckKeys(r, node));
+    c.nodes.push_back(std::move(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadLinks(const Located& loc, YamlReader& top, const YAML::Node& root,
+                       ControllerConfig& c) {
+  const YAML::Node list = Located::KeyNode(root, "links");
+  ASSIGN_OR_RETURN(std::vector<YamlReader> links, loc.At(list, top.RequiredMapList("links")));
+  std::set<std::string> names;
+  for (const ControllerNodeConfig& n : c.nodes) names.insert(n.name);
+  std::map<std::pair<std::string, std::string>, size_t> cables;
+  for (size_t i = 0; i < links.size(); ++i) {
+    YamlReader& r = links[i];
+    const YAML::Node node = list[i];
+    ControllerLinkConfig l;
+    ASSIGN_OR_RETURN(l.a, loc.Key(node, "a", r.Required<std::string>("a")));
+    ASSIGN_OR_RETURN(l.b, loc.Key(node, "b", r.Required<std::string>("b")));
+    for (const auto& [key, name] : {std::pair{"a", &l.a}, std::pair{"b", &l.b}}) {
+      if (!names.contains(*name)) {
+        return loc.Key(node, key, r.Error(key, fmt::format("unknown node '{}'", *name)));
+      }
+    }
+    if (l.a == l.b) {
+      return loc.Key(node, "b",
+                     r.Error("b", fmt::format("a link joins two different nodes, "
+                                              "got '{}' twice",
+                                              l.a)));
+    }
+    const auto cable = std::minmax(l.a, l.b);
+    if (auto [it, fresh] = cables.emplace(std::pair(cable.first, cable.second), i); !fresh) {
+      return loc.At(node,
+                    r.Error("b", fmt::format("{}-{} is also links[{}]", l.a, l.b, it->second)));
+    }
+    ASSIGN_OR_RETURN(l.capacity, ReadCapacity(loc, r, node));
+    if (r.HasDuration("delay")) {
+      ASSIGN_OR_RETURN(l.delay,
+                       loc.Key(node, "delay", r.RequiredDuration("delay", Bounds::Positive())));
+    }
+    RETURN_IF_ERROR(loc.CheckKeys(r, node));
+    c.links.push_back(std::move(l));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+RouteComputerConfig DefaultControllerRoutes() {
+  RouteComputerConfig c;
+  c.down_from_samples = false;
+  c.scales.reference_delay = Milliseconds(1);
+  // Noisy samples move most links' costs at once; a full pass is then the cheaper one.
+  c.full_above_changed_fraction = 0.25;
+  return c;
+}
+
+absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
+                                                       const std::string& file) {
+  const Located loc(file);
+  ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
+  if (!root.IsDefined() || root.IsNull()) {
+    return absl::InvalidArgumentError(fmt::format("{}: the file is empty", file));
+  }
+  ASSIGN_OR_RETURN(YamlReader top, loc.At(root, YamlReader::Create(root, "")));
+  ControllerConfig c;
+  c.file = file;
+  c.policy.routes = DefaultControllerRoutes();
+
+  ASSIGN_OR_RETURN(c.listen, loc.Key(root, "listen", top.Required<std::string>("listen")));
+  RETURN_IF_ERROR(loc.Key(root, "listen", top.Error("listen", CheckHostPort(c.listen))));
+
+  const YAML::Node tls_node = Located::KeyNode(root, "tls");
+  ASSIGN_OR_RETURN(YamlReader tls, loc.At(tls_node, top.RequiredMap("tls")));
+  for (const auto& [key, field] :
+       {std::pair{"cert", &c.tls.cert_file}, std::pair{"key", &c.tls.key_file},
+        std::pair{"ca", &c.tls.ca_file}}) {
+    ASSIGN_OR_RETURN(*field, loc.Key(tls_node, key, tls.Required<std::string>(key)));
+    if (field->empty()) return loc.Key(tls_node, key, tls.Error(key, "must name a PEM file"));
+    *field = Resolve(*field, file);
+  }
+  RETURN_IF_ERROR(loc.CheckKeys(tls, tls_node));
+
+  ASSIGN_OR_RETURN(c.trust_domain,
+                   loc.Key(root, "trust_domain", top.Optional<std::string>("trust_domain", "")));
+  if (!c.trust_domain.empty()) {
+    RETURN_IF_ERROR(loc.Key(root, "trust_domain",
+                            top.Error("trust_domain", ValidateTrustDomain(c.trust_domain))));
+  }
+  ASSIGN_OR_RETURN(c.http, loc.Key(root, "http", top.Optional<std::string>("http", "")));
+  if (!c.http.empty()) {
+    RETURN_IF_ERROR(loc.Key(root, "http", top.Error("http", CheckHostPort(c.http))));
+  }
+  ASSIGN_OR_RETURN(c.log_file, loc.Key(root, "log", top.Optional<std::string>("log", "")));
+  c.log_file = Resolve(c.log_file, file);
+  ASSIGN_OR_RETURN(c.log_level, loc.Key(root, "log_level",
+                                        top.OptionalChoice("log_level", c.log_level,
+                                                           {"debug", "info", "warn", "error"})));
+
+  ASSIGN_OR_RETURN(
+      c.policy.cycle,
+      loc.Key(root, "cycle", top.OptionalDuration("cycle", c.policy.cycle, Bounds::Positive())));
+  if (c.policy.cycle < Milliseconds(1) || c.policy.cycle > Seconds(60)) {
+    return loc.Key(root, "cycle", top.Error("cycle_ms", "must be between 1 ms and 60 s"));
+  }
+  ASSIGN_OR_RETURN(c.table_stale,
+                   loc.Key(root, "table_stale",
+                           top.OptionalDuration("table_stale", c.table_stale, Bounds::Positive())));
+  ASSIGN_OR_RETURN(
+      c.forecast_horizon,
+      loc.Key(root, "forecast_horizon",
+              top.OptionalDuration("forecast_horizon", c.forecast_horizon, Bounds::Positive())));
+  ASSIGN_OR_RETURN(c.events_kept, loc.Key(root, "events_kept",
+                                          top.Optional<int>("events_kept", c.events_kept,
+                                                            Bounds::InRange(1, 1000000))));
+
+  const YAML::Node probe_node = Located::KeyNode(root, "probe");
+  ASSIGN_OR_RETURN(YamlReader probe, loc.At(probe_node, top.OptionalMap("probe")));
+  ASSIGN_OR_RETURN(c.probe_interval, loc.Key(probe_node, "interval",
+                                             probe.OptionalDuration("interval", c.probe_interval,
+                                                                    Bounds::Positive())));
+  if (c.probe_interval < Milliseconds(1) || c.probe_interval > Seconds(60)) {
+    return loc.Key(probe_node, "interval",
+                   probe.Error("interval_ms", "must be between 1 ms and 60 s"));
+  }
+  ASSIGN_OR_RETURN(c.missed_probes, loc.Key(probe_node, "missed_probes",
+                                            probe.Optional<int>("missed_probes", c.missed_probes,
+                                                                Bounds::InRange(1, 1000))));
+  RETURN_IF_ERROR(loc.CheckKeys(probe, probe_node));
+
+  ASSIGN_OR_RETURN(
+      c.sample_timeout,
+      loc.Key(root, "sample_timeout",
+              top.OptionalDuration("sample_timeout", 3 * c.probe_interval, Bounds::Positive())));
+  if (c.sample_timeout <= c.probe_interval) {
+    return loc.Key(root, "sample_timeout",
+                   top.Error("sample_timeout", fmt::format("must be longer than the probe interval "
+                                                           "({} ms)",
+                                                           c.probe_interval.count() / 1000000.0)));
+  }
+  if (c.table_stale <= c.policy.cycle) {
+    return loc.Key(root, "table_stale",
+                   top.Error("table_stale", fmt::format("must be longer than the cycle ({} ms)",
+                                                        c.policy.cycle.count() / 1000000.0)));
+  }
+
+  RETURN_IF_ERROR(ReadNodes(loc, top, root, c));
+  RETURN_IF_ERROR(ReadLinks(loc, top, root, c));
+  RETURN_IF_ERROR(ReadPolicy(loc, top, root, c.policy));
+  RETURN_IF_ERROR(loc.CheckKeys(top, root));
+
+  c.policy.routes.horizon_periods = HorizonPeriods(c);
+  if (absl::Status s = c.policy.routes.Validate(); !s.ok()) {
+    return loc.Key(root, "policy", top.Error("policy", s.message()));
+  }
+  return c;
+}
+
+absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseControllerConfig(text, path);
+}
+
+Topology BuildTopology(const ControllerConfig& config) {
+  Topology topo;
+  std::map<std::string, NodeId, std::less<>> by_name;
+  for (const ControllerNodeConfig& n : config.nodes) {
+    by_name[n.name] = topo.AddNode(n.name, NodeKind::kSwitch);
+  }
+  for (const ControllerLinkConfig& l : config.links) {
+    LinkParams p;
+    p.capacity = l.capacity;
+    p.delay = l.delay.value_or(Microseconds(1));
+    topo.AddDuplexLink(by_name.at(l.a), by_name.at(l.b), p);
+  }
+  return topo;
+}
+
+int HorizonPeriods(const ControllerConfig& config) {
+  return HorizonSteps(config.forecast_horizon, config.probe_interval);
+}
+
+}  // namespace dar::control

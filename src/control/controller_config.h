@@ -1,0 +1,112 @@
+// The controller's configuration file: where it listens, its TLS files, the nodes and links of
+// the overlay, the cycle, the policy and what agents are told. Parsed and validated in one
+// place; errors name the file, the line and the field ("ctl.yaml:12: links[2].b: unknown node
+// 'X'").
+//
+//   listen: 127.0.0.1:50051          # gRPC, agents and admin (mutual TLS 1.3)
+//   tls: {cert: controller.crt, key: controller.key, ca: ca.crt}   # relative to the file
+//   trust_domain: dar.test           # optional: the controller certificate's domain
+//   http: 127.0.0.1:9100             # optional: /metrics and /healthz (plain HTTP)
+//   log: controller.jsonl            # optional: JSON lines; default stderr
+//   log_level: info                  # debug | info | warn | error
+//   cycle_ms: 100                    # decision cycle
+//   table_stale_ms: 3000             # agents fall back to static after this without a table
+//   sample_timeout_ms: 300           # a link end silent this long counts as down
+//   forecast_horizon_s: 30
+//   events_kept: 1000
+//   probe: {interval_ms: 100, missed_probes: 3}
+//   nodes:
+//     - {id: 1, name: A, overlay: 10.77.0.1}    # id > 0: the certificate's node/<id>
+//   links:
+//     - {a: A, b: B, capacity_mbps: 100}        # capacity_bps | _mbps | _gbps; delay_us opt.
+//   policy:
+//     temperature: 0.5                 # soft-min temperature (core/diffusion.h)
+//     hysteresis: 0.3
+//     min_weight: 0.001
+//     min_cost_change: 0.05
+//     full_every: 50
+//     forwarding_mode: per_flowlet     # per_flow | per_flowlet | per_packet | per_packet_p2c
+//     reference_delay_ms: 1            # cost scale of delay (_us/_ms/_s)
+//     latency_weights: {hop: 1, latency: 0.3, loss: 1, utilisation: 0.3, capacity: 0}
+//     bulk_weights: {hop: 1, latency: 0, loss: 1, utilisation: 0.5, capacity: 1}
+//
+// Every node is a router and an application endpoint: each is a destination of the tables.
+// A link without `delay_us` takes half the RTT its agents measure as its base delay.
+#ifndef DAR_CONTROL_CONTROLLER_CONFIG_H_
+#define DAR_CONTROL_CONTROLLER_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "control/tls.h"
+#include "core/next_hop_chooser.h"
+#include "core/route_computer.h"
+#include "core/topology.h"
+#include "core/units.h"
+
+namespace dar::control {
+
+struct ControllerNodeConfig {
+  uint32_t id = 0;  // > 0; the agent's certificate says spiffe://<domain>/node/<id>
+  std::string name;
+  std::string overlay_address;  // IPv4 dotted quad
+};
+
+struct ControllerLinkConfig {
+  std::string a;  // node names
+  std::string b;
+  DataRate capacity;              // > 0, both directions
+  std::optional<Duration> delay;  // one-way base delay; none: measured
+};
+
+// The tunable part: what SetPolicy may change at run time.
+struct ControllerPolicy {
+  RouteComputerConfig routes;  // with the controller's defaults (see ParseControllerConfig)
+  ForwardingMode forwarding_mode = ForwardingMode::kPerFlowlet;
+  Duration cycle = Milliseconds(100);
+};
+
+struct ControllerConfig {
+  std::string file;  // where it was read from; "" if built in code
+  std::string listen = "127.0.0.1:50051";
+  TlsFiles tls;
+  std::string trust_domain;  // empty: the controller certificate's
+  std::string http;          // empty: no HTTP server
+  std::string log_file;      // empty: stderr
+  std::string log_level = "info";
+  Duration table_stale = Seconds(3);
+  Duration sample_timeout = Milliseconds(300);
+  Duration forecast_horizon = Seconds(30);
+  int events_kept = 1000;
+  Duration probe_interval = Milliseconds(100);
+  int missed_probes = 3;
+  std::vector<ControllerNodeConfig> nodes;
+  std::vector<ControllerLinkConfig> links;
+  ControllerPolicy policy;
+};
+
+// The controller's defaults for the route computer: the simulator's, with the controller's
+// liveness rule (down_from_samples off: ends decide together), a 1 ms delay scale, and a
+// class recomputed whole when over a quarter of the links changed cost.
+RouteComputerConfig DefaultControllerRoutes();
+
+// Parses configuration text; `file` names it in errors and anchors relative TLS and log paths
+// (its directory). Errors: InvalidArgument "<file>:<line>: <field>: <problem>".
+absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
+                                                       const std::string& file);
+// Reads and parses a file. Errors also: NotFound etc. naming the path.
+absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path);
+
+// The overlay as a Topology: node i is config.nodes[i] (a switch: router and endpoint), every
+// link both directions with its capacity (and delay, or 1 us until measured).
+Topology BuildTopology(const ControllerConfig& config);
+
+// The number of probe periods in the forecast horizon (at least 1).
+int HorizonPeriods(const ControllerConfig& config);
+
+}  // namespace dar::control
+
+#endif  // DAR_CONTROL_CONTROLLER_CONFIG_H_

@@ -1,0 +1,216 @@
+#include "control/controller_config.h"
+
+#include <fstream>
+#include <string>
+
+#include "control/controller_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dar::control {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kGood[] = R"(# a diamond
+listen: 127.0.0.1:50051
+tls: {cert: certs/controller.crt, key: certs/controller.key, ca: /etc/dar/ca.crt}
+trust_domain: dar.test
+http: 127.0.0.1:9100
+log: ctl.jsonl
+log_level: debug
+cycle_ms: 50
+table_stale_ms: 2000
+forecast_horizon_s: 60
+events_kept: 10
+probe: {interval_ms: 200, missed_probes: 4}
+nodes:
+  - {id: 1, name: A, overlay: 10.77.0.1}
+  - {id: 2, name: B, overlay: 10.77.0.2}
+  - {id: 3, name: C, overlay: 10.77.0.3}
+  - {id: 4, name: D, overlay: 10.77.0.4}
+links:
+  - {a: A, b: B, capacity_mbps: 100}
+  - {a: A, b: C, capacity_gbps: 1, delay_us: 500}
+  - {a: B, b: D, capacity_bps: 100000000}
+  - {a: C, b: D, capacity_mbps: 50}
+policy:
+  temperature: 0.2
+  hysteresis: 0.1
+  min_cost_change: 0.1
+  full_every: 20
+  forwarding_mode: per_packet
+  reference_delay_us: 300
+  latency_weights: {utilisation: 0.7}
+  bulk_weights: {capacity: 2}
+)";
+
+// The text of kGood with `from` replaced by `to` (which must occur).
+std::string With(const std::string& from, const std::string& to) {
+  std::string text = kGood;
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+std::string ErrorOf(const std::string& text) {
+  absl::StatusOr<ControllerConfig> c = ParseControllerConfig(text, "/etc/dar/ctl.yaml");
+  EXPECT_FALSE(c.ok()) << text;
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(ControllerConfigTest, ParsesEveryField) {
+  absl::StatusOr<ControllerConfig> c = ParseControllerConfig(kGood, "/etc/dar/ctl.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen, "127.0.0.1:50051");
+  EXPECT_EQ(c->tls.cert_file, "/etc/dar/certs/controller.crt");  // relative to the file
+  EXPECT_EQ(c->tls.ca_file, "/etc/dar/ca.crt");
+  EXPECT_EQ(c->trust_domain, "dar.test");
+  EXPECT_EQ(c->http, "127.0.0.1:9100");
+  EXPECT_EQ(c->log_file, "/etc/dar/ctl.jsonl");
+  EXPECT_EQ(c->log_level, "debug");
+  EXPECT_EQ(c->policy.cycle, Milliseconds(50));
+  EXPECT_EQ(c->table_stale, Seconds(2));
+  EXPECT_EQ(c->forecast_horizon, Seconds(60));
+  EXPECT_EQ(c->events_kept, 10);
+  EXPECT_EQ(c->probe_interval, Milliseconds(200));
+  EXPECT_EQ(c->missed_probes, 4);
+  EXPECT_EQ(c->sample_timeout, Milliseconds(600));  // 3 probe periods by default
+  ASSERT_EQ(c->nodes.size(), 4u);
+  EXPECT_EQ(c->nodes[2].id, 3u);
+  EXPECT_EQ(c->nodes[2].name, "C");
+  EXPECT_EQ(c->nodes[2].overlay_address, "10.77.0.3");
+  ASSERT_EQ(c->links.size(), 4u);
+  EXPECT_EQ(c->links[0].capacity, DataRate::Mbps(100));
+  EXPECT_EQ(c->links[1].capacity, DataRate::Gbps(1));
+  EXPECT_EQ(c->links[1].delay, Microseconds(500));
+  EXPECT_FALSE(c->links[0].delay.has_value());
+  EXPECT_EQ(c->links[2].capacity, DataRate::Mbps(100));
+  const RouteComputerConfig& r = c->policy.routes;
+  EXPECT_EQ(r.diffusion.temperature, 0.2);
+  EXPECT_EQ(r.diffusion.hysteresis, 0.1);
+  EXPECT_EQ(r.min_cost_change, 0.1);
+  EXPECT_EQ(r.full_every, 20);
+  EXPECT_EQ(r.scales.reference_delay, Microseconds(300));
+  EXPECT_EQ(r.latency.utilisation, 0.7);
+  EXPECT_EQ(r.latency.loss, 1);  // default kept
+  EXPECT_EQ(r.bulk.capacity, 2);
+  EXPECT_FALSE(r.down_from_samples);  // the controller decides liveness from both ends
+  EXPECT_EQ(r.horizon_periods, 300);  // 60 s at 200 ms
+  EXPECT_EQ(c->policy.forwarding_mode, ForwardingMode::kPerPacket);
+}
+
+TEST(ControllerConfigTest, DefaultsForOptionalFields) {
+  absl::StatusOr<ControllerConfig> c = ParseControllerConfig(
+      "listen: 0.0.0.0:7000\ntls: {cert: c, key: k, ca: a}\nnodes: [{id: 9, name: X, overlay: "
+      "10.0.0.9}]\nlinks: []\n",
+      "ctl.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->policy.cycle, Milliseconds(100));
+  EXPECT_EQ(c->sample_timeout, Milliseconds(300));
+  EXPECT_EQ(c->probe_interval, Milliseconds(100));
+  EXPECT_EQ(c->policy.forwarding_mode, ForwardingMode::kPerFlowlet);
+  EXPECT_EQ(c->policy.routes.horizon_periods, 300);
+  EXPECT_TRUE(c->http.empty());
+  EXPECT_TRUE(c->trust_domain.empty());
+  EXPECT_EQ(c->tls.cert_file, "c");
+}
+
+TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
+  // Each kind of bad input, with the place the error must point at.
+  struct Case {
+    std::string text;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {With("listen: 127.0.0.1:50051", "listen: nowhere"), "ctl.yaml:2: listen: must be host:port"},
+      {With("listen: 127.0.0.1:50051\n", ""), "ctl.yaml:2: listen: required"},
+      {With("cycle_ms: 50", "cycle_ms: 0"), "ctl.yaml:8: cycle_ms: must be > 0"},
+      {With("cycle_ms: 50", "cycle_ms: 100000"), "cycle_ms: must be between 1 ms and 60 s"},
+      {With("cycle_ms: 50", "cycle_ms: fast"), "ctl.yaml:8: cycle_ms"},
+      {With("events_kept: 10", "events_kept: 0"), "ctl.yaml:11: events_kept"},
+      {With("missed_probes: 4", "missed_probes: -1"), "ctl.yaml:12: probe.missed_probes"},
+      {With("probe: {interval_ms: 200", "probe: {interval_ms: 200, jitter: 1"),
+       "ctl.yaml:12: probe.jitter: unknown key"},
+      {With("{id: 2, name: B", "{id: 1, name: B"),
+       "ctl.yaml:15: nodes[1].id: 1 is also the id of nodes[0]"},
+      {With("{id: 2, name: B", "{id: 0, name: B"), "ctl.yaml:15: nodes[1].id"},
+      {With("{id: 2, name: B", "{id: 2, name: A"), "nodes[1].name: 'A' is also the name"},
+      {With("name: B", "name: B/2"), "ctl.yaml:15: nodes[1].name"},
+      {With("10.77.0.3", "10.77.0.300"), "ctl.yaml:16: nodes[2].overlay: must be an IPv4 address"},
+      {With("10.77.0.3", "10.77.0.2"), "nodes[2].overlay: 10.77.0.2 is also the overlay address"},
+      {With("{a: A, b: B, capacity_mbps: 100}", "{a: A, b: Z, capacity_mbps: 100}"),
+       "ctl.yaml:19: links[0].b: unknown node 'Z'"},
+      {With("{a: A, b: B, capacity_mbps: 100}", "{a: A, b: A, capacity_mbps: 100}"),
+       "links[0].b: a link joins two different nodes"},
+      {With("{a: C, b: D, capacity_mbps: 50}", "{a: B, b: A, capacity_mbps: 50}"),
+       "ctl.yaml:22: links[3].b: B-A is also links[0]"},
+      {With("capacity_mbps: 100}", "capacity_mbps: -5}"), "ctl.yaml:19: links[0].capacity_mbps"},
+      {With("capacity_mbps: 100}", "rate: 100mbit}"), "links[0].capacity_bps: missing"},
+      {With("capacity_mbps: 100}", "capacity_mbps: 100, capacity_gbps: 1}"),
+       "give only one of capacity_bps"},
+      {With("delay_us: 500", "delay_us: 0"), "ctl.yaml:20: links[1].delay_us"},
+      {With("forwarding_mode: per_packet", "forwarding_mode: sprinkle"),
+       "ctl.yaml:28: policy.forwarding_mode"},
+      {With("temperature: 0.2", "temperature: -1"), "ctl.yaml:24: policy.temperature"},
+      {With("latency_weights: {utilisation: 0.7}",
+            "latency_weights: {utilisation: 0.7, colour: 1}"),
+       "ctl.yaml:30: policy.latency_weights.colour: unknown key"},
+      {With("bulk_weights: {capacity: 2}", "bulk_weights: {hop: 0}"),
+       "policy.bulk_weights.hop: must be > 0"},
+      {With("log_level: debug", "log_level: loud"), "ctl.yaml:7: log_level"},
+      {With("trust_domain: dar.test", "trust_domain: Dar.Test"), "ctl.yaml:4: trust_domain"},
+      {With("http: 127.0.0.1:9100", "http: 9100"), "ctl.yaml:5: http: must be host:port"},
+      {With("table_stale_ms: 2000", "table_stale_ms: 20"),
+       "table_stale: must be longer than the cycle"},
+      {With("events_kept: 10", "events_kept: 10\nsample_timeout_ms: 100"),
+       "sample_timeout: must be longer than the probe interval"},
+      {With("tls: {cert: certs/controller.crt, ", "tls: {"), "ctl.yaml:3: tls.cert: required"},
+      {With("events_kept: 10", "events_kept: 10\ncolour: blue"),
+       "ctl.yaml:12: colour: unknown key"},
+      {With("nodes:\n", "nodes: []\nunused:\n"), "nodes: must list at least one node"},
+      {"listen: [", "ctl.yaml"},
+      {"", "ctl.yaml: the file is empty"},
+      {"- just\n- a list\n", "ctl.yaml"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_THAT(ErrorOf(c.text), HasSubstr(c.expected)) << c.text;
+  }
+}
+
+TEST(ControllerConfigTest, LoadNamesAMissingFile) {
+  absl::StatusOr<ControllerConfig> c = LoadControllerConfig("/nonexistent/ctl.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("/nonexistent/ctl.yaml"));
+}
+
+TEST(ControllerConfigTest, LoadsAFile) {
+  testing::TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  {
+    std::ofstream out(dir.File("ctl.yaml"));
+    out << kGood;
+  }
+  absl::StatusOr<ControllerConfig> c = LoadControllerConfig(dir.File("ctl.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->file, dir.File("ctl.yaml"));
+  EXPECT_EQ(c->tls.key_file, dir.File("certs/controller.key"));
+}
+
+TEST(ControllerConfigTest, TopologyHasEveryNodeAsRouterAndDestination) {
+  absl::StatusOr<ControllerConfig> c = ParseControllerConfig(kGood, "ctl.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Topology topo = BuildTopology(*c);
+  EXPECT_EQ(topo.num_nodes(), 4);
+  EXPECT_EQ(topo.num_links(), 8);
+  EXPECT_EQ(topo.Destinations(), (std::vector<NodeId>{0, 1, 2, 3}));
+  const LinkId ac = topo.FindLink(*topo.FindNode("A"), *topo.FindNode("C"));
+  ASSERT_NE(ac, kNoLink);
+  EXPECT_EQ(topo.link(ac).params.capacity, DataRate::Gbps(1));
+  EXPECT_EQ(topo.link(ac).params.delay, Microseconds(500));
+  EXPECT_EQ(topo.link(topo.link(ac).reverse).src, *topo.FindNode("C"));
+}
+
+}  // namespace
+}  // namespace dar::control

@@ -1,0 +1,874 @@
+#include "control/controller_core.h"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+
+namespace dar::control {
+namespace {
+
+constexpr size_t kMaxSamplesPerMessage = 4096;
+constexpr int kSummaryEvery = 100;  // cycles between the info-level cycle summaries
+
+double Millis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }
+
+std::pair<std::string, std::string> CableKey(const std::string& a, const std::string& b) {
+  return a < b ? std::pair(a, b) : std::pair(b, a);
+}
+
+absl::Status CheckRange(double v, double lo, double hi, std::string_view field, int i,
+                        uint32_t node, uint32_t neighbour) {
+  if (std::isfinite(v) && v >= lo && v <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      fmt::format("samples[{}].{} from node {} (link to node {}): must be in [{}, {}], got {}", i,
+                  field, node, neighbour, lo, hi, v));
+}
+
+absl::Status CheckSample(const v1::LinkSample& s, int i, uint32_t node) {
+  const uint32_t nb = s.neighbor_id();
+  if (absl::Status st = CheckRange(s.rtt_ms(), 0, 1e6, "rtt_ms", i, node, nb); !st.ok()) return st;
+  if (absl::Status st = CheckRange(s.rtt_p95_ms(), 0, 1e6, "rtt_p95_ms", i, node, nb); !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = CheckRange(s.loss(), 0, 1, "loss", i, node, nb); !st.ok()) return st;
+  if (absl::Status st = CheckRange(s.tx_bps(), 0, 1e15, "tx_bps", i, node, nb); !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = CheckRange(s.utilisation(), 0, 100, "utilisation", i, node, nb); !st.ok()) {
+    return st;
+  }
+  if (s.queue_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("samples[{}].queue_bytes from node {} (link to node {}): must be >= 0, got {}",
+                    i, node, nb, s.queue_bytes()));
+  }
+  return absl::OkStatus();
+}
+
+LinkSample ToLinkSample(const v1::LinkSample& s, DataRate capacity, Time received) {
+  LinkSample x;
+  x.at = received;
+  x.rtt_smoothed = Duration(std::llround(s.rtt_ms() * 1e6));
+  x.rtt_p95 = Duration(std::llround(s.rtt_p95_ms() * 1e6));
+  x.loss = s.loss();
+  x.throughput = DataRate::BitsPerSecond(std::llround(s.tx_bps()));
+  double u = s.utilisation();
+  if (u == 0 && s.tx_bps() > 0 && !capacity.is_zero()) {
+    u = s.tx_bps() / static_cast<double>(capacity.bps());
+  }
+  x.utilisation = std::clamp(u, 0.0, 1.0);
+  x.queue_bytes = s.queue_bytes();
+  x.up = s.up();
+  return x;
+}
+
+bool SameOverlay(const ControllerConfig& a, const ControllerConfig& b) {
+  if (a.nodes.size() != b.nodes.size() || a.links.size() != b.links.size()) return false;
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    const ControllerNodeConfig &x = a.nodes[i], &y = b.nodes[i];
+    if (x.id != y.id || x.name != y.name || x.overlay_address != y.overlay_address) return false;
+  }
+  for (size_t i = 0; i < a.links.size(); ++i) {
+    const ControllerLinkConfig &x = a.links[i], &y = b.links[i];
+    if (x.a != y.a || x.b != y.b || x.capacity != y.capacity || x.delay != y.delay) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ControllerCore::ControllerCore(const ControllerConfig& config, const ControllerClock& clock,
+                               ControllerLog& log, ControllerMetrics& metrics, bool publish_thread)
+    : clock_(clock), log_(log), metrics_(metrics), config_(config), policy_(config.policy) {
+  assert(!config.trust_domain.empty());
+  if (sodium_init() < 0) std::abort();  // cannot happen on Linux; keys must not be weak
+  v1::OverlayKey key;
+  key.set_key_id(1);
+  std::string bytes(32, '\0');
+  randombytes_buf(bytes.data(), bytes.size());
+  key.set_key(std::move(bytes));
+  key.set_active(true);
+  keys_.push_back(std::move(key));
+  overlay_ = MakeOverlay(config_);
+  agent_config_ = BuildAgentConfigLocked();
+  ResetComputer(clock_.Now());
+  if (publish_thread) publisher_ = std::thread([this] { PublishLoop(); });
+}
+
+ControllerCore::~ControllerCore() {
+  if (!publisher_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(pub_mu_);
+    pub_stop_ = true;
+  }
+  pub_cv_.notify_all();
+  publisher_.join();
+}
+
+void ControllerCore::PublishLoop() {
+  std::unique_lock<std::mutex> lock(pub_mu_);
+  for (;;) {
+    pub_cv_.wait(lock, [this] { return pub_stop_ || pub_pending_ != nullptr; });
+    if (pub_stop_) return;
+    std::shared_ptr<const RouteSnapshot> snapshot = std::move(pub_pending_);
+    pub_pending_ = nullptr;
+    lock.unlock();
+    const Duration took = OfferToAll(snapshot);
+    log_.Debug("publish", {{"version", snapshot->version}, {"publish_ms", Millis(took)}});
+    lock.lock();
+  }
+}
+
+Duration ControllerCore::OfferToAll(const std::shared_ptr<const RouteSnapshot>& snapshot) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<AgentLink>> links;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    links = ConnectedLinksLocked();
+  }
+  for (const std::shared_ptr<AgentLink>& link : links) link->OfferSnapshot(snapshot);
+  const Duration took =
+      std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - start);
+  metrics_.publish_seconds->Observe(ToSeconds(took));
+  return took;
+}
+
+void ControllerCore::ResetComputer(Time now) {
+  computer_ = std::make_unique<RouteComputer>(overlay_->topology, policy_.routes);
+  computer_overlay_ = overlay_;
+  const int links = overlay_->topology.num_links();
+  ends_.assign(links, LinkEnd{now, true, 0});
+  cable_down_.assign(links, false);
+  policy_dirty_ = false;
+}
+
+std::shared_ptr<const v1::AgentConfig> ControllerCore::BuildAgentConfigLocked() const {
+  auto c = std::make_shared<v1::AgentConfig>();
+  c->set_probe_interval_ms(static_cast<uint32_t>(config_.probe_interval.count() / 1000000));
+  c->set_missed_probes(config_.missed_probes);
+  c->set_forwarding_mode(std::string(ForwardingModeName(policy_.forwarding_mode)));
+  c->set_table_stale_ms(static_cast<uint32_t>(config_.table_stale.count() / 1000000));
+  for (const v1::OverlayKey& k : keys_) *c->add_keys() = k;
+  for (NodeId n = 0; n < overlay_->topology.num_nodes(); ++n) {
+    v1::OverlayNode* o = c->add_nodes();
+    o->set_node_id(overlay_->wire_id[n]);
+    o->set_name(overlay_->name(n));
+    o->set_overlay_address(overlay_->overlay_address[n]);
+  }
+  return c;
+}
+
+std::vector<std::shared_ptr<AgentLink>> ControllerCore::ConnectedLinksLocked() const {
+  std::vector<std::shared_ptr<AgentLink>> out;
+  for (const auto& [id, agent] : agents_) {
+    if (agent.link != nullptr) out.push_back(agent.link);
+  }
+  return out;
+}
+
+void ControllerCore::RecordEventLocked(const std::string& kind, const std::string& node,
+                                       const std::string& detail) {
+  v1::Event e;
+  e.set_time_unix_ns(clock_.UnixNanos());
+  e.set_kind(kind);
+  e.set_node(node);
+  e.set_detail(detail);
+  events_.push_back(std::move(e));
+  while (events_.size() > static_cast<size_t>(std::max(1, config_.events_kept))) {
+    events_.pop_front();
+  }
+  metrics_.CountEvent(kind);
+  const bool trouble = kind == "link_down" || kind.find("refused") != std::string::npos;
+  log_.Write(trouble ? LogLevel::kWarn : LogLevel::kInfo, "event",
+             {{"kind", kind}, {"node", node}, {"detail", detail}});
+}
+
+void ControllerCore::RecordEvent(const std::string& kind, const std::string& node,
+                                 const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RecordEventLocked(kind, node, detail);
+}
+
+// --- Agents ---
+
+absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const SpiffeId& peer,
+                                                                const v1::Hello& hello,
+                                                                std::shared_ptr<AgentLink> link) {
+  const uint32_t id = hello.node_id();
+  const std::string claimed = std::to_string(id);
+  absl::Status refusal;
+  Admission admission;
+  std::shared_ptr<AgentLink> replaced;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const NodeId v = overlay_->Find(id);
+    if (peer.kind != PeerKind::kNode) {
+      refusal = absl::PermissionDeniedError(
+          fmt::format("hello for node {}: the client is {}, not a node", id, peer.ToString()));
+    } else if (peer.trust_domain != config_.trust_domain) {
+      refusal = absl::PermissionDeniedError(
+          fmt::format("hello for node {}: the client is {}, outside trust domain {}", id,
+                      peer.ToString(), config_.trust_domain));
+    } else if (peer.name != claimed) {
+      refusal = absl::PermissionDeniedError(fmt::format(
+          "hello says node {} but the client's certificate is {}", id, peer.ToString()));
+    } else if (v == kNoNode) {
+      refusal =
+          absl::NotFoundError(fmt::format("node {} is not in the controller's configuration", id));
+    } else {
+      for (int i = 0; i < hello.links_size(); ++i) {
+        const uint32_t nb = hello.links(i).neighbor_id();
+        const NodeId u = overlay_->Find(nb);
+        if (u == kNoNode || overlay_->topology.FindLink(v, u) == kNoLink) {
+          refusal = absl::FailedPreconditionError(fmt::format(
+              "hello from node {} ({}): links[{}] to node {} is not a configured link of it", id,
+              overlay_->name(v), i, nb));
+          break;
+        }
+      }
+    }
+    if (refusal.ok()) {
+      Agent& agent = agents_[id];
+      replaced = std::move(agent.link);
+      agent.link = std::move(link);
+      agent.last_seen_unix_ns = clock_.UnixNanos();
+      next_version_ = std::max(next_version_, hello.installed_version() + 1);
+      admission.config = agent_config_;
+      admission.snapshot = latest_;
+      admission.ack_timeout = config_.table_stale / 2;
+      const std::string mode(ForwardingModeName(policy_.forwarding_mode));
+      const auto& modes = hello.capabilities().forwarding_modes();
+      if (!modes.empty() && std::find(modes.begin(), modes.end(), mode) == modes.end()) {
+        log_.Warn("agent does not support the forwarding mode",
+                  {{"node", overlay_->name(v)}, {"mode", mode}});
+      }
+      RecordEventLocked(
+          "agent_connected", overlay_->name(v),
+          fmt::format("id {}, delta tables {}, installed version {}{}", id,
+                      hello.capabilities().delta_tables() ? "yes" : "no", hello.installed_version(),
+                      replaced != nullptr ? ", replaces a stream" : ""));
+      int connected = 0;
+      for (const auto& [wire, a] : agents_) connected += a.link != nullptr;
+      metrics_.agents_connected->Set(connected);
+    }
+  }
+  if (!refusal.ok()) {
+    OnStreamRefused("hello_refused", claimed, refusal);
+    return refusal;
+  }
+  if (replaced != nullptr) {
+    replaced->Close(
+        absl::AbortedError(fmt::format("node {} opened a newer stream; this one is closed", id)));
+  }
+  return admission;
+}
+
+void ControllerCore::Detach(uint32_t wire_id, const AgentLink* link) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = agents_.find(wire_id);
+  if (it == agents_.end() || it->second.link.get() != link || link == nullptr) return;
+  it->second.link = nullptr;
+  const NodeId v = overlay_->Find(wire_id);
+  RecordEventLocked("agent_disconnected",
+                    v == kNoNode ? std::to_string(wire_id) : overlay_->name(v),
+                    fmt::format("id {}", wire_id));
+  int connected = 0;
+  for (const auto& [wire, a] : agents_) connected += a.link != nullptr;
+  metrics_.agents_connected->Set(connected);
+}
+
+absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& samples) {
+  std::shared_ptr<const Overlay> overlay;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    overlay = overlay_;
+  }
+  const NodeId v = overlay->Find(wire_id);
+  if (v == kNoNode) {
+    return absl::FailedPreconditionError(
+        fmt::format("node {} is no longer in the configuration", wire_id));
+  }
+  if (samples.samples_size() > static_cast<int>(kMaxSamplesPerMessage)) {
+    return absl::InvalidArgumentError(
+        fmt::format("node {} sent {} samples in one message, at most "
+                    "{} allowed",
+                    wire_id, samples.samples_size(), kMaxSamplesPerMessage));
+  }
+  const Time now = clock_.Now();
+  const int64_t unix_now = clock_.UnixNanos();
+  std::vector<PendingSample> batch;
+  batch.reserve(samples.samples_size());
+  const Topology& topo = overlay->topology;
+  for (int i = 0; i < samples.samples_size(); ++i) {
+    const v1::LinkSample& s = samples.samples(i);
+    const NodeId u = overlay->Find(s.neighbor_id());
+    const LinkId l = u == kNoNode ? kNoLink : topo.FindLink(v, u);
+    if (l == kNoLink) {
+      return absl::PermissionDeniedError(
+          fmt::format("node {} ({}) sent samples[{}] for a link to node {}, which is not one of "
+                      "its links",
+                      wire_id, overlay->name(v), i, s.neighbor_id()));
+    }
+    if (absl::Status st = CheckSample(s, i, wire_id); !st.ok()) return st;
+    batch.push_back(PendingSample{l, ToLinkSample(s, topo.link(l).params.capacity, now), now,
+                                  unix_now, s.rtt_ms()});
+  }
+  size_t dropped = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (overlay != overlay_) return absl::OkStatus();  // a reload raced: these ids are stale
+    auto it = agents_.find(wire_id);
+    if (it != agents_.end()) it->second.last_seen_unix_ns = unix_now;
+    // Bounded: a stalled cycle must not let memory grow; 64 samples a link is 6 s at 10 Hz.
+    const size_t limit = 64 * static_cast<size_t>(topo.num_links()) + 1024;
+    for (PendingSample& p : batch) {
+      if (pending_.size() >= limit) {
+        ++dropped;
+        continue;
+      }
+      pending_.push_back(std::move(p));
+    }
+  }
+  metrics_.sample_messages->Increment();
+  metrics_.samples->Increment(static_cast<double>(batch.size() - dropped));
+  if (dropped > 0) metrics_.samples_dropped->Increment(static_cast<double>(dropped));
+  return absl::OkStatus();
+}
+
+void ControllerCore::CloseAll(const absl::Status& status) {
+  std::vector<std::shared_ptr<AgentLink>> links;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    links = ConnectedLinksLocked();
+  }
+  for (const auto& link : links) link->Close(status);
+}
+
+void ControllerCore::OnAck(uint32_t wire_id, const v1::TableAck& ack, AckOutcome outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Agent& agent = agents_[wire_id];
+  agent.last_seen_unix_ns = clock_.UnixNanos();
+  const NodeId v = overlay_->Find(wire_id);
+  const std::string name = v == kNoNode ? std::to_string(wire_id) : overlay_->name(v);
+  switch (outcome) {
+    case AckOutcome::kAccepted:
+      agent.acked_version = ack.version();
+      metrics_.tables_accepted->Increment();
+      break;
+    case AckOutcome::kRefused:
+      ++agent.refused_tables;
+      metrics_.tables_refused->Increment();
+      RecordEventLocked(
+          "table_refused", name,
+          fmt::format("version {}: {}", ack.version(),
+                      ack.reason().empty() ? "no reason given" : ack.reason().substr(0, 500)));
+      break;
+    case AckOutcome::kStale:
+      log_.Debug("ack for a table not in flight",
+                 {{"node", name}, {"version", ack.version()}, {"accepted", ack.accepted()}});
+      break;
+  }
+}
+
+void ControllerCore::OnTableSent(uint32_t wire_id, const v1::RouteTable& table) {
+  if (table.base_version() == 0) {
+    metrics_.tables_sent_full->Increment();
+  } else {
+    metrics_.tables_sent_delta->Increment();
+  }
+}
+
+void ControllerCore::OnStreamRefused(const std::string& kind, const std::string& node,
+                                     const absl::Status& status) {
+  metrics_.streams_refused->Increment();
+  RecordEvent(kind, node, status.ToString());
+}
+
+// --- The cycle ---
+
+std::vector<bool> ControllerCore::DrainedLinks(
+    const Overlay& overlay, const std::set<std::pair<std::string, std::string>>& drained) const {
+  const Topology& topo = overlay.topology;
+  std::vector<bool> out(topo.num_links(), false);
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const Link& link = topo.link(l);
+    out[l] = drained.contains(CableKey(overlay.name(link.src), overlay.name(link.dst)));
+  }
+  return out;
+}
+
+CycleReport ControllerCore::RunCycle() {
+  std::lock_guard<std::mutex> cycle_lock(cycle_mu_);
+  const Time now = clock_.Now();
+  const int64_t unix_now = clock_.UnixNanos();
+  CycleReport report;
+  std::vector<PendingSample> batch;
+  std::set<std::pair<std::string, std::string>> drained;
+  std::optional<RouteComputerConfig> routes;
+  Duration timeout;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(pending_);
+    drained = drained_;
+    if (policy_dirty_) routes = policy_.routes;
+    policy_dirty_ = false;
+    report.version = next_version_++;
+    timeout = config_.sample_timeout;
+  }
+  const std::shared_ptr<const Overlay> overlay = computer_overlay_;
+  const Topology& topo = overlay->topology;
+  const auto t0 = std::chrono::steady_clock::now();
+
+  if (routes) computer_->SetConfig(*routes);
+  for (const PendingSample& p : batch) {
+    computer_->Observe(p.link, p.sample);
+    ends_[p.link] = LinkEnd{p.received, p.sample.up, p.received_unix_ns};
+    if (!overlay->delay_configured[p.link] && p.sample.rtt_smoothed > Duration(0)) {
+      computer_->SetLinkParams(p.link, topo.link(p.link).params.capacity,
+                               p.sample.rtt_smoothed / 2);
+    }
+  }
+  report.samples_applied = static_cast<int>(batch.size());
+
+  struct NewEvent {
+    std::string kind, node, detail;
+  };
+  std::vector<NewEvent> events;
+  const auto end_state = [&](LinkId x) -> std::string {
+    const LinkEnd& e = ends_[x];
+    const double age_ms = Millis(now - e.heard);
+    if (now - e.heard > timeout) return fmt::format("silent for {:.0f} ms", age_ms);
+    return e.up ? "up" : "says down";
+  };
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const LinkId r = topo.link(l).reverse;
+    if (r != kNoLink && r < l) continue;  // each cable once
+    const auto end_up = [&](LinkId x) { return now - ends_[x].heard <= timeout && ends_[x].up; };
+    const bool up = end_up(l) || (r != kNoLink && end_up(r));
+    if (up != cable_down_[l]) continue;  // unchanged
+    cable_down_[l] = !up;
+    computer_->SetKnownDown(l, !up);
+    if (r != kNoLink) {
+      cable_down_[r] = !up;
+      computer_->SetKnownDown(r, !up);
+    }
+    const Link& link = topo.link(l);
+    const std::string a = overlay->name(link.src), b = overlay->name(link.dst);
+    events.push_back(
+        NewEvent{up ? "link_up" : "link_down", a,
+                 fmt::format("{}-{}: {} {}, {} {}", a, b, a, end_state(l), b,
+                             r == kNoLink ? std::string("(no reverse)") : end_state(r))});
+  }
+  const std::vector<bool> drained_links = DrainedLinks(*overlay, drained);
+  int links_down = 0, links_drained = 0;
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    computer_->SetDrained(l, drained_links[l]);
+    links_down += cable_down_[l];
+    links_drained += drained_links[l];
+  }
+  const RouteCycle cycle = computer_->Cycle(/*force_full=*/false);
+  std::shared_ptr<const RouteSnapshot> snapshot =
+      MakeSnapshot(overlay, *computer_, cycle, report.version, unix_now);
+  const auto t1 = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    latest_ = snapshot;
+    cycled_ = true;
+    last_cycle_ = now;
+    for (const NewEvent& e : events) RecordEventLocked(e.kind, e.node, e.detail);
+  }
+  if (publisher_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(pub_mu_);
+      pub_pending_ = snapshot;
+    }
+    pub_cv_.notify_one();
+  } else {
+    report.publish = OfferToAll(snapshot);
+  }
+
+  report.full = cycle.full;
+  report.route_changes = cycle.route_changes;
+  report.changed_links = cycle.changed_links[0] + cycle.changed_links[1];
+  report.classes_recomputed = cycle.classes_recomputed;
+  report.links_down = links_down;
+  report.decision = std::chrono::duration_cast<Duration>(t1 - t0);
+  metrics_.cycle_seconds->Observe(ToSeconds(report.decision));
+  metrics_.cycles->Increment();
+  if (cycle.full) metrics_.full_cycles->Increment();
+  metrics_.route_changes->Increment(static_cast<double>(cycle.route_changes));
+  metrics_.links_down->Set(links_down);
+  metrics_.links_drained->Set(links_drained);
+  metrics_.table_version->Set(static_cast<double>(report.version));
+  metrics_.last_cycle_unix_seconds->Set(static_cast<double>(unix_now) * 1e-9);
+
+  log_.Debug("cycle", {{"version", report.version},
+                       {"decision_ms", Millis(report.decision)},
+                       {"publish_ms", Millis(report.publish)},
+                       {"full", report.full},
+                       {"route_changes", report.route_changes},
+                       {"changed_links", report.changed_links},
+                       {"classes_recomputed", report.classes_recomputed},
+                       {"samples", report.samples_applied},
+                       {"links_down", links_down}});
+  recent_decisions_ms_.push_back(Millis(report.decision));
+  if (++cycles_since_summary_ >= kSummaryEvery) {
+    std::vector<double> d = recent_decisions_ms_;
+    std::sort(d.begin(), d.end());
+    log_.Info("cycles", {{"cycles", d.size()},
+                         {"version", report.version},
+                         {"decision_ms_median", d[d.size() / 2]},
+                         {"decision_ms_max", d.back()},
+                         {"links_down", links_down},
+                         {"links_drained", links_drained}});
+    recent_decisions_ms_.clear();
+    cycles_since_summary_ = 0;
+  }
+  return report;
+}
+
+std::string ControllerCore::HealthProblem() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!cycled_) return "no decision cycle has run yet";
+  const Duration limit = std::max<Duration>(3 * policy_.cycle, Seconds(1));
+  const Duration age = clock_.Now() - last_cycle_;
+  if (age > limit) return fmt::format("no decision cycle for {:.0f} ms", Millis(age));
+  return "";
+}
+
+Duration ControllerCore::cycle_period() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_.cycle;
+}
+
+// --- Admin API ---
+
+absl::Status ControllerCore::CheckAdmin(const SpiffeId& peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (peer.kind == PeerKind::kAdmin && peer.trust_domain == config_.trust_domain) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(fmt::format(
+      "admin API: the client is {}, not an admin of trust domain {} (spiffe://{}/admin/<name>)",
+      peer.ToString(), config_.trust_domain, config_.trust_domain));
+}
+
+void ControllerCore::OnAdminRefused(const std::string& who, const absl::Status& status) {
+  metrics_.admin_refused->Increment();
+  RecordEvent("admin_refused", who, std::string(status.message()));
+}
+
+v1::NodeView ControllerCore::NodeViewLocked(NodeId n) const {
+  v1::NodeView view;
+  const uint32_t wire = overlay_->wire_id[n];
+  view.set_node_id(wire);
+  view.set_name(overlay_->name(n));
+  view.set_overlay_address(overlay_->overlay_address[n]);
+  if (auto it = agents_.find(wire); it != agents_.end()) {
+    view.set_connected(it->second.link != nullptr);
+    view.set_acked_version(it->second.acked_version);
+    view.set_refused_tables(it->second.refused_tables);
+    view.set_last_seen_unix_ns(it->second.last_seen_unix_ns);
+  }
+  return view;
+}
+
+std::vector<v1::NodeView> ControllerCore::ListNodes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::NodeView> out;
+  for (NodeId n = 0; n < overlay_->topology.num_nodes(); ++n) out.push_back(NodeViewLocked(n));
+  return out;
+}
+
+std::vector<v1::LinkView> ControllerCore::ListLinks() const {
+  std::lock_guard<std::mutex> cycle_lock(cycle_mu_);
+  std::set<std::pair<std::string, std::string>> drained;
+  Duration probe_interval;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drained = drained_;
+    probe_interval = config_.probe_interval;
+  }
+  const Overlay& overlay = *computer_overlay_;
+  const Topology& topo = overlay.topology;
+  const std::vector<bool> drained_links = DrainedLinks(overlay, drained);
+  const double horizon_s = ToSeconds(probe_interval) * computer_->config().horizon_periods;
+  std::vector<v1::LinkView> out;
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const Link& link = topo.link(l);
+    const LinkSample& last = computer_->last_sample(l);
+    const LinkState state = computer_->StateOf(l);
+    const Forecast f = computer_->ForecastOf(l);
+    v1::LinkView v;
+    v.set_src_id(overlay.wire_id[link.src]);
+    v.set_dst_id(overlay.wire_id[link.dst]);
+    v.set_src_name(overlay.name(link.src));
+    v.set_dst_name(overlay.name(link.dst));
+    v.set_up(!cable_down_[l]);
+    v.set_drained(drained_links[l]);
+    v.set_capacity_bps(static_cast<uint64_t>(state.capacity.bps()));
+    v.set_rtt_ms(Millis(last.rtt_smoothed));
+    v.set_loss(last.loss);
+    v.set_utilisation(last.utilisation);
+    v.set_queue_bytes(last.queue_bytes);
+    v.set_forecast_utilisation(f.mean);
+    v.set_forecast_stddev(f.stddev);
+    v.set_horizon_s(horizon_s);
+    v.set_cost_latency(computer_->Cost(0, l));
+    v.set_cost_bulk(computer_->Cost(1, l));
+    v.set_last_sample_unix_ns(ends_[l].heard_unix_ns);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+v1::TopologyView ControllerCore::GetTopology() const {
+  v1::TopologyView view;
+  for (v1::NodeView& n : ListNodes()) *view.add_nodes() = std::move(n);
+  for (v1::LinkView& l : ListLinks()) *view.add_links() = std::move(l);
+  return view;
+}
+
+absl::StatusOr<v1::GetRoutesResponse> ControllerCore::GetRoutes(
+    const v1::GetRoutesRequest& request) const {
+  std::shared_ptr<const RouteSnapshot> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshot = latest_;
+  }
+  if (snapshot == nullptr) return absl::UnavailableError("no tables yet: no cycle has run");
+  if (request.traffic_class() >= static_cast<uint32_t>(kTrafficClasses)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "traffic_class {} does not exist (0 latency, 1 bulk)", request.traffic_class()));
+  }
+  const Overlay& o = *snapshot->overlay;
+  const int n = o.topology.num_nodes();
+  NodeId only_node = kNoNode, only_dest = kNoNode;
+  if (!request.node().empty() && (only_node = o.FindByNameOrId(request.node())) == kNoNode) {
+    return absl::NotFoundError(fmt::format("node '{}': no such name or id", request.node()));
+  }
+  if (!request.destination().empty() &&
+      (only_dest = o.FindByNameOrId(request.destination())) == kNoNode) {
+    return absl::NotFoundError(
+        fmt::format("destination '{}': no such name or id", request.destination()));
+  }
+  const int cls = static_cast<int>(request.traffic_class());
+  v1::GetRoutesResponse out;
+  out.set_version(snapshot->version);
+  for (NodeId v = 0; v < n; ++v) {
+    if (only_node != kNoNode && v != only_node) continue;
+    for (NodeId d = 0; d < n; ++d) {
+      if (d == v || (only_dest != kNoNode && d != only_dest)) continue;
+      const absl::Span<const NextHop> hops = snapshot->tables[cls]->Lookup(v, d);
+      v1::RouteView* r = out.add_routes();
+      r->set_node(o.name(v));
+      r->set_destination(o.name(d));
+      r->set_traffic_class(cls);
+      r->set_potential(snapshot->Potential(cls, d, v));
+      for (const NextHop& h : hops) {
+        v1::NextHopView* nh = r->add_next_hops();
+        nh->set_neighbor(o.name(o.topology.link(h.link).dst));
+        nh->set_weight(h.weight);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<v1::Event> ControllerCore::ListEvents(uint32_t limit) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::Event> out;
+  for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
+    if (limit != 0 && out.size() >= limit) break;
+    out.push_back(*it);
+  }
+  return out;
+}
+
+v1::PolicySettings ControllerCore::GetPolicy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::PolicySettings s;
+  const RouteComputerConfig& r = policy_.routes;
+  s.set_temperature(r.diffusion.temperature);
+  s.set_hysteresis(r.diffusion.hysteresis);
+  s.set_min_cost_change(r.min_cost_change);
+  s.set_forwarding_mode(std::string(ForwardingModeName(policy_.forwarding_mode)));
+  s.set_cycle_ms(static_cast<uint32_t>(policy_.cycle.count() / 1000000));
+  s.set_latency_utilisation_weight(r.latency.utilisation);
+  s.set_bulk_utilisation_weight(r.bulk.utilisation);
+  return s;
+}
+
+absl::StatusOr<v1::PolicySettings> ControllerCore::SetPolicy(const v1::PolicySettings& s) {
+  const auto check = [](double v, double lo, double hi, std::string_view field) {
+    if (std::isfinite(v) && v >= lo && v <= hi) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        fmt::format("policy.{}: must be in [{}, {}], got {}", field, lo, hi, v));
+  };
+  for (absl::Status st :
+       {check(s.temperature(), 0, 1e6, "temperature"), check(s.hysteresis(), 0, 2, "hysteresis"),
+        check(s.min_cost_change(), 0, 1e6, "min_cost_change"),
+        check(s.latency_utilisation_weight(), 0, 1e6, "latency_utilisation_weight"),
+        check(s.bulk_utilisation_weight(), 0, 1e6, "bulk_utilisation_weight")}) {
+    if (!st.ok()) return st;
+  }
+  if (s.cycle_ms() > 60000) {
+    return absl::InvalidArgumentError(
+        fmt::format("policy.cycle_ms: must be 1..60000 (0 keeps it), got {}", s.cycle_ms()));
+  }
+  std::optional<ForwardingMode> mode;
+  if (!s.forwarding_mode().empty()) {
+    absl::StatusOr<ForwardingMode> m = ParseForwardingMode(s.forwarding_mode());
+    if (!m.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("policy.forwarding_mode: {}", std::string(m.status().message())));
+    }
+    mode = *m;
+  }
+  std::vector<std::shared_ptr<AgentLink>> links;
+  std::shared_ptr<const v1::AgentConfig> agent_config;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ControllerPolicy p = policy_;
+    p.routes.diffusion.temperature = s.temperature();
+    p.routes.diffusion.hysteresis = s.hysteresis();
+    p.routes.min_cost_change = s.min_cost_change();
+    p.routes.latency.utilisation = s.latency_utilisation_weight();
+    p.routes.bulk.utilisation = s.bulk_utilisation_weight();
+    if (s.cycle_ms() != 0) p.cycle = Milliseconds(s.cycle_ms());
+    if (mode) p.forwarding_mode = *mode;
+    if (absl::Status st = p.routes.Validate(); !st.ok()) {
+      return absl::InvalidArgumentError(fmt::format("policy: {}", std::string(st.message())));
+    }
+    const bool mode_changed = p.forwarding_mode != policy_.forwarding_mode;
+    policy_ = p;
+    policy_dirty_ = true;
+    if (mode_changed) {
+      agent_config_ = BuildAgentConfigLocked();
+      agent_config = agent_config_;
+      links = ConnectedLinksLocked();
+    }
+    RecordEventLocked("policy_changed", "",
+                      fmt::format("temperature {}, hysteresis {}, min_cost_change {}, "
+                                  "forwarding {}, cycle {} ms, utilisation weights {}/{}",
+                                  s.temperature(), s.hysteresis(), s.min_cost_change(),
+                                  ForwardingModeName(p.forwarding_mode), p.cycle.count() / 1000000,
+                                  s.latency_utilisation_weight(), s.bulk_utilisation_weight()));
+  }
+  for (const auto& link : links) link->OfferConfig(agent_config);
+  return GetPolicy();
+}
+
+absl::StatusOr<bool> ControllerCore::Drain(const std::string& a, const std::string& b, bool drain) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const NodeId na = overlay_->FindByNameOrId(a);
+  const NodeId nb = overlay_->FindByNameOrId(b);
+  for (const auto& [text, n] : {std::pair{&a, na}, std::pair{&b, nb}}) {
+    if (n == kNoNode) return absl::NotFoundError(fmt::format("drain: unknown node '{}'", *text));
+  }
+  if (overlay_->topology.FindLink(na, nb) == kNoLink) {
+    return absl::NotFoundError(fmt::format("drain: no link {}-{} in the configuration",
+                                           overlay_->name(na), overlay_->name(nb)));
+  }
+  const auto key = CableKey(overlay_->name(na), overlay_->name(nb));
+  const bool changed = drain ? drained_.insert(key).second : drained_.erase(key) > 0;
+  if (changed) {
+    RecordEventLocked(drain ? "link_drained" : "link_undrained", overlay_->name(na),
+                      fmt::format("{}-{}", key.first, key.second));
+  }
+  return changed;
+}
+
+// --- Configuration ---
+
+void ControllerCore::Reload(const ControllerConfig& config) {
+  std::lock_guard<std::mutex> cycle_lock(cycle_mu_);
+  std::vector<std::shared_ptr<AgentLink>> to_close, to_update;
+  std::vector<uint32_t> closed_ids;
+  std::shared_ptr<const v1::AgentConfig> agent_config;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ControllerConfig next = config;
+    std::vector<std::string> restart;
+    const auto keep = [&](auto& field, const auto& running, const char* name) {
+      if (field != running) {
+        restart.push_back(name);
+        field = running;
+      }
+    };
+    keep(next.listen, config_.listen, "listen");
+    keep(next.tls.cert_file, config_.tls.cert_file, "tls.cert");
+    keep(next.tls.key_file, config_.tls.key_file, "tls.key");
+    keep(next.tls.ca_file, config_.tls.ca_file, "tls.ca");
+    if (next.trust_domain.empty()) next.trust_domain = config_.trust_domain;
+    keep(next.trust_domain, config_.trust_domain, "trust_domain");
+    keep(next.http, config_.http, "http");
+    keep(next.log_file, config_.log_file, "log");
+    if (absl::StatusOr<LogLevel> level = ParseLogLevel(next.log_level); level.ok()) {
+      log_.set_level(*level);
+    }
+    const bool overlay_changed = !SameOverlay(config_, next);
+    config_ = std::move(next);
+    policy_ = config_.policy;
+    policy_dirty_ = true;
+    if (overlay_changed) {
+      overlay_ = MakeOverlay(config_);
+      ResetComputer(clock_.Now());
+      pending_.clear();
+      for (auto it = drained_.begin(); it != drained_.end();) {
+        const NodeId a = overlay_->FindByNameOrId(it->first);
+        const NodeId b = overlay_->FindByNameOrId(it->second);
+        const bool exists =
+            a != kNoNode && b != kNoNode && overlay_->topology.FindLink(a, b) != kNoLink;
+        it = exists ? std::next(it) : drained_.erase(it);
+      }
+      for (auto it = agents_.begin(); it != agents_.end();) {
+        if (overlay_->Find(it->first) != kNoNode) {
+          ++it;
+          continue;
+        }
+        if (it->second.link != nullptr) {
+          to_close.push_back(it->second.link);
+          closed_ids.push_back(it->first);
+        }
+        it = agents_.erase(it);
+      }
+    }
+    agent_config_ = BuildAgentConfigLocked();
+    agent_config = agent_config_;
+    to_update = ConnectedLinksLocked();
+    RecordEventLocked("config_reloaded", "",
+                      fmt::format("{}: {} nodes, {} links{}", config_.file, config_.nodes.size(),
+                                  config_.links.size(),
+                                  overlay_changed ? ", new overlay (tables start over)" : ""));
+    if (!restart.empty()) {
+      RecordEventLocked("config_restart_needed", "",
+                        fmt::format("changes to {} take effect after a restart; running values "
+                                    "kept",
+                                    fmt::join(restart, ", ")));
+    }
+    int connected = 0;
+    for (const auto& [wire, a] : agents_) connected += a.link != nullptr;
+    metrics_.agents_connected->Set(connected);
+  }
+  metrics_.config_reloads->Increment();
+  for (size_t i = 0; i < to_close.size(); ++i) {
+    to_close[i]->Close(absl::FailedPreconditionError(
+        fmt::format("node {} was removed from the controller's configuration", closed_ids[i])));
+  }
+  for (const auto& link : to_update) link->OfferConfig(agent_config);
+}
+
+ControllerConfig ControllerCore::config() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return config_;
+}
+
+}  // namespace dar::control

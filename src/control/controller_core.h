@@ -1,0 +1,239 @@
+// The controller's state and decisions, without the network: which agents are connected, what
+// they reported, which links are up or drained, the policy, the events, and the decision
+// cycle that turns all that into tables (core/route_computer.h) and offers them to the
+// agents' streams. controller_service.h and admin_service.h put gRPC in front of it;
+// controller.h runs the cycle on a thread.
+//
+// Liveness. A link end (the directed link from a node to its neighbour) is up while its
+// node's newest sample for it is fresh (younger than sample_timeout) and says up. A cable is
+// up while either end is up: it goes down when both ends say so, when samples stop from both,
+// or when one says down and the other is silent. Links start up (from the configuration) and
+// go down one timeout later if nobody reports them.
+//
+// Thread-safe. Lock order: the cycle lock, then the state lock; no lock is held while calling
+// into an AgentLink.
+#ifndef DAR_CONTROL_CONTROLLER_CORE_H_
+#define DAR_CONTROL_CONTROLLER_CORE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "control/controller_clock.h"
+#include "control/controller_config.h"
+#include "control/controller_log.h"
+#include "control/controller_metrics.h"
+#include "control/controller_session.h"
+#include "control/controller_tables.h"
+#include "control/identity.h"
+#include "core/route_computer.h"
+#include "dar/v1/admin.pb.h"
+#include "dar/v1/agent.pb.h"
+
+namespace dar::control {
+
+// A connected agent's stream as the core sees it. Implementations must not call back into
+// the core from these methods.
+class AgentLink {
+ public:
+  virtual ~AgentLink() = default;
+  // The newest tables; the stream sends the node's rows when it can.
+  virtual void OfferSnapshot(std::shared_ptr<const RouteSnapshot> snapshot) = 0;
+  // New configuration for the agent.
+  virtual void OfferConfig(std::shared_ptr<const v1::AgentConfig> config) = 0;
+  // Ends the stream with `status`.
+  virtual void Close(const absl::Status& status) = 0;
+};
+
+// What one cycle did.
+struct CycleReport {
+  uint64_t version = 0;
+  bool full = false;
+  // Samples applied, liveness, costs, engines and the snapshot of the tables (steady clock).
+  Duration decision{0};
+  // Offering the snapshot to every stream; 0 when a publisher thread does that.
+  Duration publish{0};
+  int64_t route_changes = 0;
+  int changed_links = 0;       // cost changes the engines saw, both classes
+  int classes_recomputed = 0;  // classes computed whole
+  int samples_applied = 0;
+  int links_down = 0;  // directed
+};
+
+class ControllerCore {
+ public:
+  // `config` must be valid (ParseControllerConfig) with a trust domain filled in. The clock,
+  // log and metrics must outlive the core. Data-plane key 1 is drawn here (libsodium).
+  // With `publish_thread`, each cycle's snapshot is offered to the streams by a thread of the
+  // core's own (an idle stream serialises and encrypts its next write in the offer), so the
+  // cycle thread is free for the next decision; a newer snapshot replaces one not yet
+  // offered. Without it, RunCycle offers before it returns.
+  ControllerCore(const ControllerConfig& config, const ControllerClock& clock, ControllerLog& log,
+                 ControllerMetrics& metrics, bool publish_thread = false);
+  ~ControllerCore();
+  ControllerCore(const ControllerCore&) = delete;
+  ControllerCore& operator=(const ControllerCore&) = delete;
+
+  // --- Agents (called by the stream of each agent) ---
+
+  // What an admitted agent starts with.
+  struct Admission {
+    std::shared_ptr<const v1::AgentConfig> config;
+    std::shared_ptr<const RouteSnapshot> snapshot;  // null before the first cycle
+    Duration ack_timeout{0};
+  };
+  // Checks a Hello from the authenticated `peer` and registers `link` as the node's stream.
+  // An older stream of the same node is closed (ABORTED). Table versions continue above the
+  // Hello's installed_version.
+  // Errors: PermissionDenied if the peer is not that node (kind, trust domain or id differ),
+  // NotFound for a node not in the configuration, FailedPrecondition for a link the
+  // configuration does not have.
+  absl::StatusOr<Admission> Admit(const SpiffeId& peer, const v1::Hello& hello,
+                                  std::shared_ptr<AgentLink> link);
+  // The stream `link` of node `wire_id` ended.
+  void Detach(uint32_t wire_id, const AgentLink* link);
+  // Samples from node `wire_id`, queued for the next cycle. All or nothing.
+  // Errors: PermissionDenied for a link that is not the node's own, InvalidArgument for a bad
+  // value (naming the sample and field), FailedPrecondition if the node is no longer
+  // configured.
+  absl::Status OnSamples(uint32_t wire_id, const v1::LinkSamples& samples);
+  // Closes every agent's stream with `status` (the controller is stopping).
+  void CloseAll(const absl::Status& status);
+  // An acknowledgement from node `wire_id` and what its session made of it.
+  void OnAck(uint32_t wire_id, const v1::TableAck& ack, AckOutcome outcome);
+  // A table went out to node `wire_id`.
+  void OnTableSent(uint32_t wire_id, const v1::RouteTable& table);
+  // A stream was ended for a protocol error (`kind`: "hello_refused", "samples_refused", ...).
+  void OnStreamRefused(const std::string& kind, const std::string& node,
+                       const absl::Status& status);
+
+  // --- The cycle ---
+
+  // Applies queued samples and drains, decides liveness, computes the next tables and offers
+  // them to every connected agent.
+  CycleReport RunCycle();
+  // Empty when a cycle finished recently (within 3 cycles, at least 1 s), else why not.
+  std::string HealthProblem() const;
+  // The cycle period of the current policy.
+  Duration cycle_period() const;
+
+  // --- Admin API ---
+
+  // OK if `peer` is an admin of the trust domain, else PermissionDenied.
+  absl::Status CheckAdmin(const SpiffeId& peer) const;
+  // An admin call from `who` was refused: counted, and an "admin_refused" event.
+  void OnAdminRefused(const std::string& who, const absl::Status& status);
+  v1::TopologyView GetTopology() const;
+  std::vector<v1::NodeView> ListNodes() const;
+  std::vector<v1::LinkView> ListLinks() const;
+  // Errors: NotFound for an unknown node or destination, InvalidArgument for a class > 1,
+  // Unavailable before the first cycle.
+  absl::StatusOr<v1::GetRoutesResponse> GetRoutes(const v1::GetRoutesRequest& request) const;
+  // Newest first; limit 0 = all kept.
+  std::vector<v1::Event> ListEvents(uint32_t limit) const;
+  v1::PolicySettings GetPolicy() const;
+  // Replaces the policy's settings. An empty forwarding_mode or a cycle_ms of 0 keeps the
+  // current one. Errors: InvalidArgument naming the field. Until the next reload.
+  absl::StatusOr<v1::PolicySettings> SetPolicy(const v1::PolicySettings& settings);
+  // Drains (or undrains) both directions of the link a-b (names or ids) from the next cycle
+  // on. Returns whether that changed anything. Errors: NotFound for an unknown node or link.
+  absl::StatusOr<bool> Drain(const std::string& a, const std::string& b, bool drain);
+
+  // --- Configuration ---
+
+  // Applies a new, valid configuration: nodes, links, policy (SetPolicy changes are
+  // dropped), probe and table settings, which agents are told at once. Agents of removed
+  // nodes are disconnected; drains of links that remain are kept. Settings that need a
+  // restart (listen, tls, trust_domain, http, log) keep their running values, with a
+  // warning and a "config_restart_needed" event.
+  void Reload(const ControllerConfig& config);
+  // Records an event (also logged and counted).
+  void RecordEvent(const std::string& kind, const std::string& node, const std::string& detail);
+  ControllerConfig config() const;
+
+ private:
+  struct Agent {
+    std::shared_ptr<AgentLink> link;  // null while disconnected
+    uint64_t acked_version = 0;
+    uint64_t refused_tables = 0;
+    int64_t last_seen_unix_ns = 0;
+  };
+  struct PendingSample {
+    LinkId link;
+    LinkSample sample;
+    Time received;
+    int64_t received_unix_ns;
+    double rtt_ms;
+  };
+  struct LinkEnd {
+    Time heard{0};  // when its node last reported it (or when the controller started)
+    bool up = true;
+    int64_t heard_unix_ns = 0;  // 0 until a real sample
+  };
+
+  // REQUIRES: mu_ held.
+  void RecordEventLocked(const std::string& kind, const std::string& node,
+                         const std::string& detail);
+  std::shared_ptr<const v1::AgentConfig> BuildAgentConfigLocked() const;
+  std::vector<std::shared_ptr<AgentLink>> ConnectedLinksLocked() const;
+  v1::NodeView NodeViewLocked(NodeId n) const;
+  // REQUIRES: cycle_mu_ held.
+  void ResetComputer(Time now);
+  // Offers `snapshot` to every connected stream; returns how long that took.
+  Duration OfferToAll(const std::shared_ptr<const RouteSnapshot>& snapshot);
+  void PublishLoop();
+  // REQUIRES: cycle_mu_ held. "a-b" keys of the links drained, by link.
+  std::vector<bool> DrainedLinks(
+      const Overlay& overlay, const std::set<std::pair<std::string, std::string>>& drained) const;
+
+  const ControllerClock& clock_;
+  ControllerLog& log_;
+  ControllerMetrics& metrics_;
+
+  // The decision loop; cycle_mu_ guards it.
+  mutable std::mutex cycle_mu_;
+  std::unique_ptr<RouteComputer> computer_;
+  std::shared_ptr<const Overlay> computer_overlay_;
+  std::vector<LinkEnd> ends_;     // by link
+  std::vector<bool> cable_down_;  // by link, as last decided
+
+  // Everything else; mu_ guards it.
+  mutable std::mutex mu_;
+  ControllerConfig config_;
+  ControllerPolicy policy_;
+  bool policy_dirty_ = false;
+  std::shared_ptr<const Overlay> overlay_;
+  std::shared_ptr<const v1::AgentConfig> agent_config_;
+  std::vector<v1::OverlayKey> keys_;
+  std::map<uint32_t, Agent> agents_;  // by wire id; entries stay after a disconnect
+  std::vector<PendingSample> pending_;
+  std::set<std::pair<std::string, std::string>> drained_;  // (name, name), ordered pair
+  std::deque<v1::Event> events_;                           // newest at the back
+  std::shared_ptr<const RouteSnapshot> latest_;
+  uint64_t next_version_ = 1;
+  bool cycled_ = false;
+  Time last_cycle_{0};
+  int64_t cycles_since_summary_ = 0;
+  std::vector<double> recent_decisions_ms_;
+
+  // The publisher thread, if any; pub_mu_ guards its slot.
+  std::mutex pub_mu_;
+  std::condition_variable pub_cv_;
+  std::shared_ptr<const RouteSnapshot> pub_pending_;
+  bool pub_stop_ = false;
+  std::thread publisher_;
+};
+
+}  // namespace dar::control
+
+#endif  // DAR_CONTROL_CONTROLLER_CORE_H_

@@ -1,0 +1,417 @@
+#include "control/controller_core.h"
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "control/controller_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dar::control {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::kTestDomain;
+
+// What the core offered one agent.
+class FakeLink final : public AgentLink {
+ public:
+  void OfferSnapshot(std::shared_ptr<const RouteSnapshot> s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshots.push_back(std::move(s));
+  }
+  void OfferConfig(std::shared_ptr<const v1::AgentConfig> c) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    configs.push_back(std::move(c));
+  }
+  void Close(const absl::Status& s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed = s;
+  }
+  std::mutex mu_;
+  std::vector<std::shared_ptr<const RouteSnapshot>> snapshots;
+  std::vector<std::shared_ptr<const v1::AgentConfig>> configs;
+  std::optional<absl::Status> closed;
+};
+
+v1::Hello Hello(uint32_t id, std::vector<uint32_t> neighbours, uint64_t installed = 0) {
+  v1::Hello h;
+  h.set_node_id(id);
+  for (uint32_t n : neighbours) h.add_links()->set_neighbor_id(n);
+  h.mutable_capabilities()->set_delta_tables(true);
+  h.set_installed_version(installed);
+  return h;
+}
+
+v1::LinkSamples Samples(std::vector<std::pair<uint32_t, bool>> links, double utilisation = 0.1) {
+  v1::LinkSamples s;
+  for (auto [nb, up] : links) {
+    v1::LinkSample* x = s.add_samples();
+    x->set_neighbor_id(nb);
+    x->set_up(up);
+    x->set_rtt_ms(0.2);
+    x->set_utilisation(utilisation);
+  }
+  return s;
+}
+
+SpiffeId Node(uint32_t id) { return SpiffeId::Node(kTestDomain, std::to_string(id)); }
+
+// The diamond n1 - {n2, n3} - n4, in a core driven by a manual clock.
+class CoreTest : public ::testing::Test {
+ protected:
+  CoreTest() {
+    config_.file = "test.yaml";
+    config_.trust_domain = kTestDomain;
+    config_.policy.routes = DefaultControllerRoutes();
+    config_.events_kept = 50;
+    for (uint32_t i = 1; i <= 4; ++i) {
+      config_.nodes.push_back({i, "n" + std::to_string(i), "10.77.0." + std::to_string(i)});
+    }
+    for (auto [a, b] : {std::pair{1, 2}, {1, 3}, {2, 4}, {3, 4}}) {
+      config_.links.push_back(
+          {"n" + std::to_string(a), "n" + std::to_string(b), DataRate::Gbps(1), std::nullopt});
+    }
+    log_ = *ControllerLog::Open(log_dir_.File("ctl.jsonl"), LogLevel::kDebug, clock_);
+    core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  }
+
+  // The next hops (wire ids) of node `v` toward `d` in class `cls` of the newest tables.
+  std::vector<std::string> NextHops(const std::string& v, const std::string& d, int cls = 0) {
+    v1::GetRoutesRequest req;
+    req.set_node(v);
+    req.set_destination(d);
+    req.set_traffic_class(cls);
+    absl::StatusOr<v1::GetRoutesResponse> r = core_->GetRoutes(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    std::vector<std::string> out;
+    if (!r.ok() || r->routes_size() != 1) return out;
+    for (const v1::NextHopView& h : r->routes(0).next_hops()) out.push_back(h.neighbor());
+    return out;
+  }
+
+  bool HasEvent(const std::string& kind, const std::string& detail_part = "") {
+    for (const v1::Event& e : core_->ListEvents(0)) {
+      if (e.kind() == kind && e.detail().find(detail_part) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  // Every node reports every link of its own as `up` (except those in `down`).
+  void ReportAll(const std::set<std::pair<uint32_t, uint32_t>>& down = {}) {
+    const std::map<uint32_t, std::vector<uint32_t>> nb = {
+        {1, {2, 3}}, {2, {1, 4}}, {3, {1, 4}}, {4, {2, 3}}};
+    for (const auto& [node, list] : nb) {
+      std::vector<std::pair<uint32_t, bool>> s;
+      for (uint32_t n : list) s.push_back({n, !down.contains({node, n})});
+      ASSERT_TRUE(core_->OnSamples(node, Samples(s)).ok());
+    }
+  }
+
+  testing::TempDir log_dir_;
+  ManualClock clock_;
+  ControllerConfig config_;
+  ControllerMetrics metrics_;
+  std::unique_ptr<ControllerLog> log_;
+  std::unique_ptr<ControllerCore> core_;
+};
+
+TEST_F(CoreTest, HelloMustComeFromTheNodeItNames) {
+  auto link = std::make_shared<FakeLink>();
+  struct Case {
+    SpiffeId peer;
+    v1::Hello hello;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {Node(2), Hello(1, {2}), absl::StatusCode::kPermissionDenied,
+       "hello says node 1 but the client's certificate is spiffe://dar.test/node/2"},
+      {SpiffeId::Admin(kTestDomain, "alice"), Hello(1, {2}), absl::StatusCode::kPermissionDenied,
+       "not a node"},
+      {SpiffeId::Node("other.test", "1"), Hello(1, {2}), absl::StatusCode::kPermissionDenied,
+       "outside trust domain dar.test"},
+      {Node(7), Hello(7, {}), absl::StatusCode::kNotFound, "node 7 is not in"},
+      {Node(1), Hello(1, {2, 4}), absl::StatusCode::kFailedPrecondition,
+       "links[1] to node 4 is not a configured link"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ControllerCore::Admission> a = core_->Admit(c.peer, c.hello, link);
+    ASSERT_FALSE(a.ok());
+    EXPECT_EQ(a.status().code(), c.code) << a.status();
+    EXPECT_THAT(std::string(a.status().message()), HasSubstr(c.message));
+  }
+  EXPECT_TRUE(HasEvent("hello_refused", "PERMISSION_DENIED"));
+  EXPECT_EQ(metrics_.streams_refused->Value(), 5);
+  EXPECT_EQ(core_->ListNodes()[0].connected(), false);
+}
+
+TEST_F(CoreTest, AdmissionCarriesConfigKeysAndTablesAndReplacesAnOlderStream) {
+  core_->RunCycle();
+  auto first = std::make_shared<FakeLink>();
+  absl::StatusOr<ControllerCore::Admission> a = core_->Admit(Node(1), Hello(1, {2, 3}, 41), first);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_NE(a->config, nullptr);
+  EXPECT_EQ(a->config->probe_interval_ms(), 100u);
+  EXPECT_EQ(a->config->missed_probes(), 3u);
+  EXPECT_EQ(a->config->table_stale_ms(), 3000u);
+  EXPECT_EQ(a->config->forwarding_mode(), "per_flowlet");
+  ASSERT_EQ(a->config->keys_size(), 1);
+  EXPECT_EQ(a->config->keys(0).key_id(), 1u);
+  EXPECT_EQ(a->config->keys(0).key().size(), 32u);
+  EXPECT_NE(a->config->keys(0).key(), std::string(32, '\0'));
+  EXPECT_TRUE(a->config->keys(0).active());
+  ASSERT_EQ(a->config->nodes_size(), 4);
+  EXPECT_EQ(a->config->nodes(3).overlay_address(), "10.77.0.4");
+  ASSERT_NE(a->snapshot, nullptr);
+  EXPECT_EQ(a->snapshot->version, 1u);
+  EXPECT_EQ(a->ack_timeout, Milliseconds(1500));
+  EXPECT_TRUE(core_->ListNodes()[0].connected());
+  EXPECT_EQ(metrics_.agents_connected->Value(), 1);
+
+  // Versions continue above what the agent forwards with.
+  EXPECT_EQ(core_->RunCycle().version, 42u);
+  ASSERT_EQ(first->snapshots.size(), 1u);
+  EXPECT_EQ(first->snapshots[0]->version, 42u);
+
+  auto second = std::make_shared<FakeLink>();
+  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), second).ok());
+  ASSERT_TRUE(first->closed.has_value());
+  EXPECT_EQ(first->closed->code(), absl::StatusCode::kAborted);
+  core_->Detach(1, first.get());  // the old stream ending does not disconnect the node
+  EXPECT_TRUE(core_->ListNodes()[0].connected());
+  core_->Detach(1, second.get());
+  EXPECT_FALSE(core_->ListNodes()[0].connected());
+  EXPECT_TRUE(HasEvent("agent_disconnected"));
+}
+
+TEST_F(CoreTest, SamplesOnlyForOwnLinksWithSaneValues) {
+  absl::Status s = core_->OnSamples(1, Samples({{2, true}, {4, true}}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("samples[1] for a link to node 4"));
+  s = core_->OnSamples(1, Samples({{9, true}}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+
+  v1::LinkSamples bad = Samples({{2, true}, {3, true}});
+  bad.mutable_samples(1)->set_loss(1.5);
+  s = core_->OnSamples(1, bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("samples[1].loss from node 1 (link to node 3)"));
+  bad.mutable_samples(1)->set_loss(0);
+  bad.mutable_samples(1)->set_rtt_ms(std::nan(""));
+  EXPECT_THAT(std::string(core_->OnSamples(1, bad).message()), HasSubstr("rtt_ms"));
+  bad.mutable_samples(1)->set_rtt_ms(1);
+  bad.mutable_samples(1)->set_queue_bytes(-1);
+  EXPECT_THAT(std::string(core_->OnSamples(1, bad).message()), HasSubstr("queue_bytes"));
+  EXPECT_EQ(core_->RunCycle().samples_applied, 0);  // refused messages are not applied at all
+
+  ASSERT_TRUE(core_->OnSamples(1, Samples({{2, true}, {3, true}}, 0.4)).ok());
+  EXPECT_EQ(core_->RunCycle().samples_applied, 2);
+  EXPECT_EQ(metrics_.samples->Value(), 2);
+  for (const v1::LinkView& l : core_->ListLinks()) {
+    if (l.src_name() == "n1" && l.dst_name() == "n2") {
+      EXPECT_DOUBLE_EQ(l.utilisation(), 0.4);
+      EXPECT_DOUBLE_EQ(l.rtt_ms(), 0.2);
+      EXPECT_EQ(l.last_sample_unix_ns(), clock_.UnixNanos());
+      EXPECT_GT(l.cost_latency(), 0);
+      EXPECT_EQ(l.horizon_s(), 30);
+    }
+  }
+}
+
+TEST_F(CoreTest, LinkIsDownWhenBothEndsSaySoNotWhenOneDoes) {
+  core_->RunCycle();
+  EXPECT_THAT(NextHops("n1", "n4"), ::testing::UnorderedElementsAre("n2", "n3"));
+  ReportAll({{1, 2}});  // n1 says n1-n2 is down, n2 says it is up
+  core_->RunCycle();
+  EXPECT_THAT(NextHops("n1", "n4"), ::testing::UnorderedElementsAre("n2", "n3"));
+  EXPECT_FALSE(HasEvent("link_down"));
+
+  ReportAll({{1, 2}, {2, 1}});
+  const CycleReport r = core_->RunCycle();
+  EXPECT_EQ(r.links_down, 2);
+  EXPECT_THAT(NextHops("n1", "n4"), ::testing::ElementsAre("n3"));
+  EXPECT_THAT(NextHops("n2", "n1", 1), ::testing::ElementsAre("n4"));
+  EXPECT_TRUE(HasEvent("link_down", "n1-n2: n1 says down, n2 says down"));
+  EXPECT_EQ(metrics_.links_down->Value(), 2);
+
+  ReportAll();
+  core_->RunCycle();
+  EXPECT_TRUE(HasEvent("link_up", "n1-n2"));
+  EXPECT_THAT(NextHops("n1", "n4"), ::testing::UnorderedElementsAre("n2", "n3"));
+}
+
+TEST_F(CoreTest, LinkIsDownWhenSamplesStop) {
+  ReportAll();
+  core_->RunCycle();
+  // n3 goes silent and n1 and n4 lose it: n1-n3 and n3-n4 have one end saying down and one
+  // silent.
+  clock_.Advance(Milliseconds(200));
+  ASSERT_TRUE(core_->OnSamples(1, Samples({{2, true}, {3, false}})).ok());
+  ASSERT_TRUE(core_->OnSamples(4, Samples({{2, true}, {3, false}})).ok());
+  ASSERT_TRUE(core_->OnSamples(2, Samples({{1, true}, {4, true}})).ok());
+  core_->RunCycle();
+  EXPECT_THAT(NextHops("n1", "n4"), ::testing::UnorderedElementsAre("n2", "n3"));  // n3 fresh
+  clock_.Advance(Milliseconds(150));  // n3's samples are 350 ms old: past the 300 ms timeout
+  core_->RunCycle();
+  EXPECT_THAT(NextHops("n1", "n4"), ::testing::ElementsAre("n2"));
+  EXPECT_TRUE(HasEvent("link_down", "n1 says down, n3 silent for 350 ms"));
+}
+
+TEST_F(CoreTest, LinksStartUpAndGoDownIfNobodyReports) {
+  core_->RunCycle();
+  EXPECT_EQ(core_->RunCycle().links_down, 0);
+  clock_.Advance(Milliseconds(301));
+  EXPECT_EQ(core_->RunCycle().links_down, 8);
+  EXPECT_TRUE(NextHops("n1", "n4").empty());
+  ReportAll();
+  EXPECT_EQ(core_->RunCycle().links_down, 0);
+}
+
+TEST_F(CoreTest, DrainMovesRoutesOffTheLink) {
+  core_->RunCycle();
+  absl::StatusOr<bool> changed = core_->Drain("n2", "1", true);  // names or ids
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  EXPECT_FALSE(*core_->Drain("n1", "n2", true));
+  core_->RunCycle();
+  EXPECT_THAT(NextHops("n1", "n4"), ::testing::ElementsAre("n3"));
+  EXPECT_THAT(NextHops("n2", "n1"), ::testing::ElementsAre("n4"));
+  int drained = 0;
+  for (const v1::LinkView& l : core_->ListLinks()) {
+    drained += l.drained();
+    if (l.drained()) {
+      EXPECT_EQ(l.cost_latency(), kUnusable);
+    }
+    EXPECT_TRUE(l.up());
+  }
+  EXPECT_EQ(drained, 2);
+  EXPECT_TRUE(HasEvent("link_drained", "n1-n2"));
+
+  EXPECT_TRUE(*core_->Drain("n1", "n2", false));
+  core_->RunCycle();
+  EXPECT_THAT(NextHops("n1", "n4"), ::testing::UnorderedElementsAre("n2", "n3"));
+  EXPECT_TRUE(HasEvent("link_undrained"));
+
+  EXPECT_EQ(core_->Drain("n1", "n4", true).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->Drain("n1", "x9", true).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoreTest, PolicyIsValidatedAndAppliedAndTellsAgentsOfANewMode) {
+  auto link = std::make_shared<FakeLink>();
+  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2}), link).ok());
+  v1::PolicySettings p = core_->GetPolicy();
+  EXPECT_EQ(p.temperature(), 0.5);
+  EXPECT_EQ(p.cycle_ms(), 100u);
+  EXPECT_EQ(p.forwarding_mode(), "per_flowlet");
+  p.set_temperature(-1);
+  EXPECT_THAT(std::string(core_->SetPolicy(p).status().message()), HasSubstr("policy.temperature"));
+  p.set_temperature(0);
+  p.set_forwarding_mode("sideways");
+  EXPECT_THAT(std::string(core_->SetPolicy(p).status().message()),
+              HasSubstr("policy.forwarding_mode"));
+  p.set_forwarding_mode("per_packet");
+  p.set_cycle_ms(0);  // keep
+  p.set_bulk_utilisation_weight(2);
+  absl::StatusOr<v1::PolicySettings> set = core_->SetPolicy(p);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->temperature(), 0);
+  EXPECT_EQ(set->cycle_ms(), 100u);
+  EXPECT_EQ(set->bulk_utilisation_weight(), 2);
+  ASSERT_EQ(link->configs.size(), 1u);
+  EXPECT_EQ(link->configs[0]->forwarding_mode(), "per_packet");
+  EXPECT_TRUE(core_->RunCycle().full);  // a new policy recomputes everything
+  EXPECT_TRUE(HasEvent("policy_changed"));
+}
+
+TEST_F(CoreTest, ReloadAppliesANewOverlayAndKeepsWhatNeedsARestart) {
+  core_->RunCycle();
+  auto n4 = std::make_shared<FakeLink>();
+  auto n1 = std::make_shared<FakeLink>();
+  ASSERT_TRUE(core_->Admit(Node(4), Hello(4, {2, 3}), n4).ok());
+  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), n1).ok());
+  ASSERT_TRUE(*core_->Drain("n1", "n2", true));
+  ASSERT_TRUE(*core_->Drain("n3", "n4", true));
+
+  ControllerConfig next = config_;
+  next.nodes.pop_back();  // n4 goes, and its links
+  next.links.pop_back();
+  next.links.pop_back();
+  next.nodes.push_back({5, "n5", "10.77.0.5"});
+  next.links.push_back({"n3", "n5", DataRate::Gbps(1), std::nullopt});
+  next.listen = "127.0.0.1:1";
+  next.probe_interval = Milliseconds(50);
+  core_->Reload(next);
+
+  ASSERT_TRUE(n4->closed.has_value());
+  EXPECT_EQ(n4->closed->code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(n1->configs.size(), 1u);
+  EXPECT_EQ(n1->configs[0]->probe_interval_ms(), 50u);
+  EXPECT_EQ(n1->configs[0]->nodes_size(), 4);
+  EXPECT_EQ(core_->config().listen, config_.listen);
+  EXPECT_TRUE(HasEvent("config_restart_needed", "listen"));
+  EXPECT_TRUE(HasEvent("config_reloaded"));
+  EXPECT_EQ(core_->ListNodes().size(), 4u);
+
+  core_->RunCycle();
+  EXPECT_THAT(NextHops("n1", "n5"), ::testing::ElementsAre("n3"));  // n1-n2 still drained
+  EXPECT_TRUE(NextHops("n2", "n5").empty());                        // its only link is drained
+  int drained = 0;
+  for (const v1::LinkView& l : core_->ListLinks()) drained += l.drained();
+  EXPECT_EQ(drained, 2);  // the n3-n4 drain went with its link
+  // The removed node's samples are refused now.
+  EXPECT_EQ(core_->OnSamples(4, Samples({{2, true}})).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoreTest, AcksAreRecorded) {
+  auto link = std::make_shared<FakeLink>();
+  ASSERT_TRUE(core_->Admit(Node(2), Hello(2, {1, 4}), link).ok());
+  v1::TableAck ack;
+  ack.set_version(7);
+  ack.set_accepted(true);
+  core_->OnAck(2, ack, AckOutcome::kAccepted);
+  ack.set_version(8);
+  ack.set_accepted(false);
+  ack.set_reason("loop toward n4");
+  core_->OnAck(2, ack, AckOutcome::kRefused);
+  const v1::NodeView v = core_->ListNodes()[1];
+  EXPECT_EQ(v.acked_version(), 7u);
+  EXPECT_EQ(v.refused_tables(), 1u);
+  EXPECT_EQ(v.last_seen_unix_ns(), clock_.UnixNanos());
+  EXPECT_TRUE(HasEvent("table_refused", "version 8: loop toward n4"));
+  EXPECT_EQ(metrics_.tables_refused->Value(), 1);
+}
+
+TEST_F(CoreTest, RoutesEventsHealthAndMetrics) {
+  EXPECT_EQ(core_->GetRoutes({}).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(core_->HealthProblem(), HasSubstr("no decision cycle"));
+  core_->RunCycle();
+  EXPECT_EQ(core_->HealthProblem(), "");
+  absl::StatusOr<v1::GetRoutesResponse> all = core_->GetRoutes({});
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->routes_size(), 12);  // 4 nodes x 3 destinations, class 0
+  v1::GetRoutesRequest bad;
+  bad.set_node("n9");
+  EXPECT_EQ(core_->GetRoutes(bad).status().code(), absl::StatusCode::kNotFound);
+  bad.set_node("");
+  bad.set_traffic_class(2);
+  EXPECT_EQ(core_->GetRoutes(bad).status().code(), absl::StatusCode::kInvalidArgument);
+
+  for (int i = 0; i < 60; ++i) core_->RecordEvent("test", "", std::to_string(i));
+  const std::vector<v1::Event> newest = core_->ListEvents(3);
+  ASSERT_EQ(newest.size(), 3u);
+  EXPECT_EQ(newest[0].detail(), "59");
+  EXPECT_EQ(core_->ListEvents(0).size(), 50u);  // events_kept
+
+  clock_.Advance(Seconds(2));
+  EXPECT_THAT(core_->HealthProblem(), HasSubstr("no decision cycle for 2000 ms"));
+  const std::string text = metrics_.Serialize();
+  EXPECT_THAT(text, HasSubstr("dar_controller_cycle_decision_seconds_count 1"));
+  EXPECT_THAT(text, HasSubstr("dar_controller_events_total{kind=\"test\"} 60"));
+}
+
+}  // namespace
+}  // namespace dar::control

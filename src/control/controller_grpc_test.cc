@@ -1,0 +1,458 @@
+// The controller end to end over real gRPC and mutual TLS 1.3 on 127.0.0.1: agents (scripted
+// TestAgents with their own certificates), the admin API, reloads, and the HTTP endpoints.
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "control/controller.h"
+#include "control/controller_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+
+namespace dar::control {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::HeldRoutes;
+using testing::kTestDomain;
+using testing::TestAgent;
+using testing::TestPki;
+
+constexpr auto kWait = std::chrono::seconds(10);
+
+// Polls `cond` until it holds or `timeout` passes.
+bool WaitUntil(const std::function<bool()>& cond, std::chrono::milliseconds timeout = kWait) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+bool IsConfig(const v1::ControllerMessage& m) { return m.has_config(); }
+bool IsTable(const v1::ControllerMessage& m) { return m.has_table(); }
+
+SpiffeId Node(uint32_t id) { return SpiffeId::Node(kTestDomain, std::to_string(id)); }
+SpiffeId Admin() { return SpiffeId::Admin(kTestDomain, "alice"); }
+
+// n1 - {n2, n3} - n4: neighbours by node.
+const std::map<uint32_t, std::vector<uint32_t>> kNeighbours = {
+    {1, {2, 3}}, {2, {1, 4}}, {3, {1, 4}}, {4, {2, 3}}};
+const std::vector<std::pair<int, int>> kDiamond = {{0, 1}, {0, 2}, {1, 3}, {2, 3}};
+
+class ControllerGrpcTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<TestPki>> pki = TestPki::Create();
+    ASSERT_TRUE(pki.ok()) << pki.status();
+    pki_ = std::move(*pki).release();
+  }
+  static void TearDownTestSuite() {
+    delete pki_;
+    pki_ = nullptr;
+  }
+
+  // A controller over the diamond with a manual clock and cycles run by the test.
+  void StartController() {
+    ControllerConfig config = testing::MakeTestConfig(*pki_, 4, kDiamond);
+    absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(config, ManualOptions());
+    ASSERT_TRUE(c.ok()) << c.status();
+    controller_ = std::move(*c);
+  }
+
+  std::unique_ptr<TestAgent> Agent(const SpiffeId& id, TestAgent::TableHandler h = nullptr) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = pki_->Channel(id, controller_->port());
+    EXPECT_TRUE(channel.ok()) << channel.status();
+    return std::make_unique<TestAgent>(*channel, std::move(h));
+  }
+
+  std::unique_ptr<v1::AdminService::Stub> AdminStub(const SpiffeId& id) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = pki_->Channel(id, controller_->port());
+    EXPECT_TRUE(channel.ok()) << channel.status();
+    return v1::AdminService::NewStub(*channel);
+  }
+
+  // Cycles run by the test, on the manual clock.
+  ControllerOptions ManualOptions() {
+    ControllerOptions o;
+    o.cycle_thread = false;
+    o.clock = &clock_;
+    return o;
+  }
+
+  bool HasEvent(const std::string& kind) {
+    for (const v1::Event& e : controller_->core().ListEvents(0)) {
+      if (e.kind() == kind) return true;
+    }
+    return false;
+  }
+
+  static TestPki* pki_;
+  ManualClock clock_;
+  std::unique_ptr<Controller> controller_;
+};
+
+TestPki* ControllerGrpcTest::pki_ = nullptr;
+
+// Every route of `table` is downhill with weights summing to 1, and every other node of the
+// diamond is a destination in both classes.
+void ExpectCompleteAndDownhill(uint32_t self, const HeldRoutes& held) {
+  std::set<std::pair<uint32_t, uint32_t>> seen;
+  for (const auto& [key, r] : held) {
+    seen.insert(key);
+    EXPECT_NE(r.destination_id(), self);
+    double sum = 0;
+    ASSERT_GT(r.next_hops_size(), 0);
+    for (const v1::NextHop& h : r.next_hops()) {
+      EXPECT_LT(h.potential(), r.potential()) << "toward " << r.destination_id();
+      const auto& nb = kNeighbours.at(self);
+      EXPECT_TRUE(std::find(nb.begin(), nb.end(), h.neighbor_id()) != nb.end());
+      sum += h.weight();
+    }
+    EXPECT_NEAR(sum, 1, 1e-9);
+  }
+  EXPECT_EQ(seen.size(), 3u * 2);
+}
+
+TEST_F(ControllerGrpcTest, AgentGetsConfigAndFullTableThenDeltasAfterAcks) {
+  StartController();
+  auto agent = Agent(Node(1));
+  agent->SendHello(1, {2, 3}, /*delta_tables=*/true);
+  size_t cursor = 0;
+  std::optional<v1::ControllerMessage> config = agent->WaitFor(IsConfig, &cursor);
+  ASSERT_TRUE(config.has_value());
+  EXPECT_EQ(config->config().keys(0).key().size(), 32u);
+  EXPECT_EQ(config->config().nodes_size(), 4);
+  std::optional<v1::ControllerMessage> full = agent->WaitFor(IsTable, &cursor);
+  ASSERT_TRUE(full.has_value());
+  EXPECT_EQ(full->table().base_version(), 0u);
+  HeldRoutes held;
+  ASSERT_TRUE(testing::ApplyTable(full->table(), 0, held).ok());
+  ExpectCompleteAndDownhill(1, held);
+
+  // Nothing more comes until the agent acks (stop-and-wait), even after new cycles.
+  controller_->RunCycleNow();
+  agent->SendAck(full->table().version(), true);
+  ASSERT_TRUE(WaitUntil([&] {
+    return controller_->core().ListNodes()[0].acked_version() == full->table().version();
+  }));
+  std::optional<v1::ControllerMessage> delta = agent->WaitFor(IsTable, &cursor);
+  ASSERT_TRUE(delta.has_value());
+  EXPECT_EQ(delta->table().base_version(), full->table().version());
+  EXPECT_GT(delta->table().version(), full->table().version());
+  ASSERT_TRUE(testing::ApplyTable(delta->table(), full->table().version(), held).ok());
+  ExpectCompleteAndDownhill(1, held);
+  EXPECT_GE(controller_->metrics().tables_sent_delta->Value(), 1);
+}
+
+TEST_F(ControllerGrpcTest, SamplesSayingALinkIsDownMoveRoutesOffIt) {
+  StartController();
+  std::map<uint32_t, std::unique_ptr<TestAgent>> agents;
+  for (uint32_t id : {1u, 2u}) {
+    agents[id] = Agent(Node(id), [](const v1::RouteTable& t) {
+      v1::TableAck ack;
+      ack.set_version(t.version());
+      ack.set_accepted(true);
+      return ack;
+    });
+    agents[id]->SendHello(id, kNeighbours.at(id), /*delta_tables=*/false);
+  }
+  size_t cursor = 0;
+  ASSERT_TRUE(agents[1]->WaitFor(IsTable, &cursor).has_value());
+  for (uint32_t id : {1u, 2u}) {
+    v1::AgentMessage m;
+    for (uint32_t nb : kNeighbours.at(id)) {
+      v1::LinkSample* s = m.mutable_samples()->add_samples();
+      s->set_neighbor_id(nb);
+      s->set_up(nb > 2);  // n1-n2 down from both ends; n1-n3 and n2-n4 up
+      s->set_rtt_ms(0.3);
+    }
+    agents[id]->Send(m);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return controller_->metrics().samples->Value() >= 4; }));
+  const CycleReport r = controller_->RunCycleNow();
+  EXPECT_EQ(r.links_down, 2);
+  // The newest full table of n1 reaches n4 only over n3, in both classes.
+  std::optional<v1::ControllerMessage> t = agents[1]->WaitFor(
+      [&](const v1::ControllerMessage& m) {
+        return m.has_table() && m.table().version() == r.version;
+      },
+      &cursor);
+  ASSERT_TRUE(t.has_value());
+  int toward_n4 = 0;
+  for (const v1::Route& route : t->table().routes()) {
+    for (const v1::NextHop& h : route.next_hops()) EXPECT_NE(h.neighbor_id(), 2u);
+    if (route.destination_id() == 4) ++toward_n4;
+  }
+  EXPECT_EQ(toward_n4, 2);
+  EXPECT_TRUE(HasEvent("link_down"));
+}
+
+TEST_F(ControllerGrpcTest, RefusedTableGivesAnEventAndAFullTable) {
+  StartController();
+  auto agent = Agent(Node(4));
+  agent->SendHello(4, {2, 3}, true);
+  size_t cursor = 0;
+  std::optional<v1::ControllerMessage> first = agent->WaitFor(IsTable, &cursor);
+  ASSERT_TRUE(first.has_value());
+  agent->SendAck(first->table().version(), true);
+  ASSERT_TRUE(WaitUntil([&] { return controller_->core().ListNodes()[3].acked_version() > 0; }));
+  controller_->RunCycleNow();
+  std::optional<v1::ControllerMessage> delta = agent->WaitFor(IsTable, &cursor);
+  ASSERT_TRUE(delta.has_value());
+  EXPECT_NE(delta->table().base_version(), 0u);
+  agent->SendAck(delta->table().version(), false, "potential not above next hop");
+  ASSERT_TRUE(WaitUntil([&] { return HasEvent("table_refused"); }));
+  EXPECT_EQ(controller_->core().ListNodes()[3].refused_tables(), 1u);
+  controller_->RunCycleNow();
+  std::optional<v1::ControllerMessage> again = agent->WaitFor(IsTable, &cursor);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->table().base_version(), 0u);
+  HeldRoutes held;
+  ASSERT_TRUE(testing::ApplyTable(again->table(), 0, held).ok());
+  EXPECT_EQ(held.size(), 6u);
+}
+
+TEST_F(ControllerGrpcTest, HelloWithAnotherNodesIdIsRefused) {
+  StartController();
+  auto agent = Agent(Node(2));
+  agent->SendHello(1, {2, 3}, true);
+  std::optional<grpc::Status> done = agent->WaitDone();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(done->error_message(), HasSubstr("hello says node 1"));
+  EXPECT_FALSE(controller_->core().ListNodes()[0].connected());
+}
+
+TEST_F(ControllerGrpcTest, SamplesForAForeignLinkAreRefused) {
+  StartController();
+  auto agent = Agent(Node(1));
+  agent->SendHello(1, {2, 3}, true);
+  size_t cursor = 0;
+  ASSERT_TRUE(agent->WaitFor(IsTable, &cursor).has_value());
+  v1::AgentMessage m;
+  v1::LinkSample* s = m.mutable_samples()->add_samples();
+  s->set_neighbor_id(4);  // n2-n4 is not n1's
+  s->set_up(false);
+  agent->Send(m);
+  std::optional<grpc::Status> done = agent->WaitDone();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(done->error_message(), HasSubstr("not one of its links"));
+  EXPECT_TRUE(WaitUntil([&] { return !controller_->core().ListNodes()[0].connected(); }));
+}
+
+TEST_F(ControllerGrpcTest, MessagesBeforeHelloAreRefused) {
+  StartController();
+  auto agent = Agent(Node(1));
+  agent->SendAck(1, true);
+  std::optional<grpc::Status> done = agent->WaitDone();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(done->error_message(), HasSubstr("an ack before hello"));
+}
+
+TEST_F(ControllerGrpcTest, AdminApiNeedsAnAdminIdentity) {
+  StartController();
+  {
+    auto stub = AdminStub(Node(1));
+    grpc::ClientContext ctx;
+    v1::ListNodesResponse r;
+    const grpc::Status s = stub->ListNodes(&ctx, v1::ListNodesRequest(), &r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(s.error_message(), HasSubstr("not an admin"));
+    grpc::ClientContext ctx2;
+    v1::DrainLinkRequest drain;
+    drain.set_a("n1");
+    drain.set_b("n2");
+    drain.set_drain(true);
+    v1::DrainLinkResponse dr;
+    EXPECT_EQ(stub->DrainLink(&ctx2, drain, &dr).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  EXPECT_EQ(controller_->metrics().admin_refused->Value(), 2);
+  auto stub = AdminStub(Admin());
+  grpc::ClientContext ctx;
+  v1::TopologyView topo;
+  ASSERT_TRUE(stub->GetTopology(&ctx, v1::GetTopologyRequest(), &topo).ok());
+  EXPECT_EQ(topo.nodes_size(), 4);
+  EXPECT_EQ(topo.links_size(), 8);
+  for (const v1::LinkView& l : topo.links()) EXPECT_FALSE(l.drained());
+}
+
+TEST_F(ControllerGrpcTest, DrainAndUndrainThroughTheAdminApi) {
+  StartController();
+  auto stub = AdminStub(Admin());
+  const auto drain = [&](bool on) {
+    grpc::ClientContext ctx;
+    v1::DrainLinkRequest req;
+    req.set_a("n1");
+    req.set_b("2");
+    req.set_drain(on);
+    v1::DrainLinkResponse resp;
+    const grpc::Status s = stub->DrainLink(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.changed();
+  };
+  const auto next_hops = [&] {
+    grpc::ClientContext ctx;
+    v1::GetRoutesRequest req;
+    req.set_node("n1");
+    req.set_destination("n4");
+    v1::GetRoutesResponse resp;
+    EXPECT_TRUE(stub->GetRoutes(&ctx, req, &resp).ok());
+    std::set<std::string> out;
+    if (resp.routes_size() == 1) {
+      for (const v1::NextHopView& h : resp.routes(0).next_hops()) out.insert(h.neighbor());
+    }
+    return out;
+  };
+  EXPECT_EQ(next_hops(), (std::set<std::string>{"n2", "n3"}));
+  EXPECT_TRUE(drain(true));
+  EXPECT_FALSE(drain(true));
+  controller_->RunCycleNow();
+  EXPECT_EQ(next_hops(), (std::set<std::string>{"n3"}));
+  EXPECT_TRUE(drain(false));
+  controller_->RunCycleNow();
+  EXPECT_EQ(next_hops(), (std::set<std::string>{"n2", "n3"}));
+
+  grpc::ClientContext ctx;
+  v1::DrainLinkRequest bad;
+  bad.set_a("n1");
+  bad.set_b("n4");
+  v1::DrainLinkResponse resp;
+  EXPECT_EQ(stub->DrainLink(&ctx, bad, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  grpc::ClientContext ev;
+  v1::ListEventsRequest req;
+  req.set_limit(2);
+  v1::ListEventsResponse events;
+  ASSERT_TRUE(stub->ListEvents(&ev, req, &events).ok());
+  ASSERT_EQ(events.events_size(), 2);
+  EXPECT_EQ(events.events(0).kind(), "link_undrained");
+  EXPECT_EQ(events.events(1).kind(), "link_drained");
+}
+
+TEST_F(ControllerGrpcTest, BadConfigOnReloadKeepsTheRunningOne) {
+  testing::TempDir dir;
+  const std::string path = dir.File("ctl.yaml");
+  const auto write = [&](const std::string& text) {
+    std::ofstream out(path);
+    out << text;
+  };
+  const std::string good = testing::TestConfigYaml(*pki_, 4, kDiamond);
+  write(good);
+  absl::StatusOr<ControllerConfig> config = LoadControllerConfig(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(*config, ManualOptions());
+  ASSERT_TRUE(c.ok()) << c.status();
+  controller_ = std::move(*c);
+  auto agent = Agent(Node(1));
+  agent->SendHello(1, {2, 3}, true);
+  size_t cursor = 0;
+  ASSERT_TRUE(agent->WaitFor(IsConfig, &cursor).has_value());
+
+  write(good + "links_extra: 1\n");
+  absl::Status s = controller_->Reload();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("ctl.yaml:"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("links_extra: unknown key"));
+  write("nodes: [");
+  EXPECT_FALSE(controller_->Reload().ok());
+  EXPECT_EQ(controller_->metrics().config_refused->Value(), 2);
+  EXPECT_TRUE(HasEvent("config_refused"));
+  EXPECT_EQ(controller_->core().config().probe_interval, Milliseconds(100));
+  EXPECT_EQ(controller_->core().ListNodes().size(), 4u);
+  controller_->RunCycleNow();  // still running on the old configuration
+
+  write(good + "probe: {interval_ms: 50}\n");
+  ASSERT_TRUE(controller_->Reload().ok());
+  std::optional<v1::ControllerMessage> update = agent->WaitFor(IsConfig, &cursor);
+  ASSERT_TRUE(update.has_value());
+  EXPECT_EQ(update->config().probe_interval_ms(), 50u);
+}
+
+TEST_F(ControllerGrpcTest, CycleThreadPushesTablesAndHttpServesMetricsAndHealth) {
+  testing::TempDir dir;
+  ControllerConfig config = testing::MakeTestConfig(*pki_, 4, kDiamond, dir.File("ctl.jsonl"));
+  config.http = "127.0.0.1:0";
+  config.policy.cycle = Milliseconds(20);
+  config.log_level = "debug";
+  absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  controller_ = std::move(*c);
+  ASSERT_GT(controller_->http_port(), 0);
+
+  auto agent = Agent(Node(3), [](const v1::RouteTable& t) {
+    v1::TableAck ack;
+    ack.set_version(t.version());
+    ack.set_accepted(true);
+    return ack;
+  });
+  agent->SendHello(3, {1, 4}, true);
+  uint64_t last = 0;
+  size_t cursor = 0;
+  for (int i = 0; i < 5; ++i) {  // versions keep growing without anyone calling RunCycleNow
+    std::optional<v1::ControllerMessage> t = agent->WaitFor(IsTable, &cursor);
+    ASSERT_TRUE(t.has_value());
+    EXPECT_GT(t->table().version(), last);
+    last = t->table().version();
+  }
+
+  httplib::Client http("127.0.0.1", controller_->http_port());
+  httplib::Result metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_THAT(metrics->body, HasSubstr("dar_controller_cycle_decision_seconds_bucket"));
+  EXPECT_THAT(metrics->body, HasSubstr("dar_controller_agents_connected 1"));
+  httplib::Result health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body, "ok\n");
+
+  controller_->Shutdown();
+  std::ifstream log(dir.File("ctl.jsonl"));
+  std::string line;
+  int cycles = 0, lines = 0;
+  while (std::getline(log, line)) {
+    ++lines;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    EXPECT_TRUE(j.contains("time") && j.contains("level") && j.contains("msg")) << line;
+    if (j["msg"] == "cycle") {
+      ++cycles;
+      EXPECT_TRUE(j["decision_ms"].is_number());
+    }
+  }
+  EXPECT_GE(cycles, 5);
+  EXPECT_GT(lines, cycles);
+}
+
+TEST_F(ControllerGrpcTest, StartFailsClearlyOnABadCertificateOrAddress) {
+  ControllerConfig config = testing::MakeTestConfig(*pki_, 4, kDiamond);
+  config.tls.cert_file = "/nonexistent/controller.crt";
+  absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(config);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("/nonexistent/controller.crt"));
+
+  config = testing::MakeTestConfig(*pki_, 4, kDiamond);
+  absl::StatusOr<TlsFiles> node = pki_->NodeFiles(1);
+  ASSERT_TRUE(node.ok());
+  config.tls = *node;
+  c = Controller::Start(config);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("not of a controller"));
+
+  config = testing::MakeTestConfig(*pki_, 4, kDiamond);
+  config.trust_domain = "other.test";
+  c = Controller::Start(config);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("trust_domain"));
+}
+
+}  // namespace
+}  // namespace dar::control

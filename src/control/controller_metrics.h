@@ -1,0 +1,85 @@
+// The controller's Prometheus metrics (prometheus-cpp), and the one plain-HTTP server that
+// serves them at /metrics with /healthz beside them (cpp-httplib).
+//
+// Metric updates are thread-safe (prometheus-cpp's counters, gauges and histograms are).
+#ifndef DAR_CONTROL_CONTROLLER_METRICS_H_
+#define DAR_CONTROL_CONTROLLER_METRICS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace dar::control {
+
+// Every metric the controller exports, registered in its own registry (no global one).
+struct ControllerMetrics {
+  ControllerMetrics();
+
+  // The text exposition format of every metric (what /metrics serves).
+  std::string Serialize() const;
+  // Counts an event of `kind` (dar_controller_events_total{kind=...}).
+  void CountEvent(const std::string& kind);
+
+  std::shared_ptr<prometheus::Registry> registry;
+  // Decision time of a cycle: link view to new tables (steady clock), and the time to
+  // snapshot and hand them to the streams.
+  prometheus::Histogram* cycle_seconds;
+  prometheus::Histogram* publish_seconds;
+  prometheus::Counter* cycles;
+  prometheus::Counter* full_cycles;
+  prometheus::Counter* route_changes;
+  prometheus::Counter* sample_messages;  // LinkSamples messages accepted
+  prometheus::Counter* samples;          // LinkSample entries accepted
+  prometheus::Counter* samples_dropped;  // accepted but dropped: the ingest buffer was full
+  prometheus::Counter* tables_sent_full;
+  prometheus::Counter* tables_sent_delta;
+  prometheus::Counter* tables_accepted;
+  prometheus::Counter* tables_refused;
+  prometheus::Counter* streams_refused;  // Hellos and messages that ended a stream
+  prometheus::Counter* admin_refused;    // admin calls without an admin identity
+  prometheus::Counter* config_reloads;
+  prometheus::Counter* config_refused;
+  prometheus::Gauge* agents_connected;
+  prometheus::Gauge* links_down;  // directed links
+  prometheus::Gauge* links_drained;
+  prometheus::Gauge* table_version;
+  prometheus::Gauge* last_cycle_unix_seconds;
+
+ private:
+  prometheus::Family<prometheus::Counter>* events_;
+};
+
+// Serves GET /metrics (`metrics()`, text/plain; version=0.0.4) and GET /healthz (200 "ok" when
+// `healthy()` returns empty, else 503 with its text) on its own thread.
+class ControllerHttp {
+ public:
+  ControllerHttp(std::function<std::string()> metrics, std::function<std::string()> healthy);
+  ~ControllerHttp();  // stops
+  ControllerHttp(const ControllerHttp&) = delete;
+  ControllerHttp& operator=(const ControllerHttp&) = delete;
+
+  // Binds `address` ("host:port", port 0 for any free port) and starts serving. Returns the
+  // port bound. Errors: Unavailable naming the address if it cannot bind.
+  absl::StatusOr<int> Start(const std::string& address);
+  void Stop();
+
+ private:
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+};
+
+}  // namespace dar::control
+
+#endif  // DAR_CONTROL_CONTROLLER_METRICS_H_

@@ -1,0 +1,202 @@
+#include "control/controller_service.h"
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "control/identity.h"
+#include "fmt/format.h"
+
+namespace dar::control {
+namespace {
+
+using Reactor = grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>;
+
+// One agent's stream. Owned by itself from Connect until gRPC calls OnDone; the core may hold
+// it longer (as an AgentLink), and then only finds it finished.
+class AgentStream final : public Reactor,
+                          public AgentLink,
+                          public std::enable_shared_from_this<AgentStream> {
+ public:
+  AgentStream(grpc::CallbackServerContext* context, ControllerCore& core,
+              const ControllerClock& clock, ControllerLog& log)
+      : core_(core), clock_(clock), log_(log), peer_(PeerSpiffeId(*context)) {}
+
+  void Begin() {
+    self_ = shared_from_this();
+    StartRead(&in_);
+  }
+
+  void OfferSnapshot(std::shared_ptr<const RouteSnapshot> snapshot) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session_) {
+      session_->SetSnapshot(std::move(snapshot));
+    } else {
+      pending_snapshot_ = std::move(snapshot);
+    }
+    TryWriteLocked();
+  }
+
+  void OfferConfig(std::shared_ptr<const v1::AgentConfig> config) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session_) {
+      session_->SetConfig(std::move(config));
+    } else {
+      pending_config_ = std::move(config);
+    }
+    TryWriteLocked();
+  }
+
+  void Close(const absl::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(ToGrpcStatus(status));
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the agent closed its side, or the call is gone
+      std::lock_guard<std::mutex> lock(mu_);
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
+    const absl::Status status = Handle(in_);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!status.ok()) {
+      FinishLocked(ToGrpcStatus(status));
+      return;
+    }
+    if (!finishing_) StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to the agent failed"));
+    }
+    if (finishing_) {
+      if (!finished_) {
+        finished_ = true;
+        Finish(finish_status_);
+      }
+      return;
+    }
+    TryWriteLocked();
+  }
+
+  void OnDone() override {
+    if (wire_id_) core_.Detach(*wire_id_, this);
+    log_.Debug("agent stream done", {{"node", wire_id_ ? std::to_string(*wire_id_) : "?"},
+                                     {"status", finish_status_.error_message()}});
+    std::shared_ptr<AgentStream> last = std::move(self_);  // may delete this on return
+  }
+
+ private:
+  absl::Status Handle(const v1::AgentMessage& m) {
+    switch (m.kind_case()) {
+      case v1::AgentMessage::kHello:
+        return OnHello(m.hello());
+      case v1::AgentMessage::kSamples: {
+        if (!wire_id_) return Refuse("samples before hello");
+        const absl::Status s = core_.OnSamples(*wire_id_, m.samples());
+        if (!s.ok()) core_.OnStreamRefused("samples_refused", std::to_string(*wire_id_), s);
+        return s;
+      }
+      case v1::AgentMessage::kAck: {
+        if (!wire_id_) return Refuse("an ack before hello");
+        AckOutcome outcome;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          outcome = session_->OnAck(m.ack());
+          TryWriteLocked();
+        }
+        core_.OnAck(*wire_id_, m.ack(), outcome);
+        return absl::OkStatus();
+      }
+      case v1::AgentMessage::KIND_NOT_SET:
+        break;
+    }
+    return Refuse("an empty message (no hello, samples or ack)");
+  }
+
+  absl::Status Refuse(const std::string& what) {
+    const absl::Status s = absl::InvalidArgumentError(
+        fmt::format("protocol error: {}; an agent sends hello first, then samples and acks", what));
+    core_.OnStreamRefused("stream_refused", wire_id_ ? std::to_string(*wire_id_) : "", s);
+    return s;
+  }
+
+  absl::Status OnHello(const v1::Hello& hello) {
+    if (wire_id_) return Refuse("a second hello");
+    if (!peer_.ok()) {
+      const absl::Status s = absl::UnauthenticatedError(
+          fmt::format("hello for node {}: no usable client identity: {}", hello.node_id(),
+                      std::string(peer_.status().message())));
+      core_.OnStreamRefused("hello_refused", std::to_string(hello.node_id()), s);
+      return s;
+    }
+    absl::StatusOr<ControllerCore::Admission> admission =
+        core_.Admit(*peer_, hello, shared_from_this());
+    if (!admission.ok()) return admission.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    wire_id_ = hello.node_id();
+    session_.emplace(hello.node_id(), hello.capabilities().delta_tables(),
+                     hello.installed_version(), admission->ack_timeout);
+    // What was offered after the admission is newer than what it carried.
+    session_->SetConfig(pending_config_ != nullptr ? std::move(pending_config_)
+                                                   : std::move(admission->config));
+    session_->SetSnapshot(std::move(admission->snapshot));
+    session_->SetSnapshot(std::move(pending_snapshot_));
+    TryWriteLocked();
+    return absl::OkStatus();
+  }
+
+  // REQUIRES: mu_ held.
+  void TryWriteLocked() {
+    if (writing_ || finishing_ || !session_) return;
+    if (!session_->Next(clock_.Now(), out_)) return;
+    if (out_.has_table()) core_.OnTableSent(*wire_id_, out_.table());
+    writing_ = true;
+    StartWrite(&out_);
+  }
+
+  // REQUIRES: mu_ held. Finishes now, or after the write in flight.
+  void FinishLocked(grpc::Status status) {
+    if (finishing_) return;
+    finishing_ = true;
+    finish_status_ = std::move(status);
+    if (!writing_) {
+      finished_ = true;
+      Finish(finish_status_);
+    }
+  }
+
+  ControllerCore& core_;
+  const ControllerClock& clock_;
+  ControllerLog& log_;
+  const absl::StatusOr<SpiffeId> peer_;
+  v1::AgentMessage in_;  // only the read path touches it
+
+  std::mutex mu_;
+  std::optional<uint32_t> wire_id_;  // set once admitted (under mu_, read by the read path)
+  std::optional<AgentSession> session_;
+  std::shared_ptr<const RouteSnapshot> pending_snapshot_;  // offers before admission
+  std::shared_ptr<const v1::AgentConfig> pending_config_;
+  v1::ControllerMessage out_;
+  bool writing_ = false;
+  bool finishing_ = false;  // Finish wanted
+  bool finished_ = false;   // Finish called
+  grpc::Status finish_status_;
+  std::shared_ptr<AgentStream> self_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* AgentServiceImpl::Connect(
+    grpc::CallbackServerContext* context) {
+  auto stream = std::make_shared<AgentStream>(context, core_, clock_, log_);
+  stream->Begin();
+  return stream.get();
+}
+
+}  // namespace dar::control

@@ -1,0 +1,45 @@
+// The agents' gRPC service (proto/dar/v1/agent.proto): one long-lived bidirectional stream
+// per agent, on gRPC's callback API. Each stream is one AgentLink of the ControllerCore.
+//
+// A stream reads Hello first (the core checks it against the client's certificate), then
+// samples and acks in any order. It writes configuration and tables from an AgentSession:
+// at most one write is outstanding, and what could not be written yet is only ever the
+// newest state, so a slow agent never holds up the cycle or other agents. A bad message ends
+// the stream with an error status naming the problem.
+#ifndef DAR_CONTROL_CONTROLLER_SERVICE_H_
+#define DAR_CONTROL_CONTROLLER_SERVICE_H_
+
+#include "absl/status/status.h"
+#include "control/controller_clock.h"
+#include "control/controller_core.h"
+#include "control/controller_log.h"
+#include "dar/v1/agent.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace dar::control {
+
+// absl and gRPC share the canonical status codes.
+inline grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+class AgentServiceImpl final : public v1::AgentService::CallbackService {
+ public:
+  // All three must outlive the service and every stream it opened (shut the server down
+  // first).
+  AgentServiceImpl(ControllerCore& core, const ControllerClock& clock, ControllerLog& log)
+      : core_(core), clock_(clock), log_(log) {}
+
+  grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* Connect(
+      grpc::CallbackServerContext* context) override;
+
+ private:
+  ControllerCore& core_;
+  const ControllerClock& clock_;
+  ControllerLog& log_;
+};
+
+}  // namespace dar::control
+
+#endif  // DAR_CONTROL_CONTROLLER_SERVICE_H_

@@ -1,0 +1,64 @@
+#include "control/controller_session.h"
+
+namespace dar::control {
+
+AgentSession::AgentSession(uint32_t wire_id, bool delta_tables, uint64_t installed_version,
+                           Duration ack_timeout)
+    : wire_id_(wire_id),
+      delta_tables_(delta_tables),
+      floor_(installed_version),
+      ack_timeout_(ack_timeout) {}
+
+void AgentSession::SetConfig(std::shared_ptr<const v1::AgentConfig> config) {
+  config_ = std::move(config);
+  config_pending_ = config_ != nullptr;
+}
+
+void AgentSession::SetSnapshot(std::shared_ptr<const RouteSnapshot> snapshot) {
+  if (snapshot == nullptr) return;
+  if (latest_ != nullptr && snapshot->version <= latest_->version) return;
+  latest_ = std::move(snapshot);
+}
+
+bool AgentSession::Next(Time now, v1::ControllerMessage& out) {
+  if (config_pending_) {
+    *out.mutable_config() = *config_;
+    config_pending_ = false;
+    return true;
+  }
+  if (latest_ == nullptr || latest_->version <= floor_) return false;
+  if (in_flight_ != nullptr) {
+    if (now - in_flight_since_ < ack_timeout_) return false;
+    // No answer: what the agent holds is unknown, so only a full table is safe.
+    in_flight_ = nullptr;
+    need_full_ = true;
+  }
+  const NodeId node = latest_->overlay->Find(wire_id_);
+  if (node == kNoNode) return false;  // no longer configured; the stream is being closed
+  const RouteSnapshot* base = need_full_ || !delta_tables_ ? nullptr : acked_.get();
+  BuildRouteTable(*latest_, node, base, *out.mutable_table());
+  if (out.table().base_version() == 0) {
+    ++full_sent_;
+  } else {
+    ++delta_sent_;
+  }
+  need_full_ = false;
+  in_flight_ = latest_;
+  in_flight_since_ = now;
+  floor_ = latest_->version;
+  return true;
+}
+
+AckOutcome AgentSession::OnAck(const v1::TableAck& ack) {
+  if (in_flight_ == nullptr || ack.version() != in_flight_->version) return AckOutcome::kStale;
+  if (ack.accepted()) {
+    acked_ = std::move(in_flight_);
+    in_flight_ = nullptr;
+    return AckOutcome::kAccepted;
+  }
+  in_flight_ = nullptr;
+  need_full_ = true;
+  return AckOutcome::kRefused;
+}
+
+}  // namespace dar::control

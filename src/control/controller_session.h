@@ -1,0 +1,73 @@
+// What the controller sends one connected agent next, and what it knows the agent holds.
+//
+// Configuration goes first whenever it changed. Tables are stop-and-wait, as xDS acks them:
+// at most one table is unacknowledged at a time, and while it is, newer snapshots only replace
+// the one waiting (a slow agent skips versions instead of queueing them). A table is a delta
+// against the snapshot the agent last accepted when the agent takes deltas; it is full for
+// the first table, after a refusal, after the overlay changed, for agents without delta
+// support, and when an ack has not come within `ack_timeout` (the agent's state is then
+// unknown). Versions sent only grow and stay above the version the agent said it holds.
+//
+// Pure: time is passed in. Not thread-safe (the stream that owns it locks).
+#ifndef DAR_CONTROL_CONTROLLER_SESSION_H_
+#define DAR_CONTROL_CONTROLLER_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "control/controller_tables.h"
+#include "core/units.h"
+#include "dar/v1/agent.pb.h"
+
+namespace dar::control {
+
+enum class AckOutcome : uint8_t {
+  kAccepted,  // the table in flight was accepted
+  kRefused,   // the table in flight was refused; the next one is full
+  kStale,     // an ack for a version not in flight (late, or never sent): ignored
+};
+
+class AgentSession {
+ public:
+  // `wire_id`: the node's configured id. `installed_version`: what its Hello said it forwards
+  // with; only newer versions are sent.
+  AgentSession(uint32_t wire_id, bool delta_tables, uint64_t installed_version,
+               Duration ack_timeout);
+
+  // Configuration to send before anything else.
+  void SetConfig(std::shared_ptr<const v1::AgentConfig> config);
+  // The newest snapshot; an older one than held already is ignored.
+  void SetSnapshot(std::shared_ptr<const RouteSnapshot> snapshot);
+
+  // The next message to send at `now`, if there is one.
+  bool Next(Time now, v1::ControllerMessage& out);
+
+  AckOutcome OnAck(const v1::TableAck& ack);
+
+  uint32_t wire_id() const { return wire_id_; }
+  uint64_t acked_version() const { return acked_ == nullptr ? 0 : acked_->version; }
+  // The version sent and not yet acknowledged, 0 if none.
+  uint64_t in_flight_version() const { return in_flight_ == nullptr ? 0 : in_flight_->version; }
+  int64_t full_tables_sent() const { return full_sent_; }
+  int64_t delta_tables_sent() const { return delta_sent_; }
+
+ private:
+  uint32_t wire_id_;
+  bool delta_tables_;
+  uint64_t floor_;  // versions at or below this are not sent
+  Duration ack_timeout_;
+  std::shared_ptr<const v1::AgentConfig> config_;
+  bool config_pending_ = false;
+  std::shared_ptr<const RouteSnapshot> latest_;
+  std::shared_ptr<const RouteSnapshot> in_flight_;
+  Time in_flight_since_{0};
+  std::shared_ptr<const RouteSnapshot> acked_;  // what the agent forwards with, as we know
+  bool need_full_ = true;
+  int64_t full_sent_ = 0;
+  int64_t delta_sent_ = 0;
+};
+
+}  // namespace dar::control
+
+#endif  // DAR_CONTROL_CONTROLLER_SESSION_H_

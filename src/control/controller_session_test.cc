@@ -1,0 +1,243 @@
+#include "control/controller_session.h"
+
+#include <memory>
+
+#include "control/controller_tables.h"
+#include "control/controller_test_util.h"
+#include "gtest/gtest.h"
+
+namespace dar::control {
+namespace {
+
+// A square n1-n2-n3-n4-n1 and a route computer over it; snapshots are cut from its cycles.
+class SessionTest : public ::testing::Test {
+ protected:
+  SessionTest() {
+    for (uint32_t i = 1; i <= 4; ++i) {
+      config_.nodes.push_back({i, "n" + std::to_string(i), "10.77.0." + std::to_string(i)});
+    }
+    for (auto [a, b] : {std::pair{1, 2}, {2, 3}, {3, 4}, {4, 1}}) {
+      config_.links.push_back(
+          {"n" + std::to_string(a), "n" + std::to_string(b), DataRate::Gbps(1), std::nullopt});
+    }
+    overlay_ = MakeOverlay(config_);
+    computer_ = std::make_unique<RouteComputer>(overlay_->topology, DefaultControllerRoutes());
+  }
+
+  std::shared_ptr<const RouteSnapshot> Cycle() {
+    const RouteCycle c = computer_->Cycle(false);
+    ++version_;
+    return MakeSnapshot(overlay_, *computer_, c, version_, 1000 * version_);
+  }
+  LinkId Link(int a, int b) const { return overlay_->topology.FindLink(a - 1, b - 1); }
+
+  ControllerConfig config_;
+  std::shared_ptr<const Overlay> overlay_;
+  std::unique_ptr<RouteComputer> computer_;
+  uint64_t version_ = 0;
+};
+
+// A route's next hops and weights, for comparing rows without their potentials.
+std::vector<std::pair<uint32_t, double>> Hops(const v1::Route& r) {
+  std::vector<std::pair<uint32_t, double>> out;
+  for (const v1::NextHop& h : r.next_hops()) out.push_back({h.neighbor_id(), h.weight()});
+  return out;
+}
+
+TEST_F(SessionTest, FullTableCoversEveryOtherNodeDownhill) {
+  const auto snap = Cycle();
+  v1::RouteTable t;
+  BuildRouteTable(*snap, /*node=*/0, nullptr, t);
+  EXPECT_EQ(t.version(), 1u);
+  EXPECT_EQ(t.base_version(), 0u);
+  EXPECT_EQ(t.computed_unix_ns(), 1000);
+  ASSERT_EQ(t.routes_size(), 3 * kTrafficClasses);  // n2, n3, n4, two classes each
+  for (const v1::Route& r : t.routes()) {
+    EXPECT_NE(r.destination_id(), 1u);
+    double sum = 0;
+    for (const v1::NextHop& h : r.next_hops()) {
+      EXPECT_LT(h.potential(), r.potential());
+      EXPECT_TRUE(h.neighbor_id() == 2 || h.neighbor_id() == 4) << h.neighbor_id();
+      sum += h.weight();
+    }
+    EXPECT_NEAR(sum, 1, 1e-9);
+    if (r.destination_id() == 3) {
+      EXPECT_EQ(r.next_hops_size(), 2);  // two equal ways
+    }
+  }
+}
+
+TEST_F(SessionTest, DeltaHoldsOnlyChangedRowsAndRemovals) {
+  const auto a = Cycle();
+  const auto b = Cycle();  // nothing changed
+  v1::RouteTable t;
+  BuildRouteTable(*b, 0, a.get(), t);
+  EXPECT_EQ(t.base_version(), 1u);
+  EXPECT_EQ(t.routes_size(), 0);
+  EXPECT_EQ(t.removed_size(), 0);
+
+  // n2 becomes unreachable: both its links down.
+  for (auto [x, y] : {std::pair{1, 2}, {2, 1}, {2, 3}, {3, 2}})
+    computer_->SetKnownDown(Link(x, y), true);
+  const auto c = Cycle();
+  BuildRouteTable(*c, 0, b.get(), t);
+  EXPECT_EQ(t.base_version(), 2u);
+  EXPECT_EQ(t.removed_size(), kTrafficClasses);
+  for (const v1::RouteKey& k : t.removed()) EXPECT_EQ(k.destination_id(), 2u);
+  // The rows toward n3 lost their way over n2.
+  bool saw_n3 = false;
+  for (const v1::Route& r : t.routes()) {
+    if (r.destination_id() != 3) continue;
+    saw_n3 = true;
+    ASSERT_EQ(r.next_hops_size(), 1);
+    EXPECT_EQ(r.next_hops(0).neighbor_id(), 4u);
+  }
+  EXPECT_TRUE(saw_n3);
+
+  // A delta applied to the full table equals the full table of the new version.
+  testing::HeldRoutes held, full;
+  v1::RouteTable ta, tc;
+  BuildRouteTable(*b, 0, nullptr, ta);
+  ASSERT_TRUE(testing::ApplyTable(ta, 0, held).ok());
+  ASSERT_TRUE(testing::ApplyTable(t, 2, held).ok());
+  BuildRouteTable(*c, 0, nullptr, tc);
+  ASSERT_TRUE(testing::ApplyTable(tc, 0, full).ok());
+  ASSERT_EQ(held.size(), full.size());
+  for (const auto& [key, route] : full) {
+    ASSERT_TRUE(held.contains(key));
+    EXPECT_EQ(Hops(held[key]), Hops(route));
+  }
+}
+
+TEST_F(SessionTest, PotentialsMovingAloneAreNotResent) {
+  const auto a = Cycle();
+  // Load on n1-n2 moves potentials; hysteresis keeps most rows' next hops and weights.
+  LinkSample s;
+  s.rtt_smoothed = Microseconds(300);
+  s.utilisation = 0.3;
+  computer_->Observe(Link(1, 2), s);
+  const auto b = Cycle();
+  v1::RouteTable delta, old_full, new_full;
+  BuildRouteTable(*b, 0, a.get(), delta);
+  BuildRouteTable(*a, 0, nullptr, old_full);
+  BuildRouteTable(*b, 0, nullptr, new_full);
+  ASSERT_EQ(old_full.routes_size(), new_full.routes_size());
+  int moved_alone = 0, changed = 0;
+  for (int i = 0; i < new_full.routes_size(); ++i) {
+    const v1::Route& before = old_full.routes(i);
+    const v1::Route& after = new_full.routes(i);
+    if (Hops(before) != Hops(after)) {
+      ++changed;
+    } else if (before.potential() != after.potential()) {
+      ++moved_alone;
+    }
+  }
+  EXPECT_GT(moved_alone, 0);
+  EXPECT_EQ(delta.routes_size(), changed);
+  for (const v1::Route& r : delta.routes()) {
+    for (const v1::Route& o : old_full.routes()) {
+      if (o.destination_id() == r.destination_id() && o.traffic_class() == r.traffic_class()) {
+        EXPECT_NE(Hops(o), Hops(r));
+      }
+    }
+  }
+}
+
+TEST_F(SessionTest, ConfigFirstThenStopAndWaitTables) {
+  AgentSession s(/*wire_id=*/1, /*delta_tables=*/true, /*installed_version=*/0, Seconds(1));
+  v1::ControllerMessage m;
+  EXPECT_FALSE(s.Next(Time(0), m));
+  s.SetConfig(std::make_shared<v1::AgentConfig>());
+  s.SetSnapshot(Cycle());
+  ASSERT_TRUE(s.Next(Time(0), m));
+  EXPECT_TRUE(m.has_config());
+  ASSERT_TRUE(s.Next(Time(0), m));
+  ASSERT_TRUE(m.has_table());
+  EXPECT_EQ(m.table().version(), 1u);
+  EXPECT_EQ(m.table().base_version(), 0u);
+  EXPECT_EQ(s.in_flight_version(), 1u);
+
+  // Newer snapshots wait for the ack; only the newest is sent then, as a delta.
+  s.SetSnapshot(Cycle());
+  s.SetSnapshot(Cycle());
+  EXPECT_FALSE(s.Next(Time(0), m));
+  v1::TableAck ack;
+  ack.set_version(1);
+  ack.set_accepted(true);
+  EXPECT_EQ(s.OnAck(ack), AckOutcome::kAccepted);
+  EXPECT_EQ(s.acked_version(), 1u);
+  ASSERT_TRUE(s.Next(Time(0), m));
+  EXPECT_EQ(m.table().version(), 3u);
+  EXPECT_EQ(m.table().base_version(), 1u);
+  EXPECT_EQ(s.delta_tables_sent(), 1);
+
+  // A stale ack changes nothing; a refusal makes the next table full.
+  ack.set_version(2);
+  EXPECT_EQ(s.OnAck(ack), AckOutcome::kStale);
+  ack.set_version(3);
+  ack.set_accepted(false);
+  EXPECT_EQ(s.OnAck(ack), AckOutcome::kRefused);
+  EXPECT_EQ(s.acked_version(), 1u);
+  s.SetSnapshot(Cycle());
+  ASSERT_TRUE(s.Next(Time(0), m));
+  EXPECT_EQ(m.table().version(), 4u);
+  EXPECT_EQ(m.table().base_version(), 0u);
+  EXPECT_EQ(s.full_tables_sent(), 2);
+}
+
+TEST_F(SessionTest, NoAckWithinTheTimeoutSendsAFullTable) {
+  AgentSession s(1, true, 0, Seconds(1));
+  v1::ControllerMessage m;
+  s.SetSnapshot(Cycle());
+  ASSERT_TRUE(s.Next(Time(0), m));
+  v1::TableAck ack;
+  ack.set_version(1);
+  ack.set_accepted(true);
+  s.OnAck(ack);
+  s.SetSnapshot(Cycle());
+  ASSERT_TRUE(s.Next(Time(0), m));
+  EXPECT_EQ(m.table().base_version(), 1u);
+  s.SetSnapshot(Cycle());
+  EXPECT_FALSE(s.Next(Milliseconds(999), m));
+  ASSERT_TRUE(s.Next(Seconds(1), m));
+  EXPECT_EQ(m.table().version(), 3u);
+  EXPECT_EQ(m.table().base_version(), 0u);
+}
+
+TEST_F(SessionTest, VersionsStayAboveTheInstalledOneAndAgentsWithoutDeltasGetFullTables) {
+  AgentSession s(2, /*delta_tables=*/false, /*installed_version=*/2, Seconds(1));
+  v1::ControllerMessage m;
+  s.SetSnapshot(Cycle());  // v1
+  s.SetSnapshot(Cycle());  // v2
+  EXPECT_FALSE(s.Next(Time(0), m));
+  s.SetSnapshot(Cycle());  // v3
+  ASSERT_TRUE(s.Next(Time(0), m));
+  EXPECT_EQ(m.table().version(), 3u);
+  v1::TableAck ack;
+  ack.set_version(3);
+  ack.set_accepted(true);
+  s.OnAck(ack);
+  s.SetSnapshot(Cycle());
+  ASSERT_TRUE(s.Next(Time(0), m));
+  EXPECT_EQ(m.table().base_version(), 0u);
+  // An older snapshot offered late is ignored.
+  const uint64_t v = s.in_flight_version();
+  s.OnAck([&] {
+    v1::TableAck a;
+    a.set_version(v);
+    a.set_accepted(true);
+    return a;
+  }());
+  s.SetSnapshot(MakeSnapshot(overlay_, *computer_, computer_->Cycle(false), 1, 0));
+  EXPECT_FALSE(s.Next(Time(0), m));
+}
+
+TEST_F(SessionTest, ANodeMissingFromTheOverlayGetsNothing) {
+  AgentSession s(/*wire_id=*/99, true, 0, Seconds(1));
+  v1::ControllerMessage m;
+  s.SetSnapshot(Cycle());
+  EXPECT_FALSE(s.Next(Time(0), m));
+}
+
+}  // namespace
+}  // namespace dar::control

@@ -1,0 +1,111 @@
+#include "control/controller_tables.h"
+
+#include <charconv>
+
+namespace dar::control {
+namespace {
+
+void AddRoute(const RouteSnapshot& s, int cls, NodeId d, NodeId v, absl::Span<const NextHop> hops,
+              v1::RouteTable& out) {
+  const Overlay& o = *s.overlay;
+  v1::Route* r = out.add_routes();
+  r->set_destination_id(o.wire_id[d]);
+  r->set_traffic_class(cls);
+  r->set_potential(s.Potential(cls, d, v));
+  for (const NextHop& h : hops) {
+    const NodeId u = o.topology.link(h.link).dst;
+    v1::NextHop* n = r->add_next_hops();
+    n->set_neighbor_id(o.wire_id[u]);
+    n->set_weight(h.weight);
+    n->set_potential(s.Potential(cls, d, u));
+  }
+}
+
+// Whether v's row toward d reads the same in both snapshots: the same next hops with the same
+// weights. Potentials are left out: they move with every cost, and the old ones still prove
+// the old row downhill.
+bool SameRow(absl::Span<const NextHop> a, absl::Span<const NextHop> b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].link != b[i].link || a[i].weight != b[i].weight) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+NodeId Overlay::FindByNameOrId(const std::string& text) const {
+  if (absl::StatusOr<NodeId> n = topology.FindNode(text); n.ok()) return *n;
+  uint32_t id = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (ec != std::errc() || ptr != text.data() + text.size()) return kNoNode;
+  return Find(id);
+}
+
+std::shared_ptr<const Overlay> MakeOverlay(const ControllerConfig& config) {
+  auto o = std::make_shared<Overlay>();
+  o->topology = BuildTopology(config);
+  for (NodeId n = 0; n < static_cast<NodeId>(config.nodes.size()); ++n) {
+    o->wire_id.push_back(config.nodes[n].id);
+    o->overlay_address.push_back(config.nodes[n].overlay_address);
+    o->by_wire[config.nodes[n].id] = n;
+  }
+  for (const ControllerLinkConfig& l : config.links) {
+    // BuildTopology adds both directions of each link in order.
+    o->delay_configured.push_back(l.delay.has_value());
+    o->delay_configured.push_back(l.delay.has_value());
+  }
+  return o;
+}
+
+std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay> overlay,
+                                                  const RouteComputer& computer,
+                                                  const RouteCycle& cycle, uint64_t version,
+                                                  int64_t computed_unix_ns) {
+  auto s = std::make_shared<RouteSnapshot>();
+  s->version = version;
+  s->computed_unix_ns = computed_unix_ns;
+  s->tables = cycle.tables;
+  const int n = overlay->topology.num_nodes();
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    std::vector<double>& p = s->potentials[cls];
+    p.resize(static_cast<size_t>(n) * n);
+    const DiffusionEngine& engine = computer.engine(cls);
+    for (NodeId d = 0; d < n; ++d) {
+      for (NodeId v = 0; v < n; ++v) p[static_cast<size_t>(d) * n + v] = engine.Potential(d, v);
+    }
+  }
+  s->overlay = std::move(overlay);
+  return s;
+}
+
+void BuildRouteTable(const RouteSnapshot& snapshot, NodeId node, const RouteSnapshot* base,
+                     v1::RouteTable& out) {
+  out.Clear();
+  out.set_version(snapshot.version);
+  out.set_computed_unix_ns(snapshot.computed_unix_ns);
+  if (base != nullptr && base->overlay != snapshot.overlay) base = nullptr;
+  if (base != nullptr) out.set_base_version(base->version);
+  const int n = snapshot.overlay->topology.num_nodes();
+  for (NodeId d = 0; d < n; ++d) {
+    if (d == node) continue;
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      const absl::Span<const NextHop> hops = snapshot.tables[cls]->Lookup(node, d);
+      if (base == nullptr) {
+        if (!hops.empty()) AddRoute(snapshot, cls, d, node, hops, out);
+        continue;
+      }
+      const absl::Span<const NextHop> old = base->tables[cls]->Lookup(node, d);
+      if (SameRow(hops, old)) continue;
+      if (hops.empty()) {
+        v1::RouteKey* k = out.add_removed();
+        k->set_destination_id(snapshot.overlay->wire_id[d]);
+        k->set_traffic_class(cls);
+      } else {
+        AddRoute(snapshot, cls, d, node, hops, out);
+      }
+    }
+  }
+}
+
+}  // namespace dar::control

@@ -1,0 +1,79 @@
+// What the controller hands to agents: immutable snapshots of one cycle's tables, and the
+// per-node RouteTable messages cut from them (full, or a delta against a snapshot the agent
+// has acknowledged).
+//
+// Node ids: inside the controller a node is a dense NodeId of the overlay's Topology; on the
+// wire it is the configured id (the one its certificate names). Overlay maps between them.
+// Everything here is immutable once built and safe to share between threads.
+#ifndef DAR_CONTROL_CONTROLLER_TABLES_H_
+#define DAR_CONTROL_CONTROLLER_TABLES_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "control/controller_config.h"
+#include "core/route_computer.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+#include "dar/v1/agent.pb.h"
+
+namespace dar::control {
+
+// The configured overlay: its graph and the wire ids of its nodes.
+struct Overlay {
+  Topology topology;                         // node i is config.nodes[i]
+  std::vector<uint32_t> wire_id;             // by NodeId
+  std::vector<std::string> overlay_address;  // by NodeId
+  absl::flat_hash_map<uint32_t, NodeId> by_wire;
+  std::vector<bool> delay_configured;  // by LinkId: the link's delay is fixed, not measured
+
+  // The node with wire id `id`, or kNoNode.
+  NodeId Find(uint32_t id) const {
+    auto it = by_wire.find(id);
+    return it == by_wire.end() ? kNoNode : it->second;
+  }
+  // A node by name or by decimal wire id; kNoNode if neither matches.
+  NodeId FindByNameOrId(const std::string& text) const;
+  const std::string& name(NodeId n) const { return topology.node(n).name; }
+};
+
+std::shared_ptr<const Overlay> MakeOverlay(const ControllerConfig& config);
+
+// One cycle's tables of every node, both classes, with the potentials they were cut from.
+struct RouteSnapshot {
+  uint64_t version = 0;
+  int64_t computed_unix_ns = 0;
+  std::shared_ptr<const Overlay> overlay;
+  std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> tables;
+  // By class: potentials[cls][d * num_nodes + v] = phi of v toward d (every node is a
+  // destination).
+  std::array<std::vector<double>, kTrafficClasses> potentials;
+
+  double Potential(int cls, NodeId d, NodeId v) const {
+    return potentials[cls][static_cast<size_t>(d) * overlay->topology.num_nodes() + v];
+  }
+};
+
+// The snapshot of the route computer's newest tables (`cycle`).
+// REQUIRES: the computer's topology is overlay->topology.
+std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay> overlay,
+                                                  const RouteComputer& computer,
+                                                  const RouteCycle& cycle, uint64_t version,
+                                                  int64_t computed_unix_ns);
+
+// The rows of `node` in `snapshot`: every (destination, class) it has next hops for, the node
+// itself excluded. With a `base` of the same overlay, a delta: rows whose next hops or weights
+// differ from `base` (with this snapshot's potentials), and the keys of rows `base` had and
+// `snapshot` has not. A row whose potentials alone moved is not resent: its old potentials
+// still show it downhill, and noise moves every potential every cycle. Without a base (or
+// with one of another overlay), a full table.
+void BuildRouteTable(const RouteSnapshot& snapshot, NodeId node, const RouteSnapshot* base,
+                     v1::RouteTable& out);
+
+}  // namespace dar::control
+
+#endif  // DAR_CONTROL_CONTROLLER_TABLES_H_
