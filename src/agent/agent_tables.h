@@ -19,7 +19,7 @@ namespace dar::agent {
 inline constexpr int kTrafficClasses = 2;  // 0 latency, 1 bulk (as on the wire)
 
 struct AgentTables {
-  uint64_t version = 0;   // the controller's table version; 0 for the static table
+  uint64_t version = 0;    // the controller's table version; 0 for the static table
   bool is_static = false;  // the locally computed fallback
   // rows[cls][dest]: next hops (this node's out-links in the agent's Topology, weights summing
   // to 1) toward node `dest` (a NodeId of that Topology); empty = no route.

@@ -25,7 +25,7 @@ std::string Endpoint(net::Ipv4Address a, uint16_t port) {
 }  // namespace
 
 ControlClient::ControlClient(const AgentConfig& config, TableStore& store,
-                             DataplaneControl& dataplane, AgentLog& log,
+                             DataplaneControl& dataplane, control::JsonLog& log,
                              ControlClientOptions options)
     : config_(config),
       store_(store),

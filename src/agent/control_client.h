@@ -30,10 +30,10 @@
 
 #include "absl/status/status.h"
 #include "agent/agent_config.h"
-#include "agent/agent_log.h"
 #include "agent/agent_tables.h"
 #include "agent/dataplane.h"
 #include "agent/table_store.h"
+#include "control/json_log.h"
 #include "core/next_hop_chooser.h"
 #include "core/random.h"
 #include "core/units.h"
@@ -106,7 +106,7 @@ class ControlClient {
  public:
   // `config`, `store`, `dataplane` and `log` must outlive the client.
   ControlClient(const AgentConfig& config, TableStore& store, DataplaneControl& dataplane,
-                AgentLog& log, ControlClientOptions options);
+                control::JsonLog& log, ControlClientOptions options);
   // Stops the client.
   ~ControlClient();
   ControlClient(const ControlClient&) = delete;
@@ -146,7 +146,7 @@ class ControlClient {
   const AgentConfig& config_;
   TableStore& store_;
   DataplaneControl& dataplane_;
-  AgentLog& log_;
+  control::JsonLog& log_;
   ControlClientOptions options_;
   Random rng_;                   // the run thread's
   ForwardingConfig forwarding_;  // the reader thread's

@@ -318,11 +318,11 @@ neighbours:
   Topology topology_;
   std::mutex lines_mu_;
   std::vector<std::string> lines_;
-  AgentLog log_{[this](std::string_view line) {
-                  std::lock_guard<std::mutex> lock(lines_mu_);
-                  lines_.emplace_back(line);
-                },
-                LogLevel::kDebug};
+  control::JsonLog log_{[this](std::string_view line) {
+                          std::lock_guard<std::mutex> lock(lines_mu_);
+                          lines_.emplace_back(line);
+                        },
+                        control::LogLevel::kDebug};
   std::unique_ptr<TableStore> store_;
   FakeDataplane dataplane_;
   std::unique_ptr<ControlClient> client_;

@@ -49,7 +49,7 @@ absl::Status Refusal(std::string message) {
 }  // namespace
 
 TableStore::TableStore(const AgentConfig& config, const Topology& topology, Duration stale_after,
-                       AgentLog* log)
+                       control::JsonLog* log)
     : config_(config),
       topology_(topology),
       log_(log),
@@ -59,7 +59,8 @@ TableStore::TableStore(const AgentConfig& config, const Topology& topology, Dura
   RecomputeStatic();
 }
 
-void TableStore::Log(LogLevel level, std::string_view msg, const nlohmann::json& fields) const {
+void TableStore::Log(control::LogLevel level, std::string_view msg,
+                     const nlohmann::json& fields) const {
   if (log_ != nullptr) log_->Write(level, msg, fields);
 }
 
@@ -279,13 +280,14 @@ absl::Status TableStore::LoadFromDisk(Time now) {
   const std::string path = file_path();
   absl::StatusOr<std::string> data = control::ReadFile(path, kMaxTableFileBytes);
   if (absl::IsNotFound(data.status())) {
-    Log(LogLevel::kInfo, "no table on disk: starting on the static table", {{"file", path}});
+    Log(control::LogLevel::kInfo, "no table on disk: starting on the static table",
+        {{"file", path}});
     return data.status();
   }
   const auto ignore = [&](const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.disk_ignored;
-    Log(LogLevel::kWarn, "ignored the table on disk: starting on the static table",
+    Log(control::LogLevel::kWarn, "ignored the table on disk: starting on the static table",
         {{"file", path}, {"reason", why}});
     return absl::DataLossError(fmt::format("{}: {}", path, why));
   };
@@ -325,7 +327,7 @@ absl::Status TableStore::LoadFromDisk(Time now) {
   if (!rows.ok()) {
     ++counters_.disk_ignored;
     const std::string why = std::string(rows.status().message());
-    Log(LogLevel::kWarn, "ignored the table on disk: starting on the static table",
+    Log(control::LogLevel::kWarn, "ignored the table on disk: starting on the static table",
         {{"file", path}, {"reason", why}});
     return absl::DataLossError(fmt::format("{}: {}", path, why));
   }
@@ -335,7 +337,7 @@ absl::Status TableStore::LoadFromDisk(Time now) {
   refreshed_at_ = now;
   ++counters_.loaded_from_disk;
   SourceLocked(now);
-  Log(LogLevel::kInfo, "forwarding with the table from disk",
+  Log(control::LogLevel::kInfo, "forwarding with the table from disk",
       {{"file", path}, {"version", version_}, {"routes", table.routes_size()}});
   return absl::OkStatus();
 }
@@ -347,7 +349,7 @@ absl::Status TableStore::Offer(const v1::RouteTable& table, Time now) {
   if (!rows.ok()) {
     ++counters_.refused;
     last_refusal_ = std::string(rows.status().message());
-    Log(LogLevel::kWarn, "table refused",
+    Log(control::LogLevel::kWarn, "table refused",
         {{"version", table.version()},
          {"base_version", table.base_version()},
          {"reason", last_refusal_}});
@@ -359,14 +361,14 @@ absl::Status TableStore::Offer(const v1::RouteTable& table, Time now) {
   refreshed_at_ = now;
   ++counters_.accepted;
   SourceLocked(now);
-  Log(LogLevel::kDebug, "table accepted",
+  Log(control::LogLevel::kDebug, "table accepted",
       {{"version", version_},
        {"base_version", table.base_version()},
        {"routes", table.routes_size()},
        {"removed", table.removed_size()}});
   if (absl::Status s = Save(version_, rows_, table.computed_unix_ns()); !s.ok()) {
     ++counters_.disk_write_errors;
-    Log(LogLevel::kError, "cannot save the table",
+    Log(control::LogLevel::kError, "cannot save the table",
         {{"version", version_}, {"error", std::string(s.message())}});
   }
   return absl::OkStatus();
@@ -400,7 +402,7 @@ TableSource TableStore::SourceLocked(Time now) {
   if (src == TableSource::kStatic) {
     ++counters_.fallbacks_to_static;
     fell_back_ = true;
-    Log(LogLevel::kWarn, "table stale: falling back to the static table",
+    Log(control::LogLevel::kWarn, "table stale: falling back to the static table",
         {{"version", version_},
          {"age_ms",
           std::chrono::duration_cast<std::chrono::milliseconds>(now - refreshed_at_).count()},
@@ -409,7 +411,7 @@ TableSource TableStore::SourceLocked(Time now) {
   } else {
     if (fell_back_) {
       ++counters_.recoveries;
-      Log(LogLevel::kInfo, "controller table again after the static fallback",
+      Log(control::LogLevel::kInfo, "controller table again after the static fallback",
           {{"version", version_}});
     }
     fell_back_ = false;

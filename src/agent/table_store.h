@@ -42,8 +42,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agent/agent_config.h"
-#include "agent/agent_log.h"
 #include "agent/agent_tables.h"
+#include "control/json_log.h"
 #include "core/topology.h"
 #include "core/units.h"
 #include "dar/v1/agent.pb.h"
@@ -78,7 +78,7 @@ class TableStore {
   // null. Starts on the static table; every neighbour link up.
   // REQUIRES: stale_after > 0.
   TableStore(const AgentConfig& config, const Topology& topology, Duration stale_after,
-             AgentLog* log);
+             control::JsonLog* log);
 
   TableStore(const TableStore&) = delete;
   TableStore& operator=(const TableStore&) = delete;
@@ -131,11 +131,11 @@ class TableStore {
   std::vector<bool> Reachable() const;
   TableSource SourceLocked(Time now);
   absl::Status Save(uint64_t version, const Rows& rows, int64_t computed_unix_ns) const;
-  void Log(LogLevel level, std::string_view msg, const nlohmann::json& fields) const;
+  void Log(control::LogLevel level, std::string_view msg, const nlohmann::json& fields) const;
 
   const AgentConfig& config_;
   const Topology& topology_;
-  AgentLog* log_;
+  control::JsonLog* log_;
 
   mutable std::mutex mu_;
   Duration stale_after_;

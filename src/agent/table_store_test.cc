@@ -95,7 +95,8 @@ class TableStoreTest : public ::testing::Test {
                  .string()),
         config_(MakeConfig(dir_)),
         topology_(BuildAgentTopology(config_)),
-        log_([this](std::string_view line) { lines_.emplace_back(line); }, LogLevel::kDebug) {
+        log_([this](std::string_view line) { lines_.emplace_back(line); },
+             control::LogLevel::kDebug) {
     std::filesystem::remove_all(dir_);
   }
   ~TableStoreTest() override { std::filesystem::remove_all(dir_); }
@@ -138,7 +139,7 @@ class TableStoreTest : public ::testing::Test {
   AgentConfig config_;
   Topology topology_;
   std::vector<std::string> lines_;
-  AgentLog log_;
+  control::JsonLog log_;
 };
 
 TEST_F(TableStoreTest, StartsOnTheStaticTable) {

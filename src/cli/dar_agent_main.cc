@@ -14,10 +14,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/time/clock.h"
 #include "agent/agent_config.h"
-#include "agent/agent_log.h"
 #include "agent/control_client.h"
 #include "agent/dataplane.h"
 #include "agent/table_store.h"
+#include "control/json_log.h"
 #include "control/tls.h"
 #include "fmt/format.h"
 
@@ -68,13 +68,13 @@ int Run(const std::string& path, const std::string& log_path) {
     std::cerr << "dar-agent: " << config.status().message() << "\n";
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<agent::AgentLog>> log =
-      agent::AgentLog::Open(log_path, *agent::ParseLogLevel(config->log_level));
+  absl::StatusOr<std::unique_ptr<control::JsonLog>> log =
+      control::JsonLog::Open(log_path, *control::ParseLogLevel(config->log_level));
   if (!log.ok()) {
     std::cerr << "dar-agent: " << log.status().message() << "\n";
     return 1;
   }
-  agent::AgentLog& out = **log;
+  control::JsonLog& out = **log;
   // Signals are taken synchronously by this thread; every thread started later inherits the
   // mask, so none of them is interrupted.
   sigset_t signals;

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "control/controller_core.h"
-#include "control/controller_log.h"
+#include "control/json_log.h"
 #include "dar/v1/admin.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -16,7 +16,7 @@ namespace dar::control {
 class AdminServiceImpl final : public v1::AdminService::CallbackService {
  public:
   // `core` and `log` must outlive the service.
-  AdminServiceImpl(ControllerCore& core, ControllerLog& log) : core_(core), log_(log) {}
+  AdminServiceImpl(ControllerCore& core, JsonLog& log) : core_(core), log_(log) {}
 
   grpc::ServerUnaryReactor* GetTopology(grpc::CallbackServerContext* context,
                                         const v1::GetTopologyRequest* request,
@@ -48,7 +48,7 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   absl::Status Authorize(grpc::CallbackServerContext& context, const char* method);
 
   ControllerCore& core_;
-  ControllerLog& log_;
+  JsonLog& log_;
 };
 
 }  // namespace dar::control

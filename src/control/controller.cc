@@ -38,7 +38,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   c->trust_domain_ = config.trust_domain;
 
   ASSIGN_OR_RETURN(LogLevel level, ParseLogLevel(config.log_level));
-  ASSIGN_OR_RETURN(c->log_, ControllerLog::Open(config.log_file, level, *c->clock_));
+  ASSIGN_OR_RETURN(c->log_, JsonLog::Open(config.log_file, level,
+                                          [clock = c->clock_] { return clock->UnixNanos(); }));
   c->metrics_ = std::make_unique<ControllerMetrics>();
   c->core_ = std::make_unique<ControllerCore>(config, *c->clock_, *c->log_, *c->metrics_,
                                               /*publish_thread=*/options.cycle_thread);

@@ -17,9 +17,9 @@
 #include "control/controller_clock.h"
 #include "control/controller_config.h"
 #include "control/controller_core.h"
-#include "control/controller_log.h"
 #include "control/controller_metrics.h"
 #include "control/controller_service.h"
+#include "control/json_log.h"
 #include "grpcpp/grpcpp.h"
 
 namespace dar::control {
@@ -67,7 +67,7 @@ class Controller {
   const std::string& trust_domain() const { return trust_domain_; }
   ControllerCore& core() { return *core_; }
   ControllerMetrics& metrics() { return *metrics_; }
-  ControllerLog& log() { return *log_; }
+  JsonLog& log() { return *log_; }
 
  private:
   Controller() = default;
@@ -79,7 +79,7 @@ class Controller {
   std::string config_file_;
   std::string listen_override_;
   std::string trust_domain_;
-  std::unique_ptr<ControllerLog> log_;
+  std::unique_ptr<JsonLog> log_;
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<ControllerCore> core_;
   std::unique_ptr<AgentServiceImpl> agent_service_;

@@ -85,7 +85,7 @@ bool SameOverlay(const ControllerConfig& a, const ControllerConfig& b) {
 }  // namespace
 
 ControllerCore::ControllerCore(const ControllerConfig& config, const ControllerClock& clock,
-                               ControllerLog& log, ControllerMetrics& metrics, bool publish_thread)
+                               JsonLog& log, ControllerMetrics& metrics, bool publish_thread)
     : clock_(clock), log_(log), metrics_(metrics), config_(config), policy_(config.policy) {
   assert(!config.trust_domain.empty());
   if (sodium_init() < 0) std::abort();  // cannot happen on Linux; keys must not be weak

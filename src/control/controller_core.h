@@ -31,11 +31,11 @@
 #include "absl/status/statusor.h"
 #include "control/controller_clock.h"
 #include "control/controller_config.h"
-#include "control/controller_log.h"
 #include "control/controller_metrics.h"
 #include "control/controller_session.h"
 #include "control/controller_tables.h"
 #include "control/identity.h"
+#include "control/json_log.h"
 #include "core/route_computer.h"
 #include "dar/v1/admin.pb.h"
 #include "dar/v1/agent.pb.h"
@@ -78,7 +78,7 @@ class ControllerCore {
   // core's own (an idle stream serialises and encrypts its next write in the offer), so the
   // cycle thread is free for the next decision; a newer snapshot replaces one not yet
   // offered. Without it, RunCycle offers before it returns.
-  ControllerCore(const ControllerConfig& config, const ControllerClock& clock, ControllerLog& log,
+  ControllerCore(const ControllerConfig& config, const ControllerClock& clock, JsonLog& log,
                  ControllerMetrics& metrics, bool publish_thread = false);
   ~ControllerCore();
   ControllerCore(const ControllerCore&) = delete;
@@ -197,7 +197,7 @@ class ControllerCore {
       const Overlay& overlay, const std::set<std::pair<std::string, std::string>>& drained) const;
 
   const ControllerClock& clock_;
-  ControllerLog& log_;
+  JsonLog& log_;
   ControllerMetrics& metrics_;
 
   // The decision loop; cycle_mu_ guards it.

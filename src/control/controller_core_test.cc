@@ -74,7 +74,8 @@ class CoreTest : public ::testing::Test {
       config_.links.push_back(
           {"n" + std::to_string(a), "n" + std::to_string(b), DataRate::Gbps(1), std::nullopt});
     }
-    log_ = *ControllerLog::Open(log_dir_.File("ctl.jsonl"), LogLevel::kDebug, clock_);
+    log_ = *JsonLog::Open(log_dir_.File("ctl.jsonl"), LogLevel::kDebug,
+                          [this] { return clock_.UnixNanos(); });
     core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
   }
 
@@ -114,7 +115,7 @@ class CoreTest : public ::testing::Test {
   ManualClock clock_;
   ControllerConfig config_;
   ControllerMetrics metrics_;
-  std::unique_ptr<ControllerLog> log_;
+  std::unique_ptr<JsonLog> log_;
   std::unique_ptr<ControllerCore> core_;
 };
 

@@ -20,7 +20,7 @@ class AgentStream final : public Reactor,
                           public std::enable_shared_from_this<AgentStream> {
  public:
   AgentStream(grpc::CallbackServerContext* context, ControllerCore& core,
-              const ControllerClock& clock, ControllerLog& log)
+              const ControllerClock& clock, JsonLog& log)
       : core_(core), clock_(clock), log_(log), peer_(PeerSpiffeId(*context)) {}
 
   void Begin() {
@@ -173,7 +173,7 @@ class AgentStream final : public Reactor,
 
   ControllerCore& core_;
   const ControllerClock& clock_;
-  ControllerLog& log_;
+  JsonLog& log_;
   const absl::StatusOr<SpiffeId> peer_;
   v1::AgentMessage in_;  // only the read path touches it
 

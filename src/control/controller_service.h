@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "control/controller_clock.h"
 #include "control/controller_core.h"
-#include "control/controller_log.h"
+#include "control/json_log.h"
 #include "dar/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -28,7 +28,7 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
   // All three must outlive the service and every stream it opened (shut the server down
   // first).
-  AgentServiceImpl(ControllerCore& core, const ControllerClock& clock, ControllerLog& log)
+  AgentServiceImpl(ControllerCore& core, const ControllerClock& clock, JsonLog& log)
       : core_(core), clock_(clock), log_(log) {}
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* Connect(
@@ -37,7 +37,7 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
  private:
   ControllerCore& core_;
   const ControllerClock& clock_;
-  ControllerLog& log_;
+  JsonLog& log_;
 };
 
 }  // namespace dar::control

@@ -1,5 +1,6 @@
 #include "control/controller_session.h"
 
+#include <limits>
 #include <memory>
 
 #include "control/controller_tables.h"
@@ -67,7 +68,7 @@ TEST_F(SessionTest, FullTableCoversEveryOtherNodeDownhill) {
   }
 }
 
-TEST_F(SessionTest, DeltaHoldsOnlyChangedRowsAndRemovals) {
+TEST_F(SessionTest, DeltaHoldsOnlyChangedRowsAndUnreachableOnes) {
   const auto a = Cycle();
   const auto b = Cycle();  // nothing changed
   v1::RouteTable t;
@@ -82,8 +83,17 @@ TEST_F(SessionTest, DeltaHoldsOnlyChangedRowsAndRemovals) {
   const auto c = Cycle();
   BuildRouteTable(*c, 0, b.get(), t);
   EXPECT_EQ(t.base_version(), 2u);
-  EXPECT_EQ(t.removed_size(), kTrafficClasses);
-  for (const v1::RouteKey& k : t.removed()) EXPECT_EQ(k.destination_id(), 2u);
+  // n2's rows are sent as unreachable (no next hops, infinite potential), not dropped: the
+  // agent, which sees only its own links, would otherwise think n2 reachable and refuse.
+  EXPECT_EQ(t.removed_size(), 0);
+  int unreachable = 0;
+  for (const v1::Route& r : t.routes()) {
+    if (r.destination_id() != 2) continue;
+    ++unreachable;
+    EXPECT_EQ(r.next_hops_size(), 0);
+    EXPECT_EQ(r.potential(), std::numeric_limits<double>::infinity());
+  }
+  EXPECT_EQ(unreachable, kTrafficClasses);
   // The rows toward n3 lost their way over n2.
   bool saw_n3 = false;
   for (const v1::Route& r : t.routes()) {

@@ -1,6 +1,7 @@
 #include "control/controller_tables.h"
 
 #include <charconv>
+#include <limits>
 
 namespace dar::control {
 namespace {
@@ -11,7 +12,10 @@ void AddRoute(const RouteSnapshot& s, int cls, NodeId d, NodeId v, absl::Span<co
   v1::Route* r = out.add_routes();
   r->set_destination_id(o.wire_id[d]);
   r->set_traffic_class(cls);
-  r->set_potential(s.Potential(cls, d, v));
+  // No next hops: v cannot reach d (every node that can has one). Said explicitly with an
+  // infinite potential, so the agent — which sees only its own links and may think d
+  // reachable — knows the hole is meant (a node or link further away failed).
+  r->set_potential(hops.empty() ? std::numeric_limits<double>::infinity() : s.Potential(cls, d, v));
   for (const NextHop& h : hops) {
     const NodeId u = o.topology.link(h.link).dst;
     v1::NextHop* n = r->add_next_hops();
@@ -92,18 +96,12 @@ void BuildRouteTable(const RouteSnapshot& snapshot, NodeId node, const RouteSnap
     for (int cls = 0; cls < kTrafficClasses; ++cls) {
       const absl::Span<const NextHop> hops = snapshot.tables[cls]->Lookup(node, d);
       if (base == nullptr) {
-        if (!hops.empty()) AddRoute(snapshot, cls, d, node, hops, out);
+        AddRoute(snapshot, cls, d, node, hops, out);
         continue;
       }
       const absl::Span<const NextHop> old = base->tables[cls]->Lookup(node, d);
       if (SameRow(hops, old)) continue;
-      if (hops.empty()) {
-        v1::RouteKey* k = out.add_removed();
-        k->set_destination_id(snapshot.overlay->wire_id[d]);
-        k->set_traffic_class(cls);
-      } else {
-        AddRoute(snapshot, cls, d, node, hops, out);
-      }
+      AddRoute(snapshot, cls, d, node, hops, out);
     }
   }
 }

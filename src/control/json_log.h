@@ -1,18 +1,20 @@
-// The controller's structured log: one JSON object per line,
-//   {"time":"2025-01-02T03:04:05.678Z","level":"info","msg":"agent connected","node":"A",...}
-// to a file (appended) or to stderr. Thread-safe; a line is written whole.
-#ifndef DAR_CONTROL_CONTROLLER_LOG_H_
-#define DAR_CONTROL_CONTROLLER_LOG_H_
+// The daemons' structured log (controller and agent alike): one JSON object per line,
+//   {"time":"2025-01-02T03:04:05.678Z","level":"info","msg":"table accepted","version":12}
+// to a file (appended), to stderr, or to a sink (tests). The fields of a message are merged
+// into its object after time, level and msg. Thread-safe; a line is written whole.
+#ifndef DAR_CONTROL_JSON_LOG_H_
+#define DAR_CONTROL_JSON_LOG_H_
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "control/controller_clock.h"
 #include "nlohmann/json.hpp"
 
 namespace dar::control {
@@ -23,16 +25,22 @@ enum class LogLevel : uint8_t { kDebug, kInfo, kWarn, kError };
 absl::StatusOr<LogLevel> ParseLogLevel(std::string_view name);
 std::string_view LogLevelName(LogLevel level);
 
-class ControllerLog {
+class JsonLog {
  public:
+  // Receives each line, without the newline.
+  using Sink = std::function<void(std::string_view line)>;
+  // Nanoseconds since the Unix epoch, for the "time" field.
+  using UnixClock = std::function<int64_t()>;
+
   // Appends to `path` (created if missing), or writes to stderr if `path` is empty.
-  // `clock` must outlive the log. Errors: the file cannot be opened, naming it.
-  static absl::StatusOr<std::unique_ptr<ControllerLog>> Open(const std::string& path,
-                                                             LogLevel level,
-                                                             const ControllerClock& clock);
-  ~ControllerLog();
-  ControllerLog(const ControllerLog&) = delete;
-  ControllerLog& operator=(const ControllerLog&) = delete;
+  // Errors: the file cannot be opened, naming it.
+  static absl::StatusOr<std::unique_ptr<JsonLog>> Open(const std::string& path, LogLevel level,
+                                                       UnixClock clock = nullptr);
+  // Writes to `sink`; `clock` defaults to the system clock.
+  JsonLog(Sink sink, LogLevel level, UnixClock clock = nullptr);
+  ~JsonLog();
+  JsonLog(const JsonLog&) = delete;
+  JsonLog& operator=(const JsonLog&) = delete;
 
   // Writes `msg` with `fields` (a JSON object, or null) if `level` is enabled.
   void Write(LogLevel level, std::string_view msg, const nlohmann::json& fields = nullptr);
@@ -53,16 +61,16 @@ class ControllerLog {
   void set_level(LogLevel level) { level_ = level; }
 
  private:
-  ControllerLog(std::FILE* out, bool owned, LogLevel level, const ControllerClock& clock)
-      : out_(out), owned_(owned), level_(level), clock_(clock) {}
+  JsonLog(std::FILE* out, bool owned, LogLevel level, UnixClock clock);
 
   std::mutex mu_;
-  std::FILE* out_;
-  bool owned_;
+  std::FILE* out_ = nullptr;
+  bool owned_ = false;
+  Sink sink_;
   std::atomic<LogLevel> level_;
-  const ControllerClock& clock_;
+  UnixClock clock_;
 };
 
 }  // namespace dar::control
 
-#endif  // DAR_CONTROL_CONTROLLER_LOG_H_
+#endif  // DAR_CONTROL_JSON_LOG_H_

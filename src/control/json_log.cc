@@ -1,4 +1,4 @@
-#include "agent/agent_log.h"
+#include "control/json_log.h"
 
 #include <cerrno>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include "absl/time/time.h"
 #include "fmt/format.h"
 
-namespace dar::agent {
+namespace dar::control {
 
 absl::StatusOr<LogLevel> ParseLogLevel(std::string_view name) {
   if (name == "debug") return LogLevel::kDebug;
@@ -32,27 +32,29 @@ std::string_view LogLevelName(LogLevel level) {
   return "?";
 }
 
-absl::StatusOr<std::unique_ptr<AgentLog>> AgentLog::Open(const std::string& path, LogLevel level) {
-  if (path.empty()) return std::unique_ptr<AgentLog>(new AgentLog(stderr, false, level));
+absl::StatusOr<std::unique_ptr<JsonLog>> JsonLog::Open(const std::string& path, LogLevel level,
+                                                       UnixClock clock) {
+  if (path.empty())
+    return std::unique_ptr<JsonLog>(new JsonLog(stderr, false, level, std::move(clock)));
   std::FILE* f = std::fopen(path.c_str(), "ae");
   if (f == nullptr) {
     return absl::InvalidArgumentError(
         fmt::format("{}: cannot open the log: {}", path, std::strerror(errno)));
   }
-  return std::unique_ptr<AgentLog>(new AgentLog(f, true, level));
+  return std::unique_ptr<JsonLog>(new JsonLog(f, true, level, std::move(clock)));
 }
 
-AgentLog::AgentLog(std::FILE* out, bool owned, LogLevel level)
-    : out_(out), owned_(owned), level_(level) {}
+JsonLog::JsonLog(std::FILE* out, bool owned, LogLevel level, UnixClock clock)
+    : out_(out), owned_(owned), level_(level), clock_(std::move(clock)) {}
 
-AgentLog::AgentLog(Sink sink, LogLevel level, UnixClock clock)
+JsonLog::JsonLog(Sink sink, LogLevel level, UnixClock clock)
     : sink_(std::move(sink)), level_(level), clock_(std::move(clock)) {}
 
-AgentLog::~AgentLog() {
+JsonLog::~JsonLog() {
   if (owned_) std::fclose(out_);
 }
 
-void AgentLog::Write(LogLevel level, std::string_view msg, const nlohmann::json& fields) {
+void JsonLog::Write(LogLevel level, std::string_view msg, const nlohmann::json& fields) {
   if (!enabled(level)) return;
   const absl::Time t = clock_ ? absl::FromUnixNanos(clock_()) : absl::Now();
   nlohmann::json line = {{"time", absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone())},
@@ -74,4 +76,4 @@ void AgentLog::Write(LogLevel level, std::string_view msg, const nlohmann::json&
   std::fflush(out_);
 }
 
-}  // namespace dar::agent
+}  // namespace dar::control
