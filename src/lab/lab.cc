@@ -141,6 +141,29 @@ absl::Status CreateLabCredentials(const LabLayout& layout, const std::string& di
   return absl::OkStatus();
 }
 
+// The lab's nodes (id, name, overlay address) and links (ends, capacity), as both the agents'
+// and the controller's configurations carry them.
+static void EmitTopology(const LabLayout& layout, YAML::Emitter& out) {
+  out << YAML::Key << "nodes" << YAML::Value << YAML::BeginSeq;
+  for (const NodeLayout& n : layout.nodes) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "id" << YAML::Value << n.id;
+    out << YAML::Key << "name" << YAML::Value << n.name;
+    out << YAML::Key << "overlay" << YAML::Value << LabOverlayAddress(n);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
+  for (const LinkLayout& l : layout.links) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "a" << YAML::Value << layout.nodes.at(l.a.node).name;
+    out << YAML::Key << "b" << YAML::Value << layout.nodes.at(l.b.node).name;
+    out << YAML::Key << "capacity_bps" << YAML::Value << LabLinkCapacity(l).bps();
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+}
+
 std::string NodeConfigYaml(const LabLayout& layout, int node) {
   const NodeLayout& n = layout.nodes.at(node);
   const std::string node_id = std::to_string(n.id);
@@ -179,24 +202,7 @@ std::string NodeConfigYaml(const LabLayout& layout, int node) {
   out << YAML::Key << "id" << YAML::Value << kLabInitialKeyId;
   out << YAML::Key << "file" << YAML::Value << std::string(kLabOverlayKeyFile);
   out << YAML::EndMap;
-  out << YAML::Key << "nodes" << YAML::Value << YAML::BeginSeq;
-  for (const NodeLayout& other : layout.nodes) {
-    out << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "id" << YAML::Value << other.id;
-    out << YAML::Key << "name" << YAML::Value << other.name;
-    out << YAML::Key << "overlay" << YAML::Value << LabOverlayAddress(other);
-    out << YAML::EndMap;
-  }
-  out << YAML::EndSeq;
-  out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
-  for (const LinkLayout& l : layout.links) {
-    out << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "a" << YAML::Value << layout.nodes.at(l.a.node).name;
-    out << YAML::Key << "b" << YAML::Value << layout.nodes.at(l.b.node).name;
-    out << YAML::Key << "capacity_bps" << YAML::Value << LabLinkCapacity(l).bps();
-    out << YAML::EndMap;
-  }
-  out << YAML::EndSeq;
+  EmitTopology(layout, out);
   out << YAML::Key << "neighbours" << YAML::Value << YAML::BeginSeq;
   for (const LinkLayout& l : layout.links) {
     if (l.a.node != node && l.b.node != node) continue;
@@ -240,24 +246,7 @@ std::string ControllerConfigYaml(const LabLayout& layout) {
   out << YAML::Key << "interval_ms" << YAML::Value << 100;
   out << YAML::Key << "missed_probes" << YAML::Value << 3;
   out << YAML::EndMap;
-  out << YAML::Key << "nodes" << YAML::Value << YAML::BeginSeq;
-  for (const NodeLayout& n : layout.nodes) {
-    out << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "id" << YAML::Value << n.id;
-    out << YAML::Key << "name" << YAML::Value << n.name;
-    out << YAML::Key << "overlay" << YAML::Value << LabOverlayAddress(n);
-    out << YAML::EndMap;
-  }
-  out << YAML::EndSeq;
-  out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
-  for (const LinkLayout& l : layout.links) {
-    out << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "a" << YAML::Value << layout.nodes.at(l.a.node).name;
-    out << YAML::Key << "b" << YAML::Value << layout.nodes.at(l.b.node).name;
-    out << YAML::Key << "capacity_bps" << YAML::Value << LabLinkCapacity(l).bps();
-    out << YAML::EndMap;
-  }
-  out << YAML::EndSeq;
+  EmitTopology(layout, out);
   out << YAML::EndMap;
   return fmt::format("# Written by dar-lab for the controller of lab {}.\n{}\n", layout.name,
                      out.c_str());
