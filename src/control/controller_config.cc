@@ -20,24 +20,13 @@ namespace {
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
-// Puts "<file>:<line>: " in front of reader errors, the line being that of the YAML node the
-// error is about (the value of a key when it is there, else the map holding it).
-class Located {
+// YamlLocator, plus finding the node an error is about (the value of a key when it is there,
+// else the map holding it).
+class Located : public YamlLocator {
  public:
-  explicit Located(std::string file) : file_(std::move(file)) {}
+  using YamlLocator::At;
+  using YamlLocator::YamlLocator;
 
-  absl::Status At(const YAML::Node& node, const absl::Status& s) const {
-    if (s.ok()) return s;
-    if (!node.IsDefined() || node.Mark().is_null()) {
-      return absl::Status(s.code(), fmt::format("{}: {}", file_, Msg(s)));
-    }
-    return absl::Status(s.code(), fmt::format("{}:{}: {}", file_, node.Mark().line + 1, Msg(s)));
-  }
-  template <typename T>
-  absl::StatusOr<T> At(const YAML::Node& node, absl::StatusOr<T> v) const {
-    if (!v.ok()) return At(node, v.status());
-    return v;
-  }
   // The node of `key` in `map` (or of the first key that starts with `key` followed by '_',
   // for unit families such as cycle_ms), else `map` itself.
   static YAML::Node KeyNode(const YAML::Node& map, std::string_view key) {
@@ -71,9 +60,6 @@ class Located {
     }
     return At(map, s);
   }
-
- private:
-  std::string file_;
 };
 
 // "host:port" with a port in 0..65535 (0: any free port).

@@ -426,4 +426,13 @@ absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path) {
   return ParseYaml(buffer.str(), path);
 }
 
+absl::Status YamlLocator::At(const YAML::Node& node, const absl::Status& s) const {
+  if (s.ok()) return s;
+  const std::string msg(s.message());
+  if (!node.IsDefined() || node.Mark().is_null()) {
+    return absl::Status(s.code(), fmt::format("{}: {}", file_, msg));
+  }
+  return absl::Status(s.code(), fmt::format("{}:{}: {}", file_, node.Mark().line + 1, msg));
+}
+
 }  // namespace dar

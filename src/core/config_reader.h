@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -165,6 +166,23 @@ class YamlReader {
   std::string where_;
   std::set<std::string, std::less<>> known_;
   std::vector<std::string> known_display_;  // in the order first asked about
+};
+
+// Puts "<file>:<line>: " in front of a reader's error, the line being that of the YAML node
+// the error is about ("<file>: " when the node has no position).
+class YamlLocator {
+ public:
+  explicit YamlLocator(std::string file) : file_(std::move(file)) {}
+
+  absl::Status At(const YAML::Node& node, const absl::Status& s) const;
+  template <typename T>
+  absl::StatusOr<T> At(const YAML::Node& node, absl::StatusOr<T> value) const {
+    if (!value.ok()) return At(node, value.status());
+    return value;
+  }
+
+ private:
+  std::string file_;
 };
 
 // How a YAML value reads in an error message: the scalar in quotes, or its shape ("a list").

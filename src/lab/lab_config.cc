@@ -88,24 +88,11 @@ std::string ExpandArg(std::string_view arg, const Placeholders& values, std::str
   return out;
 }
 
-// Turns reader errors into "<file>:<line>: <message>", the line being that of a YAML node.
-class Locator {
+// YamlLocator, plus locating unknown keys and list elements.
+class Locator : public YamlLocator {
  public:
-  explicit Locator(std::string file) : file_(std::move(file)) {}
-
-  absl::Status At(const YAML::Node& node, const absl::Status& s) const {
-    if (s.ok()) return s;
-    if (!node.IsDefined() || node.Mark().is_null()) {
-      return absl::Status(s.code(), fmt::format("{}: {}", file_, Msg(s)));
-    }
-    return absl::Status(s.code(), fmt::format("{}:{}: {}", file_, node.Mark().line + 1, Msg(s)));
-  }
-
-  template <typename T>
-  absl::StatusOr<T> At(const YAML::Node& node, absl::StatusOr<T> value) const {
-    if (!value.ok()) return At(node, value.status());
-    return value;
-  }
+  using YamlLocator::At;
+  using YamlLocator::YamlLocator;
 
   // CheckNoUnknownKeys of `r` (reading `map`), located at the offending key.
   absl::Status CheckKeys(const YamlReader& r, const YAML::Node& map) const {
@@ -151,9 +138,6 @@ class Locator {
     }
     return absl::OkStatus();
   }
-
- private:
-  std::string file_;
 };
 
 absl::Status CheckName(const YamlReader& r, std::string_view key, const std::string& value,
