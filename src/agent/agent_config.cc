@@ -6,6 +6,7 @@
 #include <set>
 
 #include "control/certs.h"
+#include "control/key_ring.h"
 #include "core/config_reader.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
@@ -326,28 +327,6 @@ Topology BuildAgentTopology(const AgentConfig& config) {
   return topo;
 }
 
-absl::StatusOr<net::OverlayKeyBytes> LoadKeyFile(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string text, control::ReadFile(path, 4096));
-  std::string hex;
-  for (const char ch : text) {
-    if (std::isspace(static_cast<unsigned char>(ch))) continue;
-    if (!std::isxdigit(static_cast<unsigned char>(ch))) {
-      return absl::InvalidArgumentError(
-          fmt::format("{}: not a hexadecimal digit: '{}'", path, std::string(1, ch)));
-    }
-    hex += ch;
-  }
-  if (hex.size() != 2 * net::kOverlayKeyBytes) {
-    return absl::InvalidArgumentError(fmt::format("{}: must hold {} hexadecimal digits, has {}",
-                                                  path, 2 * net::kOverlayKeyBytes, hex.size()));
-  }
-  net::OverlayKeyBytes key{};
-  for (size_t i = 0; i < key.size(); ++i) {
-    key[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-  }
-  return key;
-}
-
 absl::StatusOr<DataplaneConfig> MakeDataplaneConfig(const AgentConfig& config,
                                                     const Topology& topology, uint64_t seed) {
   DataplaneConfig d;
@@ -374,7 +353,8 @@ absl::StatusOr<DataplaneConfig> MakeDataplaneConfig(const AgentConfig& config,
   d.hop_limit = config.hop_limit;
   d.seed = seed;
   if (config.initial_key) {
-    ASSIGN_OR_RETURN(const net::OverlayKeyBytes key, LoadKeyFile(config.initial_key->file));
+    ASSIGN_OR_RETURN(const net::OverlayKeyBytes key,
+                     control::LoadKeyFile(config.initial_key->file));
     d.initial_keys.push_back(KeyUpdate{config.initial_key->id, key, /*active=*/true});
   }
   return d;

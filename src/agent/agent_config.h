@@ -133,9 +133,6 @@ absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path);
 // configured (zero when unknown).
 Topology BuildAgentTopology(const AgentConfig& config);
 
-// Reads a key file: 64 hexadecimal digits (whitespace ignored). Errors name the file.
-absl::StatusOr<net::OverlayKeyBytes> LoadKeyFile(const std::string& path);
-
 // The data plane's configuration: this node in `topology` (BuildAgentTopology(config), which
 // must outlive the data plane), every node's overlay address, a link per neighbour (this end's
 // and the peer's underlay address, both on data_port), the TUN, probing, forwarding and hop

@@ -214,39 +214,5 @@ TEST(AgentConfigTest, MakesTheDataplaneConfig) {
               HasSubstr(key_path));
 }
 
-class KeyFileTest : public ::testing::Test {
- protected:
-  KeyFileTest()
-      : path_((std::filesystem::temp_directory_path() /
-               fmt::format("dar-agent-key-{}-{}", getpid(),
-                           ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-                  .string()) {}
-  ~KeyFileTest() override { std::filesystem::remove(path_); }
-
-  void Write(const std::string& text) { std::ofstream(path_) << text; }
-
-  std::string path_;
-};
-
-TEST_F(KeyFileTest, ReadsHex) {
-  std::string hex;
-  for (int i = 0; i < 32; ++i) hex += fmt::format("{:02x}", i * 7);
-  Write(hex.substr(0, 30) + "\n  " + hex.substr(30) + "\n");
-  absl::StatusOr<net::OverlayKeyBytes> key = LoadKeyFile(path_);
-  ASSERT_TRUE(key.ok()) << key.status();
-  for (int i = 0; i < 32; ++i) EXPECT_EQ((*key)[i], static_cast<uint8_t>(i * 7));
-}
-
-TEST_F(KeyFileTest, RefusesBadFiles) {
-  Write("abcd");
-  EXPECT_THAT(std::string(LoadKeyFile(path_).status().message()),
-              HasSubstr(path_ + ": must hold 64 hexadecimal digits, has 4"));
-  Write(std::string(63, 'a') + "g");
-  EXPECT_THAT(std::string(LoadKeyFile(path_).status().message()),
-              HasSubstr("not a hexadecimal digit: 'g'"));
-  std::filesystem::remove(path_);
-  EXPECT_TRUE(absl::IsNotFound(LoadKeyFile(path_).status()));
-}
-
 }  // namespace
 }  // namespace dar::agent

@@ -248,32 +248,7 @@ absl::Status TableStore::Save(uint64_t version, const Rows& rows, int64_t comput
     return absl::InternalError(
         fmt::format("{}: cannot create the state dir: {}", config_.state_dir, ec.message()));
   }
-  const std::string path = file_path();
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  }
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  const int write_errno = errno;
-  if (::close(fd) != 0 || done != data.size()) {
-    ::unlink(tmp.c_str());
-    return absl::InternalError(
-        fmt::format("{}: cannot write: {}", tmp, std::strerror(write_errno)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    return absl::InternalError(
-        fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(e)));
-  }
-  return absl::OkStatus();
+  return control::WriteFileAtomically(file_path(), data, 0644);
 }
 
 absl::Status TableStore::LoadFromDisk(Time now) {

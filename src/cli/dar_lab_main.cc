@@ -6,6 +6,8 @@
 //   dar-lab link down|up A B [--dir D]
 //   dar-lab rate A B RATE|none [--dir D]
 //   dar-lab exec NODE [--dir D] [--] CMD...
+//   dar-lab stop ctl|NODE [--kill] [--dir D]
+//   dar-lab start ctl|NODE [--dir D]
 //   dar-lab status [--dir D]
 //
 // D defaults to $DAR_LAB_DIR, else /tmp/dar-lab.
@@ -93,6 +95,19 @@ int main(int argc, char** argv) {
   exec->prefix_command()->allow_extras();
   AddDir(exec, dir);
 
+  CLI::App* stop = app.add_subcommand(
+      "stop", "stop a service (ctl: the controller; NODE: its agent); `start` runs it again");
+  std::string who;
+  bool kill_now = false;
+  stop->add_option("service", who, "ctl or a node name or id")->required();
+  stop->add_flag("--kill", kill_now, "SIGKILL at once, as a crash (default: SIGTERM first)");
+  stop->add_option("--grace-ms", grace_ms, "time between SIGTERM and SIGKILL")
+      ->capture_default_str();
+  AddDir(stop, dir);
+  CLI::App* start = app.add_subcommand("start", "start a stopped service again, as `up` did");
+  start->add_option("service", who, "ctl or a node name or id")->required();
+  AddDir(start, dir);
+
   CLI::App* status = app.add_subcommand("status", "show the lab and whether its services run");
   AddDir(status, dir);
 
@@ -175,6 +190,18 @@ int main(int argc, char** argv) {
     execv(program->c_str(), c_args.data());
     fmt::print(stderr, "dar-lab: cannot run {}: {}\n", *program, std::strerror(errno));
     return 127;
+  }
+  if (*stop) {
+    const absl::Status s =
+        lab.StopService(who, kill_now ? dar::Duration(0) : dar::Milliseconds(grace_ms));
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (*start) {
+    absl::StatusOr<dar::lab::ProcessRecord> p = lab.StartService(who);
+    if (!p.ok()) return Fail(p.status());
+    fmt::print("{} started: pid {}, log {}\n", p->node.empty() ? p->role : p->node, p->id.pid,
+               p->log);
+    return 0;
   }
   if (*status) {
     absl::StatusOr<dar::lab::LabState> state = lab.LoadState();

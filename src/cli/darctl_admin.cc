@@ -260,6 +260,26 @@ void Drain(const Connection& c, const std::string& a, const std::string& b, bool
                            r.changed() ? "" : " (no change)");
 }
 
+void Keys(const Connection& c, bool rotate) {
+  const auto r =
+      rotate ? Call<dar::v1::RotateKeysRequest, dar::v1::KeyRingView>(
+                   c, &dar::v1::AdminService::Stub::RotateKeys, dar::v1::RotateKeysRequest())
+             : Call<dar::v1::GetKeysRequest, dar::v1::KeyRingView>(
+                   c, &dar::v1::AdminService::Stub::GetKeys, dar::v1::GetKeysRequest());
+  if (c.json) return PrintJson(r);
+  if (rotate) {
+    std::cout << (r.rotation_started() ? "rotation started: the new key is announced now and "
+                                         "seals after one rollout period\n"
+                                       : "a rotation is already under way\n");
+  }
+  std::string ids;
+  for (const auto& k : r.keys()) {
+    ids += fmt::format("{}{}{}", ids.empty() ? "" : ", ", k.key_id(), k.active() ? " (seals)" : "");
+  }
+  std::cout << fmt::format("keys: {}\nphase: {} for {}\n", ids, r.phase(),
+                           Age(r.phase_since_unix_ns()));
+}
+
 }  // namespace
 
 void AddAdminCommands(CLI::App& app) {
@@ -311,8 +331,17 @@ void AddAdminCommands(CLI::App& app) {
     cmd->add_option("b", ends->second, "The other end")->required();
     cmd->callback([conn, ends, drain] { Drain(*conn, ends->first, ends->second, drain); });
   }
+  CLI::App* keys = app.add_subcommand("keys", "The data-plane keys: ids and rotation phase");
+  keys->require_subcommand(1);
+  AddConnectionFlags(keys, *conn);
+  keys->add_subcommand("show", "Key ids, which one seals, the phase")->callback([conn] {
+    Keys(*conn, false);
+  });
+  keys->add_subcommand("rotate", "Start a rotation (announce, then seal, then retire)")
+      ->callback([conn] { Keys(*conn, true); });
+
   // Connection flags may also follow the subcommand (`darctl show links -j`).
-  for (CLI::App* group : {show, policy_cmd, link}) {
+  for (CLI::App* group : {show, policy_cmd, link, keys}) {
     for (CLI::App* leaf : group->get_subcommands([](CLI::App*) { return true; })) {
       leaf->fallthrough();
     }

@@ -112,4 +112,24 @@ grpc::ServerUnaryReactor* AdminServiceImpl::DrainLink(grpc::CallbackServerContex
   });
 }
 
+grpc::ServerUnaryReactor* AdminServiceImpl::GetKeys(grpc::CallbackServerContext* context,
+                                                    const v1::GetKeysRequest*,
+                                                    v1::KeyRingView* response) {
+  return Serve(context, Authorize(*context, "GetKeys"), [&] {
+    *response = core_.GetKeys();
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::RotateKeys(grpc::CallbackServerContext* context,
+                                                       const v1::RotateKeysRequest*,
+                                                       v1::KeyRingView* response) {
+  return Serve(context, Authorize(*context, "RotateKeys"), [&] {
+    absl::StatusOr<v1::KeyRingView> view = core_.RotateKeys();
+    if (!view.ok()) return view.status();
+    *response = std::move(*view);
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace dar::control

@@ -42,6 +42,12 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   grpc::ServerUnaryReactor* DrainLink(grpc::CallbackServerContext* context,
                                       const v1::DrainLinkRequest* request,
                                       v1::DrainLinkResponse* response) override;
+  grpc::ServerUnaryReactor* GetKeys(grpc::CallbackServerContext* context,
+                                    const v1::GetKeysRequest* request,
+                                    v1::KeyRingView* response) override;
+  grpc::ServerUnaryReactor* RotateKeys(grpc::CallbackServerContext* context,
+                                       const v1::RotateKeysRequest* request,
+                                       v1::KeyRingView* response) override;
 
  private:
   // OK if the caller is an admin; otherwise the refusal is counted and logged.

@@ -248,42 +248,6 @@ absl::Status ErrnoStatus(int err, std::string_view what, const std::string& path
   }
 }
 
-// Writes `contents` to `path` with exactly `mode`, through a temporary file in the same
-// directory, so that a reader never sees a partial file. Without `overwrite` an existing
-// `path` is an AlreadyExists error (link() refuses to replace it).
-absl::Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode,
-                                 bool overwrite) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) return ErrnoStatus(errno, "cannot create", tmp);
-  absl::Status status;
-  for (size_t done = 0; done < contents.size() && status.ok();) {
-    const ssize_t n = write(fd, contents.data() + done, contents.size() - done);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n == 0 || errno != EINTR) {
-      status = ErrnoStatus(n == 0 ? EIO : errno, "cannot write", tmp);
-    }
-  }
-  // open() applied the umask; the mode must be exactly `mode`.
-  if (status.ok() && fchmod(fd, mode) != 0) status = ErrnoStatus(errno, "cannot chmod", tmp);
-  if (status.ok() && fsync(fd) != 0) status = ErrnoStatus(errno, "cannot sync", tmp);
-  if (close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "cannot close", tmp);
-  if (status.ok()) {
-    if (overwrite) {
-      if (rename(tmp.c_str(), path.c_str()) != 0) {
-        status = ErrnoStatus(errno, "cannot rename into", path);
-      }
-    } else if (link(tmp.c_str(), path.c_str()) != 0) {
-      status = errno == EEXIST ? absl::AlreadyExistsError(fmt::format(
-                                     "'{}' exists; remove it or pass --force to replace it", path))
-                               : ErrnoStatus(errno, "cannot create", path);
-    }
-  }
-  unlink(tmp.c_str());
-  return status;
-}
-
 absl::Status EnsureDirectory(const std::string& dir) {
   std::error_code error;
   if (std::filesystem::is_directory(dir, error)) return absl::OkStatus();
@@ -589,6 +553,39 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) 
   close(fd);
   if (!status.ok()) return status;
   return contents;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode,
+                                 bool overwrite) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoStatus(errno, "cannot create", tmp);
+  absl::Status status;
+  for (size_t done = 0; done < contents.size() && status.ok();) {
+    const ssize_t n = write(fd, contents.data() + done, contents.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      status = ErrnoStatus(n == 0 ? EIO : errno, "cannot write", tmp);
+    }
+  }
+  // open() applied the umask; the mode must be exactly `mode`.
+  if (status.ok() && fchmod(fd, mode) != 0) status = ErrnoStatus(errno, "cannot chmod", tmp);
+  if (status.ok() && fsync(fd) != 0) status = ErrnoStatus(errno, "cannot sync", tmp);
+  if (close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "cannot close", tmp);
+  if (status.ok()) {
+    if (overwrite) {
+      if (rename(tmp.c_str(), path.c_str()) != 0) {
+        status = ErrnoStatus(errno, "cannot rename into", path);
+      }
+    } else if (link(tmp.c_str(), path.c_str()) != 0) {
+      status = errno == EEXIST ? absl::AlreadyExistsError(fmt::format(
+                                     "'{}' exists; remove it or pass --force to replace it", path))
+                               : ErrnoStatus(errno, "cannot create", path);
+    }
+  }
+  unlink(tmp.c_str());
+  return status;
 }
 
 }  // namespace dar::control

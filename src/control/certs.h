@@ -20,6 +20,7 @@
 
 #include <openssl/evp.h>
 #include <openssl/x509.h>
+#include <sys/types.h>
 
 #include <memory>
 #include <string>
@@ -161,6 +162,13 @@ absl::StatusOr<IssuedCertificate> IssueFromCertDir(const IssueOptions& options);
 // Reads a whole file of at most `max_bytes`. Errors: NotFound, PermissionDenied,
 // InvalidArgument (too large) or Internal, naming `path`.
 absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes = 1 << 20);
+
+// Writes `contents` to `path` with exactly `mode`, through a temporary file in the same
+// directory (synced, then renamed), so that a reader never sees a partial file. Without
+// `overwrite` an existing `path` is an AlreadyExists error (link() refuses to replace it).
+// Errors name the path and the failing step.
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode,
+                                 bool overwrite = true);
 
 }  // namespace dar::control
 

@@ -41,8 +41,17 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   ASSIGN_OR_RETURN(c->log_, JsonLog::Open(config.log_file, level,
                                           [clock = c->clock_] { return clock->UnixNanos(); }));
   c->metrics_ = std::make_unique<ControllerMetrics>();
-  c->core_ = std::make_unique<ControllerCore>(config, *c->clock_, *c->log_, *c->metrics_,
-                                              /*publish_thread=*/options.cycle_thread);
+  ASSIGN_OR_RETURN(KeyRing keys, KeyRingFor(config, c->clock_->UnixNanos()));
+  c->log_->Info(
+      "data-plane keys",
+      {{"ring", config.state_dir.empty() ? std::string("in memory: a restart makes new keys")
+                                         : config.state_dir + "/overlay-keys.json"},
+       {"active", keys.active_id()},
+       {"phase", KeyPhaseName(keys.phase())}});
+  c->core_ =
+      std::make_unique<ControllerCore>(config, *c->clock_, *c->log_, *c->metrics_,
+                                       /*publish_thread=*/options.cycle_thread, std::move(keys));
+  RETURN_IF_ERROR(c->core_->RestoreOperatorState());
   c->agent_service_ = std::make_unique<AgentServiceImpl>(*c->core_, *c->clock_, *c->log_);
   c->admin_service_ = std::make_unique<AdminServiceImpl>(*c->core_, *c->log_);
 

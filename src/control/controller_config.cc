@@ -335,6 +335,41 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
                                           top.Optional<int>("events_kept", c.events_kept,
                                                             Bounds::InRange(1, 1000000))));
 
+  ASSIGN_OR_RETURN(c.state_dir,
+                   loc.Key(root, "state_dir", top.Optional<std::string>("state_dir", "")));
+  c.state_dir = Resolve(c.state_dir, file);
+  const YAML::Node key_node = Located::KeyNode(root, "initial_key");
+  if (top.Has("initial_key")) {
+    ASSIGN_OR_RETURN(YamlReader key, loc.At(key_node, top.RequiredMap("initial_key")));
+    ControllerConfig::InitialKey k;
+    ASSIGN_OR_RETURN(
+        const int64_t id,
+        loc.Key(key_node, "id", key.Required<int64_t>("id", Bounds::InRange(0, 4294967295.0))));
+    k.id = static_cast<uint32_t>(id);
+    ASSIGN_OR_RETURN(k.file, loc.Key(key_node, "file", key.Required<std::string>("file")));
+    if (k.file.empty()) return loc.Key(key_node, "file", key.Error("file", "must not be empty"));
+    k.file = Resolve(k.file, file);
+    RETURN_IF_ERROR(loc.CheckKeys(key, key_node));
+    c.initial_key = std::move(k);
+  }
+  const YAML::Node keys_node = Located::KeyNode(root, "keys");
+  ASSIGN_OR_RETURN(YamlReader keys, loc.At(keys_node, top.OptionalMap("keys")));
+  ASSIGN_OR_RETURN(
+      c.key_rotate_every,
+      loc.Key(keys_node, "rotate_every",
+              keys.OptionalDuration("rotate_every", c.key_rotate_every, Bounds::NonNegative())));
+  ASSIGN_OR_RETURN(c.key_rollout,
+                   loc.Key(keys_node, "rollout",
+                           keys.OptionalDuration("rollout", c.key_rollout, Bounds::Positive())));
+  if (c.key_rollout < Milliseconds(100)) {
+    return loc.Key(keys_node, "rollout", keys.Error("rollout_ms", "must be at least 100 ms"));
+  }
+  if (c.key_rotate_every > Duration(0) && c.key_rotate_every < 2 * c.key_rollout) {
+    return loc.Key(keys_node, "rotate_every",
+                   keys.Error("rotate_every_s", "must be 0 (on request) or at least two rollouts"));
+  }
+  RETURN_IF_ERROR(loc.CheckKeys(keys, keys_node));
+
   const YAML::Node probe_node = Located::KeyNode(root, "probe");
   ASSIGN_OR_RETURN(YamlReader probe, loc.At(probe_node, top.OptionalMap("probe")));
   ASSIGN_OR_RETURN(c.probe_interval, loc.Key(probe_node, "interval",

@@ -15,6 +15,9 @@
 //   forecast_horizon_s: 30
 //   events_kept: 1000
 //   probe: {interval_ms: 100, missed_probes: 3}
+//   state_dir: state                 # optional: kept across restarts (the data-plane keys)
+//   initial_key: {id: 0, file: overlay.key}   # optional: the key agents start with
+//   keys: {rotate_every_s: 86400, rollout_ms: 5000}   # optional; rotate_every 0: on request
 //   nodes:
 //     - {id: 1, name: A, overlay: 10.77.0.1}    # id > 0: the certificate's node/<id>
 //   links:
@@ -83,6 +86,16 @@ struct ControllerConfig {
   int events_kept = 1000;
   Duration probe_interval = Milliseconds(100);
   int missed_probes = 3;
+  // Where the data-plane key ring (control/key_ring.h) is kept; empty: in memory only, so a
+  // restart makes new keys.
+  std::string state_dir;
+  struct InitialKey {
+    uint32_t id = 0;
+    std::string file;  // 64 hexadecimal digits
+  };
+  std::optional<InitialKey> initial_key;
+  Duration key_rotate_every{0};  // 0: only on request
+  Duration key_rollout = Seconds(5);
   std::vector<ControllerNodeConfig> nodes;
   std::vector<ControllerLinkConfig> links;
   ControllerPolicy policy;

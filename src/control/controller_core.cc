@@ -7,9 +7,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 
+#include "control/certs.h"
+#include "core/status_macros.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 
 namespace dar::control {
 namespace {
@@ -85,17 +90,16 @@ bool SameOverlay(const ControllerConfig& a, const ControllerConfig& b) {
 }  // namespace
 
 ControllerCore::ControllerCore(const ControllerConfig& config, const ControllerClock& clock,
-                               JsonLog& log, ControllerMetrics& metrics, bool publish_thread)
-    : clock_(clock), log_(log), metrics_(metrics), config_(config), policy_(config.policy) {
+                               JsonLog& log, ControllerMetrics& metrics, bool publish_thread,
+                               std::optional<KeyRing> keys)
+    : clock_(clock),
+      log_(log),
+      metrics_(metrics),
+      config_(config),
+      policy_(config.policy),
+      // Without a file or an initial key, Load cannot fail.
+      keys_(keys ? std::move(*keys) : *KeyRing::Load(KeyRingOptions{}, clock.UnixNanos())) {
   assert(!config.trust_domain.empty());
-  if (sodium_init() < 0) std::abort();  // cannot happen on Linux; keys must not be weak
-  v1::OverlayKey key;
-  key.set_key_id(1);
-  std::string bytes(32, '\0');
-  randombytes_buf(bytes.data(), bytes.size());
-  key.set_key(std::move(bytes));
-  key.set_active(true);
-  keys_.push_back(std::move(key));
   overlay_ = MakeOverlay(config_);
   agent_config_ = BuildAgentConfigLocked();
   ResetComputer(clock_.Now());
@@ -155,7 +159,7 @@ std::shared_ptr<const v1::AgentConfig> ControllerCore::BuildAgentConfigLocked() 
   c->set_missed_probes(config_.missed_probes);
   c->set_forwarding_mode(std::string(ForwardingModeName(policy_.forwarding_mode)));
   c->set_table_stale_ms(static_cast<uint32_t>(config_.table_stale.count() / 1000000));
-  for (const v1::OverlayKey& k : keys_) *c->add_keys() = k;
+  for (const v1::OverlayKey& k : keys_.keys()) *c->add_keys() = k;
   for (NodeId n = 0; n < overlay_->topology.num_nodes(); ++n) {
     v1::OverlayNode* o = c->add_nodes();
     o->set_node_id(overlay_->wire_id[n]);
@@ -477,13 +481,21 @@ CycleReport ControllerCore::RunCycle() {
   std::shared_ptr<const RouteSnapshot> snapshot =
       MakeSnapshot(overlay, *computer_, cycle, report.version, unix_now);
   const auto t1 = std::chrono::steady_clock::now();
+  ConfigPush rekeyed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     latest_ = snapshot;
     cycled_ = true;
     last_cycle_ = now;
     for (const NewEvent& e : events) RecordEventLocked(e.kind, e.node, e.detail);
+    absl::StatusOr<bool> keys_changed = keys_.Advance(unix_now);
+    if (!keys_changed.ok()) {
+      RecordEventLocked("keys_not_saved", "", std::string(keys_changed.status().message()));
+    } else if (*keys_changed) {
+      rekeyed = KeysChangedLocked("rotation step");
+    }
   }
+  rekeyed.Send();
   if (publisher_.joinable()) {
     {
       std::lock_guard<std::mutex> lock(pub_mu_);
@@ -755,6 +767,8 @@ absl::StatusOr<v1::PolicySettings> ControllerCore::SetPolicy(const v1::PolicySet
       agent_config = agent_config_;
       links = ConnectedLinksLocked();
     }
+    policy_override_ = s;
+    SaveOperatorStateLocked();
     RecordEventLocked("policy_changed", "",
                       fmt::format("temperature {}, hysteresis {}, min_cost_change {}, "
                                   "forwarding {}, cycle {} ms, utilisation weights {}/{}",
@@ -764,6 +778,59 @@ absl::StatusOr<v1::PolicySettings> ControllerCore::SetPolicy(const v1::PolicySet
   }
   for (const auto& link : links) link->OfferConfig(agent_config);
   return GetPolicy();
+}
+
+v1::KeyRingView ControllerCore::KeyRingViewLocked() const {
+  v1::KeyRingView view;
+  for (const v1::OverlayKey& k : keys_.keys()) {
+    v1::KeyView* v = view.add_keys();
+    v->set_key_id(k.key_id());
+    v->set_active(k.active());
+  }
+  view.set_phase(KeyPhaseName(keys_.phase()));
+  view.set_phase_since_unix_ns(keys_.phase_since_unix_ns());
+  return view;
+}
+
+ControllerCore::ConfigPush ControllerCore::KeysChangedLocked(const std::string& why) {
+  agent_config_ = BuildAgentConfigLocked();
+  std::string ids;
+  for (const v1::OverlayKey& k : keys_.keys()) {
+    ids += fmt::format("{}{}{}", ids.empty() ? "" : ", ", k.key_id(), k.active() ? "*" : "");
+  }
+  RecordEventLocked("keys", "", fmt::format("{}: {} ({})", why, KeyPhaseName(keys_.phase()), ids));
+  return ConfigPush{agent_config_, ConnectedLinksLocked()};
+}
+
+v1::KeyRingView ControllerCore::GetKeys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return KeyRingViewLocked();
+}
+
+absl::StatusOr<v1::KeyRingView> ControllerCore::RotateKeys() {
+  ConfigPush push;
+  v1::KeyRingView view;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSIGN_OR_RETURN(const bool started, keys_.Rotate(clock_.UnixNanos()));
+    if (started) push = KeysChangedLocked("rotation requested");
+    view = KeyRingViewLocked();
+    view.set_rotation_started(started);
+  }
+  push.Send();
+  return view;
+}
+
+absl::StatusOr<KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns) {
+  KeyRingOptions o;
+  if (!config.state_dir.empty()) o.file = config.state_dir + "/overlay-keys.json";
+  o.rotate_every = config.key_rotate_every;
+  o.rollout = config.key_rollout;
+  if (config.initial_key) {
+    ASSIGN_OR_RETURN(const net::OverlayKeyBytes key, LoadKeyFile(config.initial_key->file));
+    o.initial = std::make_pair(config.initial_key->id, key);
+  }
+  return KeyRing::Load(o, now_unix_ns);
 }
 
 absl::StatusOr<bool> ControllerCore::Drain(const std::string& a, const std::string& b, bool drain) {
@@ -782,6 +849,7 @@ absl::StatusOr<bool> ControllerCore::Drain(const std::string& a, const std::stri
   if (changed) {
     RecordEventLocked(drain ? "link_drained" : "link_undrained", overlay_->name(na),
                       fmt::format("{}-{}", key.first, key.second));
+    SaveOperatorStateLocked();
   }
   return changed;
 }
@@ -818,6 +886,7 @@ void ControllerCore::Reload(const ControllerConfig& config) {
     config_ = std::move(next);
     policy_ = config_.policy;
     policy_dirty_ = true;
+    policy_override_.reset();
     if (overlay_changed) {
       overlay_ = MakeOverlay(config_);
       ResetComputer(clock_.Now());
@@ -844,6 +913,7 @@ void ControllerCore::Reload(const ControllerConfig& config) {
     agent_config_ = BuildAgentConfigLocked();
     agent_config = agent_config_;
     to_update = ConnectedLinksLocked();
+    SaveOperatorStateLocked();
     RecordEventLocked("config_reloaded", "",
                       fmt::format("{}: {} nodes, {} links{}", config_.file, config_.nodes.size(),
                                   config_.links.size(),
@@ -864,6 +934,103 @@ void ControllerCore::Reload(const ControllerConfig& config) {
         fmt::format("node {} was removed from the controller's configuration", closed_ids[i])));
   }
   for (const auto& link : to_update) link->OfferConfig(agent_config);
+}
+
+namespace {
+constexpr char kOperatorStateFormat[] = "dar-operator-state/1";
+std::string OperatorStatePath(const ControllerConfig& c) { return c.state_dir + "/operator.json"; }
+}  // namespace
+
+void ControllerCore::SaveOperatorStateLocked() {
+  if (config_.state_dir.empty() || restoring_) return;
+  nlohmann::json j;
+  j["format"] = kOperatorStateFormat;
+  j["drained"] = nlohmann::json::array();
+  for (const auto& [a, b] : drained_) j["drained"].push_back({a, b});
+  if (policy_override_) {
+    std::string policy;
+    google::protobuf::util::JsonPrintOptions o;
+    o.preserve_proto_field_names = true;
+    o.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(*policy_override_, &policy, o);
+    j["policy"] = nlohmann::json::parse(policy, nullptr, false);
+  } else {
+    j["policy"] = nullptr;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(config_.state_dir, ec);
+  const absl::Status s =
+      ec ? absl::InternalError(fmt::format("cannot create {}: {}", config_.state_dir, ec.message()))
+         : WriteFileAtomically(OperatorStatePath(config_), j.dump(1) + "\n", 0600);
+  if (!s.ok()) {
+    RecordEventLocked(
+        "state_not_saved", "",
+        fmt::format("drains and policy will not survive a restart: {}", std::string(s.message())));
+  }
+}
+
+absl::Status ControllerCore::RestoreOperatorState() {
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (config_.state_dir.empty()) return absl::OkStatus();
+    path = OperatorStatePath(config_);
+  }
+  absl::StatusOr<std::string> text = ReadFile(path, 1 << 20);
+  if (absl::IsNotFound(text.status())) return absl::OkStatus();
+  if (!text.ok()) return text.status();
+  const auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        fmt::format("operator state {}: {} (fix or remove the file; removing it forgets the "
+                    "drains and policy set with darctl)",
+                    path, why));
+  };
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (!j.is_object() || j.value("format", "") != kOperatorStateFormat) {
+    return bad(fmt::format("not a JSON object with format \"{}\"", kOperatorStateFormat));
+  }
+  const nlohmann::json drained = j.value("drained", nlohmann::json::array());
+  if (!drained.is_array()) return bad("drained: must be a list of [a, b] pairs");
+  for (size_t i = 0; i < drained.size(); ++i) {
+    const nlohmann::json& d = drained[i];
+    if (!d.is_array() || d.size() != 2 || !d[0].is_string() || !d[1].is_string()) {
+      return bad(fmt::format("drained[{}]: must be a pair of node names", i));
+    }
+  }
+  std::optional<v1::PolicySettings> policy;
+  if (j.contains("policy") && !j["policy"].is_null()) {
+    v1::PolicySettings p;
+    if (!google::protobuf::util::JsonStringToMessage(j["policy"].dump(), &p).ok()) {
+      return bad("policy: not a policy");
+    }
+    policy = p;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    restoring_ = true;
+  }
+  for (const nlohmann::json& d : drained) {
+    const absl::StatusOr<bool> r = Drain(d[0].get<std::string>(), d[1].get<std::string>(), true);
+    if (!r.ok()) {
+      log_.Warn("a drain kept across the restart no longer applies: skipped",
+                {{"file", path}, {"error", std::string(r.status().message())}});
+    }
+  }
+  if (policy) {
+    const absl::StatusOr<v1::PolicySettings> r = SetPolicy(*policy);
+    if (!r.ok()) {
+      log_.Warn("the policy kept across the restart is refused: skipped",
+                {{"file", path}, {"error", std::string(r.status().message())}});
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    restoring_ = false;
+    SaveOperatorStateLocked();
+  }
+  log_.Info("operator state restored",
+            {{"file", path}, {"drained", drained.size()}, {"policy", policy.has_value()}});
+  return absl::OkStatus();
 }
 
 ControllerConfig ControllerCore::config() const {

@@ -36,6 +36,7 @@
 #include "control/controller_tables.h"
 #include "control/identity.h"
 #include "control/json_log.h"
+#include "control/key_ring.h"
 #include "core/route_computer.h"
 #include "dar/v1/admin.pb.h"
 #include "dar/v1/agent.pb.h"
@@ -73,13 +74,15 @@ struct CycleReport {
 class ControllerCore {
  public:
   // `config` must be valid (ParseControllerConfig) with a trust domain filled in. The clock,
-  // log and metrics must outlive the core. Data-plane key 1 is drawn here (libsodium).
+  // log and metrics must outlive the core. `keys` are the data-plane keys it hands out and
+  // rotates (KeyRingFor); none: a random key in memory (tests).
   // With `publish_thread`, each cycle's snapshot is offered to the streams by a thread of the
   // core's own (an idle stream serialises and encrypts its next write in the offer), so the
   // cycle thread is free for the next decision; a newer snapshot replaces one not yet
   // offered. Without it, RunCycle offers before it returns.
   ControllerCore(const ControllerConfig& config, const ControllerClock& clock, JsonLog& log,
-                 ControllerMetrics& metrics, bool publish_thread = false);
+                 ControllerMetrics& metrics, bool publish_thread = false,
+                 std::optional<KeyRing> keys = std::nullopt);
   ~ControllerCore();
   ControllerCore(const ControllerCore&) = delete;
   ControllerCore& operator=(const ControllerCore&) = delete;
@@ -145,11 +148,23 @@ class ControllerCore {
   // Replaces the policy's settings. An empty forwarding_mode or a cycle_ms of 0 keeps the
   // current one. Errors: InvalidArgument naming the field. Until the next reload.
   absl::StatusOr<v1::PolicySettings> SetPolicy(const v1::PolicySettings& settings);
+  // The data-plane key ring (ids and phases, never the keys themselves).
+  v1::KeyRingView GetKeys() const;
+  // Starts a key rotation (control/key_ring.h); the view says whether it started (not if one
+  // is under way). Errors: the ring file cannot be written.
+  absl::StatusOr<v1::KeyRingView> RotateKeys();
   // Drains (or undrains) both directions of the link a-b (names or ids) from the next cycle
   // on. Returns whether that changed anything. Errors: NotFound for an unknown node or link.
   absl::StatusOr<bool> Drain(const std::string& a, const std::string& b, bool drain);
 
   // --- Configuration ---
+
+  // The operator's changes (drains, SetPolicy) are kept in <state_dir>/operator.json, written
+  // on every change, so they survive a restart; a reload drops the policy override (the file's
+  // policy wins), as it does in memory. RestoreOperatorState applies that file at start-up:
+  // drains of links no longer configured, or a policy the core refuses, are skipped with a
+  // warning. Errors: an unreadable or malformed file (naming it; it is not replaced).
+  absl::Status RestoreOperatorState();
 
   // Applies a new, valid configuration: nodes, links, policy (SetPolicy changes are
   // dropped), probe and table settings, which agents are told at once. Agents of removed
@@ -184,6 +199,20 @@ class ControllerCore {
   // REQUIRES: mu_ held.
   void RecordEventLocked(const std::string& kind, const std::string& node,
                          const std::string& detail);
+  v1::KeyRingView KeyRingViewLocked() const;
+  // Writes <state_dir>/operator.json (if there is a state dir); a failure is an event.
+  void SaveOperatorStateLocked();
+  // A new agent config and the streams to offer it to, outside mu_.
+  struct ConfigPush {
+    std::shared_ptr<const v1::AgentConfig> config;
+    std::vector<std::shared_ptr<AgentLink>> links;
+    void Send() const {
+      for (const auto& link : links) link->OfferConfig(config);
+    }
+  };
+  // After the key ring changed: rebuilds the agents' config, records a "keys" event saying
+  // `why`, and returns the push for every connected agent.
+  ConfigPush KeysChangedLocked(const std::string& why);
   std::shared_ptr<const v1::AgentConfig> BuildAgentConfigLocked() const;
   std::vector<std::shared_ptr<AgentLink>> ConnectedLinksLocked() const;
   v1::NodeView NodeViewLocked(NodeId n) const;
@@ -212,9 +241,11 @@ class ControllerCore {
   ControllerConfig config_;
   ControllerPolicy policy_;
   bool policy_dirty_ = false;
+  std::optional<v1::PolicySettings> policy_override_;  // the last SetPolicy since a reload
+  bool restoring_ = false;  // RestoreOperatorState runs: it saves once, at the end
   std::shared_ptr<const Overlay> overlay_;
   std::shared_ptr<const v1::AgentConfig> agent_config_;
-  std::vector<v1::OverlayKey> keys_;
+  KeyRing keys_;
   std::map<uint32_t, Agent> agents_;  // by wire id; entries stay after a disconnect
   std::vector<PendingSample> pending_;
   std::set<std::pair<std::string, std::string>> drained_;  // (name, name), ordered pair
@@ -233,6 +264,11 @@ class ControllerCore {
   bool pub_stop_ = false;
   std::thread publisher_;
 };
+
+// The key ring a controller with `config` starts with: the ring file in its state dir, or the
+// initial key (read from its file) or a random key. Errors: a bad initial key file, and those
+// of KeyRing::Load.
+absl::StatusOr<KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns);
 
 }  // namespace dar::control
 

@@ -1,5 +1,6 @@
 #include "control/controller_core.h"
 
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -365,6 +366,72 @@ TEST_F(CoreTest, ReloadAppliesANewOverlayAndKeepsWhatNeedsARestart) {
   // The removed node's samples are refused now.
   EXPECT_EQ(core_->OnSamples(4, Samples({{2, true}})).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A rotation step is pushed to every connected agent as a new config with the new key set.
+TEST_F(CoreTest, KeyRotationIsPushedToEveryAgent) {
+  auto link = std::make_shared<FakeLink>();
+  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), link).ok());
+  const v1::KeyRingView before = core_->GetKeys();
+  ASSERT_EQ(before.keys_size(), 1);
+  EXPECT_EQ(before.phase(), "steady");
+  absl::StatusOr<v1::KeyRingView> r = core_->RotateKeys();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->rotation_started());
+  EXPECT_EQ(r->phase(), "announced");
+  ASSERT_EQ(r->keys_size(), 2);
+  {
+    std::lock_guard<std::mutex> lock(link->mu_);
+    ASSERT_FALSE(link->configs.empty());
+    const v1::AgentConfig& c = *link->configs.back();
+    ASSERT_EQ(c.keys_size(), 2);
+    EXPECT_TRUE(c.keys(0).active());  // the old key still seals
+    EXPECT_FALSE(c.keys(1).active());
+  }
+  EXPECT_FALSE(core_->RotateKeys()->rotation_started());  // one at a time
+  EXPECT_TRUE(HasEvent("keys", "rotation requested: announced"));
+  // The next step is due one rollout later (5 s by default), taken by a cycle.
+  const size_t pushed = link->configs.size();
+  clock_.Advance(Seconds(5));
+  core_->RunCycle();
+  EXPECT_EQ(core_->GetKeys().phase(), "activated");
+  std::lock_guard<std::mutex> lock(link->mu_);
+  ASSERT_EQ(link->configs.size(), pushed + 1);
+  EXPECT_TRUE(link->configs.back()->keys(1).active());
+}
+
+// Drains and the policy set at run time survive a restart (a new core on the same state dir);
+// a reload drops the policy override but keeps the drains.
+TEST_F(CoreTest, DrainsAndPolicySurviveARestart) {
+  testing::TempDir state;
+  config_.state_dir = state.File("ctl");
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  ASSERT_TRUE(core_->RestoreOperatorState().ok());  // nothing yet
+  ASSERT_TRUE(*core_->Drain("n1", "n2", true));
+  v1::PolicySettings p = core_->GetPolicy();
+  p.set_temperature(0.125);
+  ASSERT_TRUE(core_->SetPolicy(p).ok());
+
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  ASSERT_TRUE(core_->RestoreOperatorState().ok());
+  EXPECT_DOUBLE_EQ(core_->GetPolicy().temperature(), 0.125);
+  EXPECT_TRUE(HasEvent("link_drained", "n1-n2"));
+  core_->RunCycle();
+  EXPECT_EQ(NextHops("n1", "n2"), std::vector<std::string>{"n3"});
+
+  core_->Reload(config_);
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  ASSERT_TRUE(core_->RestoreOperatorState().ok());
+  EXPECT_DOUBLE_EQ(core_->GetPolicy().temperature(), config_.policy.routes.diffusion.temperature);
+  EXPECT_TRUE(HasEvent("link_drained", "n1-n2"));
+
+  // A file that is not ours is refused, naming it, and left alone.
+  const std::string file = config_.state_dir + "/operator.json";
+  std::ofstream(file) << "{\"drained\": 3}";
+  const absl::Status bad = core_->RestoreOperatorState();
+  EXPECT_THAT(std::string(bad.message()), HasSubstr(file));
+  std::ifstream in(file);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "{\"drained\": 3}");
 }
 
 TEST_F(CoreTest, AcksAreRecorded) {

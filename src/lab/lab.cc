@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -246,6 +247,12 @@ std::string ControllerConfigYaml(const LabLayout& layout) {
   out << YAML::Key << "interval_ms" << YAML::Value << 100;
   out << YAML::Key << "missed_probes" << YAML::Value << 3;
   out << YAML::EndMap;
+  // The key ring survives a restart (dar-lab stop/start ctl), and starts as the agents' key.
+  out << YAML::Key << "state_dir" << YAML::Value << "state/controller";
+  out << YAML::Key << "initial_key" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "id" << YAML::Value << kLabInitialKeyId;
+  out << YAML::Key << "file" << YAML::Value << std::string(kLabOverlayKeyFile);
+  out << YAML::EndMap;
   EmitTopology(layout, out);
   out << YAML::EndMap;
   return fmt::format("# Written by dar-lab for the controller of lab {}.\n{}\n", layout.name,
@@ -487,7 +494,7 @@ absl::Status Lab::Build(const LabConfig& config, const UpOptions& options, LabSt
     values["config"] = ConfigPath(dir_, "controller");
     ASSIGN_OR_RETURN(const std::vector<std::string> command,
                      ExpandCommand(config.controller->command, values));
-    RETURN_IF_ERROR(StartService("controller", "", layout.ctl_netns, command, options, state));
+    RETURN_IF_ERROR(SpawnService("controller", "", layout.ctl_netns, command, options, state));
   }
   if (config.agent) {
     for (const NodeLayout& n : layout.nodes) {
@@ -497,13 +504,13 @@ absl::Status Lab::Build(const LabConfig& config, const UpOptions& options, LabSt
       values["node_name"] = n.name;
       ASSIGN_OR_RETURN(const std::vector<std::string> command,
                        ExpandCommand(config.agent->command, values));
-      RETURN_IF_ERROR(StartService("agent", n.name, n.netns, command, options, state));
+      RETURN_IF_ERROR(SpawnService("agent", n.name, n.netns, command, options, state));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status Lab::StartService(const std::string& role, const std::string& node,
+absl::Status Lab::SpawnService(const std::string& role, const std::string& node,
                                const std::string& netns, const std::vector<std::string>& command,
                                const UpOptions& options, LabState& state) {
   std::vector<std::string> argv = {"ip", "netns", "exec", netns};
@@ -654,6 +661,52 @@ absl::Status Lab::SetRate(std::string_view a, std::string_view b, std::optional<
   }
   link.rate = rate;
   return Save(state);
+}
+
+absl::StatusOr<size_t> Lab::FindService(const LabState& state, std::string_view who) {
+  std::string node;  // "" for the controller
+  if (who != "ctl" && who != "controller") {
+    ASSIGN_OR_RETURN(const int index, state.layout.FindNode(who));
+    node = state.layout.nodes[index].name;
+  }
+  for (size_t i = 0; i < state.processes.size(); ++i) {
+    const ProcessRecord& p = state.processes[i];
+    if (node.empty() ? p.role == "controller" : (p.role == "agent" && p.node == node)) return i;
+  }
+  return absl::NotFoundError(
+      fmt::format("{} has no service in this lab", node.empty() ? "the controller" : node));
+}
+
+absl::Status Lab::StopService(std::string_view who, Duration grace) {
+  ASSIGN_OR_RETURN(const LabState state, LoadUpState());
+  ASSIGN_OR_RETURN(const size_t index, FindService(state, who));
+  const ProcessRecord& p = state.processes[index];
+  if (!IsRunning(p.id)) {
+    return absl::FailedPreconditionError(
+        fmt::format("{} (pid {}) is not running", p.node.empty() ? p.role : p.node, p.id.pid));
+  }
+  if (grace <= Duration(0)) {
+    ::kill(p.id.pid, SIGKILL);
+    grace = Duration(0);
+  }
+  return StopProcesses({p.id}, grace, Seconds(5));
+}
+
+absl::StatusOr<ProcessRecord> Lab::StartService(std::string_view who) {
+  ASSIGN_OR_RETURN(LabState state, LoadUpState());
+  ASSIGN_OR_RETURN(const size_t index, FindService(state, who));
+  const ProcessRecord old = state.processes[index];
+  if (IsRunning(old.id)) {
+    return absl::FailedPreconditionError(fmt::format("{} is running (pid {}): stop it first",
+                                                     old.node.empty() ? old.role : old.node,
+                                                     old.id.pid));
+  }
+  // SpawnService appends the new record and saves; the record then takes the old one's place.
+  RETURN_IF_ERROR(SpawnService(old.role, old.node, old.netns, old.argv, UpOptions{}, state));
+  state.processes[index] = state.processes.back();
+  state.processes.pop_back();
+  RETURN_IF_ERROR(Save(state));
+  return state.processes[index];
 }
 
 absl::StatusOr<std::vector<std::string>> Lab::ExecArgv(

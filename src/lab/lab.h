@@ -91,6 +91,16 @@ class Lab {
   // Sets the tbf rate limit on both ends of the link; nullopt removes it.
   absl::Status SetRate(std::string_view a, std::string_view b, std::optional<DataRate> rate);
 
+  // Stops the service of `who` (a node's name or id, or "ctl" for the controller): SIGTERM, then
+  // SIGKILL after `grace`; a zero grace is SIGKILL at once, as a crash would. The record stays, so
+  // StartService can start it again. Errors: FailedPrecondition if no lab is up or it is not
+  // running; NotFound for an unknown node or a node without a service.
+  absl::Status StopService(std::string_view who, Duration grace);
+  // Starts the service of `who` again with the command it was started with, its output appended
+  // to its log; returns its new record. Errors: FailedPrecondition if no lab is up or it still
+  // runs; NotFound as StopService; the spawn's errors.
+  absl::StatusOr<ProcessRecord> StartService(std::string_view who);
+
   // The argv that runs `command` in the namespace of `node` (a node's name or id, or "ctl" for
   // the controller's): "ip netns exec <netns> <command...>". Errors: FailedPrecondition if no
   // lab is up, NotFound for an unknown node, InvalidArgument for an empty command.
@@ -105,9 +115,11 @@ class Lab {
   absl::Status Save(const LabState& state) const;
   absl::Status CheckNameFree(const std::string& prefix);
   absl::Status Build(const LabConfig& config, const UpOptions& options, LabState& state);
-  absl::Status StartService(const std::string& role, const std::string& node,
+  absl::Status SpawnService(const std::string& role, const std::string& node,
                             const std::string& netns, const std::vector<std::string>& command,
                             const UpOptions& options, LabState& state);
+  // The index in state.processes of the service of `who` (see StopService).
+  static absl::StatusOr<size_t> FindService(const LabState& state, std::string_view who);
   absl::Status Step(const std::vector<std::string>& argv, const UpOptions& options);
   absl::Status ApplyRate(const std::string& netns, const std::string& ifname,
                          std::optional<DataRate> rate, bool had_rate);
@@ -129,7 +141,7 @@ std::vector<std::string> TbfCommand(const std::string& netns, const std::string&
 inline constexpr std::string_view kLabCertDir = "certs";
 inline constexpr std::string_view kLabAdminName = "admin";
 inline constexpr std::string_view kLabOverlayKeyFile = "overlay.key";
-// The id of that key (the controller hands out its own keys from id 1).
+// The id of that key (the controller starts with it too, and rotates to new ones).
 inline constexpr int kLabInitialKeyId = 0;
 inline constexpr int kLabDataPort = 7000;
 // What a link without a rate limit is configured as (a veth is much faster than anything the

@@ -34,6 +34,7 @@
 #include "lab/lab.h"
 #include "lab/lab_config.h"
 #include "lab/lab_state.h"
+#include "lab/lab_test_util.h"
 
 namespace dar::lab {
 namespace {
@@ -41,24 +42,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Polls `condition` every 10 ms until it holds or `timeout` passes.
-template <typename F>
-bool WaitFor(F condition, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return condition();
-}
 
 uint16_t InternetChecksum(const uint8_t* data, size_t length) {
   uint32_t sum = 0;
@@ -181,44 +164,11 @@ bool InNamespace(pid_t pid, const std::string& netns) {
   return std::string(link) == fmt::format("net:[{}]", st.st_ino);
 }
 
-// Reaps zombies of services that were reparented to this process (a subreaper).
-void ReapOrphans() {
-  while (waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
-}
-
-class LabIntegrationTest : public ::testing::Test {
+class LabIntegrationTest : public LabTest {
  protected:
-  // `tag` tells the labs of one test process apart.
   void Start(char tag) {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root: creates network namespaces and veths";
-    name_ = fmt::format("dl{}{}", getpid(), tag);
+    LabTest::Start("dl", tag);
     marker_ = fmt::format("9{}{}", getpid(), static_cast<int>(tag));
-    dir_ = (std::filesystem::temp_directory_path() / fmt::format("dar-lab-it-{}", name_)).string();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    const std::string probe = name_ + "-probe";
-    absl::StatusOr<std::string> added = runner_.Run({"ip", "netns", "add", probe});
-    if (!added.ok()) {
-      GTEST_SKIP() << "cannot create network namespaces here: " << added.status();
-    }
-    ASSERT_TRUE(runner_.Run({"ip", "netns", "del", probe}).ok());
-    // Services outlive the `dar-lab up` that started them; make them our orphans to reap.
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    started_ = true;
-  }
-
-  void TearDown() override {
-    if (!started_) return;
-    // Whatever the test left, by name: the guard that keeps a failed test from leaking.
-    DownOptions down;
-    down.name = name_;
-    down.grace = Seconds(1);
-    Lab lab(runner_, dir_);
-    absl::StatusOr<DownReport> report = lab.Down(down);
-    EXPECT_TRUE(report.ok()) << report.status();
-    ReapOrphans();
-    std::filesystem::remove_all(dir_);
   }
 
   // The diamond, with placeholder services that say who they are and then sleep.
@@ -245,15 +195,6 @@ services:
     return path;
   }
 
-  CommandResult Cli(std::vector<std::string> args) {
-    args.insert(args.begin(), std::string(DAR_BINARY_DIR) + "/src/cli/dar-lab");
-    SubprocessRunner runner(Seconds(120));
-    absl::StatusOr<CommandResult> r = runner.Execute(args);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : CommandResult{-1, "", std::string(r.status().message())};
-  }
-
-  std::string Netns(const std::string& node) const { return fmt::format("{}-{}", name_, node); }
   std::string Ifname(int link, char end) const { return fmt::format("{}-{}{}", name_, link, end); }
   std::string Tc(const std::string& node, const std::string& ifname) {
     absl::StatusOr<std::string> out =
@@ -270,11 +211,7 @@ services:
     EXPECT_THAT(ProcessesWithArg(marker_), IsEmpty());
   }
 
-  SubprocessRunner runner_;
-  bool started_ = false;
-  std::string name_;
   std::string marker_;  // the argument of every service's `sleep`
-  std::string dir_;
 };
 
 TEST_F(LabIntegrationTest, DiamondUpLinksRatesExecDown) {

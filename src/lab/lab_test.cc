@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "control/key_ring.h"
 #include "control/tls.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -232,7 +233,7 @@ TEST_F(LabTest, UpWritesCredentialsAndConfigsTheServicesAccept) {
     ASSERT_TRUE(tls.ok()) << tls.status();
     EXPECT_EQ(tls->identity, control::SpiffeId::Node("dmd.dar", std::to_string(c->self_node().id)));
     ASSERT_TRUE(c->initial_key.has_value());
-    EXPECT_TRUE(agent::LoadKeyFile(c->initial_key->file).ok());
+    EXPECT_TRUE(control::LoadKeyFile(c->initial_key->file).ok());
     EXPECT_EQ(std::filesystem::status(c->initial_key->file).permissions() &
                   std::filesystem::perms::others_read,
               std::filesystem::perms::none);
@@ -247,6 +248,11 @@ TEST_F(LabTest, UpWritesCredentialsAndConfigsTheServicesAccept) {
   EXPECT_EQ(tls->identity, control::SpiffeId::Controller("dmd.dar"));
   EXPECT_EQ(ctl["trust_domain"].as<std::string>(), "dmd.dar");
   EXPECT_EQ(ctl["nodes"][2]["overlay"].as<std::string>(), "10.77.0.3");
+  // The controller starts its key ring with the agents' key and keeps it across restarts.
+  EXPECT_EQ(ctl["state_dir"].as<std::string>(), "state/controller");
+  EXPECT_EQ(ctl["initial_key"]["id"].as<int>(), kLabInitialKeyId);
+  EXPECT_EQ(dir_ + "/" + ctl["initial_key"]["file"].as<std::string>(),
+            agent::LoadAgentConfig(dir_ + "/A.yaml")->initial_key->file);
   files = {dir_ + "/certs/admin-admin.crt", dir_ + "/certs/admin-admin.key",
            dir_ + "/certs/ca.crt"};
   tls = control::LoadTlsMaterial(files, absl::Now());

@@ -79,15 +79,15 @@ int ReadChildErrno(int fd) {
   return got == sizeof(err) ? err : 0;
 }
 
-absl::StatusOr<ScopedFd> OpenNamespace(const NetNamespace& ns) {
-  const std::string path = ns.path();
+absl::StatusOr<ScopedFd> OpenNamespace(const std::string& name) {
+  const std::string path = "/run/netns/" + name;
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
-    return absl::ErrnoToStatus(errno,
-                               fmt::format("network namespace {}: open {}", ns.name(), path));
+    return absl::ErrnoToStatus(errno, fmt::format("network namespace {}: open {}", name, path));
   }
   return fd;
 }
+absl::StatusOr<ScopedFd> OpenNamespace(const NetNamespace& ns) { return OpenNamespace(ns.name()); }
 
 // `ip [-n netns] args...`
 std::vector<std::string> Ip(const std::string& netns, std::vector<std::string> args) {
@@ -203,19 +203,23 @@ absl::Status NetNamespace::Delete() {
 
 // Running code inside a namespace ---------------------------------------------------------------
 
-absl::Status RunInNamespace(const NetNamespace& ns, absl::FunctionRef<absl::Status()> fn) {
-  absl::StatusOr<ScopedFd> fd = OpenNamespace(ns);
+absl::Status RunInNamespace(const std::string& name, absl::FunctionRef<absl::Status()> fn) {
+  absl::StatusOr<ScopedFd> fd = OpenNamespace(name);
   if (!fd.ok()) return fd.status();
   absl::Status result;
   std::thread worker([&] {
     if (::setns(fd->get(), CLONE_NEWNET) != 0) {
-      result = absl::ErrnoToStatus(errno, fmt::format("network namespace {}: setns", ns.name()));
+      result = absl::ErrnoToStatus(errno, fmt::format("network namespace {}: setns", name));
       return;
     }
     result = fn();
   });
   worker.join();
   return result;
+}
+
+absl::Status RunInNamespace(const NetNamespace& ns, absl::FunctionRef<absl::Status()> fn) {
+  return RunInNamespace(ns.name(), fn);
 }
 
 absl::StatusOr<int> RunInNamespaceProcess(const NetNamespace& ns, absl::FunctionRef<int()> fn) {

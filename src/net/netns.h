@@ -54,6 +54,8 @@ class NetNamespace {
 // status, or the error of opening or entering the namespace. Sockets and devices that fn
 // opens belong to ns for good, and may be used from any thread afterwards.
 absl::Status RunInNamespace(const NetNamespace& ns, absl::FunctionRef<absl::Status()> fn);
+// The same for a namespace someone else made, by its name (/run/netns/<name>).
+absl::Status RunInNamespace(const std::string& name, absl::FunctionRef<absl::Status()> fn);
 
 // Runs `fn` in a child process (fork) that has joined `ns`, and waits for it; returns fn's
 // return value as the child's exit code (0..255). Errors: the namespace cannot be opened,

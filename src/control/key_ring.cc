@@ -1,0 +1,227 @@
+#include "control/key_ring.h"
+
+#include <sodium.h>
+
+#include <cctype>
+#include <filesystem>
+
+#include "control/certs.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+
+namespace dar::control {
+namespace {
+
+constexpr char kFormat[] = "dar-key-ring/1";
+constexpr size_t kMaxRingFileBytes = 64 * 1024;
+
+std::string Hex(const std::string& bytes) {
+  std::string out;
+  for (const unsigned char b : bytes) out += fmt::format("{:02x}", b);
+  return out;
+}
+
+// 2 * kOverlayKeyBytes hexadecimal digits (whitespace skipped) as key bytes; `what` names the
+// source in errors.
+absl::StatusOr<net::OverlayKeyBytes> ParseHexKey(const std::string& text, const std::string& what) {
+  std::string hex;
+  for (const char ch : text) {
+    if (std::isspace(static_cast<unsigned char>(ch))) continue;
+    if (!std::isxdigit(static_cast<unsigned char>(ch))) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: not a hexadecimal digit: '{}'", what, std::string(1, ch)));
+    }
+    hex += ch;
+  }
+  if (hex.size() != 2 * net::kOverlayKeyBytes) {
+    return absl::InvalidArgumentError(fmt::format("{}: must hold {} hexadecimal digits, has {}",
+                                                  what, 2 * net::kOverlayKeyBytes, hex.size()));
+  }
+  net::OverlayKeyBytes key{};
+  for (size_t i = 0; i < key.size(); ++i) {
+    key[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  return key;
+}
+
+v1::OverlayKey MakeKey(uint32_t id, const uint8_t* bytes, bool active) {
+  v1::OverlayKey k;
+  k.set_key_id(id);
+  k.set_key(std::string(reinterpret_cast<const char*>(bytes), net::kOverlayKeyBytes));
+  k.set_active(active);
+  return k;
+}
+
+v1::OverlayKey RandomKey(uint32_t id, bool active) {
+  if (sodium_init() < 0) std::abort();  // cannot happen on Linux; keys must not be weak
+  net::OverlayKeyBytes bytes;
+  randombytes_buf(bytes.data(), bytes.size());
+  return MakeKey(id, bytes.data(), active);
+}
+
+absl::StatusOr<KeyPhase> ParsePhase(const std::string& name) {
+  for (const KeyPhase p : {KeyPhase::kSteady, KeyPhase::kAnnounced, KeyPhase::kActivated}) {
+    if (name == KeyPhaseName(p)) return p;
+  }
+  return absl::InvalidArgumentError(fmt::format("unknown phase '{}'", name));
+}
+
+}  // namespace
+
+absl::StatusOr<net::OverlayKeyBytes> LoadKeyFile(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path, 4096));
+  return ParseHexKey(text, path);
+}
+
+const char* KeyPhaseName(KeyPhase phase) {
+  switch (phase) {
+    case KeyPhase::kSteady:
+      return "steady";
+    case KeyPhase::kAnnounced:
+      return "announced";
+    case KeyPhase::kActivated:
+      return "activated";
+  }
+  return "?";
+}
+
+absl::StatusOr<KeyRing> KeyRing::Load(const KeyRingOptions& options, int64_t now_unix_ns) {
+  KeyRing ring(options);
+  if (!options.file.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(options.file, kMaxRingFileBytes);
+    if (text.ok()) {
+      const auto bad = [&](const std::string& why) {
+        return absl::InvalidArgumentError(
+            fmt::format("key ring {}: {} (fix or remove the file; removing it makes new keys, "
+                        "and agents refuse each other's packets until all have them)",
+                        options.file, why));
+      };
+      const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+      if (!j.is_object()) return bad("not a JSON object");
+      if (j.value("format", "") != kFormat) {
+        return bad(fmt::format("format is not \"{}\"", kFormat));
+      }
+      absl::StatusOr<KeyPhase> phase = ParsePhase(j.value("phase", ""));
+      if (!phase.ok()) return bad(std::string(phase.status().message()));
+      ring.phase_ = *phase;
+      if (!j.contains("since_unix_ns") || !j["since_unix_ns"].is_number_integer()) {
+        return bad("since_unix_ns: must be an integer");
+      }
+      ring.since_unix_ns_ = j["since_unix_ns"].get<int64_t>();
+      const nlohmann::json keys = j.value("keys", nlohmann::json());
+      if (!keys.is_array() || keys.empty() || keys.size() > 2) {
+        return bad("keys: must be a list of one or two keys");
+      }
+      int active = 0;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const nlohmann::json& k = keys[i];
+        if (!k.is_object() || !k.contains("id") || !k["id"].is_number_unsigned() ||
+            k["id"].get<uint64_t>() > UINT32_MAX || !k.contains("key") || !k["key"].is_string() ||
+            !k.contains("active") || !k["active"].is_boolean()) {
+          return bad(fmt::format("keys[{}]: needs id (0..2^32-1), key (hex) and active", i));
+        }
+        absl::StatusOr<net::OverlayKeyBytes> bytes =
+            ParseHexKey(k["key"].get<std::string>(), fmt::format("keys[{}].key", i));
+        if (!bytes.ok()) return bad(std::string(bytes.status().message()));
+        const bool is_active = k["active"].get<bool>();
+        active += is_active;
+        ring.keys_.push_back(MakeKey(k["id"].get<uint32_t>(), bytes->data(), is_active));
+      }
+      if (active != 1) return bad("exactly one key must be active");
+      if (ring.keys_.size() == 2 && ring.keys_[0].key_id() == ring.keys_[1].key_id()) {
+        return bad("the two keys have the same id");
+      }
+      if ((ring.phase_ == KeyPhase::kSteady) != (ring.keys_.size() == 1)) {
+        return bad(fmt::format("phase {} does not fit {} keys", KeyPhaseName(ring.phase_),
+                               ring.keys_.size()));
+      }
+      return ring;
+    }
+    if (!absl::IsNotFound(text.status())) return text.status();
+  }
+  ring.keys_.push_back(options.initial
+                           ? MakeKey(options.initial->first, options.initial->second.data(), true)
+                           : RandomKey(1, true));
+  ring.phase_ = KeyPhase::kSteady;
+  ring.since_unix_ns_ = now_unix_ns;
+  RETURN_IF_ERROR(ring.Save());
+  return ring;
+}
+
+uint32_t KeyRing::active_id() const {
+  for (const v1::OverlayKey& k : keys_) {
+    if (k.active()) return k.key_id();
+  }
+  return 0;
+}
+
+absl::Status KeyRing::Save() const {
+  if (options_.file.empty()) return absl::OkStatus();
+  nlohmann::json j;
+  j["format"] = kFormat;
+  j["phase"] = KeyPhaseName(phase_);
+  j["since_unix_ns"] = since_unix_ns_;
+  j["keys"] = nlohmann::json::array();
+  for (const v1::OverlayKey& k : keys_) {
+    j["keys"].push_back({{"id", k.key_id()}, {"key", Hex(k.key())}, {"active", k.active()}});
+  }
+  const std::filesystem::path dir = std::filesystem::path(options_.file).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InternalError(fmt::format("key ring {}: cannot create {}: {}", options_.file,
+                                           dir.string(), ec.message()));
+  }
+  return WriteFileAtomically(options_.file, j.dump(1) + "\n", 0600);
+}
+
+template <typename F>
+absl::Status KeyRing::Commit(F change) {
+  KeyRing next = *this;
+  change(next);
+  RETURN_IF_ERROR(next.Save());
+  *this = std::move(next);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> KeyRing::Rotate(int64_t now_unix_ns) {
+  if (phase_ != KeyPhase::kSteady) return false;
+  RETURN_IF_ERROR(Commit([&](KeyRing& r) {
+    r.keys_.push_back(RandomKey(r.keys_.front().key_id() + 1, /*active=*/false));
+    r.phase_ = KeyPhase::kAnnounced;
+    r.since_unix_ns_ = now_unix_ns;
+  }));
+  return true;
+}
+
+absl::StatusOr<bool> KeyRing::Advance(int64_t now_unix_ns) {
+  const int64_t elapsed = now_unix_ns - since_unix_ns_;
+  switch (phase_) {
+    case KeyPhase::kSteady:
+      if (options_.rotate_every <= Duration(0) || elapsed < options_.rotate_every.count()) {
+        return false;
+      }
+      return Rotate(now_unix_ns);
+    case KeyPhase::kAnnounced:
+      if (elapsed < options_.rollout.count()) return false;
+      RETURN_IF_ERROR(Commit([&](KeyRing& r) {
+        r.keys_[0].set_active(false);
+        r.keys_[1].set_active(true);
+        r.phase_ = KeyPhase::kActivated;
+        r.since_unix_ns_ = now_unix_ns;
+      }));
+      return true;
+    case KeyPhase::kActivated:
+      if (elapsed < options_.rollout.count()) return false;
+      RETURN_IF_ERROR(Commit([&](KeyRing& r) {
+        r.keys_.erase(r.keys_.begin());
+        r.phase_ = KeyPhase::kSteady;
+        r.since_unix_ns_ = now_unix_ns;
+      }));
+      return true;
+  }
+  return false;
+}
+
+}  // namespace dar::control

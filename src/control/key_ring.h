@@ -1,0 +1,87 @@
+// The data-plane keys the controller hands to agents (the SipHash keys of the overlay's
+// authenticator, net/overlay_header.h): at most two at a time, one of them sealing.
+//
+// Agents learn a new key set when the controller pushes it, each a little earlier or later
+// than the others; a key that sealed packets before all agents knew it would have those
+// packets refused. So a rotation goes in two steps, `rollout` apart, each pushed to every
+// agent (make before break):
+//
+//   steady {K1*}  ──rotate──▶  announced {K1*, K2}  ──rollout──▶  activated {K1, K2*}
+//                                                                       │ rollout
+//   steady {K2*}  ◀─────────────────────────────────────────────────────┘
+//
+// (* seals; the others are accepted). A rotation starts every `rotate_every` in the steady
+// phase, or when asked (darctl keys rotate).
+//
+// The ring lives in a file (JSON, mode 0600, replaced atomically on every change), so a
+// restarted controller hands out the keys the agents already use and data keeps flowing.
+// Without a file a restart makes new keys, and agents refuse each other's packets until all
+// have them. The first ring is the operator's initial key (the one agents start with, from
+// their own config) or, without one, a random key. Times are wall-clock (Unix ns), since they
+// outlive the process. Not thread-safe.
+#ifndef DAR_CONTROL_KEY_RING_H_
+#define DAR_CONTROL_KEY_RING_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/units.h"
+#include "dar/v1/agent.pb.h"
+#include "net/overlay_header.h"
+
+namespace dar::control {
+
+// A 32-byte key file: 64 hexadecimal digits, whitespace ignored. Errors name the file.
+absl::StatusOr<net::OverlayKeyBytes> LoadKeyFile(const std::string& path);
+
+struct KeyRingOptions {
+  std::string file;          // empty: kept in memory only
+  Duration rotate_every{0};  // 0: only when asked
+  Duration rollout = Seconds(5);
+  // The key agents start with (id and bytes), used when there is no ring file yet.
+  std::optional<std::pair<uint32_t, net::OverlayKeyBytes>> initial;
+};
+
+enum class KeyPhase { kSteady, kAnnounced, kActivated };
+const char* KeyPhaseName(KeyPhase phase);
+
+class KeyRing {
+ public:
+  // Reads the ring file, or makes the first ring (and writes it). Errors: an unreadable or
+  // malformed file (naming it and the problem: it is not replaced), a file that cannot be
+  // written.
+  static absl::StatusOr<KeyRing> Load(const KeyRingOptions& options, int64_t now_unix_ns);
+
+  // The keys to hand out, oldest first; exactly one is active.
+  const std::vector<v1::OverlayKey>& keys() const { return keys_; }
+  KeyPhase phase() const { return phase_; }
+  // When the current phase began.
+  int64_t phase_since_unix_ns() const { return since_unix_ns_; }
+  uint32_t active_id() const;
+
+  // Starts a rotation (announces a new random key) unless one is running; returns whether it
+  // started. Errors: the file cannot be written (the ring is then unchanged).
+  absl::StatusOr<bool> Rotate(int64_t now_unix_ns);
+  // Takes the steps that are due at `now` (a timed rotation, activation, retirement); returns
+  // whether the keys changed. Errors as Rotate.
+  absl::StatusOr<bool> Advance(int64_t now_unix_ns);
+
+ private:
+  explicit KeyRing(KeyRingOptions options) : options_(std::move(options)) {}
+  absl::Status Save() const;
+  // Applies `change` to a copy and saves it; the ring changes only if that worked.
+  template <typename F>
+  absl::Status Commit(F change);
+
+  KeyRingOptions options_;
+  std::vector<v1::OverlayKey> keys_;
+  KeyPhase phase_ = KeyPhase::kSteady;
+  int64_t since_unix_ns_ = 0;
+};
+
+}  // namespace dar::control
+
+#endif  // DAR_CONTROL_KEY_RING_H_

@@ -1,0 +1,75 @@
+#include "lab/lab_test_util.h"
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "fmt/format.h"
+#include "lab/lab.h"
+
+namespace dar::lab {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
+}
+
+void ReapOrphans() {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+void LabTest::Start(const std::string& prefix, char tag) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: creates network namespaces and veths";
+  name_ = fmt::format("{}{}{}", prefix, getpid(), tag);
+  dir_ = (std::filesystem::temp_directory_path() / fmt::format("dar-lab-it-{}", name_)).string();
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_);
+  const std::string probe = name_ + "-probe";
+  absl::StatusOr<std::string> added = runner_.Run({"ip", "netns", "add", probe});
+  if (!added.ok()) {
+    GTEST_SKIP() << "cannot create network namespaces here: " << added.status();
+  }
+  ASSERT_TRUE(runner_.Run({"ip", "netns", "del", probe}).ok());
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  started_ = true;
+}
+
+void LabTest::TearDown() {
+  if (!started_) return;
+  // Whatever the test left, by name: the guard that keeps a failed test from leaking.
+  DownOptions down;
+  down.name = name_;
+  down.grace = Seconds(1);
+  Lab lab(runner_, dir_);
+  absl::StatusOr<DownReport> report = lab.Down(down);
+  EXPECT_TRUE(report.ok()) << report.status();
+  ReapOrphans();
+  std::filesystem::remove_all(dir_);
+}
+
+CommandResult LabTest::Cli(std::vector<std::string> args) {
+  args.insert(args.begin(), std::string(DAR_BINARY_DIR) + "/src/cli/dar-lab");
+  SubprocessRunner runner(Seconds(120));
+  absl::StatusOr<CommandResult> r = runner.Execute(args);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : CommandResult{-1, "", std::string(r.status().message())};
+}
+
+}  // namespace dar::lab

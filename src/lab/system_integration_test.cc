@@ -1,0 +1,608 @@
+// The whole system, for real: `dar-lab up` builds a diamond of network namespaces (A-B-D and
+// A-C-D) and starts the real dar-controller and a real dar-agent per node; real traffic crosses
+// the overlay (iperf3, and a paced stream of numbered UDP datagrams whose arrivals are timed);
+// a link fails under a transfer, the controller is killed and restarted under traffic, and
+// impostors try to join. What each test measures is printed and recorded as a test property.
+//
+// Needs root, iperf3 and openssl (scripts/install-deps.sh installs them); skips otherwise.
+// Every lab is named after the test process and removed by TearDown, also when a test fails.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lab/lab_test_util.h"
+#include "net/netns.h"
+#include "net/scoped_fd.h"
+#include "nlohmann/json.hpp"
+
+extern char** environ;
+
+namespace dar::lab {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+int64_t Ms(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+std::string Bin(const std::string& name) {
+  return std::string(DAR_BINARY_DIR) + "/src/cli/" + name;
+}
+
+// A background process, stdout and stderr to a file; killed and reaped when destroyed.
+class Child {
+ public:
+  Child() = default;
+  Child(Child&& other) noexcept : pid_(std::exchange(other.pid_, -1)) {}
+  Child& operator=(Child&&) = delete;
+  ~Child() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+
+  static absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv,
+                                     const std::string& output) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    Child child;
+    const int err = posix_spawnp(&child.pid_, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (err != 0) {
+      child.pid_ = -1;
+      return absl::ErrnoToStatus(err, fmt::format("cannot run {}", argv[0]));
+    }
+    return child;
+  }
+
+  // Its exit code once it has exited within `timeout`; nullopt if it still runs. -1 if killed.
+  std::optional<int> Wait(std::chrono::milliseconds timeout) {
+    int status = 0;
+    const bool exited = WaitFor(
+        [&] {
+          if (pid_ <= 0) return true;
+          return ::waitpid(pid_, &status, WNOHANG) == pid_;
+        },
+        timeout);
+    if (!exited) return std::nullopt;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// A paced stream of numbered UDP datagrams from one namespace to an overlay address: one every
+// millisecond. The receiver records when each number arrived.
+class DatagramStream {
+ public:
+  static absl::StatusOr<std::unique_ptr<DatagramStream>> Open(const std::string& from_netns,
+                                                              const std::string& to_netns,
+                                                              const std::string& to_address,
+                                                              uint16_t port) {
+    auto s = std::unique_ptr<DatagramStream>(new DatagramStream());
+    s->to_.sin_family = AF_INET;
+    s->to_.sin_port = htons(port);
+    if (inet_pton(AF_INET, to_address.c_str(), &s->to_.sin_addr) != 1) {
+      return absl::InvalidArgumentError("bad address " + to_address);
+    }
+    RETURN_IF_ERROR(net::RunInNamespace(to_netns, [&]() -> absl::Status {
+      s->receiver_.Reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+      if (::bind(s->receiver_.get(), reinterpret_cast<const sockaddr*>(&s->to_), sizeof(s->to_)) !=
+          0) {
+        return absl::ErrnoToStatus(errno, "bind " + to_address);
+      }
+      return absl::OkStatus();
+    }));
+    RETURN_IF_ERROR(net::RunInNamespace(from_netns, [&]() -> absl::Status {
+      s->sender_.Reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+      return s->sender_.valid() ? absl::OkStatus() : absl::ErrnoToStatus(errno, "socket");
+    }));
+    return s;
+  }
+
+  ~DatagramStream() { Stop(); }
+
+  void Start() {
+    receiving_ = std::thread([this] { Receive(); });
+    sending_ = std::thread([this] { Send(); });
+  }
+
+  // Stops sending, waits up to a second for the datagrams still in flight, stops receiving.
+  void Stop() {
+    if (!sending_.joinable()) return;
+    stop_sending_ = true;
+    sending_.join();
+    WaitFor([&] { return newest_.load() + 1 >= sent_.load(); }, std::chrono::seconds(1));
+    stop_receiving_ = true;
+    receiving_.join();
+  }
+
+  uint32_t sent() const { return sent_.load(); }
+  uint32_t received() const { return received_.load(); }
+
+  // Waits until `count` more datagrams have been sent (time passes with the stream, not with a
+  // fixed sleep).
+  bool WaitSent(uint32_t count, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    const uint32_t target = sent() + count;
+    return WaitFor([&] { return sent() >= target; }, timeout);
+  }
+
+  struct Report {
+    uint32_t sent = 0;
+    uint32_t lost = 0;       // of [first, end)
+    int64_t longest_gap_ms;  // longest time without an arrival while datagrams were due
+  };
+  // After Stop: datagrams [first, end) lost, and the longest time between two arrivals over
+  // the whole stream.
+  Report Analyse(uint32_t first, uint32_t end) const {
+    Report r;
+    r.sent = static_cast<uint32_t>(sent_at_.size());
+    std::vector<bool> seen(sent_at_.size(), false);
+    for (const auto& [seq, at] : arrivals_) {
+      if (seq < seen.size()) seen[seq] = true;
+    }
+    for (uint32_t s = first; s < std::min<uint32_t>(end, r.sent); ++s) r.lost += !seen[s];
+    Clock::duration longest{};
+    for (size_t i = 1; i < arrivals_.size(); ++i) {
+      longest = std::max(longest, arrivals_[i].second - arrivals_[i - 1].second);
+    }
+    r.longest_gap_ms = Ms(longest);
+    return r;
+  }
+
+ private:
+  DatagramStream() = default;
+
+  void Send() {
+    while (!stop_sending_) {
+      const uint32_t seq = static_cast<uint32_t>(sent_at_.size());
+      sent_at_.push_back(Clock::now());
+      ::sendto(sender_.get(), &seq, sizeof seq, 0, reinterpret_cast<const sockaddr*>(&to_),
+               sizeof to_);
+      sent_.store(seq + 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  void Receive() {
+    while (!stop_receiving_) {
+      pollfd p{receiver_.get(), POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      uint32_t seq = 0;
+      if (::recv(receiver_.get(), &seq, sizeof seq, 0) != sizeof seq) continue;
+      arrivals_.emplace_back(seq, Clock::now());
+      received_.fetch_add(1);
+      if (seq > newest_.load()) newest_.store(seq);
+    }
+  }
+
+  sockaddr_in to_{};
+  net::ScopedFd sender_, receiver_;
+  std::thread sending_, receiving_;
+  std::atomic<bool> stop_sending_{false}, stop_receiving_{false};
+  std::atomic<uint32_t> sent_{0}, received_{0}, newest_{0};
+  std::vector<Clock::time_point> sent_at_;                        // sender thread, then Analyse
+  std::vector<std::pair<uint32_t, Clock::time_point>> arrivals_;  // receiver thread, then Analyse
+};
+
+// A diamond lab with the real services of this build. Links: 0 A-B, 1 A-C, 2 B-D, 3 C-D; link
+// i's ends are "<lab>-<i>a" (first node) and "<lab>-<i>b".
+class SystemTest : public LabTest {
+ protected:
+  void Up(char tag, const std::string& c_d_rate = "100mbit") {
+    if (::access("/usr/bin/iperf3", X_OK) != 0) GTEST_SKIP() << "needs iperf3";
+    Start("ds", tag);
+    if (IsSkipped() || HasFatalFailure()) return;
+    const std::string file = dir_ + "/lab.yaml";
+    std::ofstream(file) << fmt::format(R"(name: {}
+nodes:
+  - {{id: 1, name: A}}
+  - {{id: 2, name: B}}
+  - {{id: 3, name: C}}
+  - {{id: 4, name: D}}
+links:
+  - {{a: A, b: B, rate: 100mbit}}
+  - {{a: A, b: C, rate: 100mbit}}
+  - {{a: B, b: D, rate: 100mbit}}
+  - {{a: C, b: D, rate: {}}}
+services:
+  controller:
+    command: [{}, --config, "{{config}}", --listen, "{{controller_addr}}"]
+  agent:
+    command: [{}, --config, "{{config}}"]
+)",
+                                       name_, c_d_rate, Bin("dar-controller"), Bin("dar-agent"));
+    const CommandResult up = Cli({"up", file, "--dir", dir_});
+    ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+    ASSERT_TRUE(WaitFor([&] { return AllAgentsHaveTables(); }, std::chrono::seconds(30)))
+        << Darctl({"show", "nodes"}).dump(1) << ReadFile(dir_ + "/controller.log");
+  }
+
+  // darctl against the lab's controller, from the controller's namespace; its JSON output
+  // (null if it failed).
+  nlohmann::json Darctl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {"ip", "netns", "exec", Netns("ctl"), Bin("darctl")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(),
+                {"-j", "--controller", "10.255.255.1:50051", "--tls-dir", dir_ + "/certs"});
+    absl::StatusOr<CommandResult> r = SubprocessRunner(Seconds(20)).Execute(argv);
+    if (!r.ok() || r->exit_code != 0) return nullptr;
+    return nlohmann::json::parse(r->out, nullptr, /*allow_exceptions=*/false);
+  }
+
+  static uint64_t U64(const nlohmann::json& v) {
+    if (v.is_string()) return std::stoull(v.get<std::string>());
+    return v.is_number() ? v.get<uint64_t>() : 0;
+  }
+
+  // The table version each node acknowledged, by name; empty if darctl failed.
+  std::map<std::string, uint64_t> AckedVersions(bool connected_only = true) {
+    std::map<std::string, uint64_t> out;
+    const nlohmann::json nodes = Darctl({"show", "nodes"});
+    if (!nodes.is_object()) return out;
+    for (const nlohmann::json& n : nodes.value("nodes", nlohmann::json::array())) {
+      if (connected_only && !n.value("connected", false)) continue;
+      out[n.value("name", "")] = U64(n.value("acked_version", nlohmann::json()));
+    }
+    return out;
+  }
+
+  bool AllAgentsHaveTables(uint64_t above = 0) {
+    const std::map<std::string, uint64_t> v = AckedVersions();
+    if (v.size() != 4) return false;
+    return std::all_of(v.begin(), v.end(), [&](const auto& e) { return e.second > above; });
+  }
+
+  // A's next hops toward D with a weight above 1%, as darctl shows them.
+  std::vector<std::string> NextHopsAToD() {
+    std::vector<std::string> out;
+    const nlohmann::json r = Darctl({"show", "routes", "--node", "A", "--dest", "D"});
+    if (!r.is_object()) return out;
+    for (const nlohmann::json& route : r.value("routes", nlohmann::json::array())) {
+      for (const nlohmann::json& h : route.value("next_hops", nlohmann::json::array())) {
+        if (h.value("weight", 0.0) > 0.01) out.push_back(h.value("neighbor", ""));
+      }
+    }
+    return out;
+  }
+
+  // Bytes the interface has sent (the kernel's counter).
+  uint64_t TxBytes(const std::string& node, const std::string& ifname) {
+    absl::StatusOr<std::string> out =
+        runner_.Run({"ip", "-n", Netns(node), "-s", "-j", "link", "show", "dev", ifname});
+    if (!out.ok()) return 0;
+    const nlohmann::json j = nlohmann::json::parse(*out, nullptr, false);
+    if (!j.is_array() || j.empty()) return 0;
+    return j[0]["stats64"]["tx"].value("bytes", uint64_t{0});
+  }
+  std::string If(int link, char end) const { return fmt::format("{}-{}{}", name_, link, end); }
+
+  // The branch (B or C) that carried most of A's traffic while `wait` ran.
+  std::string BusierBranch(const std::function<void()>& wait) {
+    const uint64_t b0 = TxBytes("A", If(0, 'a')), c0 = TxBytes("A", If(1, 'a'));
+    wait();
+    const uint64_t b = TxBytes("A", If(0, 'a')) - b0, c = TxBytes("A", If(1, 'a')) - c0;
+    return b >= c ? "B" : "C";
+  }
+
+  // iperf3 in `node`'s namespace, its output to <dir>/<file>.
+  absl::StatusOr<Child> Iperf(const std::string& node, std::vector<std::string> args,
+                              const std::string& file) {
+    std::vector<std::string> argv = {"ip", "netns", "exec", Netns(node), "iperf3"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Child::Spawn(argv, dir_ + "/" + file);
+  }
+  // An iperf3 server for one test on D's overlay address.
+  absl::StatusOr<Child> IperfServer(int port) {
+    ASSIGN_OR_RETURN(Child server,
+                     Iperf("D", {"-s", "-1", "-B", "10.77.0.4", "-p", std::to_string(port)},
+                           fmt::format("iperf3-server-{}.txt", port)));
+    const bool listening = WaitFor([&] {
+      absl::StatusOr<std::string> ss = runner_.Run(
+          {"ip", "netns", "exec", Netns("D"), "ss", "-ltnH", fmt::format("sport = :{}", port)});
+      return ss.ok() && !ss->empty();
+    });
+    if (!listening) return absl::DeadlineExceededError("iperf3 server does not listen");
+    return server;
+  }
+};
+
+// iperf3 and a 1 ms datagram stream from A to D; the far link of the branch they use goes down
+// two seconds in. The controller learns it from the agents' samples and moves A's traffic to
+// the other branch; the transfer continues. Reports the longest gap in delivery.
+TEST_F(SystemTest, TransferSurvivesAFarLinkGoingDown) {
+  Up('l', "50mbit");
+  if (IsSkipped() || HasFatalFailure()) return;
+  absl::StatusOr<Child> server = IperfServer(5201);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::unique_ptr<DatagramStream>> stream =
+      DatagramStream::Open(Netns("A"), Netns("D"), "10.77.0.4", 9000);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  (*stream)->Start();
+  const auto iperf_start = Clock::now();
+  absl::StatusOr<Child> client =
+      Iperf("A", {"-c", "10.77.0.4", "-p", "5201", "-t", "6", "-i", "0.25", "-J"}, "iperf3.json");
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  ASSERT_TRUE((*stream)->WaitSent(1500));
+  const std::string via = BusierBranch([&] { (*stream)->WaitSent(500); });
+  const std::string other = via == "B" ? "C" : "B";
+  const uint32_t failed_seq = (*stream)->sent();
+  const auto failed_at = Clock::now();
+  const CommandResult down = Cli({"link", "down", via, "D", "--dir", dir_});
+  ASSERT_EQ(down.exit_code, 0) << down.err;
+
+  ASSERT_TRUE(WaitFor([&] { return NextHopsAToD() == std::vector<std::string>{other}; }))
+      << Darctl({"show", "routes", "--node", "A"}).dump(1);
+  const std::optional<int> iperf_exit = client->Wait(std::chrono::seconds(20));
+  (*stream)->WaitSent(1000);
+  (*stream)->Stop();
+
+  // The transfer finished, and carried data in every quarter second from 1 s after the failure.
+  ASSERT_EQ(iperf_exit, std::optional<int>(0)) << ReadFile(dir_ + "/iperf3.json");
+  const nlohmann::json result =
+      nlohmann::json::parse(ReadFile(dir_ + "/iperf3.json"), nullptr, false);
+  ASSERT_TRUE(result.is_object());
+  const double failed_s = std::chrono::duration<double>(failed_at - iperf_start).count();
+  double before_bps = 0, after_bps = 0;
+  int before_n = 0, after_n = 0, empty = 0;
+  for (const nlohmann::json& i : result["intervals"]) {
+    const double start = i["sum"]["start"].get<double>();
+    const double bps = i["sum"]["bits_per_second"].get<double>();
+    if (i["sum"]["bytes"].get<double>() == 0) ++empty;
+    if (start + 0.25 <= failed_s) {
+      before_bps += bps;
+      ++before_n;
+    } else if (start >= failed_s + 1.0) {
+      EXPECT_GT(bps, 0) << "interval at " << start << " s carried nothing";
+      after_bps += bps;
+      ++after_n;
+    }
+  }
+  ASSERT_GT(after_n, 0);
+
+  // The datagram stream: nothing lost once the routes moved (the last second), and the gap.
+  const DatagramStream::Report r = (*stream)->Analyse(failed_seq, (*stream)->sent());
+  const DatagramStream::Report tail = (*stream)->Analyse(r.sent - 1000, r.sent);
+  EXPECT_EQ(tail.lost, 0u);
+  EXPECT_LT(r.longest_gap_ms, 2000);
+  const nlohmann::json events = Darctl({"show", "events"});
+  EXPECT_THAT(events.dump(), HasSubstr("link_down"));
+
+  std::printf(
+      "link %s-D down under a transfer from A to D (probes every 100 ms): longest gap in "
+      "delivery %lld ms, %u of %u datagrams lost after the failure; iperf3 %.1f Mbit/s before, "
+      "%.1f Mbit/s from 1 s after (via %s), %d empty 250 ms intervals\n",
+      via.c_str(), static_cast<long long>(r.longest_gap_ms), r.lost, r.sent - failed_seq,
+      before_n ? before_bps / before_n / 1e6 : 0.0, after_bps / after_n / 1e6, other.c_str(),
+      empty);
+  RecordProperty("longest_gap_ms", static_cast<int>(r.longest_gap_ms));
+  RecordProperty("lost_datagrams", static_cast<int>(r.lost));
+}
+
+// The controller is killed (SIGKILL) under traffic and started again: the agents forward on
+// their last tables meanwhile, reconnect, and take the new controller's tables (versions above
+// theirs) without a gap in delivery.
+TEST_F(SystemTest, ControllerKilledAndRestartedUnderTraffic) {
+  Up('c');
+  if (IsSkipped() || HasFatalFailure()) return;
+  absl::StatusOr<std::unique_ptr<DatagramStream>> stream =
+      DatagramStream::Open(Netns("A"), Netns("D"), "10.77.0.4", 9000);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  (*stream)->Start();
+  ASSERT_TRUE((*stream)->WaitSent(1000));
+  const std::map<std::string, uint64_t> before = AckedVersions();
+  ASSERT_EQ(before.size(), 4u);
+  uint64_t newest_before = 0;
+  for (const auto& [node, v] : before) newest_before = std::max(newest_before, v);
+
+  const uint32_t killed_seq = (*stream)->sent();
+  ASSERT_EQ(Cli({"stop", "ctl", "--kill", "--dir", dir_}).exit_code, 0);
+  const uint32_t received_at_kill = (*stream)->received();
+  ASSERT_TRUE((*stream)->WaitSent(1500));
+  // Forwarding went on without the controller.
+  EXPECT_GE((*stream)->received(), received_at_kill + 1400);
+  const CommandResult start = Cli({"start", "ctl", "--dir", dir_});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  const auto restarted_at = Clock::now();
+  ASSERT_TRUE(WaitFor([&] { return AllAgentsHaveTables(newest_before); }, std::chrono::seconds(30)))
+      << "acked versions did not pass " << newest_before << ": "
+      << Darctl({"show", "nodes"}).dump(1);
+  const int64_t reconciled_ms = Ms(Clock::now() - restarted_at);
+  ASSERT_TRUE((*stream)->WaitSent(1000));
+  (*stream)->Stop();
+
+  const DatagramStream::Report r = (*stream)->Analyse(killed_seq, (*stream)->sent());
+  EXPECT_EQ(r.lost, 0u);
+  EXPECT_LT(r.longest_gap_ms, 200);
+  // No agent refused a table of the new controller.
+  const nlohmann::json nodes = Darctl({"show", "nodes"});
+  for (const nlohmann::json& n : nodes["nodes"]) EXPECT_EQ(U64(n["refused_tables"]), 0u);
+  std::printf(
+      "controller killed for 1.5 s under a 1 ms stream from A to D, then restarted: %u of %u "
+      "datagrams lost, longest gap in delivery %lld ms, every agent on a new table %lld ms "
+      "after the restart (versions above %llu)\n",
+      r.lost, r.sent - killed_seq, static_cast<long long>(r.longest_gap_ms),
+      static_cast<long long>(reconciled_ms), static_cast<unsigned long long>(newest_before));
+  RecordProperty("lost_datagrams", static_cast<int>(r.lost));
+  RecordProperty("longest_gap_ms", static_cast<int>(r.longest_gap_ms));
+}
+
+// A data-plane key rotation under a 1 ms stream: the new key is announced, then seals, then the
+// old one is retired, each step pushed to every agent; not one datagram is refused on the way.
+TEST_F(SystemTest, KeyRotationUnderTrafficLosesNothing) {
+  Up('k');
+  if (IsSkipped() || HasFatalFailure()) return;
+  const nlohmann::json before = Darctl({"keys", "show"});
+  ASSERT_TRUE(before.is_object()) << "darctl keys show failed";
+  ASSERT_EQ(before["keys"].size(), 1u);
+  const uint32_t old_id = before["keys"][0].value("key_id", 0u);
+  EXPECT_EQ(before.value("phase", ""), "steady");
+
+  absl::StatusOr<std::unique_ptr<DatagramStream>> stream =
+      DatagramStream::Open(Netns("A"), Netns("D"), "10.77.0.4", 9000);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  (*stream)->Start();
+  ASSERT_TRUE((*stream)->WaitSent(500));
+  const uint32_t first = (*stream)->sent();
+  const nlohmann::json started = Darctl({"keys", "rotate"});
+  ASSERT_TRUE(started.is_object());
+  EXPECT_TRUE(started.value("rotation_started", false));
+  EXPECT_EQ(started.value("phase", ""), "announced");
+  // Announced, activated, retired: one rollout (5 s in the lab) between steps.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const nlohmann::json k = Darctl({"keys", "show"});
+        return k.is_object() && k.value("phase", "") == "steady" && k["keys"].size() == 1 &&
+               k["keys"][0].value("key_id", 0u) != old_id;
+      },
+      std::chrono::seconds(30)))
+      << Darctl({"keys", "show"}).dump(1);
+  ASSERT_TRUE((*stream)->WaitSent(500));
+  (*stream)->Stop();
+
+  const DatagramStream::Report r = (*stream)->Analyse(first, (*stream)->sent());
+  EXPECT_EQ(r.lost, 0u);
+  // Every agent was handed each step.
+  for (const std::string node : {"A", "B", "C", "D"}) {
+    EXPECT_THAT(ReadFile(fmt::format("{}/{}.log", dir_, node)),
+                HasSubstr(fmt::format("\"keys\":[\"{}\",\"{}*\"]", old_id, old_id + 1)))
+        << node;
+  }
+  std::printf(
+      "key rotation %u -> %u under a 1 ms stream from A to D: %u of %u datagrams lost, "
+      "longest gap in delivery %lld ms\n",
+      old_id, old_id + 1, r.lost, r.sent - first, static_cast<long long>(r.longest_gap_ms));
+  RecordProperty("lost_datagrams", static_cast<int>(r.lost));
+}
+
+// Impostors against the real controller: an agent with another CA's certificate, an agent
+// whose certificate names another node than its config, and a TLS 1.2 client are refused; the
+// genuine agent then joins again.
+TEST_F(SystemTest, ImpostorsAreRefused) {
+  if (::access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "needs openssl";
+  Up('i');
+  if (IsSkipped() || HasFatalFailure()) return;
+  ASSERT_EQ(Cli({"stop", "A", "--dir", dir_}).exit_code, 0);
+  ASSERT_TRUE(WaitFor([&] { return AckedVersions().size() == 3; }));
+  const std::string a_config = ReadFile(dir_ + "/A.yaml");
+  ASSERT_THAT(a_config, HasSubstr("certs/node-1.crt"));
+
+  // Runs an agent for A with `config` until the controller has seen it `attempts` times or it
+  // exits; returns its log.
+  const auto run_agent = [&](const std::string& name, const std::string& config,
+                             const std::function<bool(const std::string& log)>& done) {
+    const std::string path = dir_ + "/" + name + ".yaml";
+    std::ofstream(path) << config;
+    absl::StatusOr<Child> agent =
+        Child::Spawn({"ip", "netns", "exec", Netns("A"), Bin("dar-agent"), "--config", path},
+                     dir_ + "/" + name + ".log");
+    EXPECT_TRUE(agent.ok()) << agent.status();
+    const bool seen = WaitFor([&] { return done(ReadFile(dir_ + "/" + name + ".log")); },
+                              std::chrono::seconds(20));
+    EXPECT_TRUE(seen) << name << ": " << ReadFile(dir_ + "/" + name + ".log");
+    // It never got in.
+    EXPECT_EQ(AckedVersions().count("A"), 0u) << name;
+    return ReadFile(dir_ + "/" + name + ".log");
+  };
+  const auto attempts = [](int n) {
+    return [n](const std::string& log) {
+      size_t count = 0, at = 0;
+      while ((at = log.find("cannot connect to the controller", at)) != std::string::npos) {
+        ++count;
+        ++at;
+      }
+      return count >= static_cast<size_t>(n);
+    };
+  };
+
+  // A certificate of node 2 (B) for node A: the hello is refused.
+  const std::string spoofed =
+      run_agent("spoofed",
+                absl::StrReplaceAll(a_config, {{"certs/node-1.crt", "certs/node-2.crt"},
+                                               {"certs/node-1.key", "certs/node-2.key"},
+                                               {"state_dir: state/A", "state_dir: state/spoofed"}}),
+                attempts(2));
+  EXPECT_THAT(spoofed, HasSubstr("certificate"));
+  EXPECT_THAT(Darctl({"show", "events"}).dump(), HasSubstr("hello_refused"));
+
+  // A certificate for node 1 from a CA of its own: the handshake fails.
+  const std::string other_ca = dir_ + "/other-ca";
+  absl::StatusOr<CommandResult> init =
+      SubprocessRunner(Seconds(30))
+          .Execute({Bin("darctl"), "certs", "init", "--dir", other_ca, "--domain", name_ + ".dar"});
+  ASSERT_TRUE(init.ok() && init->exit_code == 0) << (init.ok() ? init->err : "");
+  absl::StatusOr<CommandResult> issue =
+      SubprocessRunner(Seconds(30))
+          .Execute({Bin("darctl"), "certs", "issue", "--dir", other_ca, "--node", "1"});
+  ASSERT_TRUE(issue.ok() && issue->exit_code == 0) << (issue.ok() ? issue->err : "");
+  // The impostor trusts both CAs, so its own checks pass and the controller must refuse it.
+  std::ofstream(dir_ + "/both-cas.crt")
+      << ReadFile(dir_ + "/certs/ca.crt") << ReadFile(other_ca + "/ca.crt");
+  const std::string foreign =
+      run_agent("foreign",
+                absl::StrReplaceAll(a_config, {{"certs/node-1.crt", other_ca + "/node-1.crt"},
+                                               {"certs/node-1.key", other_ca + "/node-1.key"},
+                                               {"certs/ca.crt", dir_ + "/both-cas.crt"},
+                                               {"state_dir: state/A", "state_dir: state/foreign"}}),
+                attempts(2));
+  EXPECT_THAT(foreign, Not(HasSubstr("does not chain")));
+
+  // TLS 1.2 with a valid certificate: refused; the same client at TLS 1.3 completes the
+  // handshake.
+  const auto s_client = [&](const std::string& version) {
+    absl::StatusOr<CommandResult> r =
+        SubprocessRunner(Seconds(20))
+            .Execute({"ip", "netns", "exec", Netns("A"), "openssl", "s_client", "-connect",
+                      "10.255.255.1:50051", version, "-cert", dir_ + "/certs/node-1.crt", "-key",
+                      dir_ + "/certs/node-1.key", "-CAfile", dir_ + "/certs/ca.crt", "-brief"});
+    return r.ok() ? *r : CommandResult{-1, "", std::string(r.status().message())};
+  };
+  const CommandResult tls12 = s_client("-tls1_2");
+  EXPECT_NE(tls12.exit_code, 0) << tls12.out << tls12.err;
+  EXPECT_THAT(tls12.out + tls12.err, Not(HasSubstr("Protocol version: TLSv1.2")));
+  const CommandResult tls13 = s_client("-tls1_3");
+  EXPECT_THAT(tls13.out + tls13.err, HasSubstr("TLSv1.3"));
+
+  // The genuine agent joins again.
+  ASSERT_EQ(Cli({"start", "A", "--dir", dir_}).exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] { return AllAgentsHaveTables(); }, std::chrono::seconds(30)));
+}
+
+}  // namespace
+}  // namespace dar::lab
