@@ -448,14 +448,27 @@ CycleReport ControllerCore::RunCycle() {
   const auto end_state = [&](LinkId x) -> std::string {
     const LinkEnd& e = ends_[x];
     const double age_ms = Millis(now - e.heard);
+    if (e.heard_unix_ns == 0) return "not heard from yet";
     if (now - e.heard > timeout) return fmt::format("silent for {:.0f} ms", age_ms);
     return e.up ? "up" : "says down";
   };
+  // A link is up if an end says so; down if an end says so, or its ends went silent. An end
+  // not heard from since this controller started tells nothing: a restarted controller must
+  // not take links down because their agents have not reconnected yet (their neighbours'
+  // samples say down if a node is really gone).
+  const auto fresh = [&](LinkId x) {
+    return ends_[x].heard_unix_ns != 0 && now - ends_[x].heard <= timeout;
+  };
+  const auto never_heard = [&](LinkId x) { return ends_[x].heard_unix_ns == 0; };
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const LinkId r = topo.link(l).reverse;
     if (r != kNoLink && r < l) continue;  // each cable once
-    const auto end_up = [&](LinkId x) { return now - ends_[x].heard <= timeout && ends_[x].up; };
-    const bool up = end_up(l) || (r != kNoLink && end_up(r));
+    const auto says = [&](LinkId x, bool state) {
+      return x != kNoLink && fresh(x) && ends_[x].up == state;
+    };
+    const bool up =
+        says(l, true) || says(r, true) ||
+        (!says(l, false) && !says(r, false) && never_heard(l) && (r == kNoLink || never_heard(r)));
     if (up != cable_down_[l]) continue;  // unchanged
     cable_down_[l] = !up;
     computer_->SetKnownDown(l, !up);

@@ -191,7 +191,7 @@ class ControllerCore {
     double rtt_ms;
   };
   struct LinkEnd {
-    Time heard{0};  // when its node last reported it (or when the controller started)
+    Time heard{0};  // when its node last reported it
     bool up = true;
     int64_t heard_unix_ns = 0;  // 0 until a real sample
   };

@@ -173,26 +173,12 @@ class LabIntegrationTest : public LabTest {
 
   // The diamond, with placeholder services that say who they are and then sleep.
   std::string WriteLabFile() {
-    const std::string path = dir_ + "/lab.yaml";
-    std::ofstream(path) << fmt::format(R"(name: {}
-nodes:
-  - {{id: 1, name: A}}
-  - {{id: 2, name: B}}
-  - {{id: 3, name: C}}
-  - {{id: 4, name: D}}
-links:
-  - {{a: A, b: B, rate: 100mbit}}
-  - {{a: A, b: C}}
-  - {{a: B, b: D}}
-  - {{a: C, b: D, rate: 20mbit}}
-services:
-  controller:
+    return WriteDiamond({"100mbit", "", "", "20mbit"}, fmt::format(R"(  controller:
     command: [sleep, "{}"]
   agent:
     command: [sh, -c, "echo agent {{node_name}} {{node}} {{config}} {{controller_addr}}; exec sleep {}"]
 )",
-                                       name_, marker_, marker_);
-    return path;
+                                                                   marker_, marker_));
   }
 
   std::string Ifname(int link, char end) const { return fmt::format("{}-{}{}", name_, link, end); }

@@ -64,6 +64,23 @@ void LabTest::TearDown() {
   std::filesystem::remove_all(dir_);
 }
 
+std::string LabTest::WriteDiamond(const std::vector<std::string>& rates,
+                                  const std::string& services) {
+  const char* ends[4][2] = {{"A", "B"}, {"A", "C"}, {"B", "D"}, {"C", "D"}};
+  std::string links;
+  for (size_t i = 0; i < 4; ++i) {
+    const std::string rate = i < rates.size() ? rates[i] : "";
+    links += fmt::format("  - {{a: {}, b: {}{}}}\n", ends[i][0], ends[i][1],
+                         rate.empty() ? "" : ", rate: " + rate);
+  }
+  const std::string path = dir_ + "/lab.yaml";
+  std::ofstream(path) << fmt::format(
+      "name: {}\nnodes:\n  - {{id: 1, name: A}}\n  - {{id: 2, name: B}}\n"
+      "  - {{id: 3, name: C}}\n  - {{id: 4, name: D}}\nlinks:\n{}services:\n{}",
+      name_, links, services);
+  return path;
+}
+
 CommandResult LabTest::Cli(std::vector<std::string> args) {
   args.insert(args.begin(), std::string(DAR_BINARY_DIR) + "/src/cli/dar-lab");
   SubprocessRunner runner(Seconds(120));

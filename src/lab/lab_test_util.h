@@ -38,6 +38,11 @@ class LabTest : public ::testing::Test {
 
   std::string Netns(const std::string& node) const { return name_ + "-" + node; }
 
+  // Writes <dir>/lab.yaml: the diamond A-B-D, A-C-D (links in that order: A-B, A-C, B-D, C-D)
+  // with the given tbf rates ("" for none) and `services` (YAML: the `services:` block's
+  // body, indented two spaces); returns its path.
+  std::string WriteDiamond(const std::vector<std::string>& rates, const std::string& services);
+
   SubprocessRunner runner_;
   bool started_ = false;
   std::string name_;
