@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "core/vector_exp.h"
+
 namespace dar {
 namespace {
 
@@ -15,55 +17,26 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Strictly above `phi` by a relative hair, so that "downhill" survives rounding.
 double Above(double phi) { return phi + 1e-9 * std::max(1.0, std::abs(phi)); }
 
-// exp(y) for y <= 0, two lanes at a time (SSE2 through GCC's vector extensions), within a few
-// ulp, and 0 below -708 (where exp leaves the normal range). The weights are the engine's
-// innermost work. y = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), exp(r) by its
-// Taylor series to r^12 (truncation error below 2e-16), then 2^n by adding n to the exponent.
-using V2d = double __attribute__((vector_size(16)));
-using V2i = int64_t __attribute__((vector_size(16)));
-
-inline V2d ExpNonPositive(V2d y) {
-  constexpr double kLog2e = 1.4426950408889634;
-  constexpr double kLn2Hi = 6.93147180369123816490e-01;
-  constexpr double kLn2Lo = 1.90821492927058770002e-10;
-  constexpr double kShift = 0x1.8p52;  // adding it rounds to an integer held in the low bits
-  const V2d floor = {-708.0, -708.0};
-  const V2i in_range = y >= floor;  // all ones or all zeros per lane
-  const V2d yc = y >= floor ? y : floor;
-  const V2d shifted = yc * kLog2e + kShift;
-  const V2i n = std::bit_cast<V2i>(shifted) - std::bit_cast<int64_t>(kShift);
-  const V2d nd = shifted - kShift;
-  const V2d r = (yc - nd * kLn2Hi) - nd * kLn2Lo;
-  V2d p = r * (1.0 / 479001600) + 1.0 / 39916800;  // 1/12!, 1/11!
-  p = p * r + 1.0 / 3628800;
-  p = p * r + 1.0 / 362880;
-  p = p * r + 1.0 / 40320;
-  p = p * r + 1.0 / 5040;
-  p = p * r + 1.0 / 720;
-  p = p * r + 1.0 / 120;
-  p = p * r + 1.0 / 24;
-  p = p * r + 1.0 / 6;
-  p = p * r + 0.5;
-  p = p * r + 1.0;
-  p = p * r + 1.0;
-  const V2i e = (std::bit_cast<V2i>(p) + (n << 52)) & in_range;
-  return std::bit_cast<V2d>(e);
+// Prefetches for reading d's previous table in settling order (Commit), which jumps between
+// blocks: a block's offsets a few nodes ahead, then the row itself once its place is known.
+void PrefetchBlock(const DestinationTable& table, uint32_t row) {
+  const char* b =
+      reinterpret_cast<const char*>(table.blocks()[row / DestinationTable::kRowsPerBlock].get());
+  __builtin_prefetch(b);
+  __builtin_prefetch(b + sizeof(DestinationTable::Block) - 1);
 }
 
-// x[i] = exp((m - x[i]) * inv_t) for i < n, where every x[i] >= m.
-void ExpWeights(double* x, uint32_t n, double m, double inv_t) {
-  uint32_t i = 0;
-  for (; i + 2 <= n; i += 2) {
-    V2d y;
-    std::memcpy(&y, x + i, sizeof(y));
-    y = ExpNonPositive((m - y) * inv_t);
-    std::memcpy(x + i, &y, sizeof(y));
-  }
-  if (i < n) {
-    const V2d y = ExpNonPositive(V2d{(m - x[i]) * inv_t, 0.0});
-    x[i] = y[0];
+void PrefetchRow(const DestinationTable& table, uint32_t row) {
+  const absl::Span<const NextHop> r = table.Row(row);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(r.data() + r.size());
+  for (uintptr_t p = reinterpret_cast<uintptr_t>(r.data()) & ~uintptr_t{63}; p < end; p += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(p));
   }
 }
+
+// Below a finite cheapest-path cost by the same hair: a node reached for less than this through
+// a node settled after it breaks the settling order.
+double Floor(double dist) { return dist - 1e-9 * std::max(1.0, dist); }
 
 }  // namespace
 
@@ -196,95 +169,179 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
     s.core = core_of_[d];
     s.rank.assign(cores, -1);
     s.dist.assign(cores, kInf);
+    s.dist_floor.assign(cores, kInf);
     s.phi.assign(cores, kInf);
     s.psi.assign(cores, kInf);
+    s.downhill.assign((out_.size() + 63) / 64, 0);
+    s.mirrored.assign(cores, 0);
+    s.installed.assign(out_.size(), 0);
     dests_.push_back(std::move(s));
   }
   hops_.resize(out_.size());
-  hop_node_.resize(out_.size());
   row_len_.assign(cores, 0);
   changed_.assign(cores, 0);
-  x_.resize(max_degree);
-  twin_checks_.resize(max_degree);
+  slot_of_link_.assign(topo.num_links(), -1);
+  for (const Arc& a : out_) {
+    slot_of_link_[a.link] = static_cast<int32_t>(arc_node_.size());
+    arc_node_.push_back(a.node);
+    arc_link_.push_back(a.link);
+  }
+  arc_cost_.assign(out_.size(), kInf);
+  arc_twin_cost_.assign(out_.size(), kInf);
+  has_unusable_.assign(cores, 1);
+  usable_.assign(out_.size(), 0);
+  hop_link_.resize(max_degree);
+  hop_x_.resize(max_degree);
+  hop_weight_.resize(max_degree);
   queued_.assign(cores, 0);
   heap_ = std::make_unique<MinHeap>(cores);
 }
 
-DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t v,
-                                                    absl::Span<const double> costs,
-                                                    bool check_twins, double& phi, double& dist) {
-  NextHop* row = &hops_[out_begin_[v]];
-  double* x = x_.data();
-  uint32_t n = 0, checks = 0;
-  double m = kInf;
-  dist = kInf;
-  const int32_t rv = d.rank[v];
-  check_twins = check_twins && forwards_[v];  // nobody reaches d through a host
-  for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1]; ++i) {
-    const Arc& a = out_[i];
-    const int32_t u = a.node;
-    const int32_t ru = d.rank[u];
-    if (ru < 0 || ru >= rv || (!forwards_[u] && u != d.core)) continue;
-    if (check_twins && a.twin != kNoLink) twin_checks_[checks++] = i;
-    const double c = costs[a.link];
-    if (!(c < kInf)) continue;
-    const double xu = c + d.psi[u];
-    m = std::min(m, xu);
-    dist = std::min(dist, c + d.dist[u]);
-    row[n] = NextHop{a.link, 0};
-    hop_node_[out_begin_[v] + n] = u;
-    x[n++] = xu;
+void DiffusionEngine::LoadArc(uint32_t slot, absl::Span<const double> costs) {
+  const Arc& a = out_[slot];
+  arc_cost_[slot] = costs[a.link];
+  arc_twin_cost_[slot] = a.twin == kNoLink ? kInf : costs[a.twin];
+  const bool usable = arc_cost_[slot] < kInf;
+  if (usable != usable_[slot]) {  // the tail's usable downhill arcs may differ from its mirror
+    usable_[slot] = usable;
+    const int32_t v = core_of_[topo_.link(a.link).src];
+    for (DestState& d : dests_) d.mirrored[v] = 0;
   }
-  row_len_[v] = 0;
-  if (n == 0) return RelaxResult::kNoNextHop;
-  // The order holds at v's downhill neighbours u if none of them now reaches d more cheaply
-  // through v (over the twin u -> v) than the way it was settled.
-  for (uint32_t k = 0; k < checks; ++k) {
-    const Arc& a = out_[twin_checks_[k]];
-    const double du = d.dist[a.node];
-    if (costs[a.twin] + dist < du - 1e-9 * std::max(1.0, du)) return RelaxResult::kReordered;
-  }
+}
 
+void DiffusionEngine::MarkUnusable(int32_t v) {
+  has_unusable_[v] = 0;
+  for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1]; ++i) has_unusable_[v] |= !usable_[i];
+}
+
+void DiffusionEngine::LoadCosts(absl::Span<const double> costs) {
+  for (uint32_t i = 0; i < out_.size(); ++i) LoadArc(i, costs);
+  for (int32_t v = 0; v < static_cast<int32_t>(node_of_.size()); ++v) MarkUnusable(v);
+}
+
+void DiffusionEngine::LoadCosts(absl::Span<const double> costs, absl::Span<const LinkId> links) {
+  for (LinkId l : links) {
+    const int32_t s = slot_of_link_[l];
+    if (s < 0) continue;
+    LoadArc(s, costs);
+    if (out_[s].twin != kNoLink) LoadArc(slot_of_link_[out_[s].twin], costs);  // its twin cost
+    MarkUnusable(core_of_[topo_.link(l).src]);
+  }
+}
+
+struct DiffusionEngine::Gathered {
+  uint32_t n = 0;        // downhill arcs, in hop_link_ and hop_x_
+  double m = kInf;       // the least cost + psi: the cheapest way on
+  double dist = kInf;    // cheapest-path cost through them
+  double top = -kInf;    // the highest potential at their far ends
+  double slack = -kInf;  // with twin checks: the order is broken if dist < slack
+};
+
+// The engine's innermost loop: once per downhill arc, destination and cycle.
+template <bool kCheckTwins>
+void DiffusionEngine::Gather(const DestState& d, int32_t v, Gathered& g) {
+  LinkId* link = hop_link_.data();
+  double* x = hop_x_.data();
+  const int32_t* node = arc_node_.data();
+  const LinkId* arc_link = arc_link_.data();
+  const double *cost = arc_cost_.data(), *twin_cost = arc_twin_cost_.data();
+  const double *psi = d.psi.data(), *dist = d.dist.data(), *phi = d.phi.data();
+  const double* dist_floor = d.dist_floor.data();
+  uint32_t n = 0;
+  // std::min(new, old) and std::max(new, old) are what minsd and maxsd compute in place.
+  double m = kInf, best = kInf, top = -kInf, slack = -kInf;
+  // The set bits of d.downhill over v's out-arc slots [begin, end).
+  const size_t begin = out_begin_[v], end = out_begin_[v + 1];
+  const size_t first = begin / 64, last = end == begin ? first : (end - 1) / 64;
+  for (size_t w = first; w <= last && begin < end; ++w) {
+    uint64_t bits = d.downhill[w];
+    if (w == first) bits &= ~uint64_t{0} << (begin % 64);
+    if (w == last) bits &= ~uint64_t{0} >> (63 - (end - 1) % 64);
+    for (; bits != 0; bits &= bits - 1) {
+      const size_t s = w * 64 + static_cast<size_t>(std::countr_zero(bits));
+      const int32_t u = node[s];
+      const double c = cost[s], xu = c + psi[u];
+      m = std::min(xu, m);
+      best = std::min(c + dist[u], best);
+      top = std::max(phi[u], top);
+      // The twin u -> v breaks the order if twin_cost + dist(v) < dist_floor(u).
+      if constexpr (kCheckTwins) slack = std::max(dist_floor[u] - twin_cost[s], slack);
+      link[n] = arc_link[s];
+      x[n++] = xu;
+    }
+  }
+  g = Gathered{n, m, best, top, slack};
+}
+
+DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t v, bool check_twins,
+                                                    double& psi, double& dist) {
+  hop_count_ = 0;
+  Gathered g;
+  // The order holds at v's downhill neighbours u if none of them now reaches d more cheaply
+  // through v (over the twin u -> v) than the way it was settled. Nobody goes through a host.
+  if (check_twins && forwards_[v]) {
+    Gather<true>(d, v, g);
+  } else {
+    Gather<false>(d, v, g);
+  }
+  if (!(g.m < kInf)) return RelaxResult::kNoNextHop;
+  if (g.dist < g.slack) return RelaxResult::kReordered;
+  dist = g.dist;
+  LinkId* link = hop_link_.data();
+  double* x = hop_x_.data();
+  uint32_t n = g.n;
+  if (has_unusable_[v]) {  // drop the unusable links
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (x[i] < kInf) {
+        link[k] = link[i];
+        x[k++] = x[i];
+      }
+    }
+    n = k;
+  }
+  const double m = g.m;
   const double t = config_.temperature;
+  double* w = hop_weight_.data();
   uint32_t kept = 0;
-  double total = 0;
-  int32_t* nodes = &hop_node_[out_begin_[v]];
   if (t <= 0) {
     const double tie = 1e-9 * std::max(1.0, std::abs(m));
     for (uint32_t i = 0; i < n; ++i) {
-      if (x[i] <= m + tie) {
-        nodes[kept] = nodes[i];
-        row[kept++] = NextHop{row[i].link, 1.0};
-        total += 1;
-      }
+      if (x[i] <= m + tie) link[kept++] = link[i];
     }
-    phi = m;
+    for (uint32_t i = 0; i < kept; ++i) w[i] = 1.0 / kept;
+    psi = m;
+  } else if (n == 1) {  // what the general case gives: exp(0) = 1, ln 1 = 0
+    w[0] = 1;
+    psi = m;
+    kept = 1;
   } else {
-    const double inv_t = 1 / t;
-    ExpWeights(x, n, m, inv_t);  // the best is exactly 1
-    double z = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      row[i].weight = x[i];
-      z += x[i];
-    }
-    phi = m - t * std::log(z);
     // Every downhill neighbour (settled earlier) stays a next hop, so traffic pinned to one (a
     // flow, a flowlet) never has to move while the settling order holds; one far costlier
     // than the best is floored at min_weight before the final normalisation. The potential
-    // is then lifted above any next hop it would fall below (ClampAboveNextHops). With
-    // min_weight 0, a share that underflows to 0 is dropped.
-    const double inv_z = 1 / z;
-    for (uint32_t i = 0; i < n; ++i) {
-      const double w = std::max(row[i].weight * inv_z, config_.min_weight);
-      if (w <= 0) continue;
-      total += w;
-      nodes[kept] = nodes[i];
-      row[kept++] = NextHop{row[i].link, w};
+    // is then lifted above any next hop it would fall below (Commit). With min_weight 0, a
+    // share that underflows to 0 is dropped.
+    const double z = SoftMinWeights(x, w, n, m, 1 / t, config_.min_weight);
+    psi = m - t * std::log(z);
+    if (config_.min_weight > 0) {
+      kept = n;  // every share is at least min_weight
+    } else {
+      for (uint32_t i = 0; i < n; ++i) {
+        if (w[i] <= 0) continue;
+        link[kept] = link[i];
+        w[kept++] = w[i];
+      }
     }
   }
-  const double inv_total = 1 / total;
-  for (uint32_t i = 0; i < kept; ++i) row[i].weight *= inv_total;
-  row_len_[v] = kept;
+  hop_count_ = kept;
+  hop_all_ = kept == n;
+  hop_top_ = g.top;
+  if (kept < g.n) {  // g.top was over every downhill arc: take it over the next hops only
+    hop_top_ = -kInf;
+    for (uint32_t i = 0; i < kept; ++i) {
+      hop_top_ = std::max(hop_top_, d.phi[link_dst_core_[link[i]]]);
+    }
+  }
   return RelaxResult::kOk;
 }
 
@@ -310,60 +367,105 @@ bool DiffusionEngine::OrderBrokenOutsideTwins(const DestState& d,
   return false;
 }
 
-double DiffusionEngine::ClampAboveNextHops(const DestState& d, int32_t v, double phi) const {
-  const int32_t* nodes = &hop_node_[out_begin_[v]];
-  for (uint32_t i = 0; i < row_len_[v]; ++i) phi = std::max(phi, Above(d.phi[nodes[i]]));
-  return phi;
-}
-
-bool DiffusionEngine::ApplyHysteresis(const DestState& d, int32_t v,
-                                      absl::Span<const double> costs) {
-  if (d.table == nullptr) return false;  // a first table changes no route
-  const absl::Span<const NextHop> prev = d.table->Row(static_cast<uint32_t>(v));
-  const absl::Span<NextHop> row = NewRow(v);
-  if (prev.empty()) return !row.empty();
+bool DiffusionEngine::KeepsOldRow(const DestState& d, int32_t v, absl::Span<const NextHop> prev,
+                                  absl::Span<const double> costs, bool& changed,
+                                  bool& same_hops) const {
+  const uint32_t n = hop_count_;
+  const LinkId* link = hop_link_.data();
+  const double* w = hop_weight_.data();
+  changed = false;
+  same_hops = false;
+  if (prev.empty()) {
+    changed = n > 0;
+    return false;
+  }
   // The common case: the same next hops (so all still downhill), other weights.
-  if (prev.size() == row.size()) {
+  if (prev.size() == n) {
     double diff = 0;
-    size_t i = 0;
-    for (; i < prev.size() && prev[i].link == row[i].link; ++i) {
-      diff += std::abs(prev[i].weight - row[i].weight);
+    bool same = true;
+    for (uint32_t i = 0; i < n; ++i) {
+      same &= prev[i].link == link[i];
+      diff += std::abs(prev[i].weight - w[i]);
     }
-    if (i == prev.size()) {
-      if (diff >= config_.hysteresis) return diff > 0;
-      for (i = 0; i < prev.size(); ++i) row[i].weight = prev[i].weight;
-      return false;
+    if (same) {
+      same_hops = true;
+      changed = diff >= config_.hysteresis && diff > 0;
+      return diff < config_.hysteresis;
     }
   }
   // Both rows are in link-id order (the order of the node's out-links): merge them.
   bool still_downhill = true;
   double diff = 0;
   size_t i = 0, j = 0;
-  while (i < prev.size() || j < row.size()) {
-    if (j == row.size() || (i < prev.size() && prev[i].link < row[j].link)) {
+  while (i < prev.size() || j < n) {
+    const LinkId next = j < n ? link[j] : kNoLink;
+    if (j == n || (i < prev.size() && prev[i].link < next)) {
       const int32_t u = link_dst_core_[prev[i].link];
       still_downhill =
           still_downhill && u >= 0 && Downhill(d, v, Arc{prev[i].link, u, kNoLink}, costs);
       diff += prev[i++].weight;
-    } else if (i == prev.size() || row[j].link < prev[i].link) {
-      diff += row[j++].weight;
+    } else if (i == prev.size() || next < prev[i].link) {
+      diff += w[j++];
     } else {
-      diff += std::abs(prev[i++].weight - row[j++].weight);
+      diff += std::abs(prev[i++].weight - w[j++]);
     }
   }
-  if (still_downhill && diff < config_.hysteresis) {
-    int32_t* nodes = &hop_node_[out_begin_[v]];
-    for (size_t k = 0; k < prev.size(); ++k) {
-      hops_[out_begin_[v] + k] = prev[k];
-      nodes[k] = link_dst_core_[prev[k].link];
+  if (still_downhill && diff < config_.hysteresis) return true;
+  changed = diff > 0;
+  return false;
+}
+
+int DiffusionEngine::MirrorSays(const DestState& d, int32_t v) const {
+  // Both rows are v's usable downhill arcs, in slot order: only the weights can differ.
+  if (!d.mirrored[v] || !hop_all_) return -1;
+  const double diff = AbsDiffSum(&d.installed[out_begin_[v]], hop_weight_.data(), hop_count_);
+  // Float weights are within 2^-24 of the table's and sum to about 1: `diff` is within 1e-7
+  // of the exact sum (in any order), so a decision this far from the threshold is exact.
+  constexpr double kMargin = 1e-6;
+  if (diff < config_.hysteresis - kMargin) return 1;
+  if (diff >= config_.hysteresis + kMargin) return 0;
+  return -1;
+}
+
+double DiffusionEngine::Commit(DestState& d, int32_t v, double psi,
+                               absl::Span<const double> costs) {
+  float* installed = &d.installed[out_begin_[v]];
+  double top = hop_top_;  // the highest potential among the next hops
+  bool keep = false, changed = false, same_hops = false;
+  const int mirror = d.table == nullptr ? -1 : MirrorSays(d, v);
+  if (mirror >= 0) {
+    keep = mirror == 1;
+    changed = !keep;                // the weights differ by at least the hysteresis
+  } else if (d.table != nullptr) {  // a first table changes no route, but takes every row
+    const absl::Span<const NextHop> prev = d.table->Row(static_cast<uint32_t>(v));
+    keep = KeepsOldRow(d, v, prev, costs, changed, same_hops);
+    if (keep && !same_hops) {
+      top = -kInf;
+      for (const NextHop& h : prev) top = std::max(top, d.phi[link_dst_core_[h.link]]);
     }
-    row_len_[v] = static_cast<uint32_t>(prev.size());
-    return false;
+    d.mirrored[v] = keep && same_hops && hop_all_;
+    if (d.mirrored[v]) {
+      for (size_t i = 0; i < prev.size(); ++i) installed[i] = static_cast<float>(prev[i].weight);
+    }
   }
-  return diff > 0;
+  changed_[v] = changed;
+  if (!keep) {
+    if (d.table == nullptr || changed) {  // BuildTable takes this row
+      NextHop* row = &hops_[out_begin_[v]];
+      for (uint32_t i = 0; i < hop_count_; ++i) {
+        row[i] = NextHop{hop_link_[i], hop_weight_[i]};
+      }
+    }
+    row_len_[v] = hop_count_;
+    d.mirrored[v] = hop_all_;
+    for (uint32_t i = 0; i < hop_count_; ++i) installed[i] = static_cast<float>(hop_weight_[i]);
+  }
+  // Strictly above every next hop (Above is monotonic: lifting the highest is enough).
+  return std::max(psi, Above(top));
 }
 
 void DiffusionEngine::Settle(DestState& d, absl::Span<const double> costs) {
+  std::fill(d.mirrored.begin(), d.mirrored.end(), 0);  // the downhill arcs change
   std::fill(d.rank.begin(), d.rank.end(), -1);
   std::fill(d.dist.begin(), d.dist.end(), kInf);
   d.order.clear();
@@ -384,31 +486,57 @@ void DiffusionEngine::Settle(DestState& d, absl::Span<const double> costs) {
       }
     }
   }
+  MarkDownhill(d);
 }
 
-bool DiffusionEngine::SoftPass(DestState& d, absl::Span<const double> costs, bool check_order) {
+void DiffusionEngine::MarkDownhill(DestState& d) const {
+  std::fill(d.downhill.begin(), d.downhill.end(), 0);
+  for (int32_t v = 0; v < static_cast<int32_t>(node_of_.size()); ++v) {
+    const int32_t rv = d.rank[v];
+    if (rv <= 0) continue;
+    for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1]; ++i) {
+      const int32_t u = out_[i].node;
+      if (d.rank[u] >= 0 && d.rank[u] < rv && (forwards_[u] || u == d.core)) {
+        d.downhill[i / 64] |= uint64_t{1} << (i % 64);
+      }
+    }
+  }
+}
+
+// Flattened: the per-node calls (Relax, Gather, Commit) cost as much as their bodies otherwise.
+__attribute__((flatten)) bool DiffusionEngine::SoftPass(DestState& d,
+                                                        absl::Span<const double> costs,
+                                                        bool check_order) {
   std::fill(d.psi.begin(), d.psi.end(), kInf);
   std::fill(d.phi.begin(), d.phi.end(), kInf);
   d.psi[d.core] = 0;
   d.phi[d.core] = 0;
-  for (size_t i = 1; i < d.order.size(); ++i) {
+  d.dist_floor[d.core] = Floor(0);
+  // In settling order, so every next hop's potential is final when a node is committed.
+  constexpr size_t kBlockAhead = 16, kRowAhead = 8;  // nodes
+  const DestinationTable* prev = d.table.get();
+  const size_t count = d.order.size();
+  for (size_t i = 1; i < count; ++i) {
+    if (prev != nullptr && i + kBlockAhead < count && !d.mirrored[d.order[i + kBlockAhead]]) {
+      PrefetchBlock(*prev, static_cast<uint32_t>(d.order[i + kBlockAhead]));
+    }
+    if (prev != nullptr && i + kRowAhead < count) {
+      const int32_t u = d.order[i + kRowAhead];
+      if (d.mirrored[u]) {
+        __builtin_prefetch(&d.installed[out_begin_[u]]);
+      } else {
+        PrefetchRow(*prev, static_cast<uint32_t>(u));
+      }
+    }
     const int32_t v = d.order[i];
-    double phi, dist;
-    if (Relax(d, v, costs, check_order, phi, dist) != RelaxResult::kOk) return false;
+    double psi, dist;
+    if (Relax(d, v, check_order, psi, dist) != RelaxResult::kOk) return false;
     d.dist[v] = dist;
-    d.psi[v] = phi;
+    d.dist_floor[v] = Floor(dist);
+    d.psi[v] = psi;
+    d.phi[v] = Commit(d, v, psi, costs);
   }
-  if (check_order && OrderBrokenOutsideTwins(d, costs)) return false;
-  // Hysteresis in row order, so the previous table is read front to back (it is far larger
-  // than the caches), then potentials above the next hops kept, in settling order.
-  for (int32_t v = 0; v < static_cast<int32_t>(node_of_.size()); ++v) {
-    if (d.rank[v] > 0) changed_[v] = ApplyHysteresis(d, v, costs);
-  }
-  for (size_t i = 1; i < d.order.size(); ++i) {
-    const int32_t v = d.order[i];
-    d.phi[v] = ClampAboveNextHops(d, v, d.psi[v]);
-  }
-  return true;
+  return !check_order || !OrderBrokenOutsideTwins(d, costs);
 }
 
 void DiffusionEngine::ComputeDestination(DestState& d, absl::Span<const double> costs,
@@ -428,6 +556,7 @@ void DiffusionEngine::ComputeDestination(DestState& d, absl::Span<const double> 
   for (int32_t v = 0; v < static_cast<int32_t>(node_of_.size()); ++v) {
     if (d.rank[v] > 0) continue;
     row_len_[v] = 0;
+    d.mirrored[v] = 0;
     changed_[v] = d.table != nullptr && !d.table->Row(static_cast<uint32_t>(v)).empty();
   }
   d.table = BuildTable(d);
@@ -447,10 +576,10 @@ bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
   while (!heap_->empty()) {
     const int32_t v = heap_->Pop();
     touched_.push_back(v);
-    double phi, dist;
+    double psi, dist;
     // A node without a downhill neighbour, or a node settled earlier that is now cheaper
     // through v: the order must change.
-    if (Relax(d, v, costs, /*check_twins=*/true, phi, dist) != RelaxResult::kOk) {
+    if (Relax(d, v, /*check_twins=*/true, psi, dist) != RelaxResult::kOk) {
       ok = false;
       break;
     }
@@ -467,11 +596,11 @@ bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
       break;
     }
     ++stats_.nodes_relaxed;
-    changed_[v] = ApplyHysteresis(d, v, costs);
     d.dist[v] = dist;
+    d.dist_floor[v] = Floor(dist);
     const double old_psi = d.psi[v], old_phi = d.phi[v];
-    d.psi[v] = phi;
-    d.phi[v] = ClampAboveNextHops(d, v, phi);
+    d.psi[v] = psi;
+    d.phi[v] = Commit(d, v, psi, costs);
     auto same = [](double a, double b) {
       return std::abs(a - b) <= 1e-12 * std::max(1.0, std::abs(b));
     };
@@ -494,6 +623,10 @@ bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
 DestinationTablePtr DiffusionEngine::BuildTable(const DestState& d) {
   const DestinationTable* old = d.table.get();
   const uint32_t cores = static_cast<uint32_t>(node_of_.size());
+  int64_t changes = 0;
+  for (uint32_t v = 0; v < cores; ++v) changes += changed_[v];
+  stats_.route_changes += changes;
+  if (old != nullptr && changes == 0) return d.table;
   const uint32_t per_block = DestinationTable::kRowsPerBlock;
   std::vector<DestinationTable::BlockPtr> blocks;
   blocks.reserve((cores + per_block - 1) / per_block);
@@ -506,24 +639,17 @@ DestinationTablePtr DiffusionEngine::BuildTable(const DestState& d) {
           reinterpret_cast<const char*>(old->blocks()[first / per_block + kAhead].get()) - 16, 1);
     }
     bool rebuild = old == nullptr;
-    for (uint32_t v = first; v < last; ++v) {
-      if (changed_[v]) {
-        rebuild = true;
-        ++stats_.route_changes;
-      }
-    }
+    for (uint32_t v = first; v < last; ++v) rebuild = rebuild || changed_[v];
     if (!rebuild) {
       blocks.push_back(old->blocks()[first / per_block]);
       continue;
     }
     auto block = std::make_shared<DestinationTable::Block>();
-    block->offsets.resize(last - first + 1);
-    block->offsets[0] = 0;
     for (uint32_t v = first; v < last; ++v) {
       const uint32_t len = old == nullptr || changed_[v] ? row_len_[v] : old->Row(v).size();
       block->offsets[v - first + 1] = block->offsets[v - first] + len;
     }
-    block->hops.resize(block->offsets.back());
+    block->hops.resize(block->offsets[last - first]);
     for (uint32_t v = first; v < last; ++v) {
       const absl::Span<const NextHop> row =
           old == nullptr || changed_[v] ? NewRow(static_cast<int32_t>(v)) : old->Row(v);
@@ -541,12 +667,14 @@ DestinationTablePtr DiffusionEngine::BuildTable(const DestState& d) {
 void DiffusionEngine::ComputeAll(absl::Span<const double> costs, bool reorder) {
   assert(costs.size() == static_cast<size_t>(topo_.num_links()));
   stats_ = DiffusionStats();
+  LoadCosts(costs);
   for (DestState& d : dests_) ComputeDestination(d, costs, reorder);
 }
 
 void DiffusionEngine::Update(absl::Span<const double> costs, absl::Span<const LinkId> changed) {
   assert(costs.size() == static_cast<size_t>(topo_.num_links()));
   stats_ = DiffusionStats();
+  LoadCosts(costs, changed);
   std::vector<int32_t> seeds;
   for (DestState& d : dests_) {
     seeds.clear();

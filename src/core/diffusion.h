@@ -26,6 +26,12 @@
 // Hysteresis keeps a node's previous next hops while the new weights differ little, so noise
 // in the costs does not make routes flap.
 //
+// Speed (a full cycle touches every downhill arc of every destination): each destination keeps
+// its downhill arcs as a bitmap over the out-arcs, so uphill ones are never looked at; the
+// weights come from vector kernels (core/vector_exp.h); and hysteresis compares against a
+// compact float copy of the installed weights, reading the table itself (far larger than the
+// caches) only when that copy cannot decide exactly.
+//
 // Stub hosts (Topology::StubUplink) are never relaxed and get no rows; hosts never forward.
 // Not thread-safe. Pure computation: no clock, no I/O.
 #ifndef DAR_CORE_DIFFUSION_H_
@@ -77,8 +83,8 @@ class DiffusionEngine {
   // kept if no node would now reach the destination more cheaply through a node ordered after
   // it; otherwise (or with `reorder`) the order is recomputed by a Dijkstra pass.
   void ComputeAll(absl::Span<const double> costs, bool reorder = false);
-  // Recomputes after the costs of `changed` links moved (others as in the last call).
-  // REQUIRES: ComputeAll has run once.
+  // Recomputes after the costs of `changed` links moved (others as in the last call: only the
+  // costs of `changed` are read). REQUIRES: ComputeAll has run once.
   void Update(absl::Span<const double> costs, absl::Span<const LinkId> changed);
 
   // The current tables, for topo.Destinations(); destinations that did not change since the
@@ -100,18 +106,35 @@ class DiffusionEngine {
   struct DestState {
     NodeId node = kNoNode;
     int32_t core = -1;
-    std::vector<int32_t> order;  // core indices in settling order, d first
-    std::vector<int32_t> rank;   // by core index: position in order; -1 = cannot reach
-    std::vector<double> dist;    // cheapest-path cost
-    std::vector<double> psi;     // soft minimum (free energy): what the weights come from
-    std::vector<double> phi;     // potential: psi lifted just above every next hop's phi
+    std::vector<int32_t> order;      // core indices in settling order, d first
+    std::vector<int32_t> rank;       // by core index: position in order; -1 = cannot reach
+    std::vector<double> dist;        // cheapest-path cost
+    std::vector<double> dist_floor;  // dist less a hair: reaching v for less reorders d
+    std::vector<double> psi;         // soft minimum (free energy): what the weights come from
+    std::vector<double> phi;         // potential: psi lifted just above every next hop's phi
+    // One bit per out-arc slot (out_): the arc leads to a node settled earlier that forwards
+    // (or is d), so it may be a next hop if its link is usable. Follows the order (Settle).
+    std::vector<uint64_t> downhill;
+    // A compact copy of the table's rows for hysteresis, so a cycle need not read the table
+    // (far larger than the caches). Where mirrored[v], v's row has exactly v's usable downhill
+    // arcs as next hops, and installed[] holds its weights (as float) at v's out-arc slots.
+    std::vector<uint8_t> mirrored;
+    std::vector<float> installed;
     DestinationTablePtr table;
   };
   enum class RelaxResult { kOk, kNoNextHop, kReordered };
   class MinHeap;
 
-  // Settling order, ranks and cheapest-path costs of d (Dijkstra from d over in-links).
+  // Per-arc copies of `costs` for the relaxations (arc_cost_, arc_twin_cost_, usability): of
+  // every arc, or of the arcs of `links` and of their twins.
+  void LoadCosts(absl::Span<const double> costs);
+  void LoadCosts(absl::Span<const double> costs, absl::Span<const LinkId> links);
+  void LoadArc(uint32_t slot, absl::Span<const double> costs);
+  void MarkUnusable(int32_t v);  // has_unusable_[v] from usable_
+  // Settling order, ranks and cheapest-path costs of d (Dijkstra from d over in-links), and
+  // the downhill arcs that follow from the order.
   void Settle(DestState& d, absl::Span<const double> costs);
+  void MarkDownhill(DestState& d) const;
   // Relaxes every node of d in its current order: potentials, new rows, hysteresis. With
   // check_order, false as soon as the order is no longer right for `costs` (a node reaches d
   // more cheaply through a neighbour ordered after it, or a node outside the order can now
@@ -120,18 +143,30 @@ class DiffusionEngine {
   void ComputeDestination(DestState& d, absl::Span<const double> costs, bool reorder);
   // Re-relaxes d upstream of `seeds`; false if d must be recomputed whole.
   bool RelaxRegion(DestState& d, absl::Span<const double> costs, std::vector<int32_t>& seeds);
-  // Relaxes node v of d from its downhill neighbours into its new row (NewRow). With
-  // check_twins, also reports kReordered if a node settled before v now reaches d more
+  // Relaxes node v of d from its downhill neighbours (the costs of the last LoadCosts): its
+  // soft minimum `psi`, its cheapest-path cost `dist`, and its new row in the hop_* scratch.
+  // With check_twins, also reports kReordered if a node settled before v now reaches d more
   // cheaply through v (checked over the twins of v's downhill arcs).
-  RelaxResult Relax(const DestState& d, int32_t v, absl::Span<const double> costs, bool check_twins,
-                    double& phi, double& dist);
+  RelaxResult Relax(const DestState& d, int32_t v, bool check_twins, double& psi, double& dist);
+  struct Gathered;
+  // v's downhill arcs into hop_link_ and hop_x_, and what Relax needs to know about them.
+  template <bool kCheckTwins>
+  void Gather(const DestState& d, int32_t v, Gathered& g);
   // Whether d's order is broken by a link the twin checks do not cover (no twin, or from a
   // host), or by a node outside the order that can now reach a node in it.
   bool OrderBrokenOutsideTwins(const DestState& d, absl::Span<const double> costs) const;
-  // `phi` raised, if need be, strictly above the potential of every next hop in v's new row.
-  double ClampAboveNextHops(const DestState& d, int32_t v, double phi) const;
-  // Replaces v's new row by its previous one where hysteresis says so; true if the row changed.
-  bool ApplyHysteresis(const DestState& d, int32_t v, absl::Span<const double> costs);
+  // Settles v's row after Relax: the new one, or its row in d's table where hysteresis says so.
+  // Sets changed_[v], stores a row BuildTable will take in hops_ and row_len_, and keeps d's
+  // mirror up to date. Returns v's potential: `psi` raised, if need be, strictly above the
+  // potential of every next hop kept.
+  double Commit(DestState& d, int32_t v, double psi, absl::Span<const double> costs);
+  // Hysteresis from d's mirror alone, if it can tell: 1 keeps the table's row, 0 takes the new
+  // one, -1 if the table must be read (no mirror, other next hops, or too close to call).
+  int MirrorSays(const DestState& d, int32_t v) const;
+  // Whether hysteresis keeps `prev`, v's row in d's table, over its new row; sets `changed`
+  // if it does not and the rows differ, and `same_hops` if both rows have the same next hops.
+  bool KeepsOldRow(const DestState& d, int32_t v, absl::Span<const NextHop> prev,
+                   absl::Span<const double> costs, bool& changed, bool& same_hops) const;
   // Whether arc a out of v may be a next hop toward d: usable, toward a node settled before v
   // that forwards (or is d itself).
   bool Downhill(const DestState& d, int32_t v, const Arc& a, absl::Span<const double> costs) const {
@@ -139,10 +174,7 @@ class DiffusionEngine {
     return d.rank[u] >= 0 && d.rank[u] < d.rank[v] && (forwards_[u] || u == d.core) &&
            costs[a.link] < std::numeric_limits<double>::infinity();
   }
-  // v's row as last relaxed: a slice of hops_ at v's first out-arc.
-  absl::Span<NextHop> NewRow(int32_t v) {
-    return absl::Span<NextHop>(&hops_[out_begin_[v]], row_len_[v]);
-  }
+  // v's row as stored by Commit: a slice of hops_ at v's first out-arc.
   absl::Span<const NextHop> NewRow(int32_t v) const {
     return absl::Span<const NextHop>(&hops_[out_begin_[v]], row_len_[v]);
   }
@@ -159,6 +191,15 @@ class DiffusionEngine {
   std::vector<uint8_t> forwards_;       // by core index: may carry transit traffic
   std::vector<uint32_t> out_begin_, in_begin_;
   std::vector<Arc> out_, in_;  // CSR by core index
+  // By out-arc slot, what relaxing over the arc reads, with the costs of the current call
+  // (LoadCosts): the far end, the link, its cost (infinite if unusable) and the twin's cost
+  // (infinite if none). Separate arrays, so the innermost loop indexes them by slot directly.
+  std::vector<int32_t> arc_node_;
+  std::vector<LinkId> arc_link_;
+  std::vector<double> arc_cost_, arc_twin_cost_;
+  std::vector<uint8_t> usable_;        // by out-arc slot
+  std::vector<uint8_t> has_unusable_;  // by core index: an out-link is unusable
+  std::vector<int32_t> slot_of_link_;  // link -> its out-arc slot; -1 if not between cores
   // Links between cores the twin checks do not cover: no twin, or leaving a host.
   std::vector<std::pair<int32_t, Arc>> irregular_;  // (tail core, arc)
   std::vector<DestState> dests_;
@@ -166,13 +207,17 @@ class DiffusionEngine {
   DiffusionStats stats_;
 
   // Scratch, reused across destinations so steady-state cycles do not allocate.
-  std::vector<NextHop> hops_;          // new rows, by out-arc slot (a row fits its node's out-arcs)
-  std::vector<int32_t> hop_node_;      // by out-arc slot: the core each new next hop leads to
-  std::vector<uint32_t> row_len_;      // by core index
-  std::vector<uint8_t> changed_;       // by core index: the new row differs from the table's
-  std::vector<double> x_;              // per next hop of the node in hand: cost + psi
-  std::vector<uint32_t> twin_checks_;  // arcs of the node in hand whose twins are checked
-  std::vector<int32_t> touched_;       // cores relaxed by RelaxRegion
+  std::vector<NextHop> hops_;      // rows for BuildTable, by out-arc slot (a row fits its node)
+  std::vector<uint32_t> row_len_;  // by core index
+  std::vector<uint8_t> changed_;   // by core index: the new row differs from the table's
+  // The node in hand (Relax): per downhill arc, its link and cost + psi; then per next hop of
+  // the new row (the first hop_count_), link and weight, and the highest next hop potential.
+  std::vector<LinkId> hop_link_;
+  std::vector<double> hop_x_, hop_weight_;
+  uint32_t hop_count_ = 0;
+  double hop_top_ = 0;
+  bool hop_all_ = false;          // the new row has every usable downhill arc of the node
+  std::vector<int32_t> touched_;  // cores relaxed by RelaxRegion
   std::unique_ptr<MinHeap> heap_;
   std::vector<uint8_t> queued_;
 };

@@ -166,6 +166,38 @@ TEST(DiffusionTest, HysteresisKeepsRoutesUnderNoiseAndMovesOnRealChange) {
   EXPECT_LT(g.Weight(engine.Tables(3), g.sa), 0.3);
 }
 
+// The engine decides hysteresis from a float copy of the installed weights where that is
+// unambiguous; at the threshold itself it must still decide exactly as on the table's doubles.
+TEST(DiffusionTest, HysteresisIsExactAtTheThreshold) {
+  Diamond g;
+  std::vector<double> before = UniformCosts(g.topo), after = before;
+  after[g.at] = 1.3;
+  DiffusionConfig config;
+  config.hysteresis = 0;
+  DiffusionEngine probe(g.topo, config);
+  probe.ComputeAll(before);
+  const RoutingTables old_rows = probe.Tables(1);
+  probe.ComputeAll(after);
+  const RoutingTables new_rows = probe.Tables(2);
+  // The difference hysteresis measures at s toward t, summed as the engine sums it.
+  const auto x = old_rows.Lookup(g.s, g.t), y = new_rows.Lookup(g.s, g.t);
+  ASSERT_EQ(x.size(), 2u);
+  ASSERT_EQ(y.size(), 2u);
+  double diff = 0;
+  for (size_t i = 0; i < 2; ++i) diff += std::abs(x[i].weight - y[i].weight);
+  ASSERT_GT(diff, 0.05);
+  for (const double h : {diff, std::nextafter(diff, 1.0)}) {
+    config.hysteresis = h;
+    DiffusionEngine engine(g.topo, config);
+    for (int cycle = 0; cycle < 3; ++cycle) engine.ComputeAll(before);  // rows mirrored
+    engine.ComputeAll(after);
+    // A difference of exactly the threshold moves the route; one just below it does not.
+    const bool keeps = diff < h;
+    EXPECT_EQ(g.Weight(engine.Tables(3), g.sa), keeps ? x[0].weight : y[0].weight) << h;
+    EXPECT_EQ(engine.stats().route_changes, keeps ? 0 : 1) << h;
+  }
+}
+
 TEST(DiffusionTest, IncrementalUpdateMatchesFullRecompute) {
   FatTreeParams p;
   p.k = 8;
@@ -363,6 +395,69 @@ TEST(DiffusionTest, PropertyRandomGraphsAlwaysValid) {
       r = ValidateTables(topo, t);
       ASSERT_TRUE(r.ok()) << "trial " << trial << " round " << round << ": " << r.ToStatus();
       ExpectDownhill(topo, engine, t);
+    }
+  }
+}
+
+// Cheapest-path costs to d over usable links (Bellman-Ford): a reference for the settling order.
+std::vector<double> DistancesTo(const Topology& topo, NodeId d, const std::vector<double>& costs) {
+  std::vector<double> dist(topo.num_nodes(), kUnusable);
+  dist[d] = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      const double via = costs[l] + dist[topo.link(l).dst];
+      if (via < dist[topo.link(l).src]) {
+        dist[topo.link(l).src] = via;
+        moved = true;
+      }
+    }
+  }
+  return dist;
+}
+
+// After a fresh settling, with every share floored above 0 and no hysteresis, a node's next
+// hops are exactly its usable links to cheaper neighbours: what a plain scan of the out-links
+// finds. Checks the engine's per-destination downhill arc sets, over graphs with hundreds of
+// arcs (node ranges straddle the 64-arc words of the sets) and parallel links.
+TEST(DiffusionTest, NextHopsAreExactlyTheDownhillNeighbours) {
+  Random rng(99);
+  for (int trial = 0; trial < 30; ++trial) {
+    Topology topo;
+    const int switches = 10 + static_cast<int>(rng.Below(40));
+    for (int i = 0; i < switches; ++i) topo.AddNode("s" + std::to_string(i), NodeKind::kSwitch);
+    const int cables = 2 * switches + static_cast<int>(rng.Below(4 * switches));
+    for (int i = 0; i < cables; ++i) {
+      const NodeId a = static_cast<NodeId>(rng.Below(switches));
+      const NodeId b = static_cast<NodeId>(rng.Below(switches));
+      if (a != b) topo.AddDuplexLink(a, b, LinkParams());
+    }
+    std::vector<double> costs(topo.num_links());
+    for (double& c : costs) c = rng.Uniform() < 0.05 ? kUnusable : 0.5 + 3 * rng.Uniform();
+    DiffusionConfig config;
+    config.temperature = 0.2 + rng.Uniform();
+    config.min_weight = 1e-3;
+    config.hysteresis = 0;
+    DiffusionEngine engine(topo, config);
+    for (int round = 0; round < 3; ++round) {
+      engine.ComputeAll(costs, /*reorder=*/true);
+      const RoutingTables t = engine.Tables(1 + round);
+      for (NodeId d : topo.Destinations()) {
+        const std::vector<double> dist = DistancesTo(topo, d, costs);
+        for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+          std::vector<LinkId> expect;
+          for (LinkId l : topo.node(v).out_links) {
+            if (v != d && costs[l] < kUnusable && dist[topo.link(l).dst] < dist[v]) {
+              expect.push_back(l);
+            }
+          }
+          std::vector<LinkId> got;
+          for (const NextHop& h : t.Lookup(v, d)) got.push_back(h.link);
+          ASSERT_EQ(got, expect) << "trial " << trial << " round " << round << ": "
+                                 << topo.node(v).name << " toward " << topo.node(d).name;
+        }
+      }
+      for (double& c : costs) c = rng.Uniform() < 0.05 ? kUnusable : 0.5 + 3 * rng.Uniform();
     }
   }
 }

@@ -1,0 +1,50 @@
+// Vector kernels of the diffusion engine: exp over non-positive arguments and the soft-minimum
+// weights of one node, its innermost work (one exp per downhill arc and destination).
+//
+// Each kernel has a portable version (SSE2, which every x86-64 has, or plain C++ elsewhere)
+// and, on x86-64, an AVX2 version chosen at run time when the CPU has it. Both versions do the
+// same IEEE operations in the same order — no fused multiply-add, no reassociation — so they
+// return bit-identical results: a simulation gives the same output on any machine.
+// Thread-safe: pure functions.
+#ifndef DAR_CORE_VECTOR_EXP_H_
+#define DAR_CORE_VECTOR_EXP_H_
+
+#include <cstdint>
+
+namespace dar {
+
+// out[i] = exp(y[i]) for y[i] <= 0, within 2 ulp; 0 below -708 (where exp leaves the normal
+// range). `y` and `out` may be the same array. REQUIRES: y[i] <= 0 or NaN-free.
+void ExpNonPositive(const double* y, double* out, uint32_t n);
+
+// The soft-minimum weights of one node's next hops. x[i] is cost + potential through next hop
+// i and m = min x. With e[i] = exp((m - x[i]) * inv_t) (the best is exactly 1) and
+// z = sum of e, writes w[i] = max(e[i] / z, min_weight) / total, where total is the sum of the
+// floored shares, so the weights sum to 1. Returns z: the node's soft minimum is
+// m - T ln z. A share that underflows stays 0 if min_weight is 0. Sums are taken four lanes
+// at a time, then lanes 0+1 and 2+3, then the two; the same in every version.
+// REQUIRES: n >= 1, inv_t > 0, every x[i] finite and >= m, m one of them. w may alias x.
+double SoftMinWeights(const double* x, double* w, uint32_t n, double m, double inv_t,
+                      double min_weight);
+
+// Sum of |a[i] - b[i]| over i < n, a widened to double: how far a row's weights moved. Summed
+// four lanes at a time like SoftMinWeights, so within n ulp of the plain sum.
+double AbsDiffSum(const float* a, const double* b, uint32_t n);
+
+// The versions behind the functions above, for tests and benchmarks.
+namespace vector_exp_internal {
+bool HasAvx2();
+void ExpNonPositivePortable(const double* y, double* out, uint32_t n);
+double SoftMinWeightsPortable(const double* x, double* w, uint32_t n, double m, double inv_t,
+                              double min_weight);
+double AbsDiffSumPortable(const float* a, const double* b, uint32_t n);
+// REQUIRES: HasAvx2().
+void ExpNonPositiveAvx2(const double* y, double* out, uint32_t n);
+double SoftMinWeightsAvx2(const double* x, double* w, uint32_t n, double m, double inv_t,
+                          double min_weight);
+double AbsDiffSumAvx2(const float* a, const double* b, uint32_t n);
+}  // namespace vector_exp_internal
+
+}  // namespace dar
+
+#endif  // DAR_CORE_VECTOR_EXP_H_

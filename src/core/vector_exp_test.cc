@@ -1,0 +1,154 @@
+#include "core/vector_exp.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/random.h"
+#include "gtest/gtest.h"
+
+namespace dar {
+namespace {
+
+namespace internal = vector_exp_internal;
+
+// Distance in units in the last place between two finite doubles of the same sign.
+int64_t UlpDistance(double a, double b) {
+  return std::abs(std::bit_cast<int64_t>(a) - std::bit_cast<int64_t>(b));
+}
+
+bool SameBits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+TEST(VectorExpTest, MatchesStdExpWithinTwoUlp) {
+  // A dense sweep of [-708, 0], the edges, and odd lengths (tails of 1 to 3 lanes).
+  std::vector<double> y;
+  for (int i = 0; i <= 708000; ++i) y.push_back(-i / 1000.0);
+  Random rng(7);
+  for (int i = 0; i < 100000; ++i) y.push_back(-708 * rng.Uniform());
+  for (double v : {-0.0, -1e-300, -4.9e-324, -1e-17, -0.34657359027997264, -707.999999}) {
+    y.push_back(v);
+  }
+  while (y.size() % 4 != 3) y.push_back(-1.5);  // a tail of three lanes
+  std::vector<double> out(y.size());
+  ExpNonPositive(y.data(), out.data(), static_cast<uint32_t>(y.size()));
+  int64_t worst = 0;
+  double at = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const int64_t ulp = UlpDistance(out[i], std::exp(y[i]));
+    if (ulp > worst) {
+      worst = ulp;
+      at = y[i];
+    }
+  }
+  EXPECT_LE(worst, 2) << "at exp(" << at << ")";
+  EXPECT_EQ(out[0], 1.0);  // exp(0) exactly
+}
+
+TEST(VectorExpTest, ZeroBelowTheNormalRange) {
+  std::vector<double> y = {-708.5, -745.2, -1e6, -std::numeric_limits<double>::infinity(), -709};
+  std::vector<double> out(y.size(), 1);
+  ExpNonPositive(y.data(), out.data(), static_cast<uint32_t>(y.size()));
+  for (double e : out) EXPECT_EQ(e, 0.0);
+}
+
+TEST(VectorExpTest, InPlace) {
+  std::vector<double> y = {0, -1, -2, -3, -4, -5, -6};
+  ExpNonPositive(y.data(), y.data(), static_cast<uint32_t>(y.size()));
+  for (int i = 0; i < 7; ++i) EXPECT_LE(UlpDistance(y[i], std::exp(-i)), 2);
+}
+
+// The AVX2 and portable versions must agree to the bit, or a simulation would depend on the
+// machine it runs on.
+TEST(VectorExpTest, Avx2AndPortableAgreeToTheBit) {
+  if (!internal::HasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+  Random rng(11);
+  for (uint32_t n = 1; n <= 67; ++n) {
+    std::vector<double> y(n), a(n), b(n);
+    for (double& v : y) v = -750 * rng.Uniform() * rng.Uniform();
+    internal::ExpNonPositivePortable(y.data(), a.data(), n);
+    internal::ExpNonPositiveAvx2(y.data(), b.data(), n);
+    EXPECT_TRUE(SameBits(a, b)) << "n=" << n;
+
+    std::vector<double> x(n);
+    double m = std::numeric_limits<double>::infinity();
+    for (double& v : x) {
+      v = 3 + 6 * rng.Uniform();
+      m = std::min(m, v);
+    }
+    const double inv_t = 1 / (0.01 + 2 * rng.Uniform());
+    const double floor = rng.Uniform() < 0.3 ? 0 : 0.01 * rng.Uniform();
+    const double za = internal::SoftMinWeightsPortable(x.data(), a.data(), n, m, inv_t, floor);
+    const double zb = internal::SoftMinWeightsAvx2(x.data(), b.data(), n, m, inv_t, floor);
+    EXPECT_EQ(std::bit_cast<uint64_t>(za), std::bit_cast<uint64_t>(zb)) << "n=" << n;
+    EXPECT_TRUE(SameBits(a, b)) << "n=" << n;
+  }
+}
+
+// Against the plain formula, in long double.
+TEST(VectorExpTest, SoftMinWeightsMatchTheFormula) {
+  Random rng(5);
+  for (uint32_t n = 1; n <= 40; ++n) {
+    std::vector<double> x(n);
+    double m = std::numeric_limits<double>::infinity();
+    for (double& v : x) {
+      v = 2 + 4 * rng.Uniform();
+      m = std::min(m, v);
+    }
+    const double t = 0.05 + rng.Uniform(), min_weight = 0.02 * rng.Uniform();
+    long double z = 0;
+    std::vector<long double> e(n);
+    for (uint32_t i = 0; i < n; ++i) z += e[i] = std::exp(static_cast<long double>(m - x[i]) / t);
+    long double total = 0;
+    for (uint32_t i = 0; i < n; ++i) total += e[i] = std::max<long double>(e[i] / z, min_weight);
+    std::vector<double> w(n);
+    const double got_z = SoftMinWeights(x.data(), w.data(), n, m, 1 / t, min_weight);
+    EXPECT_NEAR(got_z, static_cast<double>(z), 1e-14 * n);
+    double sum = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(w[i], static_cast<double>(e[i] / total), 1e-15) << "n=" << n << " i=" << i;
+      EXPECT_GE(w[i], min_weight / static_cast<double>(total) * (1 - 1e-15));
+      sum += w[i];
+    }
+    EXPECT_NEAR(sum, 1, 1e-14);
+  }
+}
+
+TEST(VectorExpTest, AbsDiffSumMatchesThePlainSum) {
+  Random rng(3);
+  for (uint32_t n = 0; n <= 37; ++n) {
+    std::vector<float> a(n);
+    std::vector<double> b(n);
+    long double plain = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      a[i] = static_cast<float>(rng.Uniform());
+      b[i] = rng.Uniform();
+      plain += std::abs(static_cast<long double>(a[i]) - b[i]);
+    }
+    const double got = AbsDiffSum(a.data(), b.data(), n);
+    EXPECT_NEAR(got, static_cast<double>(plain), 1e-15 * (n + 1)) << "n=" << n;
+    if (internal::HasAvx2()) {
+      EXPECT_EQ(std::bit_cast<uint64_t>(internal::AbsDiffSumAvx2(a.data(), b.data(), n)),
+                std::bit_cast<uint64_t>(internal::AbsDiffSumPortable(a.data(), b.data(), n)));
+    }
+  }
+}
+
+TEST(VectorExpTest, UnderflowingShareStaysZeroWithoutAFloor) {
+  // exp(-2000) underflows: with min_weight 0 that next hop gets exactly 0, the rest share 1.
+  const std::vector<double> x = {1, 1001, 1, 1, 1};
+  std::vector<double> w(x.size());
+  const double z = SoftMinWeights(x.data(), w.data(), 5, 1, 2, 0);
+  EXPECT_EQ(z, 4);
+  EXPECT_EQ(w[1], 0);
+  for (size_t i : {0, 2, 3, 4}) EXPECT_EQ(w[i], 0.25);
+  // With a floor it is kept at the floor (before normalisation).
+  SoftMinWeights(x.data(), w.data(), 5, 1, 2, 0.01);
+  EXPECT_DOUBLE_EQ(w[1], 0.01 / 1.01);
+}
+
+}  // namespace
+}  // namespace dar
