@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -138,8 +139,20 @@ absl::StatusOr<net::UdpSocket> SocketIn(const net::NetNamespace& ns, net::Ipv4En
 struct Result {
   double gbps = 0;
   double pps = 0;
-  double mid_cpu = -1;  // share of one core used by mid's data-plane thread; -1: not measured
+  // Share of one core used by each data-plane thread (src, mid, dst); -1: not measured.
+  std::array<double, 3> cpu{-1, -1, -1};
+  double retransmits = 0;  // TCP segments the sender sent again
+  double mid_cpu() const { return cpu[1]; }
 };
+
+// The data-plane threads' CPU times, to take differences of.
+std::array<Duration, 3> CpuTimes(const Bench& b) {
+  return {b.dps[0]->thread_cpu_time(), b.dps[1]->thread_cpu_time(), b.dps[2]->thread_cpu_time()};
+}
+void SetCpu(Result& r, const std::array<Duration, 3>& before, const std::array<Duration, 3>& after,
+            double elapsed) {
+  for (size_t i = 0; i < 3; ++i) r.cpu[i] = ToSeconds(after[i] - before[i]) / elapsed;
+}
 
 // Blasts `payload`-byte datagrams from src to `to` for `seconds` (after a short warm-up) and
 // counts what dst receives.
@@ -176,11 +189,11 @@ absl::StatusOr<Result> RunUdp(Bench& b, bool overlay, size_t payload, double sec
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // warm-up, then measure
   const uint64_t r0 = received.load();
-  const Duration cpu0 = b.dps[1]->thread_cpu_time();
+  const std::array<Duration, 3> cpu0 = CpuTimes(b);
   const auto t0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   const uint64_t r1 = received.load();
-  const Duration cpu1 = b.dps[1]->thread_cpu_time();
+  const std::array<Duration, 3> cpu1 = CpuTimes(b);
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   stop.store(true);
   sender.join();
@@ -188,37 +201,40 @@ absl::StatusOr<Result> RunUdp(Bench& b, bool overlay, size_t payload, double sec
   Result r;
   r.pps = static_cast<double>(r1 - r0) / elapsed;
   r.gbps = r.pps * static_cast<double>(payload) * 8 / 1e9;
-  if (overlay) r.mid_cpu = ToSeconds(cpu1 - cpu0) / elapsed;
+  if (overlay) SetCpu(r, cpu0, cpu1, elapsed);
   return r;
 }
 
-// One iperf3 TCP stream from src to dst for `seconds`.
-absl::StatusOr<Result> RunTcp(Bench& b, bool overlay, int seconds) {
+// `streams` iperf3 TCP streams (one by default) from src to dst for `seconds`.
+absl::StatusOr<Result> RunTcp(Bench& b, bool overlay, int seconds, int streams) {
   const std::string server = overlay ? net::ToString(Overlay(2)) : Underlay(1, 2);
   RETURN_IF_ERROR(b.ns[2].Run({"iperf3", "-s", "-1", "-D", "-B", server, "-p", "5299"}).status());
-  const Duration cpu0 = b.dps[1]->thread_cpu_time();
+  const std::array<Duration, 3> cpu0 = CpuTimes(b);
   const auto t0 = Clock::now();
   absl::StatusOr<std::string> out = absl::UnknownError("not run");
   // The daemonised server may need a moment to listen: retry the client briefly.
   for (int attempt = 0; attempt < 20; ++attempt) {
-    out = b.ns[0].Run(
-        {"iperf3", "-c", server, "-p", "5299", "-t", std::to_string(seconds), "-O", "1", "-J"});
+    out = b.ns[0].Run({"iperf3", "-c", server, "-p", "5299", "-t", std::to_string(seconds), "-O",
+                       "1", "-J", "-P", std::to_string(streams)});
     if (out.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (!out.ok()) return out.status();
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  const Duration cpu1 = b.dps[1]->thread_cpu_time();
+  const std::array<Duration, 3> cpu1 = CpuTimes(b);
   const nlohmann::json j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.contains("end")) {
     return absl::InternalError(fmt::format("iperf3: unexpected output: {}", out->substr(0, 200)));
   }
   Result r;
   r.gbps = j["end"]["sum_received"]["bits_per_second"].get<double>() / 1e9;
+  const nlohmann::json retransmits =
+      j.value(nlohmann::json::json_pointer("/end/sum_sent/retransmits"), nlohmann::json());
+  if (retransmits.is_number()) r.retransmits = retransmits.get<double>();
   // Segments of one MSS (MTU less IPv4, TCP and timestamp option headers); with GSO the
   // kernel path moves fewer, larger packets, so this is the payload rate in MSS units.
   r.pps = r.gbps * 1e9 / 8 / ((overlay ? kTunMtu : 1500) - 52);
-  if (overlay) r.mid_cpu = ToSeconds(cpu1 - cpu0) / elapsed;
+  if (overlay) SetCpu(r, cpu0, cpu1, elapsed);
   return r;
 }
 
@@ -238,6 +254,8 @@ int Main(int argc, char** argv) {
   app.add_option("--runs", runs, "runs per workload (the median is reported)")
       ->check(CLI::Range(1, 99));
   app.add_flag("--no-tcp", no_tcp, "skip the iperf3 TCP workload");
+  int streams = 1;
+  app.add_option("--tcp-streams", streams, "parallel iperf3 TCP streams")->check(CLI::Range(1, 16));
   app.add_flag("--no-gso", no_gso, "data planes send without UDP GSO");
   app.add_option("--only", only, "measure one side only (for profiling)")
       ->check(CLI::IsMember({"kernel", "dar"}));
@@ -262,15 +280,16 @@ int Main(int argc, char** argv) {
   std::printf(
       "forwarder_bench: src -- mid -- dst over veths, median of %d runs of %.1f s, UDP GSO %s\n",
       runs, seconds, no_gso ? "off" : "on");
-  std::printf("%-12s %10s %10s %10s %10s %9s %8s %14s\n", "workload", "kern Gb/s", "kern kpps",
-              "DAR Gb/s", "DAR kpps", "DAR/kern", "mid CPU", "mid kpps/core");
+  std::printf("%-12s %10s %10s %10s %10s %9s %8s %14s %8s %8s\n", "workload", "kern Gb/s",
+              "kern kpps", "DAR Gb/s", "DAR kpps", "DAR/kern", "mid CPU", "mid kpps/core",
+              "src CPU", "dst CPU");
   for (const Workload& w : workloads) {
-    std::vector<double> kg, kp, dg, dpps, cpu;
+    std::vector<double> kg, kp, dg, dpps, cpu, src_cpu, dst_cpu, kretx, dretx;
     for (int r = 0; r < runs; ++r) {
       for (bool overlay : {false, true}) {
         if (!only.empty() && overlay != (only == "dar")) continue;
         absl::StatusOr<Result> res =
-            w.tcp ? RunTcp(b, overlay, static_cast<int>(std::max(1.0, seconds)))
+            w.tcp ? RunTcp(b, overlay, static_cast<int>(std::max(1.0, seconds)), streams)
                   : RunUdp(b, overlay, w.payload, seconds);
         if (!res.ok()) {
           std::fprintf(stderr, "forwarder_bench: %s (%s): %s\n", w.name.c_str(),
@@ -279,7 +298,12 @@ int Main(int argc, char** argv) {
         }
         (overlay ? dg : kg).push_back(res->gbps);
         (overlay ? dpps : kp).push_back(res->pps);
-        if (overlay) cpu.push_back(res->mid_cpu);
+        (overlay ? dretx : kretx).push_back(res->retransmits);
+        if (overlay) {
+          cpu.push_back(res->mid_cpu());
+          src_cpu.push_back(res->cpu[0]);
+          dst_cpu.push_back(res->cpu[2]);
+        }
       }
     }
     // The mid forwarder's packets per second of its own CPU time: what one core would carry.
@@ -288,9 +312,14 @@ int Main(int argc, char** argv) {
       if (cpu[i] > 0) per_core.push_back(dpps[i] / cpu[i]);
     }
     const double kgm = Median(kg), dgm = Median(dg);
-    std::printf("%-12s %10.2f %10.1f %10.2f %10.1f %8.0f%% %7.0f%% %14.0f\n", w.name.c_str(), kgm,
-                Median(kp) / 1e3, dgm, Median(dpps) / 1e3, kgm > 0 ? 100 * dgm / kgm : 0,
-                100 * Median(cpu), Median(per_core) / 1e3);
+    std::printf("%-12s %10.2f %10.1f %10.2f %10.1f %8.0f%% %7.0f%% %14.0f %7.0f%% %7.0f%%\n",
+                w.name.c_str(), kgm, Median(kp) / 1e3, dgm, Median(dpps) / 1e3,
+                kgm > 0 ? 100 * dgm / kgm : 0, 100 * Median(cpu), Median(per_core) / 1e3,
+                100 * Median(src_cpu), 100 * Median(dst_cpu));
+    if (w.tcp) {
+      std::printf("%-12s TCP retransmits per run (median): kernel %.0f, DAR %.0f\n", "",
+                  Median(kretx), Median(dretx));
+    }
   }
   const DataplaneCounters mid = b.dps[1]->counters();
   std::printf(
@@ -302,10 +331,32 @@ int Main(int argc, char** argv) {
       static_cast<double>(mid.received) / std::max<double>(1, mid.receive_batches),
       static_cast<double>(mid.sent) / std::max<double>(1, mid.send_batches),
       static_cast<unsigned long long>(mid.gso_messages));
-  for (size_t r = 0; r < kDropReasons; ++r) {
-    if (mid.drops[r] == 0) continue;
-    std::printf("  mid dropped %llu: %s\n", static_cast<unsigned long long>(mid.drops[r]),
-                std::string(DropReasonName(static_cast<DropReason>(r))).c_str());
+  const DataplaneCounters src = b.dps[0]->counters();
+  const DataplaneCounters dst = b.dps[2]->counters();
+  std::printf(
+      "offloads: %llu GRO receive slots at mid, %llu TCP super-packets read by src, %llu "
+      "super-packets written by dst\n",
+      static_cast<unsigned long long>(mid.gro_slots),
+      static_cast<unsigned long long>(src.tun_super_reads),
+      static_cast<unsigned long long>(dst.tun_super_writes));
+  for (size_t node = 0; node < 3; ++node) {
+    const DataplaneCounters c = b.dps[node]->counters();
+    if (c.liveness_changes > 0) {
+      std::printf("  %s: %llu liveness changes (probes lost in overload take a link down)\n",
+                  node == 0   ? "src"
+                  : node == 1 ? "mid"
+                              : "dst",
+                  static_cast<unsigned long long>(c.liveness_changes));
+    }
+    for (size_t r = 0; r < kDropReasons; ++r) {
+      if (c.drops[r] == 0) continue;
+      std::printf("  %s dropped %llu: %s\n",
+                  node == 0   ? "src"
+                  : node == 1 ? "mid"
+                              : "dst",
+                  static_cast<unsigned long long>(c.drops[r]),
+                  std::string(DropReasonName(static_cast<DropReason>(r))).c_str());
+    }
   }
   double load[3] = {0, 0, 0};
   if (::getloadavg(load, 3) > 0) {

@@ -22,6 +22,7 @@
 #include <set>
 #include <utility>
 
+#include "agent/qdisc_stats.h"
 #include "core/status_macros.h"
 #include "core/telemetry.h"
 #include "fmt/format.h"
@@ -41,6 +42,10 @@ constexpr unsigned kIffLowerUp = 1u << 16;
 
 // Receive batches taken from one ready socket before the others get a turn.
 constexpr int kBatchesPerWake = 4;
+// Datagrams handled before what they produced is sent (or written to the TUN) even in the middle
+// of a batch: with GRO and TUN super-packets a batch can hold megabytes, and the next hop
+// should not wait for all of it (a GSO message's worth keeps sends batched).
+constexpr size_t kFlushDatagrams = 64;
 // IPv4 and UDP headers around every overlay datagram on the underlay.
 constexpr int64_t kUnderlayHeaderBytes = 28;
 // DSCP CS1 ("lower effort", RFC 8622): bulk.
@@ -139,6 +144,8 @@ std::string_view DropReasonName(DropReason reason) {
       return "queue_full";
     case DropReason::kSendError:
       return "send_error";
+    case DropReason::kBadOffload:
+      return "bad_offload";
     case DropReason::kCount:
       break;
   }
@@ -358,8 +365,9 @@ struct Dataplane::Port {
   }
 
   struct Queued {
-    uint32_t buffer = 0;
+    uint8_t* data = nullptr;  // in pool buffer `buffer`, or in a receive slot (kNoBuffer)
     uint32_t size = 0;
+    uint32_t buffer = 0;
   };
 
   const int index;  // in ports_, and the socket's epoll tag
@@ -377,6 +385,7 @@ struct Dataplane::Port {
   size_t head = 0;
   size_t count = 0;
   int64_t queued_bytes = 0;
+  size_t in_slots = 0;  // queued datagrams still in a receive slot (KeepQueued)
   bool dirty = false;
   bool want_writable = false;
   bool gso = true;  // send runs as UDP GSO messages (cleared if the path refuses them)
@@ -386,16 +395,19 @@ struct Dataplane::Port {
   Counter probes_answered;
 
   const Queued& at(size_t i) const { return queue[(head + i) % queue.size()]; }
-  void Push(uint32_t buffer, uint32_t size) {
-    queue[(head + count) % queue.size()] = Queued{buffer, size};
+  Queued& at(size_t i) { return queue[(head + i) % queue.size()]; }
+  void Push(uint8_t* data, uint32_t size, uint32_t buffer) {
+    queue[(head + count) % queue.size()] = Queued{data, size, buffer};
     ++count;
     queued_bytes += size;
+    if (buffer == kNoBuffer) ++in_slots;
   }
   Queued Pop() {
     const Queued q = queue[head];
     head = (head + 1) % queue.size();
     --count;
     queued_bytes -= q.size;
+    if (q.buffer == kNoBuffer) --in_slots;
     return q;
   }
 };
@@ -461,12 +473,18 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
     dp->node_of_address_[c.overlay_addresses[i].value] = static_cast<NodeId>(i);
   }
   if (!c.tun.name.empty()) {
-    absl::StatusOr<net::TunDevice> tun = net::TunDevice::Open(c.tun);
+    net::TunConfig tun_config = c.tun;
+    tun_config.offload = c.tun_offload;
+    absl::StatusOr<net::TunDevice> tun = net::TunDevice::Open(tun_config);
     if (!tun.ok()) {
       return absl::Status(tun.status().code(), fmt::format("data plane of node {}: {}", c.node,
                                                            std::string(tun.status().message())));
     }
     dp->tun_.emplace(std::move(*tun));
+    if (c.tun_offload) {
+      dp->tcp_coalescer_.emplace();
+      dp->udp_coalescer_.emplace();
+    }
   }
 
   LinkMonitorConfig monitor;
@@ -485,6 +503,8 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
       RETURN_IF_ERROR(socket->SetBufferBytes(c.socket_buffer_bytes, c.socket_buffer_bytes));
       ForceBufferBytes(socket->fd(), c.socket_buffer_bytes);
     }
+    // Without GRO (an old kernel) datagrams simply arrive one per slot.
+    if (c.udp_gro) (void)socket->EnableGro();
     monitor.capacity = n.capacity;
     const int index = static_cast<int>(dp->ports_.size());
     dp->port_of_link_[static_cast<size_t>(n.link)] = index;
@@ -532,8 +552,9 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
     RETURN_IF_ERROR(watch(dp->ports_[i]->socket.fd(), static_cast<uint32_t>(i)));
   }
 
-  // Buffers: every transmit queue full, plus a receive batch in flight, a TUN burst and a probe
-  // per link, so that a receive batch never waits for a buffer.
+  // Buffers: every transmit queue full, plus a TUN burst, probe replies and a probe per link,
+  // so that nothing waits for a buffer. Received datagrams stay in their receive slot unless
+  // a full socket leaves them queued (KeepQueued).
   const size_t mtu = c.tun.name.empty() ? 1500 : static_cast<size_t>(c.tun.mtu);
   dp->buffer_bytes_ = std::max<size_t>(2048, (net::OverlayDatagramSize(mtu) + 63) / 64 * 64);
   const size_t buffers = dp->ports_.size() * (static_cast<size_t>(c.queue_packets) + 1) +
@@ -542,7 +563,9 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
   dp->free_buffers_.reserve(buffers);
   for (size_t b = buffers; b-- > 0;) dp->free_buffers_.push_back(static_cast<uint32_t>(b));
   dp->recv_slots_.resize(static_cast<size_t>(c.batch_size));
-  dp->recv_buffers_.resize(static_cast<size_t>(c.batch_size));
+  dp->recv_slot_bytes_ = c.udp_gro ? net::UdpSocket::kMaxGroBytes : dp->buffer_bytes_;
+  dp->recv_arena_.assign(dp->recv_slots_.size() * dp->recv_slot_bytes_, 0);
+  if (dp->tcp_coalescer_) dp->tun_super_.assign(net::TunDevice::kMaxSuperPacketBytes, 0);
   dp->tx_ = std::make_unique<TxBatch>(static_cast<size_t>(c.batch_size));
   dp->dirty_ports_.reserve(dp->ports_.size());
   return dp;
@@ -680,6 +703,9 @@ DataplaneCounters Dataplane::counters() const {
   c.receive_batches = receive_batches_.Get();
   c.send_batches = send_batches_.Get();
   c.gso_messages = gso_messages_.Get();
+  c.gro_slots = gro_slots_.Get();
+  c.tun_super_reads = tun_super_reads_.Get();
+  c.tun_super_writes = tun_super_writes_.Get();
   return c;
 }
 
@@ -755,7 +781,7 @@ void Dataplane::Run() {
   }
   // Whatever is still queued is dropped; the buffers go back to the pool for a restart.
   for (auto& p : ports_) {
-    while (p->count > 0) GiveBuffer(p->Pop().buffer);
+    while (p->count > 0) GiveBuffer(p->Pop().buffer);  // never a receive slot (KeepQueued)
     p->dirty = false;
     SetWritableInterest(*p, false);
   }
@@ -790,10 +816,16 @@ void Dataplane::OnProbeTick() {
     const Time t1 = WallNow();
     int outq = 0;
     if (::ioctl(p.socket.fd(), SIOCOUTQ, &outq) != 0) outq = 0;
+    // Below the socket, a shaped link queues in its interface's qdisc. The socket's own
+    // datagrams there count in SIOCOUTQ too (as memory), others' only in the backlog: the
+    // larger of the two, never their sum.
+    const absl::StatusOr<QdiscStats> qdisc = ReadRootQdiscStats(p.ifindex);
+    const int64_t below = std::max<int64_t>(outq, qdisc.ok() ? qdisc->backlog_bytes : 0);
     {
       std::lock_guard<std::mutex> lock(monitor_mu_);
       p.monitor.OnProbeSent(seq, t1);
-      p.monitor.OnCounters(now, static_cast<int64_t>(p.tx_wire_bytes.Get()), p.queued_bytes + outq);
+      p.monitor.OnCounters(now, static_cast<int64_t>(p.tx_wire_bytes.Get()),
+                           p.queued_bytes + below);
     }
     probes_sent_.Add();
     net::OverlayHeader h;
@@ -806,7 +838,7 @@ void Dataplane::OnProbeTick() {
     absl::StatusOr<size_t> size =
         net::SealOverlay(h, body, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
     assert(size.ok());
-    Enqueue(p, b, *size);
+    Enqueue(p, BufferData(b), *size, b);
   }
   FlushDirty();
 }
@@ -815,76 +847,89 @@ void Dataplane::ReceiveFrom(Port& port) {
   const size_t batch = recv_slots_.size();
   for (int round = 0; round < kBatchesPerWake; ++round) {
     for (size_t i = 0; i < batch; ++i) {
-      recv_buffers_[i] = TakeBuffer();
-      recv_slots_[i] = net::RecvSlot(absl::MakeSpan(BufferData(recv_buffers_[i]), buffer_bytes_));
+      recv_slots_[i] = net::RecvSlot(
+          absl::MakeSpan(recv_arena_.data() + i * recv_slot_bytes_, recv_slot_bytes_));
     }
     absl::StatusOr<int> got = port.socket.RecvBatch(absl::MakeSpan(recv_slots_));
     const size_t n = got.ok() ? static_cast<size_t>(*got) : 0;
     if (!got.ok()) recv_errors_.Add();
     const Time wall_rx = n > 0 ? WallNow() : Time(0);
     const Time now = n > 0 ? SteadyNow() : Time(0);
-    received_.Add(n);
     if (n > 0) receive_batches_.Add();
+    size_t unflushed = 0;
     for (size_t i = 0; i < n; ++i) {
-      if (recv_slots_[i].truncated) {
-        DropBuffer(DropReason::kTruncated, recv_buffers_[i]);
+      net::RecvSlot& slot = recv_slots_[i];
+      if (slot.truncated) {
+        received_.Add();
+        Drop(DropReason::kTruncated);
         continue;
       }
-      HandleDatagram(port, recv_buffers_[i], recv_slots_[i].size, wall_rx, now);
+      if (slot.segment_size > 0) gro_slots_.Add();
+      net::ForEachDatagram(slot, [&](size_t offset, size_t size) {
+        received_.Add();
+        ++unflushed;
+        // Longer than a pool buffer: the peer's MTU is larger than ours.
+        if (size > buffer_bytes_) {
+          Drop(DropReason::kTruncated);
+          return;
+        }
+        HandleDatagram(port, slot.buffer.data() + offset, size, wall_rx, now);
+      });
+      if (unflushed >= kFlushDatagrams) {
+        FlushDirty();
+        FlushDelivery();
+        unflushed = 0;
+      }
     }
-    for (size_t i = batch; i-- > n;) GiveBuffer(recv_buffers_[i]);
     FlushDirty();
+    FlushDelivery();
+    KeepQueued();
     if (n < batch) break;
   }
 }
 
-void Dataplane::HandleDatagram(Port& in, uint32_t buffer, size_t size, Time wall_rx, Time now) {
+void Dataplane::HandleDatagram(Port& in, uint8_t* data, size_t size, Time wall_rx, Time now) {
   if (!active_keys_) {
     // Without keys nothing authenticates: judge the structure against an empty ring.
     static const net::OverlayKeyRing kNoKeys;
     net::OverlayPacket packet;
-    DropBuffer(DropReasonFor(net::ParseOverlay(absl::MakeConstSpan(BufferData(buffer), size),
-                                               kNoKeys, &packet)),
-               buffer);
+    Drop(DropReasonFor(net::ParseOverlay(absl::MakeConstSpan(data, size), kNoKeys, &packet)));
     return;
   }
   net::OverlayPacket packet;
   const net::OverlayStatus status =
-      net::ParseOverlay(absl::MakeConstSpan(BufferData(buffer), size), *active_keys_, &packet);
+      net::ParseOverlay(absl::MakeConstSpan(data, size), *active_keys_, &packet);
   if (status != net::OverlayStatus::kOk) {
-    DropBuffer(DropReasonFor(status), buffer);
+    Drop(DropReasonFor(status));
     return;
   }
   switch (packet.header.type) {
     case net::OverlayType::kProbe:
-      HandleProbe(in, buffer, packet, wall_rx);
+      HandleProbe(in, packet, wall_rx);
       return;
     case net::OverlayType::kProbeReply:
       HandleProbeReply(in, packet, wall_rx);
-      GiveBuffer(buffer);
       return;
     case net::OverlayType::kData:
       break;
   }
   if (packet.header.destination == static_cast<uint32_t>(config_.node)) {
     Deliver(packet.payload);
-    GiveBuffer(buffer);
     return;
   }
-  Route(buffer, size, packet.header, /*reseal=*/true, now);
+  Route(kNoBuffer, data, size, packet.header, /*reseal=*/true, now);
 }
 
-void Dataplane::HandleProbe(Port& in, uint32_t buffer, const net::OverlayPacket& packet,
-                            Time wall_rx) {
+void Dataplane::HandleProbe(Port& in, const net::OverlayPacket& packet, Time wall_rx) {
   if (packet.header.source != static_cast<uint32_t>(in.config.neighbour) ||
       packet.header.destination != static_cast<uint32_t>(config_.node)) {
-    DropBuffer(DropReason::kBadProbe, buffer);
+    Drop(DropReason::kBadProbe);
     return;
   }
   const absl::StatusOr<net::ProbeBody> probe = net::DecodeProbe(packet.payload);
   const net::OverlayKey* key = active_keys_->current();
   if (!probe.ok() || key == nullptr) {
-    DropBuffer(probe.ok() ? DropReason::kNoKey : DropReason::kBadLength, buffer);
+    Drop(probe.ok() ? DropReason::kNoKey : DropReason::kBadLength);
     return;
   }
   net::OverlayHeader h;
@@ -894,11 +939,13 @@ void Dataplane::HandleProbe(Port& in, uint32_t buffer, const net::OverlayPacket&
   h.destination = packet.header.source;
   const auto body =
       net::EncodeProbeReply(net::ProbeReplyBody{probe->sequence, probe->t1, wall_rx, WallNow()});
+  // The reply is longer than the probe: it cannot take the probe's place in the slot.
+  const uint32_t b = TakeBuffer();
   absl::StatusOr<size_t> size =
-      net::SealOverlay(h, body, *key, absl::MakeSpan(BufferData(buffer), buffer_bytes_));
+      net::SealOverlay(h, body, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
   assert(size.ok());
   probe_replies_sent_.Add();
-  Enqueue(in, buffer, *size);
+  Enqueue(in, BufferData(b), *size, b);
 }
 
 void Dataplane::HandleProbeReply(Port& in, const net::OverlayPacket& packet, Time wall_rx) {
@@ -939,6 +986,17 @@ void Dataplane::Deliver(absl::Span<const uint8_t> payload) {
     Drop(DropReason::kNotIpv4);
     return;
   }
+  if (tcp_coalescer_) {
+    // TCP segments and UDP datagrams of a flow wait to be written as one super-packet
+    // (FlushDelivery, at the latest at the end of the receive batch); anything else goes out
+    // at once, after what waits, so that the order of packets is kept.
+    const auto join = [&] {
+      return tcp_coalescer_->Add(payload) || (udp_coalesce_ && udp_coalescer_->Add(payload));
+    };
+    if (join()) return;
+    FlushDelivery();
+    if (join()) return;
+  }
   const absl::StatusOr<bool> written = tun_->Write(payload);
   if (!written.ok() || !*written) {
     Drop(DropReason::kTunWrite);
@@ -947,57 +1005,116 @@ void Dataplane::Deliver(absl::Span<const uint8_t> payload) {
   delivered_.Add();
 }
 
+void Dataplane::FlushDelivery() {
+  const auto flush = [&](auto& coalescer) {
+    if (coalescer.empty()) return;
+    const int segments = coalescer.segments();
+    net::OffloadInfo info;
+    const absl::Span<const uint8_t> packet = coalescer.Take(&info);
+    const absl::StatusOr<bool> written = tun_->Write(packet, info);
+    if (!written.ok() || !*written) {
+      drops_[static_cast<size_t>(DropReason::kTunWrite)].Add(static_cast<uint64_t>(segments));
+      // A kernel without UDP segmentation offload for TUN writes (before 6.2) refuses them:
+      // this batch is lost, and from now on datagrams are written one by one.
+      if (!written.ok() && info.gso == net::OffloadInfo::Gso::kUdp) udp_coalesce_ = false;
+      return;
+    }
+    delivered_.Add(static_cast<uint64_t>(segments));
+    if (segments > 1) tun_super_writes_.Add();
+  };
+  if (!tcp_coalescer_) return;
+  flush(*tcp_coalescer_);
+  flush(*udp_coalescer_);
+}
+
 void Dataplane::ReadTun() {
   const size_t room = buffer_bytes_ - net::kOverlayOverheadBytes;
   const Time now = SteadyNow();
   for (size_t i = 0; i < recv_slots_.size(); ++i) {
     const uint32_t b = TakeBuffer();
     uint8_t* inner = BufferData(b) + net::kOverlayHeaderBytes;
-    const absl::StatusOr<size_t> n = tun_->Read(absl::MakeSpan(inner, room));
+    net::OffloadInfo info;
+    // An offload device's packet fills the pool buffer and spills into tun_super_ past the
+    // same number of bytes, so that a super-packet is whole there after one short copy.
+    const absl::StatusOr<size_t> n =
+        tun_->offload()
+            ? tun_->Read(absl::MakeSpan(inner, room),
+                         absl::MakeSpan(tun_super_).subspan(std::min(room, tun_super_.size())),
+                         &info)
+            : tun_->Read(absl::MakeSpan(inner, room));
     if (!n.ok() || *n == 0) {
       if (!n.ok()) recv_errors_.Add();
       GiveBuffer(b);
       break;
     }
     from_tun_.Add();
-    const absl::Span<const uint8_t> packet(inner, *n);
-    IngressPacket in;
-    if (!ClassifyIngress(packet, &in)) {
-      DropBuffer(DropReason::kNotIpv4, b);
+    if (info.gso == net::OffloadInfo::Gso::kNone) {
+      if (*n > room || !net::CompleteChecksum(absl::MakeSpan(inner, *n), info)) {
+        DropBuffer(DropReason::kBadOffload, b);
+        continue;
+      }
+      Encapsulate(b, *n, now);
       continue;
     }
-    const auto it = node_of_address_.find(in.destination.value);
-    if (it == node_of_address_.end()) {
-      DropBuffer(DropReason::kUnknownDestination, b);
+    // A super-packet: segment it into pool buffers, each sealed and routed on its own.
+    std::memcpy(tun_super_.data(), inner, std::min(*n, room));
+    GiveBuffer(b);
+    const absl::StatusOr<net::TcpSuperPacket> sp =
+        net::ParseTcpSuperPacket(absl::MakeConstSpan(tun_super_.data(), *n), info);
+    if (!sp.ok() || sp->max_segment_bytes() > room) {
+      Drop(DropReason::kBadOffload);
       continue;
     }
-    if (it->second == config_.node) {
-      DropBuffer(DropReason::kLocalDestination, b);
-      continue;
+    tun_super_reads_.Add();
+    for (int s = 0; s < sp->segments; ++s) {
+      const uint32_t segment = TakeBuffer();
+      const size_t size = net::WriteTcpSegment(
+          *sp, s, absl::MakeSpan(BufferData(segment) + net::kOverlayHeaderBytes, room));
+      Encapsulate(segment, size, now);
     }
-    const net::OverlayKey* key = active_keys_ ? active_keys_->current() : nullptr;
-    if (key == nullptr) {
-      DropBuffer(DropReason::kNoKey, b);
-      continue;
-    }
-    net::OverlayHeader h;
-    h.type = net::OverlayType::kData;
-    h.traffic_class = in.traffic_class;
-    h.hop_limit = static_cast<uint8_t>(config_.hop_limit);
-    h.source = static_cast<uint32_t>(config_.node);
-    h.destination = static_cast<uint32_t>(it->second);
-    h.flow_hash = in.flow_hash;
-    const absl::StatusOr<size_t> size =
-        net::SealOverlay(h, packet, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
-    assert(size.ok());
-    encapsulated_.Add();
-    Route(b, *size, h, /*reseal=*/false, now);
+    // A super-packet is a GSO message's worth already: send it before reading the next.
+    FlushDirty();
   }
   FlushDirty();
 }
 
-void Dataplane::Route(uint32_t buffer, size_t size, const net::OverlayHeader& header, bool reseal,
-                      Time now) {
+void Dataplane::Encapsulate(uint32_t b, size_t size, Time now) {
+  const absl::Span<const uint8_t> packet(BufferData(b) + net::kOverlayHeaderBytes, size);
+  IngressPacket in;
+  if (!ClassifyIngress(packet, &in)) {
+    DropBuffer(DropReason::kNotIpv4, b);
+    return;
+  }
+  const auto it = node_of_address_.find(in.destination.value);
+  if (it == node_of_address_.end()) {
+    DropBuffer(DropReason::kUnknownDestination, b);
+    return;
+  }
+  if (it->second == config_.node) {
+    DropBuffer(DropReason::kLocalDestination, b);
+    return;
+  }
+  const net::OverlayKey* key = active_keys_ ? active_keys_->current() : nullptr;
+  if (key == nullptr) {
+    DropBuffer(DropReason::kNoKey, b);
+    return;
+  }
+  net::OverlayHeader h;
+  h.type = net::OverlayType::kData;
+  h.traffic_class = in.traffic_class;
+  h.hop_limit = static_cast<uint8_t>(config_.hop_limit);
+  h.source = static_cast<uint32_t>(config_.node);
+  h.destination = static_cast<uint32_t>(it->second);
+  h.flow_hash = in.flow_hash;
+  const absl::StatusOr<size_t> sealed =
+      net::SealOverlay(h, packet, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
+  assert(sealed.ok());
+  encapsulated_.Add();
+  Route(b, BufferData(b), *sealed, h, /*reseal=*/false, now);
+}
+
+void Dataplane::Route(uint32_t buffer, uint8_t* data, size_t size, const net::OverlayHeader& header,
+                      bool reseal, Time now) {
   if (!active_tables_) {
     DropBuffer(DropReason::kNoRoute, buffer);
     return;
@@ -1013,28 +1130,46 @@ void Dataplane::Route(uint32_t buffer, size_t size, const net::OverlayHeader& he
   }
   if (reseal) {
     const net::OverlayKey* key = active_keys_->current();
-    const net::OverlayStatus s =
-        key == nullptr ? net::OverlayStatus::kUnknownKeyId
-                       : net::ForwardOverlay(absl::MakeSpan(BufferData(buffer), size), *key);
+    const net::OverlayStatus s = key == nullptr
+                                     ? net::OverlayStatus::kUnknownKeyId
+                                     : net::ForwardOverlay(absl::MakeSpan(data, size), *key);
     if (s != net::OverlayStatus::kOk) {
       DropBuffer(key == nullptr ? DropReason::kNoKey : DropReasonFor(s), buffer);
       return;
     }
     forwarded_.Add();
   }
-  Enqueue(*ports_[static_cast<size_t>(port_of_link_[static_cast<size_t>(link)])], buffer, size);
+  Enqueue(*ports_[static_cast<size_t>(port_of_link_[static_cast<size_t>(link)])], data, size,
+          buffer);
 }
 
-void Dataplane::Enqueue(Port& port, uint32_t buffer, size_t size) {
+void Dataplane::Enqueue(Port& port, uint8_t* data, size_t size, uint32_t buffer) {
   if (port.count == port.queue.size()) Flush(port);
   if (port.count == port.queue.size()) {
     DropBuffer(DropReason::kQueueFull, buffer);
     return;
   }
-  port.Push(buffer, static_cast<uint32_t>(size));
+  port.Push(data, static_cast<uint32_t>(size), buffer);
   if (!port.dirty) {
     port.dirty = true;
     dirty_ports_.push_back(port.index);
+  }
+}
+
+void Dataplane::KeepQueued() {
+  for (auto& pp : ports_) {
+    Port& port = *pp;
+    for (size_t i = 0; port.in_slots > 0 && i < port.count; ++i) {
+      Port::Queued& q = port.at(i);
+      if (q.buffer != kNoBuffer) continue;
+      // The pool holds a buffer for every queue place (see Create); the size was checked
+      // against buffer_bytes_ on receipt.
+      const uint32_t b = TakeBuffer();
+      std::memcpy(BufferData(b), q.data, q.size);
+      q.data = BufferData(b);
+      q.buffer = b;
+      --port.in_slots;
+    }
   }
 }
 
@@ -1057,7 +1192,7 @@ void Dataplane::Flush(Port& port) {
       }
       for (size_t k = 0; k < run; ++k) {
         const Port::Queued& q = port.at(datagrams + k);
-        tx.iovs[datagrams + k] = iovec{BufferData(q.buffer), q.size};
+        tx.iovs[datagrams + k] = iovec{q.data, q.size};
       }
       msghdr& h = tx.msgs[messages].msg_hdr;
       h = msghdr{};

@@ -22,6 +22,19 @@
 // Per packet nothing is allocated: datagrams live in a fixed pool of buffers, are received in
 // batches (recvmmsg), encapsulated and resealed in place, and sent in batches (sendmmsg, each
 // run of equal-size datagrams to a neighbour as one UDP GSO message).
+//
+// Offloads, as a NIC driver and a real overlay (WireGuard's TUN offloads) use them, so that
+// the kernel handles super-packets of up to 64 KB instead of MTU-size packets:
+//   - link sockets receive with UDP GRO: a neighbour's GSO message arrives whole in one receive
+//     slot, is checked, resealed and routed datagram by datagram in place, and goes out again
+//     as GSO messages straight from the receive buffer (only what a full socket leaves queued
+//     is copied into the pool);
+//   - the TUN is an offload device (net/tun.h): local TCP hands the data plane 64 KB
+//     super-packets, which it segments into MTU-size packets itself (net/tun_offload.h) before
+//     sealing each; on the way out, in-order TCP segments of a flow from one receive batch are
+//     joined into one super-packet and written with one call, and so are equal-size UDP
+//     datagrams of a flow (UDP segmentation offload).
+// Every datagram is still authenticated, counted and routed on its own.
 #ifndef DAR_AGENT_DATAPLANE_H_
 #define DAR_AGENT_DATAPLANE_H_
 
@@ -53,6 +66,7 @@
 #include "net/overlay_header.h"
 #include "net/scoped_fd.h"
 #include "net/tun.h"
+#include "net/tun_offload.h"
 #include "net/udp_socket.h"
 
 namespace dar::agent {
@@ -79,6 +93,10 @@ enum class DropReason : uint8_t {
   kTunWrite,   // the TUN device did not take the packet (full, or it refused it)
   kQueueFull,  // the link's transmit queue was full
   kSendError,  // the kernel refused the datagram (e.g. the link's interface is down)
+  // From the TUN: a packet the kernel left for the data plane to finish (segment, checksum)
+  // that it cannot: not TCP/IPv4 segmentation, lengths or offsets that do not fit, segments
+  // larger than the TUN's MTU.
+  kBadOffload,
   kCount
 };
 inline constexpr size_t kDropReasons = static_cast<size_t>(DropReason::kCount);
@@ -193,7 +211,8 @@ struct DataplaneConfig {
   // Keys to start with (optional: AgentConfig brings them later through SetKeys). When not
   // empty, exactly one must be active. Until a key is set nothing is sent, probes included.
   std::vector<KeyUpdate> initial_keys;
-  // Datagrams per recvmmsg / sendmmsg and packets per TUN read burst (1..1024).
+  // Datagrams per recvmmsg / sendmmsg and packets per TUN read burst (1..1024). With udp_gro a
+  // receive slot holds up to 64 KB (batch_size * 64 KB of receive buffer).
   int batch_size = 32;
   // Datagrams waiting to be sent per link before new ones are dropped (kQueueFull).
   int queue_packets = 256;
@@ -204,6 +223,12 @@ struct DataplaneConfig {
   // (UDP_SEGMENT): one trip through the kernel's stack instead of one per datagram. A link
   // whose path refuses it falls back to a message per datagram.
   bool udp_gso = true;
+  // Receive with UDP GRO on every link socket (UdpSocket::EnableGro): what a neighbour sent as
+  // one GSO message is received as one. A kernel without it receives datagram by datagram.
+  bool udp_gro = true;
+  // Open the TUN as an offload device (TunConfig::offload; tun.offload is ignored): TCP
+  // super-packets from local applications, joined TCP segments toward them.
+  bool tun_offload = true;
   // Seeds the chooser's hash salt and its random draws (logged by the caller).
   uint64_t seed = 1;
   // The clock of probe timestamps (t1..t4 of the four-timestamp method). Default:
@@ -218,14 +243,16 @@ struct DataplaneConfig {
 struct NeighbourSample {
   NodeId neighbour = kNoNode;
   LinkId link = kNoLink;
-  Time at{0};               // the `now` given to Samples()
-  bool up = true;           // LinkLiveness
-  Duration rtt{0};          // smoothed two-way delay; 0 before the first reply
-  Duration rtt_p95{0};      // over the last probes
-  double loss = 0;          // probe loss over the sliding window, 0..1
-  DataRate tx_rate;         // sent on the link (overlay datagrams with IPv4 and UDP headers)
-  double utilisation = 0;   // tx_rate / capacity; 0 if the capacity is unknown
-  int64_t queue_bytes = 0;  // queued by the data plane plus the socket's send queue
+  Time at{0};              // the `now` given to Samples()
+  bool up = true;          // LinkLiveness
+  Duration rtt{0};         // smoothed two-way delay; 0 before the first reply
+  Duration rtt_p95{0};     // over the last probes
+  double loss = 0;         // probe loss over the sliding window, 0..1
+  DataRate tx_rate;        // sent on the link (overlay datagrams with IPv4 and UDP headers)
+  double utilisation = 0;  // tx_rate / capacity; 0 if the capacity is unknown
+  // Queued by the data plane, plus the larger of the socket's send queue and the interface's
+  // qdisc backlog (where a shaped link queues; qdisc_stats.h).
+  int64_t queue_bytes = 0;
   uint64_t probes_sent = 0;
   uint64_t probes_answered = 0;
 };
@@ -234,9 +261,9 @@ struct NeighbourSample {
 struct DataplaneCounters {
   std::array<uint64_t, kDropReasons> drops{};
   uint64_t received = 0;      // datagrams received on the links (valid or not)
-  uint64_t from_tun = 0;      // packets read from the TUN device
-  uint64_t encapsulated = 0;  // packets from the TUN sent into the overlay
-  uint64_t delivered = 0;     // data packets for this node written to the TUN
+  uint64_t from_tun = 0;      // packets read from the TUN device (a super-packet counts once)
+  uint64_t encapsulated = 0;  // packets from the TUN sent into the overlay (each segment)
+  uint64_t delivered = 0;     // data packets for this node written to the TUN (each one joined)
   uint64_t forwarded = 0;     // data packets passed on toward another node
   uint64_t sent = 0;          // datagrams the kernel took (data and probes)
   uint64_t sent_bytes = 0;    // their overlay bytes
@@ -250,6 +277,9 @@ struct DataplaneCounters {
   uint64_t receive_batches = 0;         // recvmmsg calls that returned datagrams
   uint64_t send_batches = 0;            // sendmmsg calls that sent datagrams
   uint64_t gso_messages = 0;            // messages of 2 or more datagrams (UDP GSO) they sent
+  uint64_t gro_slots = 0;               // received slots that held 2 or more datagrams (GRO)
+  uint64_t tun_super_reads = 0;         // TCP super-packets read from the TUN and segmented
+  uint64_t tun_super_writes = 0;        // super-packets of 2 or more segments written to the TUN
 
   uint64_t dropped(DropReason r) const { return drops[static_cast<size_t>(r)]; }
   uint64_t total_dropped() const;
@@ -346,17 +376,28 @@ class Dataplane {
   void OnProbeTick();
   void ReceiveFrom(Port& port);
   void ReadTun();
-  void HandleDatagram(Port& in, uint32_t buffer, size_t size, Time wall_rx, Time now);
-  void HandleProbe(Port& in, uint32_t buffer, const net::OverlayPacket& packet, Time wall_rx);
+  // Inner packet in buffer `b` (at kOverlayHeaderBytes, `size` bytes): classify, seal, route.
+  void Encapsulate(uint32_t b, size_t size, Time now);
+  // A datagram in a receive slot (data[0, size)); queued datagrams point into the slot until
+  // KeepQueued.
+  void HandleDatagram(Port& in, uint8_t* data, size_t size, Time wall_rx, Time now);
+  void HandleProbe(Port& in, const net::OverlayPacket& packet, Time wall_rx);
   void HandleProbeReply(Port& in, const net::OverlayPacket& packet, Time wall_rx);
   void Deliver(absl::Span<const uint8_t> payload);
-  // Chooses the next hop of a sealed data datagram and queues it; takes the buffer.
-  // `reseal`: decrement the hop limit and reseal first (a transit packet).
-  void Route(uint32_t buffer, size_t size, const net::OverlayHeader& header, bool reseal, Time now);
-  // Queues datagram `buffer` on `port`; takes the buffer.
-  void Enqueue(Port& port, uint32_t buffer, size_t size);
+  // Writes what the coalescers hold to the TUN.
+  void FlushDelivery();
+  // Chooses the next hop of a sealed data datagram data[0, size) and queues it; takes
+  // `buffer` (kNoBuffer: data is in a receive slot). `reseal`: decrement the hop limit and
+  // reseal first (a transit packet).
+  void Route(uint32_t buffer, uint8_t* data, size_t size, const net::OverlayHeader& header,
+             bool reseal, Time now);
+  // Queues datagram data[0, size) on `port`; takes `buffer`.
+  void Enqueue(Port& port, uint8_t* data, size_t size, uint32_t buffer);
   void Flush(Port& port);
   void FlushDirty();
+  // Copies the datagrams still queued in receive slots into pool buffers, before the slots are
+  // reused.
+  void KeepQueued();
   void SetWritableInterest(Port& port, bool want);
   void LinkFailed(Port& port);
   // Drains rtnetlink: a link whose interface lost carrier (or was deleted) is down at once.
@@ -366,10 +407,13 @@ class Dataplane {
   void DropBuffer(DropReason reason, uint32_t buffer);
   Time WallNow() const;
 
-  // Buffers.
+  // Buffers. kNoBuffer stands for a datagram that lives in a receive slot.
+  static constexpr uint32_t kNoBuffer = ~uint32_t{0};
   uint8_t* BufferData(uint32_t b) { return arena_.data() + static_cast<size_t>(b) * buffer_bytes_; }
   uint32_t TakeBuffer();
-  void GiveBuffer(uint32_t b) { free_buffers_.push_back(b); }
+  void GiveBuffer(uint32_t b) {
+    if (b != kNoBuffer) free_buffers_.push_back(b);
+  }
 
   const DataplaneConfig config_;
   const Topology& topology_;
@@ -387,7 +431,14 @@ class Dataplane {
   std::vector<uint8_t> arena_;
   std::vector<uint32_t> free_buffers_;
   std::vector<net::RecvSlot> recv_slots_;
-  std::vector<uint32_t> recv_buffers_;
+  size_t recv_slot_bytes_ = 0;
+  std::vector<uint8_t> recv_arena_;  // batch_size receive slots of recv_slot_bytes_
+  // Where a TUN super-packet is put together (its first bytes land in a pool buffer).
+  std::vector<uint8_t> tun_super_;
+  // Offload TUN only: TCP segments and UDP datagrams for the TUN wait here to be joined.
+  std::optional<net::TcpCoalescer> tcp_coalescer_;
+  std::optional<net::UdpCoalescer> udp_coalescer_;
+  bool udp_coalesce_ = true;  // cleared if the kernel refuses a UDP super-packet
   struct TxBatch;
   std::unique_ptr<TxBatch> tx_;  // sendmmsg descriptors
   std::vector<int> dirty_ports_;
@@ -422,7 +473,7 @@ class Dataplane {
   Counter received_, from_tun_, encapsulated_, delivered_, forwarded_, sent_, sent_bytes_;
   Counter probes_sent_, probe_replies_sent_, probe_replies_received_, probe_replies_rejected_;
   Counter liveness_changes_, carrier_losses_, recv_errors_, receive_batches_, send_batches_,
-      gso_messages_;
+      gso_messages_, gro_slots_, tun_super_reads_, tun_super_writes_;
 };
 
 }  // namespace dar::agent

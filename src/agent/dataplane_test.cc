@@ -5,10 +5,13 @@
 // so that parallel test processes never share a socket address.
 #include "agent/dataplane.h"
 
+#include <netinet/udp.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <set>
@@ -658,6 +661,81 @@ TEST_F(TransitTest, KeyRotation) {
 
 // A burst waiting in the socket before the data plane starts is forwarded in order, sizes
 // intact; with GSO, runs of equal size leave as UDP GSO messages.
+// Sends `datagrams` (all but the last the same size) from `from` to `to` as one UDP GSO
+// message: over loopback it reaches a GRO socket whole, as from a neighbour's data plane.
+void SendGso(const net::Ipv4Endpoint& from, const std::vector<std::vector<uint8_t>>& datagrams,
+             const net::Ipv4Endpoint& to) {
+  absl::StatusOr<net::UdpSocket> s = net::UdpSocket::Bind(from);
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<uint8_t> data;
+  for (const auto& d : datagrams) data.insert(data.end(), d.begin(), d.end());
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(to.port);
+  addr.sin_addr.s_addr = htonl(to.address.value);
+  iovec iov{data.data(), data.size()};
+  union {
+    char buf[CMSG_SPACE(sizeof(uint16_t))];
+    cmsghdr align;
+  } control;
+  msghdr h{};
+  h.msg_name = &addr;
+  h.msg_namelen = sizeof(addr);
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  h.msg_control = control.buf;
+  h.msg_controllen = sizeof(control.buf);
+  cmsghdr* c = CMSG_FIRSTHDR(&h);
+  c->cmsg_level = SOL_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  const uint16_t segment = static_cast<uint16_t>(datagrams[0].size());
+  std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+  ASSERT_EQ(::sendmsg(s->fd(), &h, 0), static_cast<ssize_t>(data.size())) << std::strerror(errno);
+}
+
+// A GSO message from a neighbour arrives as one GRO slot; every datagram in it is still
+// checked, counted and forwarded (or dropped) on its own, in order.
+TEST_F(TransitTest, ChecksEveryDatagramOfAGroBatch) {
+  constexpr int kCount = 20;
+  std::vector<std::vector<uint8_t>> datagrams;
+  for (int i = 0; i < kCount; ++i) {
+    std::vector<uint8_t> inner = UdpPacket("10.77.0.3", 9000, 300);
+    inner.back() = static_cast<uint8_t>(i);
+    datagrams.push_back(from_.Seal(DataHeader(0, 2, i == 12 ? 1 : 9), inner));
+  }
+  datagrams[7][30] ^= 1;  // corrupt: the tag no longer matches
+  SendGso(lab_.End(0, 1), datagrams, dp_in_);
+  for (int i = 0; i < kCount; ++i) {
+    if (i == 7 || i == 12) continue;
+    const std::vector<uint8_t> got = to_.Receive(std::chrono::seconds(20));
+    ASSERT_FALSE(got.empty()) << "datagram " << i;
+    net::OverlayPacket p;
+    ASSERT_EQ(net::ParseOverlay(got, to_.keys(), &p), net::OverlayStatus::kOk) << i;
+    EXPECT_EQ(p.header.hop_limit, 8);
+    EXPECT_EQ(p.payload.back(), static_cast<uint8_t>(i));
+  }
+  ASSERT_TRUE(
+      WaitFor([&] { return dp_->counters().sent == kCount - 2; }, std::chrono::seconds(20)));
+  const DataplaneCounters c = dp_->counters();
+  EXPECT_EQ(c.received, static_cast<uint64_t>(kCount));
+  EXPECT_EQ(c.gro_slots, 1u);
+  EXPECT_EQ(c.forwarded, static_cast<uint64_t>(kCount - 2));
+  EXPECT_EQ(c.dropped(DropReason::kBadTag), 1u);
+  EXPECT_EQ(c.dropped(DropReason::kHopLimitExhausted), 1u);
+  EXPECT_EQ(c.total_dropped(), 2u);
+}
+
+// Datagrams longer than the data plane's buffers (a neighbour with a larger MTU) are dropped as
+// truncated, also when they arrive coalesced.
+TEST_F(TransitTest, DropsGroDatagramsLongerThanItsBuffers) {
+  const std::vector<uint8_t> inner = UdpPacket("10.77.0.3", 9000, 3000);
+  const std::vector<uint8_t> sealed = from_.Seal(DataHeader(0, 2, 9), inner);
+  SendGso(lab_.End(0, 1), {sealed, sealed, sealed}, dp_in_);
+  ASSERT_TRUE(WaitDropped(DropReason::kTruncated, 3));
+  EXPECT_EQ(dp_->counters().forwarded, 0u);
+}
+
 class BurstTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(BurstTest, ForwardsInOrderWithSizesIntact) {

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <bit>
 #include <charconv>
 #include <cstring>
 
@@ -11,21 +12,22 @@
 namespace dar::net {
 namespace {
 
-constexpr uint8_t kProtoUdp = 17;
-
-// The one's-complement sum of the UDP pseudo-header (RFC 768).
 uint32_t PseudoHeaderSum(Ipv4Address src, Ipv4Address dst, size_t udp_length) {
+  return Ipv4PseudoHeaderSum(src, dst, kIpProtoUdp, udp_length);
+}
+
+}  // namespace
+
+uint32_t Ipv4PseudoHeaderSum(Ipv4Address src, Ipv4Address dst, uint8_t protocol, size_t length) {
   uint32_t sum = 0;
   sum += src.value >> 16;
   sum += src.value & 0xffff;
   sum += dst.value >> 16;
   sum += dst.value & 0xffff;
-  sum += kProtoUdp;
-  sum += static_cast<uint32_t>(udp_length);
+  sum += protocol;
+  sum += static_cast<uint32_t>(length);
   return sum;
 }
-
-}  // namespace
 
 absl::StatusOr<Ipv4Address> ParseIpv4Address(std::string_view text) {
   // inet_pton wants a NUL-terminated string; an address is at most 15 characters.
@@ -75,10 +77,40 @@ std::string ToString(const Ipv4Endpoint& e) {
 }
 
 uint16_t InternetChecksum(absl::Span<const uint8_t> data, uint32_t sum) {
-  uint64_t s = sum;
-  size_t i = 0;
-  for (; i + 1 < data.size(); i += 2) s += Load16(data.data() + i);
-  if (i < data.size()) s += static_cast<uint32_t>(data[i]) << 8;
+  // The one's-complement sum does not depend on byte order beyond a final swap (RFC 1071
+  // section 2(B)), so the data is summed eight bytes at a time in the machine's order: each
+  // 64-bit word adds as two 32-bit halves, which cannot overflow the accumulator for any packet.
+  const uint8_t* p = data.data();
+  size_t n = data.size();
+  uint64_t s = 0;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, sizeof(w));
+    s += (w & 0xffffffffu) + (w >> 32);
+  }
+  if (n >= 4) {
+    uint32_t w;
+    std::memcpy(&w, p, sizeof(w));
+    s += w;
+    p += 4;
+    n -= 4;
+  }
+  if (n >= 2) {
+    uint16_t w;
+    std::memcpy(&w, p, sizeof(w));
+    s += w;
+    p += 2;
+    n -= 2;
+  }
+  if (n == 1) {
+    // The odd last byte is the high byte of a zero-padded big-endian word.
+    s += std::endian::native == std::endian::little ? p[0] : static_cast<uint32_t>(p[0]) << 8;
+  }
+  while (s >> 16) s = (s & 0xffff) + (s >> 16);
+  if constexpr (std::endian::native == std::endian::little) {
+    s = ((s & 0xff) << 8) | (s >> 8);
+  }
+  s += sum;
   while (s >> 16) s = (s & 0xffff) + (s >> 16);
   return static_cast<uint16_t>(~s);
 }
@@ -100,14 +132,15 @@ absl::StatusOr<size_t> BuildUdpIpv4Packet(const Ipv4Endpoint& source,
   }
   uint8_t* ip = out.data();
   uint8_t* udp = ip + kIpv4HeaderBytes;
-  std::memmove(udp + kUdpHeaderBytes, payload.data(), payload.size());
+  // An empty span may have no data pointer at all, which memmove may not be given.
+  if (!payload.empty()) std::memmove(udp + kUdpHeaderBytes, payload.data(), payload.size());
   ip[0] = 0x45;  // version 4, five 32-bit words
   ip[1] = 0;     // DSCP, ECN
   Store16(ip + 2, static_cast<uint16_t>(total));
   Store16(ip + 4, 0);       // identification: unused with DF
   Store16(ip + 6, 0x4000);  // don't fragment
   ip[8] = ttl;
-  ip[9] = kProtoUdp;
+  ip[9] = kIpProtoUdp;
   Store16(ip + 10, 0);
   Store32(ip + 12, source.address.value);
   Store32(ip + 16, destination.address.value);
@@ -150,7 +183,7 @@ absl::StatusOr<UdpIpv4Packet> ParseUdpIpv4Packet(absl::Span<const uint8_t> packe
   if ((Load16(ip + 6) & 0x3fff) != 0) {
     return absl::InvalidArgumentError("IPv4 packet is a fragment");
   }
-  if (ip[9] != kProtoUdp) {
+  if (ip[9] != kIpProtoUdp) {
     return absl::InvalidArgumentError(fmt::format("IPv4 protocol is {}, not UDP", ip[9]));
   }
   const size_t udp_available = total - ihl;

@@ -38,6 +38,13 @@ uint16_t InternetChecksum(absl::Span<const uint8_t> data, uint32_t sum = 0);
 
 inline constexpr size_t kIpv4HeaderBytes = 20;
 inline constexpr size_t kUdpHeaderBytes = 8;
+inline constexpr size_t kTcpHeaderBytes = 20;  // without options
+inline constexpr uint8_t kIpProtoTcp = 6;
+inline constexpr uint8_t kIpProtoUdp = 17;
+
+// The partial sum of the IPv4 pseudo-header of a TCP or UDP checksum (RFC 793, RFC 768):
+// addresses, protocol and the transport `length`, to pass to InternetChecksum.
+uint32_t Ipv4PseudoHeaderSum(Ipv4Address src, Ipv4Address dst, uint8_t protocol, size_t length);
 
 // Writes an IPv4 packet (no options, DF set, given TTL) carrying one UDP datagram, with both
 // checksums filled in, to the front of `out`; returns its size.

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <cstring>
 
@@ -31,6 +32,77 @@ void SetInetAddress(sockaddr* sa, uint32_t host_order) {
   in.sin_family = AF_INET;
   in.sin_addr.s_addr = htonl(host_order);
   std::memcpy(sa, &in, sizeof(in));
+}
+
+// The kernel's legacy struct virtio_net_hdr (<linux/virtio_net.h> does not compile as C++ and
+// Debian 12's copy predates UDP_L4). TUN devices use the machine's byte order for it
+// (TUNSETVNETLE/BE are not used), so its fields are plain integers.
+struct virtio_net_hdr {
+  uint8_t flags;
+  uint8_t gso_type;
+  uint16_t hdr_len;      // IP and transport headers
+  uint16_t gso_size;     // transport payload per segment
+  uint16_t csum_start;   // the checksum covers the packet from here
+  uint16_t csum_offset;  // and goes at csum_start + csum_offset
+};
+static_assert(sizeof(virtio_net_hdr) == 10);
+constexpr uint8_t VIRTIO_NET_HDR_F_NEEDS_CSUM = 1;
+constexpr uint8_t VIRTIO_NET_HDR_GSO_NONE = 0;
+constexpr uint8_t VIRTIO_NET_HDR_GSO_TCPV4 = 1;
+constexpr uint8_t VIRTIO_NET_HDR_GSO_TCPV6 = 4;
+constexpr uint8_t VIRTIO_NET_HDR_GSO_UDP_L4 = 5;
+constexpr uint8_t VIRTIO_NET_HDR_GSO_ECN = 0x80;
+
+OffloadInfo FromVirtio(const virtio_net_hdr& h) {
+  OffloadInfo info;
+  switch (h.gso_type & ~VIRTIO_NET_HDR_GSO_ECN) {
+    case VIRTIO_NET_HDR_GSO_NONE:
+      info.gso = OffloadInfo::Gso::kNone;
+      break;
+    case VIRTIO_NET_HDR_GSO_TCPV4:
+      info.gso = OffloadInfo::Gso::kTcpV4;
+      break;
+    case VIRTIO_NET_HDR_GSO_TCPV6:
+      info.gso = OffloadInfo::Gso::kTcpV6;
+      break;
+    case VIRTIO_NET_HDR_GSO_UDP_L4:
+      info.gso = OffloadInfo::Gso::kUdp;
+      break;
+    default:
+      info.gso = OffloadInfo::Gso::kOther;
+      break;
+  }
+  info.needs_checksum = (h.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM) != 0;
+  info.header_bytes = h.hdr_len;
+  info.segment_bytes = h.gso_size;
+  info.checksum_start = h.csum_start;
+  info.checksum_offset = h.csum_offset;
+  return info;
+}
+
+virtio_net_hdr ToVirtio(const OffloadInfo& info) {
+  virtio_net_hdr h{};
+  switch (info.gso) {
+    case OffloadInfo::Gso::kNone:
+    case OffloadInfo::Gso::kOther:
+      h.gso_type = VIRTIO_NET_HDR_GSO_NONE;
+      break;
+    case OffloadInfo::Gso::kTcpV4:
+      h.gso_type = VIRTIO_NET_HDR_GSO_TCPV4;
+      break;
+    case OffloadInfo::Gso::kTcpV6:
+      h.gso_type = VIRTIO_NET_HDR_GSO_TCPV6;
+      break;
+    case OffloadInfo::Gso::kUdp:
+      h.gso_type = VIRTIO_NET_HDR_GSO_UDP_L4;
+      break;
+  }
+  if (info.needs_checksum) h.flags = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+  h.hdr_len = info.header_bytes;
+  h.gso_size = info.segment_bytes;
+  h.csum_start = info.checksum_start;
+  h.csum_offset = info.checksum_offset;
+  return h;
 }
 
 }  // namespace
@@ -63,9 +135,17 @@ absl::StatusOr<TunDevice> TunDevice::Open(const TunConfig& config) {
     return absl::ErrnoToStatus(errno, fmt::format("TUN {}: open /dev/net/tun", name));
   }
   ifreq req = NamedRequest(name);
-  req.ifr_flags = IFF_TUN | IFF_NO_PI;
+  req.ifr_flags = IFF_TUN | IFF_NO_PI | (config.offload ? IFF_VNET_HDR : 0);
   if (::ioctl(fd.get(), TUNSETIFF, &req) != 0) {
     return absl::ErrnoToStatus(errno, fmt::format("TUN {}: TUNSETIFF", name));
+  }
+  if (config.offload) {
+    // Checksums and TCP/IPv4 segmentation are left to us. Not TSO6 or USO: the overlay
+    // carries IPv4 only, and UDP senders rarely segment.
+    const unsigned offloads = TUN_F_CSUM | TUN_F_TSO4;
+    if (::ioctl(fd.get(), TUNSETOFFLOAD, offloads) != 0) {
+      return absl::ErrnoToStatus(errno, fmt::format("TUN {}: TUNSETOFFLOAD", name));
+    }
   }
   // The kernel may not rename a device it was asked to create by name, but take its word.
   std::string actual(req.ifr_name, strnlen(req.ifr_name, IFNAMSIZ));
@@ -101,10 +181,14 @@ absl::StatusOr<TunDevice> TunDevice::Open(const TunConfig& config) {
   if (::ioctl(ctl.get(), SIOCSIFFLAGS, &req) != 0) {
     return absl::ErrnoToStatus(errno, fmt::format("TUN {}: SIOCSIFFLAGS up", actual));
   }
-  return TunDevice(std::move(fd), std::move(actual), config.mtu);
+  return TunDevice(std::move(fd), std::move(actual), config.mtu, config.offload);
 }
 
 absl::StatusOr<size_t> TunDevice::Read(absl::Span<uint8_t> buffer) {
+  if (offload_) {
+    return absl::FailedPreconditionError(
+        fmt::format("TUN {}: an offload device is read with Read(buffer, overflow, info)", name_));
+  }
   ssize_t n;
   do {
     n = ::read(fd(), buffer.data(), buffer.size());
@@ -116,10 +200,54 @@ absl::StatusOr<size_t> TunDevice::Read(absl::Span<uint8_t> buffer) {
   return static_cast<size_t>(n);
 }
 
+absl::StatusOr<size_t> TunDevice::Read(absl::Span<uint8_t> buffer, absl::Span<uint8_t> overflow,
+                                       OffloadInfo* info) {
+  if (!offload_) {
+    return absl::FailedPreconditionError(
+        fmt::format("TUN {}: a plain device is read with Read(buffer)", name_));
+  }
+  virtio_net_hdr h;
+  iovec iov[3] = {
+      {&h, sizeof(h)}, {buffer.data(), buffer.size()}, {overflow.data(), overflow.size()}};
+  ssize_t n;
+  do {
+    n = ::readv(fd(), iov, 3);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    return absl::ErrnoToStatus(errno, fmt::format("TUN {}: read", name_));
+  }
+  if (static_cast<size_t>(n) < sizeof(h)) {
+    return absl::InternalError(fmt::format("TUN {}: read {} bytes, less than a header", name_, n));
+  }
+  *info = FromVirtio(h);
+  return static_cast<size_t>(n) - sizeof(h);
+}
+
 absl::StatusOr<bool> TunDevice::Write(absl::Span<const uint8_t> packet) {
+  if (offload_) return Write(packet, OffloadInfo{});
   ssize_t n;
   do {
     n = ::write(fd(), packet.data(), packet.size());
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+    return absl::ErrnoToStatus(
+        errno, fmt::format("TUN {}: write of a {}-byte packet", name_, packet.size()));
+  }
+  return true;
+}
+
+absl::StatusOr<bool> TunDevice::Write(absl::Span<const uint8_t> packet, const OffloadInfo& info) {
+  if (!offload_) {
+    return absl::FailedPreconditionError(
+        fmt::format("TUN {}: a plain device takes no offload header", name_));
+  }
+  virtio_net_hdr h = ToVirtio(info);
+  const iovec iov[2] = {{&h, sizeof(h)}, {const_cast<uint8_t*>(packet.data()), packet.size()}};
+  ssize_t n;
+  do {
+    n = ::writev(fd(), iov, 2);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return false;

@@ -18,6 +18,7 @@
 #include "net/ip_packet.h"
 #include "net/netns.h"
 #include "net/overlay_header.h"
+#include "net/tun_offload.h"
 #include "net/udp_socket.h"
 
 namespace dar::net {
@@ -262,6 +263,104 @@ TEST(TunDeviceTest, CarriesPacketsBothWays) {
   if (!g.ok()) {
     EXPECT_THAT(g.status().message(), HasSubstr(tun_name));
   }
+}
+
+// An offload device: the kernel leaves the UDP checksum to the reader, takes a UDP super-packet
+// and splits it for the socket, and survives a header that does not fit the packet.
+TEST(TunDeviceTest, OffloadDeviceCarriesPacketsAndSuperPackets) {
+  SKIP_UNLESS_ROOT();
+  absl::StatusOr<NetNamespace> ns = NetNamespace::Create(UniqueName("tuno"));
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  std::optional<TunDevice> tun;
+  std::optional<UdpSocket> socket;
+  const std::string tun_name = fmt::format("dtuo{}", ::getpid());
+  absl::Status opened = RunInNamespace(*ns, [&] {
+    TunConfig config;
+    config.name = tun_name;
+    config.address = Addr("10.99.0.1");
+    config.offload = true;
+    absl::StatusOr<TunDevice> t = TunDevice::Open(config);
+    if (!t.ok()) return t.status();
+    tun.emplace(std::move(*t));
+    absl::StatusOr<UdpSocket> s = UdpSocket::Bind({Addr("10.99.0.1"), 0});
+    if (!s.ok()) return s.status();
+    socket.emplace(std::move(*s));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(opened.ok()) << opened;
+  ASSERT_TRUE(tun->offload());
+  std::array<uint8_t, 2048> buf;
+  absl::StatusOr<size_t> plain = tun->Read(absl::MakeSpan(buf));
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // Out: the packet arrives whole in the first buffer; its checksum is finished here.
+  const Ipv4Endpoint peer{Addr("10.99.0.2"), 7777};
+  const std::vector<uint8_t> ping(1000, 0x5a);
+  const SendItem item{ping, peer};
+  ASSERT_EQ(*socket->SendBatch(absl::MakeConstSpan(&item, 1)), 1);
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  std::vector<uint8_t> overflow(TunDevice::kMaxSuperPacketBytes);
+  std::optional<UdpIpv4Packet> out;
+  std::vector<uint8_t> out_bytes;
+  while (!out.has_value()) {
+    ASSERT_TRUE(WaitReadable(tun->fd(), deadline)) << "no UDP packet on the TUN";
+    OffloadInfo info;
+    absl::StatusOr<size_t> n = tun->Read(absl::MakeSpan(buf), absl::MakeSpan(overflow), &info);
+    ASSERT_TRUE(n.ok()) << n.status();
+    ASSERT_LE(*n, buf.size());
+    out_bytes.assign(buf.begin(), buf.begin() + *n);
+    ASSERT_TRUE(CompleteChecksum(absl::MakeSpan(out_bytes), info));
+    absl::StatusOr<UdpIpv4Packet> p = ParseUdpIpv4Packet(out_bytes);
+    if (p.ok() && p->destination == peer) out = *p;
+  }
+  EXPECT_EQ(std::vector<uint8_t>(out->payload.begin(), out->payload.end()), ping);
+
+  // Back: three datagrams joined into one UDP super-packet arrive as three.
+  UdpCoalescer coalescer;
+  std::vector<std::vector<uint8_t>> sent;
+  for (uint8_t i = 0; i < 3; ++i) {
+    sent.push_back(std::vector<uint8_t>(i == 2 ? 100 : 500, i));
+    std::vector<uint8_t> d(kIpv4HeaderBytes + kUdpHeaderBytes + sent.back().size());
+    ASSERT_TRUE(BuildUdpIpv4Packet(peer, socket->local(), sent.back(), absl::MakeSpan(d)).ok());
+    ASSERT_TRUE(coalescer.Add(d));
+  }
+  OffloadInfo info;
+  const absl::Span<const uint8_t> super = coalescer.Take(&info);
+  ASSERT_EQ(info.gso, OffloadInfo::Gso::kUdp);
+  absl::StatusOr<bool> written = tun->Write(super, info);
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_TRUE(*written);
+  for (const auto& want : sent) {
+    ASSERT_TRUE(WaitReadable(socket->fd(), deadline)) << "a datagram did not reach the socket";
+    std::array<uint8_t, 2048> rbuf;
+    RecvSlot slot{absl::MakeSpan(rbuf)};
+    ASSERT_EQ(*socket->RecvBatch(absl::MakeSpan(&slot, 1)), 1);
+    EXPECT_EQ(std::vector<uint8_t>(rbuf.begin(), rbuf.begin() + slot.size), want);
+  }
+
+  // A header that does not fit the packet (TCP segmentation of a UDP datagram, a checksum
+  // past its end) is refused or dropped by the kernel; the device keeps working.
+  std::vector<uint8_t> d(kIpv4HeaderBytes + kUdpHeaderBytes + sent[2].size());
+  ASSERT_TRUE(BuildUdpIpv4Packet(peer, socket->local(), sent[2], absl::MakeSpan(d)).ok());
+  OffloadInfo bad;
+  bad.gso = OffloadInfo::Gso::kTcpV4;
+  bad.segment_bytes = 3;
+  bad.needs_checksum = true;
+  bad.checksum_start = 1000;
+  bad.checksum_offset = 6;
+  absl::StatusOr<bool> refused = tun->Write(d, bad);
+  if (!refused.ok()) {
+    EXPECT_THAT(refused.status().message(), HasSubstr(tun_name));
+  }
+  const std::vector<uint8_t> again = {'o', 'k'};
+  std::vector<uint8_t> ok(kIpv4HeaderBytes + kUdpHeaderBytes + again.size());
+  ASSERT_TRUE(BuildUdpIpv4Packet(peer, socket->local(), again, absl::MakeSpan(ok)).ok());
+  ASSERT_TRUE(*tun->Write(ok));
+  ASSERT_TRUE(WaitReadable(socket->fd(), deadline)) << "the device stopped working";
+  std::array<uint8_t, 64> rbuf;
+  RecvSlot slot{absl::MakeSpan(rbuf)};
+  ASSERT_EQ(*socket->RecvBatch(absl::MakeSpan(&slot, 1)), 1);
+  EXPECT_EQ(std::vector<uint8_t>(rbuf.begin(), rbuf.begin() + slot.size), again);
 }
 
 TEST(TunDeviceTest, OpenFailureNamesTheDevice) {

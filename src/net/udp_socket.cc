@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/udp.h>
 
 #include <algorithm>
 #include <cassert>
@@ -50,7 +51,20 @@ absl::StatusOr<UdpSocket> UdpSocket::Bind(const Ipv4Endpoint& local, int max_bat
 }
 
 UdpSocket::UdpSocket(ScopedFd fd, const Ipv4Endpoint& local, int max_batch)
-    : fd_(std::move(fd)), local_(local), msgs_(max_batch), iovs_(max_batch), addrs_(max_batch) {}
+    : fd_(std::move(fd)),
+      local_(local),
+      msgs_(max_batch),
+      iovs_(max_batch),
+      addrs_(max_batch),
+      controls_(max_batch) {}
+
+absl::Status UdpSocket::EnableGro() {
+  const int one = 1;
+  if (::setsockopt(fd(), SOL_UDP, UDP_GRO, &one, sizeof(one)) != 0) {
+    return absl::ErrnoToStatus(errno, fmt::format("UDP socket {}: UDP_GRO", ToString(local_)));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status UdpSocket::SetBufferBytes(int receive_bytes, int send_bytes) {
   if (receive_bytes > 0 &&
@@ -78,6 +92,8 @@ absl::StatusOr<int> UdpSocket::RecvBatch(absl::Span<RecvSlot> slots) {
     h.msg_namelen = sizeof(addrs_[i]);
     h.msg_iov = &iovs_[i];
     h.msg_iovlen = 1;
+    h.msg_control = controls_[i].buf;
+    h.msg_controllen = sizeof(controls_[i].buf);
     msgs_[i].msg_len = 0;
   }
   int got;
@@ -92,6 +108,18 @@ absl::StatusOr<int> UdpSocket::RecvBatch(absl::Span<RecvSlot> slots) {
     slots[i].size = msgs_[i].msg_len;
     slots[i].truncated = (msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
     slots[i].from = FromSockaddr(addrs_[i]);
+    slots[i].segment_size = 0;
+    msghdr& h = msgs_[i].msg_hdr;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+        int size;
+        std::memcpy(&size, CMSG_DATA(c), sizeof(size));
+        // A coalesced slot that holds a single datagram is reported as one.
+        if (size > 0 && static_cast<size_t>(size) < slots[i].size) {
+          slots[i].segment_size = static_cast<size_t>(size);
+        }
+      }
+    }
   }
   return got;
 }

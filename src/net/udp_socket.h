@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -31,7 +32,22 @@ struct RecvSlot {
   size_t size = 0;             // out: bytes stored in buffer
   bool truncated = false;      // out: the datagram was longer than buffer; the rest is lost
   Ipv4Endpoint from;           // out: the sender
+  // out: with UDP GRO (EnableGro), the size of each datagram the kernel coalesced into
+  // buffer[0, size): all but the last have this size, the last may be shorter. 0: one datagram.
+  size_t segment_size = 0;
 };
+
+// The datagrams of a received slot: one, or the ones the kernel coalesced (segment_size).
+// Calls visit(offset, size) for each in order; REQUIRES: slot filled by RecvBatch.
+template <typename Visit>
+void ForEachDatagram(const RecvSlot& slot, Visit&& visit) {
+  const size_t step = slot.segment_size == 0 ? slot.size : slot.segment_size;
+  if (step == 0) {
+    visit(size_t{0}, size_t{0});  // an empty datagram
+    return;
+  }
+  for (size_t at = 0; at < slot.size; at += step) visit(at, std::min(step, slot.size - at));
+}
 
 // One datagram of a send batch.
 struct SendItem {
@@ -63,6 +79,14 @@ class UdpSocket {
   // net.core.rmem_max / wmem_max); 0 leaves one unchanged.
   absl::Status SetBufferBytes(int receive_bytes, int send_bytes);
 
+  // Turns on UDP GRO (UDP_GRO): datagrams of one sender that arrive together, or a UDP GSO
+  // message sent whole over loopback or a veth, are received as one slot of up to 64 KB
+  // (RecvSlot::segment_size; give each slot a buffer of kMaxGroBytes). One trip through the
+  // stack and one slot then carry up to 64 datagrams. Errors: the kernel refused (older than
+  // 5.0), naming the socket.
+  absl::Status EnableGro();
+  static constexpr size_t kMaxGroBytes = 65536;
+
   // Receives the datagrams waiting, up to min(slots.size(), max_batch()), into slots[0..n);
   // returns n, 0 if none is waiting. Each slot's buffer must be non-empty.
   absl::StatusOr<int> RecvBatch(absl::Span<RecvSlot> slots);
@@ -82,6 +106,12 @@ class UdpSocket {
   std::vector<mmsghdr> msgs_;
   std::vector<iovec> iovs_;
   std::vector<sockaddr_in> addrs_;
+  // Room for a UDP_GRO control message per receive slot.
+  union Control {
+    char buf[CMSG_SPACE(sizeof(int))];
+    cmsghdr align;
+  };
+  std::vector<Control> controls_;
 };
 
 }  // namespace dar::net

@@ -1,9 +1,11 @@
 #include "net/udp_socket.h"
 
+#include <netinet/udp.h>
 #include <poll.h>
 
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -106,6 +108,92 @@ TEST(UdpSocketTest, BatchOf64ArrivesIntact) {
     }
   }
   EXPECT_EQ(got, sent);  // intact and, on loopback, in order
+}
+
+// Sends `datagrams` to `to` as one UDP GSO message (UDP_SEGMENT): all but the last the same
+// size.
+void SendGso(int fd, const std::vector<std::vector<uint8_t>>& datagrams, const Ipv4Endpoint& to) {
+  std::vector<uint8_t> data;
+  for (const auto& d : datagrams) data.insert(data.end(), d.begin(), d.end());
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(to.port);
+  addr.sin_addr.s_addr = htonl(to.address.value);
+  iovec iov{data.data(), data.size()};
+  union {
+    char buf[CMSG_SPACE(sizeof(uint16_t))];
+    cmsghdr align;
+  } control;
+  msghdr h{};
+  h.msg_name = &addr;
+  h.msg_namelen = sizeof(addr);
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  h.msg_control = control.buf;
+  h.msg_controllen = sizeof(control.buf);
+  cmsghdr* c = CMSG_FIRSTHDR(&h);
+  c->cmsg_level = SOL_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  const uint16_t segment = static_cast<uint16_t>(datagrams[0].size());
+  std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+  ASSERT_EQ(::sendmsg(fd, &h, 0), static_cast<ssize_t>(data.size())) << std::strerror(errno);
+}
+
+TEST(UdpSocketTest, GroReceivesAGsoMessageWholeAndSplitsItBack) {
+  absl::StatusOr<UdpSocket> tx = UdpSocket::Bind(kLoopbackAnyPort);
+  absl::StatusOr<UdpSocket> rx = UdpSocket::Bind(kLoopbackAnyPort);
+  ASSERT_TRUE(tx.ok() && rx.ok());
+  ASSERT_TRUE(rx->EnableGro().ok());
+  std::vector<std::vector<uint8_t>> sent;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<uint8_t> d(500);
+    for (size_t k = 0; k < d.size(); ++k) d[k] = static_cast<uint8_t>(i * 13 + k);
+    sent.push_back(d);
+  }
+  sent.push_back(std::vector<uint8_t>(200, 0x77));  // a shorter last one
+  SendGso(tx->fd(), sent, rx->local());
+  // A plain datagram after it arrives in a slot of its own.
+  const std::vector<uint8_t> plain(321, 0x31);
+  const SendItem item{plain, rx->local()};
+  ASSERT_EQ(*tx->SendBatch(absl::MakeConstSpan(&item, 1)), 1);
+
+  std::vector<uint8_t> buffers(2 * UdpSocket::kMaxGroBytes);
+  std::vector<RecvSlot> slots;
+  for (int i = 0; i < 2; ++i) {
+    slots.emplace_back(
+        absl::MakeSpan(buffers).subspan(i * UdpSocket::kMaxGroBytes, UdpSocket::kMaxGroBytes));
+  }
+  std::vector<std::vector<uint8_t>> got;
+  std::vector<size_t> segment_sizes;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got.size() < sent.size() + 1) {
+    ASSERT_TRUE(WaitReadable(rx->fd(), deadline)) << "received " << got.size();
+    absl::StatusOr<int> n = rx->RecvBatch(absl::MakeSpan(slots));
+    ASSERT_TRUE(n.ok()) << n.status();
+    for (int i = 0; i < *n; ++i) {
+      segment_sizes.push_back(slots[i].segment_size);
+      ForEachDatagram(slots[i], [&](size_t offset, size_t size) {
+        const uint8_t* p = slots[i].buffer.data() + offset;
+        got.emplace_back(p, p + size);
+      });
+    }
+  }
+  std::vector<std::vector<uint8_t>> want = sent;
+  want.push_back(plain);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(segment_sizes, (std::vector<size_t>{500, 0})) << "one slot for the GSO message";
+}
+
+TEST(UdpSocketTest, ForEachDatagramVisitsAnEmptyDatagramOnce) {
+  RecvSlot slot;
+  int visits = 0;
+  ForEachDatagram(slot, [&](size_t offset, size_t size) {
+    EXPECT_EQ(offset, 0u);
+    EXPECT_EQ(size, 0u);
+    ++visits;
+  });
+  EXPECT_EQ(visits, 1);
 }
 
 TEST(UdpSocketTest, LongDatagramIsReportedTruncated) {
