@@ -33,7 +33,9 @@ ControlClient::ControlClient(const AgentConfig& config, TableStore& store,
       log_(log),
       options_(std::move(options)),
       rng_(options_.seed),
-      forwarding_(options_.forwarding) {}
+      forwarding_(options_.forwarding),
+      probe_interval_ns_(config.probe_interval.count()),
+      missed_probes_(config.missed_probes) {}
 
 ControlClient::~ControlClient() { Stop(); }
 
@@ -198,8 +200,8 @@ bool ControlClient::RunSession() {
   }
 
   std::string why;
-  const auto period =
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.probe_interval);
+  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      Duration(probe_interval_ns_.load()));
   auto next = std::chrono::steady_clock::now() + period;
   while (healthy) {
     {
@@ -366,11 +368,20 @@ void ControlClient::HandleConfig(const v1::AgentConfig& c) {
       applied["keys"] = ids;  // ids only, never key bytes; * marks the active one
     }
   }
-  if ((c.probe_interval_ms() != 0 &&
-       Milliseconds(c.probe_interval_ms()) != config_.probe_interval) ||
-      (c.missed_probes() != 0 && static_cast<int>(c.missed_probes()) != config_.missed_probes)) {
-    log_.Warn("config: probe settings differ from the config file; they apply after a restart",
-              {{"probe_interval_ms", c.probe_interval_ms()}, {"missed_probes", c.missed_probes()}});
+  // Probe settings: the controller's word, from the next probe on (0 keeps the current one).
+  const Duration current(probe_interval_ns_.load());
+  const Duration interval =
+      c.probe_interval_ms() != 0 ? Milliseconds(c.probe_interval_ms()) : current;
+  const int missed = c.missed_probes() != 0 ? static_cast<int>(c.missed_probes()) : missed_probes_;
+  if (interval != current || missed != missed_probes_) {
+    if (absl::Status s = dataplane_.SetProbeSettings(interval, missed); !s.ok()) {
+      log_.Error("config: probe settings not applied", {{"error", std::string(s.message())}});
+    } else {
+      probe_interval_ns_.store(interval.count());
+      missed_probes_ = missed;
+      applied["probe_interval_ms"] = c.probe_interval_ms();
+      applied["missed_probes"] = missed;
+    }
   }
   for (const v1::OverlayNode& n : c.nodes()) {
     const NodeId i = config_.FindNode(n.node_id());

@@ -49,6 +49,7 @@ class DataplaneControl {
   virtual std::vector<NeighbourSample> Samples(Time now) = 0;
   virtual absl::Status SetKeys(const std::vector<KeyUpdate>& keys) = 0;
   virtual absl::Status SetForwarding(const ForwardingConfig& config) = 0;
+  virtual absl::Status SetProbeSettings(Duration interval, int missed_probes) = 0;
   virtual void InstallTables(std::shared_ptr<const AgentTables> tables) = 0;
 };
 
@@ -62,6 +63,9 @@ class DataplaneBridge final : public DataplaneControl {
   }
   absl::Status SetForwarding(const ForwardingConfig& config) override {
     return dataplane_.SetForwarding(config);
+  }
+  absl::Status SetProbeSettings(Duration interval, int missed_probes) override {
+    return dataplane_.SetProbeSettings(interval, missed_probes);
   }
   void InstallTables(std::shared_ptr<const AgentTables> tables) override {
     dataplane_.InstallTables(std::move(tables));
@@ -150,6 +154,10 @@ class ControlClient {
   ControlClientOptions options_;
   Random rng_;                   // the run thread's
   ForwardingConfig forwarding_;  // the reader thread's
+  // The probe settings in force (config file, then the controller's); the interval also paces
+  // the samples (read when a stream starts).
+  std::atomic<int64_t> probe_interval_ns_;
+  int missed_probes_;  // the reader thread's
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

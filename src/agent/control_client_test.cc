@@ -187,12 +187,22 @@ class FakeDataplane final : public DataplaneControl {
     std::lock_guard<std::mutex> lock(mu_);
     return forwarding_;
   }
+  absl::Status SetProbeSettings(Duration interval, int missed) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    probes_.emplace_back(interval, missed);
+    return absl::OkStatus();
+  }
+  std::vector<std::pair<Duration, int>> probes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return probes_;
+  }
 
  private:
   std::mutex mu_;
   std::shared_ptr<const AgentTables> tables_;
   std::vector<KeyUpdate> keys_;
   std::vector<ForwardingConfig> forwarding_;
+  std::vector<std::pair<Duration, int>> probes_;
 };
 
 v1::Route MakeRoute(uint32_t dest, uint32_t cls, double phi,
@@ -421,6 +431,8 @@ TEST_F(ControlClientTest, AppliesTheControllersConfig) {
   v1::AgentConfig* c = m.mutable_config();
   c->set_forwarding_mode("per_packet");
   c->set_table_stale_ms(200);
+  c->set_probe_interval_ms(50);  // the file says 20 ms and 3 missed probes
+  c->set_missed_probes(5);
   for (uint32_t id : {1u, 2u}) {
     v1::OverlayKey* k = c->add_keys();
     k->set_key_id(id);
@@ -436,6 +448,9 @@ TEST_F(ControlClientTest, AppliesTheControllersConfig) {
   EXPECT_TRUE(keys[1].active);
   ASSERT_TRUE(Eventually([&] { return !dataplane_.forwarding().empty(); }));
   EXPECT_EQ(dataplane_.forwarding()[0].mode, ForwardingMode::kPerPacket);
+  // The controller's probe settings apply at once, not after a restart.
+  ASSERT_EQ(dataplane_.probes().size(), 1u);
+  EXPECT_EQ(dataplane_.probes()[0], std::make_pair(Duration(Milliseconds(50)), 5));
 
   // The short staleness timeout applies: a table that is not refreshed gives way to the
   // static one, installed by the client on its own.

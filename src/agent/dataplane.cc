@@ -644,6 +644,26 @@ absl::Status Dataplane::SetForwarding(const ForwardingConfig& config) {
   return absl::OkStatus();
 }
 
+absl::Status Dataplane::SetProbeSettings(Duration interval, int missed_probes) {
+  if (interval < Milliseconds(1) || interval > Seconds(60)) {
+    return absl::InvalidArgumentError(
+        fmt::format("probe interval {} ms: must be between 1 ms and 60 s", interval.count() / 1e6));
+  }
+  if (missed_probes < 1) {
+    return absl::InvalidArgumentError(
+        fmt::format("missed probes {}: must be at least 1", missed_probes));
+  }
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    pending_probe_ = {interval, missed_probes};
+    ++probe_generation_;
+  }
+  generation_.fetch_add(1, std::memory_order_release);
+  const uint64_t one = 1;
+  (void)!::write(wake_fd_.get(), &one, sizeof(one));  // re-arm the probe timer now
+  return absl::OkStatus();
+}
+
 void Dataplane::SetLivenessCallback(std::function<void(NodeId neighbour, bool up)> callback) {
   {
     std::lock_guard<std::mutex> lock(control_mu_);
@@ -801,6 +821,20 @@ void Dataplane::ApplyControl() {
   if (forwarding_generation_ != applied_forwarding_generation_) {
     chooser_.set_config(pending_forwarding_);
     applied_forwarding_generation_ = forwarding_generation_;
+  }
+  if (probe_generation_ != applied_probe_generation_) {
+    applied_probe_generation_ = probe_generation_;
+    const auto [interval, missed] = pending_probe_;
+    itimerspec spec{};
+    spec.it_interval.tv_sec = interval.count() / 1000000000;
+    spec.it_interval.tv_nsec = interval.count() % 1000000000;
+    spec.it_value = spec.it_interval;
+    ::timerfd_settime(timer_fd_.get(), 0, &spec, nullptr);  // cannot fail for a valid spec
+    std::lock_guard<std::mutex> monitor_lock(monitor_mu_);
+    for (auto& p : ports_) {
+      p->liveness.set_missed_threshold(missed);
+      p->monitor.set_probe_settings(interval, missed);
+    }
   }
   applied_generation_ = generation;
 }

@@ -146,6 +146,8 @@ class LinkLiveness {
 
   // Probes sent since the last reply arrived.
   int unanswered() const { return unanswered_; }
+  // From the next judgement on. REQUIRES: missed_threshold >= 1.
+  void set_missed_threshold(int missed_threshold) { missed_threshold_ = missed_threshold; }
 
  private:
   void GoDown();
@@ -325,6 +327,10 @@ class Dataplane {
   // Changes the forwarding mode and its parameters (forgetting every flowlet).
   // InvalidArgument (nothing changes) if !config.Validate().ok(). Thread-safe.
   absl::Status SetForwarding(const ForwardingConfig& config);
+  // New probe settings from the next probe on: the interval, and the missed probes that take a
+  // link down. Errors: InvalidArgument for an interval outside 1 ms..60 s or missed < 1.
+  // Thread-safe.
+  absl::Status SetProbeSettings(Duration interval, int missed_probes);
 
   // Called on the data-plane thread whenever a neighbour link goes down or comes back up (one
   // call per link, so a neighbour with two links may be reported twice). It must return
@@ -449,6 +455,7 @@ class Dataplane {
   std::function<void(NodeId, bool)> active_callback_;
   uint64_t applied_generation_ = 0;
   uint64_t applied_forwarding_generation_ = 0;
+  uint64_t applied_probe_generation_ = 0;
 
   // Control surface: written by any thread under control_mu_, picked up by ApplyControl.
   mutable std::mutex control_mu_;
@@ -456,6 +463,8 @@ class Dataplane {
   std::shared_ptr<const net::OverlayKeyRing> pending_keys_;
   ForwardingConfig pending_forwarding_;
   uint64_t forwarding_generation_ = 0;
+  std::pair<Duration, int> pending_probe_;  // interval, missed probes
+  uint64_t probe_generation_ = 0;
   std::function<void(NodeId, bool)> pending_callback_;
   std::atomic<uint64_t> generation_{0};
 

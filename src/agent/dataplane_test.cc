@@ -388,6 +388,28 @@ TEST(DataplaneTest, SetKeysAndSetForwardingRefuseBadInput) {
   f.queue_bias_bytes = 0;
   f.mode = ForwardingMode::kPerPacket;
   EXPECT_TRUE(dp->SetForwarding(f).ok());
+  EXPECT_THAT(dp->SetProbeSettings(Microseconds(500), 3).message(), HasSubstr("1 ms and 60 s"));
+  EXPECT_THAT(dp->SetProbeSettings(Milliseconds(100), 0).message(), HasSubstr("at least 1"));
+  EXPECT_TRUE(dp->SetProbeSettings(Milliseconds(100), 1).ok());
+}
+
+// Probe settings change while the data plane runs: a node that starts with probes off (an
+// hour apart) probes every 20 ms once told to.
+TEST(DataplaneLoopbackTest, ProbeSettingsApplyWhileRunning) {
+  LoopbackLab lab(2);
+  lab.Connect(0, 1);
+  std::vector<std::unique_ptr<Dataplane>> dps;
+  for (NodeId n = 0; n < 2; ++n) {
+    DataplaneConfig c = lab.ConfigFor(n);
+    c.probe_interval = Seconds(3600);
+    dps.push_back(MustCreate(c));
+    ASSERT_NE(dps.back(), nullptr);
+    ASSERT_TRUE(dps.back()->Start().ok());
+  }
+  EXPECT_EQ(dps[0]->Samples(Time(0))[0].probes_sent, 0u);
+  ASSERT_TRUE(dps[0]->SetProbeSettings(Milliseconds(20), 3).ok());
+  EXPECT_TRUE(WaitFor([&] { return dps[0]->Samples(Time(0))[0].probes_answered >= 5; },
+                      std::chrono::seconds(20)));
 }
 
 TEST(DataplaneTest, CreateNamesTheLinkWhoseSocketCannotBind) {

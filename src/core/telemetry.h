@@ -220,6 +220,12 @@ class LinkMonitor {
 
   // The link's capacity changed (a port speed change): utilisation is measured against it.
   void set_capacity(DataRate capacity) { config_.capacity = capacity; }
+  // New probe settings (the controller may change them at run time). REQUIRES: period > 0,
+  // missed_threshold >= 1.
+  void set_probe_settings(Duration period, int missed_threshold) {
+    config_.sample_period = period;
+    config_.missed_probe_threshold = missed_threshold;
+  }
 
   // Probe `seq` left at `t1` (our clock). REQUIRES: seqs increase from call to call.
   void OnProbeSent(uint64_t seq, Time t1);
