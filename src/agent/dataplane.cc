@@ -436,14 +436,10 @@ struct Dataplane::TxBatch {
   static constexpr size_t kMaxDatagrams = 256;
   static constexpr size_t kMaxGsoSegments = 64;  // the kernel's UDP_MAX_SEGMENTS (at least)
   static constexpr size_t kMaxGsoBytes = 65000;  // one UDP datagram's payload before segmenting
-  union Control {
-    char buf[CMSG_SPACE(sizeof(uint16_t))];
-    cmsghdr align;
-  };
   explicit TxBatch(size_t messages)
       : msgs(messages), controls(messages), runs(messages), iovs(kMaxDatagrams) {}
   std::vector<mmsghdr> msgs;
-  std::vector<Control> controls;
+  std::vector<net::GsoControl> controls;
   std::vector<uint32_t> runs;  // datagrams per message
   std::vector<iovec> iovs;
 };
@@ -1235,15 +1231,7 @@ void Dataplane::Flush(Port& port) {
       h.msg_iov = &tx.iovs[datagrams];
       h.msg_iovlen = run;
       if (run > 1) {
-        TxBatch::Control& c = tx.controls[messages];
-        h.msg_control = c.buf;
-        h.msg_controllen = sizeof(c.buf);
-        cmsghdr* cm = CMSG_FIRSTHDR(&h);
-        cm->cmsg_level = SOL_UDP;
-        cm->cmsg_type = UDP_SEGMENT;
-        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-        const uint16_t segment = static_cast<uint16_t>(size);
-        std::memcpy(CMSG_DATA(cm), &segment, sizeof(segment));
+        net::AttachUdpSegment(h, tx.controls[messages], static_cast<uint16_t>(size));
       }
       tx.runs[messages] = static_cast<uint32_t>(run);
       ++messages;

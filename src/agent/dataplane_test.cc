@@ -691,29 +691,8 @@ void SendGso(const net::Ipv4Endpoint& from, const std::vector<std::vector<uint8_
   ASSERT_TRUE(s.ok()) << s.status();
   std::vector<uint8_t> data;
   for (const auto& d : datagrams) data.insert(data.end(), d.begin(), d.end());
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(to.port);
-  addr.sin_addr.s_addr = htonl(to.address.value);
-  iovec iov{data.data(), data.size()};
-  union {
-    char buf[CMSG_SPACE(sizeof(uint16_t))];
-    cmsghdr align;
-  } control;
-  msghdr h{};
-  h.msg_name = &addr;
-  h.msg_namelen = sizeof(addr);
-  h.msg_iov = &iov;
-  h.msg_iovlen = 1;
-  h.msg_control = control.buf;
-  h.msg_controllen = sizeof(control.buf);
-  cmsghdr* c = CMSG_FIRSTHDR(&h);
-  c->cmsg_level = SOL_UDP;
-  c->cmsg_type = UDP_SEGMENT;
-  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-  const uint16_t segment = static_cast<uint16_t>(datagrams[0].size());
-  std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
-  ASSERT_EQ(::sendmsg(s->fd(), &h, 0), static_cast<ssize_t>(data.size())) << std::strerror(errno);
+  const absl::Status sent = s->SendGso(data, static_cast<uint16_t>(datagrams[0].size()), to);
+  ASSERT_TRUE(sent.ok()) << sent;
 }
 
 // A GSO message from a neighbour arrives as one GRO slot; every datagram in it is still

@@ -150,4 +150,37 @@ absl::StatusOr<int> UdpSocket::SendBatch(absl::Span<const SendItem> items) {
   return sent;
 }
 
+void AttachUdpSegment(msghdr& h, GsoControl& control, uint16_t segment) {
+  h.msg_control = control.buf;
+  h.msg_controllen = sizeof(control.buf);
+  cmsghdr* c = CMSG_FIRSTHDR(&h);
+  c->cmsg_level = SOL_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+}
+
+absl::Status UdpSocket::SendGso(absl::Span<const uint8_t> data, uint16_t segment,
+                                const Ipv4Endpoint& to) {
+  assert(segment > 0);
+  sockaddr_in addr = ToSockaddr(to);
+  iovec iov{const_cast<uint8_t*>(data.data()), data.size()};
+  msghdr h{};
+  h.msg_name = &addr;
+  h.msg_namelen = sizeof(addr);
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  GsoControl control;
+  AttachUdpSegment(h, control, segment);
+  ssize_t n;
+  do {
+    n = ::sendmsg(fd(), &h, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    return absl::ErrnoToStatus(errno, fmt::format("UDP socket {}: GSO send of {} bytes to {}",
+                                                  ToString(local_), data.size(), ToString(to)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace dar::net

@@ -49,6 +49,15 @@ void ForEachDatagram(const RecvSlot& slot, Visit&& visit) {
   for (size_t at = 0; at < slot.size; at += step) visit(at, std::min(step, slot.size - at));
 }
 
+// Room for the UDP_SEGMENT control message of one UDP GSO send.
+union GsoControl {
+  char buf[CMSG_SPACE(sizeof(uint16_t))];
+  cmsghdr align;
+};
+// Attaches a UDP_SEGMENT control message (in `control`, which must live until the send) to `h`:
+// the kernel cuts the message into datagrams of `segment` bytes, the last possibly shorter.
+void AttachUdpSegment(msghdr& h, GsoControl& control, uint16_t segment);
+
 // One datagram of a send batch.
 struct SendItem {
   absl::Span<const uint8_t> data;
@@ -97,6 +106,11 @@ class UdpSocket {
   // destination; an error on a later item ends the batch there and is reported by the next
   // call.
   absl::StatusOr<int> SendBatch(absl::Span<const SendItem> items);
+
+  // Sends `data` to `to` as one UDP GSO message: datagrams of `segment` bytes, the last
+  // possibly shorter. Blocking callers aside, a full send buffer is an Unavailable error.
+  // Errors name the destination. REQUIRES: segment > 0.
+  absl::Status SendGso(absl::Span<const uint8_t> data, uint16_t segment, const Ipv4Endpoint& to);
 
  private:
   UdpSocket(ScopedFd fd, const Ipv4Endpoint& local, int max_batch);

@@ -112,32 +112,12 @@ TEST(UdpSocketTest, BatchOf64ArrivesIntact) {
 
 // Sends `datagrams` to `to` as one UDP GSO message (UDP_SEGMENT): all but the last the same
 // size.
-void SendGso(int fd, const std::vector<std::vector<uint8_t>>& datagrams, const Ipv4Endpoint& to) {
+void SendGso(UdpSocket& s, const std::vector<std::vector<uint8_t>>& datagrams,
+             const Ipv4Endpoint& to) {
   std::vector<uint8_t> data;
   for (const auto& d : datagrams) data.insert(data.end(), d.begin(), d.end());
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(to.port);
-  addr.sin_addr.s_addr = htonl(to.address.value);
-  iovec iov{data.data(), data.size()};
-  union {
-    char buf[CMSG_SPACE(sizeof(uint16_t))];
-    cmsghdr align;
-  } control;
-  msghdr h{};
-  h.msg_name = &addr;
-  h.msg_namelen = sizeof(addr);
-  h.msg_iov = &iov;
-  h.msg_iovlen = 1;
-  h.msg_control = control.buf;
-  h.msg_controllen = sizeof(control.buf);
-  cmsghdr* c = CMSG_FIRSTHDR(&h);
-  c->cmsg_level = SOL_UDP;
-  c->cmsg_type = UDP_SEGMENT;
-  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-  const uint16_t segment = static_cast<uint16_t>(datagrams[0].size());
-  std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
-  ASSERT_EQ(::sendmsg(fd, &h, 0), static_cast<ssize_t>(data.size())) << std::strerror(errno);
+  const absl::Status sent = s.SendGso(data, static_cast<uint16_t>(datagrams[0].size()), to);
+  ASSERT_TRUE(sent.ok()) << sent;
 }
 
 TEST(UdpSocketTest, GroReceivesAGsoMessageWholeAndSplitsItBack) {
@@ -152,11 +132,15 @@ TEST(UdpSocketTest, GroReceivesAGsoMessageWholeAndSplitsItBack) {
     sent.push_back(d);
   }
   sent.push_back(std::vector<uint8_t>(200, 0x77));  // a shorter last one
-  SendGso(tx->fd(), sent, rx->local());
+  SendGso(*tx, sent, rx->local());
   // A plain datagram after it arrives in a slot of its own.
   const std::vector<uint8_t> plain(321, 0x31);
   const SendItem item{plain, rx->local()};
   ASSERT_EQ(*tx->SendBatch(absl::MakeConstSpan(&item, 1)), 1);
+
+  // More than one UDP message can carry is refused, naming where it was going.
+  const absl::Status too_big = tx->SendGso(std::vector<uint8_t>(70000), 1400, rx->local());
+  EXPECT_THAT(std::string(too_big.message()), HasSubstr(ToString(rx->local())));
 
   std::vector<uint8_t> buffers(2 * UdpSocket::kMaxGroBytes);
   std::vector<RecvSlot> slots;
