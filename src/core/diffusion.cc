@@ -13,6 +13,7 @@ namespace dar {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Strictly above `phi` by a relative hair, so that "downhill" survives rounding.
 double Above(double phi) { return phi + 1e-9 * std::max(1.0, std::abs(phi)); }
@@ -172,6 +173,7 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
     s.dist_floor.assign(cores, kInf);
     s.phi.assign(cores, kInf);
     s.psi.assign(cores, kInf);
+    s.boltz.assign(cores, kNaN);
     s.downhill.assign((out_.size() + 63) / 64, 0);
     s.mirrored.assign(cores, 0);
     s.installed.assign(out_.size(), 0);
@@ -193,6 +195,9 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
   hop_link_.resize(max_degree);
   hop_x_.resize(max_degree);
   hop_weight_.resize(max_degree);
+  hop_share_.resize(max_degree);
+  factored_ = config.temperature > 0 && config.min_weight >= kShareMinWeightFloor;
+  arc_boltz_.assign(out_.size(), 0);
   queued_.assign(cores, 0);
   heap_ = std::make_unique<MinHeap>(cores);
 }
@@ -209,6 +214,19 @@ void DiffusionEngine::LoadArc(uint32_t slot, absl::Span<const double> costs) {
   }
 }
 
+void DiffusionEngine::LoadBoltz(uint32_t first, uint32_t n) {
+  if (!factored_) return;
+  const double inv_t = 1 / config_.temperature;
+  double* b = &arc_boltz_[first];
+  for (uint32_t i = 0; i < n; ++i) b[i] = -arc_cost_[first + i] * inv_t;  // -inf if unusable
+  ExpNonPositive(b, b, n);
+}
+
+double DiffusionEngine::Boltz(double psi) const {
+  const double b = std::exp(-psi / config_.temperature);
+  return b >= kShareZMin && b <= kShareZMax ? b : kNaN;
+}
+
 void DiffusionEngine::MarkUnusable(int32_t v) {
   has_unusable_[v] = 0;
   for (uint32_t i = out_begin_[v]; i < out_begin_[v + 1]; ++i) has_unusable_[v] |= !usable_[i];
@@ -216,6 +234,7 @@ void DiffusionEngine::MarkUnusable(int32_t v) {
 
 void DiffusionEngine::LoadCosts(absl::Span<const double> costs) {
   for (uint32_t i = 0; i < out_.size(); ++i) LoadArc(i, costs);
+  LoadBoltz(0, static_cast<uint32_t>(out_.size()));
   for (int32_t v = 0; v < static_cast<int32_t>(node_of_.size()); ++v) MarkUnusable(v);
 }
 
@@ -224,24 +243,31 @@ void DiffusionEngine::LoadCosts(absl::Span<const double> costs, absl::Span<const
     const int32_t s = slot_of_link_[l];
     if (s < 0) continue;
     LoadArc(s, costs);
-    if (out_[s].twin != kNoLink) LoadArc(slot_of_link_[out_[s].twin], costs);  // its twin cost
+    LoadBoltz(static_cast<uint32_t>(s), 1);
+    if (out_[s].twin != kNoLink) {  // its twin cost
+      const int32_t t = slot_of_link_[out_[s].twin];
+      LoadArc(t, costs);
+      LoadBoltz(static_cast<uint32_t>(t), 1);
+    }
     MarkUnusable(core_of_[topo_.link(l).src]);
   }
 }
 
 struct DiffusionEngine::Gathered {
   uint32_t n = 0;        // downhill arcs, in hop_link_ and hop_x_
-  double m = kInf;       // the least cost + psi: the cheapest way on
+  double m = kInf;       // the least cost + psi: the cheapest way on (direct gather only)
   double dist = kInf;    // cheapest-path cost through them
   double top = -kInf;    // the highest potential at their far ends
   double slack = -kInf;  // with twin checks: the order is broken if dist < slack
 };
 
 // The engine's innermost loop: once per downhill arc, destination and cycle.
-template <bool kCheckTwins>
+template <bool kCheckTwins, bool kFactored>
 void DiffusionEngine::Gather(const DestState& d, int32_t v, Gathered& g) {
   LinkId* link = hop_link_.data();
   double* x = hop_x_.data();
+  double* share = hop_share_.data();
+  const double *arc_boltz = arc_boltz_.data(), *boltz = d.boltz.data();
   const int32_t* node = arc_node_.data();
   const LinkId* arc_link = arc_link_.data();
   const double *cost = arc_cost_.data(), *twin_cost = arc_twin_cost_.data();
@@ -260,14 +286,20 @@ void DiffusionEngine::Gather(const DestState& d, int32_t v, Gathered& g) {
     for (; bits != 0; bits &= bits - 1) {
       const size_t s = w * 64 + static_cast<size_t>(std::countr_zero(bits));
       const int32_t u = node[s];
-      const double c = cost[s], xu = c + psi[u];
-      m = std::min(xu, m);
+      const double c = cost[s];
       best = std::min(c + dist[u], best);
       top = std::max(phi[u], top);
       // The twin u -> v breaks the order if twin_cost + dist(v) < dist_floor(u).
       if constexpr (kCheckTwins) slack = std::max(dist_floor[u] - twin_cost[s], slack);
       link[n] = arc_link[s];
-      x[n++] = xu;
+      if constexpr (kFactored) {  // x is completed only where needed (Relax)
+        share[n] = arc_boltz[s] * boltz[u];
+        x[n++] = c;
+      } else {
+        const double xu = c + psi[u];
+        m = std::min(xu, m);
+        x[n++] = xu;
+      }
     }
   }
   g = Gathered{n, m, best, top, slack};
@@ -279,28 +311,40 @@ DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t 
   Gathered g;
   // The order holds at v's downhill neighbours u if none of them now reaches d more cheaply
   // through v (over the twin u -> v) than the way it was settled. Nobody goes through a host.
-  if (check_twins && forwards_[v]) {
-    Gather<true>(d, v, g);
+  const bool twins = check_twins && forwards_[v];
+  if (factored_) {
+    twins ? Gather<true, true>(d, v, g) : Gather<false, true>(d, v, g);
   } else {
-    Gather<false>(d, v, g);
+    twins ? Gather<true, false>(d, v, g) : Gather<false, false>(d, v, g);
   }
-  if (!(g.m < kInf)) return RelaxResult::kNoNextHop;
+  if (!((factored_ ? g.dist : g.m) < kInf)) return RelaxResult::kNoNextHop;
   if (g.dist < g.slack) return RelaxResult::kReordered;
   dist = g.dist;
   LinkId* link = hop_link_.data();
   double* x = hop_x_.data();
+  double* share = hop_share_.data();
   uint32_t n = g.n;
   if (has_unusable_[v]) {  // drop the unusable links
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; ++i) {
       if (x[i] < kInf) {
         link[k] = link[i];
+        share[k] = share[i];
         x[k++] = x[i];
       }
     }
     n = k;
   }
-  const double m = g.m;
+  hop_boltz_ = kNaN;
+  double m = g.m;
+  // The factored gather leaves x at the arc costs: completes x and m, as the direct way has them.
+  auto complete = [&] {
+    if (!factored_) return;
+    for (uint32_t i = 0; i < n; ++i) {
+      x[i] += d.psi[link_dst_core_[link[i]]];
+      m = std::min(x[i], m);
+    }
+  };
   const double t = config_.temperature;
   double* w = hop_weight_.data();
   uint32_t kept = 0;
@@ -312,17 +356,35 @@ DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t 
     for (uint32_t i = 0; i < kept; ++i) w[i] = 1.0 / kept;
     psi = m;
   } else if (n == 1) {  // what the general case gives: exp(0) = 1, ln 1 = 0
+    complete();
     w[0] = 1;
     psi = m;
     kept = 1;
+    if (factored_) {
+      hop_boltz_ = share[0] >= kShareZMin && share[0] <= kShareZMax ? share[0] : Boltz(psi);
+    }
   } else {
     // Every downhill neighbour (settled earlier) stays a next hop, so traffic pinned to one (a
     // flow, a flowlet) never has to move while the settling order holds; one far costlier
     // than the best is floored at min_weight before the final normalisation. The potential
     // is then lifted above any next hop it would fall below (Commit). With min_weight 0, a
     // share that underflows to 0 is dropped.
-    const double z = SoftMinWeights(x, w, n, m, 1 / t, config_.min_weight);
-    psi = m - t * std::log(z);
+    // Factored: the shares are exp(-(c + psi(u)) / T), their sum is exp(-psi / T). Outside the
+    // range where that is exact to rounding (or if a neighbour was), the direct way: shares
+    // relative to the best, exp((m - x) / T).
+    const double zf = factored_ ? ShareWeights(share, w, n, config_.min_weight) : kNaN;
+    if (zf >= kShareZMin && zf <= kShareZMax) {
+      psi = -t * std::log(zf);
+      hop_boltz_ = zf;
+    } else {
+      complete();
+      const double z = SoftMinWeights(x, w, n, m, 1 / t, config_.min_weight);
+      psi = m - t * std::log(z);
+      if (factored_) {
+        hop_boltz_ = Boltz(psi);
+        ++stats_.nodes_direct;
+      }
+    }
     if (config_.min_weight > 0) {
       kept = n;  // every share is at least min_weight
     } else {
@@ -509,7 +571,9 @@ __attribute__((flatten)) bool DiffusionEngine::SoftPass(DestState& d,
                                                         bool check_order) {
   std::fill(d.psi.begin(), d.psi.end(), kInf);
   std::fill(d.phi.begin(), d.phi.end(), kInf);
+  if (factored_) std::fill(d.boltz.begin(), d.boltz.end(), kNaN);
   d.psi[d.core] = 0;
+  d.boltz[d.core] = 1;
   d.phi[d.core] = 0;
   d.dist_floor[d.core] = Floor(0);
   // In settling order, so every next hop's potential is final when a node is committed.
@@ -534,6 +598,7 @@ __attribute__((flatten)) bool DiffusionEngine::SoftPass(DestState& d,
     d.dist[v] = dist;
     d.dist_floor[v] = Floor(dist);
     d.psi[v] = psi;
+    d.boltz[v] = hop_boltz_;
     d.phi[v] = Commit(d, v, psi, costs);
   }
   return !check_order || !OrderBrokenOutsideTwins(d, costs);
@@ -600,6 +665,7 @@ bool DiffusionEngine::RelaxRegion(DestState& d, absl::Span<const double> costs,
     d.dist_floor[v] = Floor(dist);
     const double old_psi = d.psi[v], old_phi = d.phi[v];
     d.psi[v] = psi;
+    d.boltz[v] = hop_boltz_;
     d.phi[v] = Commit(d, v, psi, costs);
     auto same = [](double a, double b) {
       return std::abs(a - b) <= 1e-12 * std::max(1.0, std::abs(b));

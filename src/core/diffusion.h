@@ -31,6 +31,13 @@
 // weights come from vector kernels (core/vector_exp.h); and hysteresis compares against a
 // compact float copy of the installed weights, reading the table itself (far larger than the
 // caches) only when that copy cannot decide exactly.
+// The exps are factored: exp(-(c(v,u) + psi(u)) / T) = exp(-c(v,u) / T) * exp(-psi(u) / T),
+// the first once per arc and cycle, the second once per node and destination — and that one
+// is the node's soft-minimum sum itself, so it needs no exp either. A cycle then takes one exp
+// per arc, not per arc and destination. Where the product leaves the range in which it is
+// exact to rounding (psi / T in the hundreds: long or costly paths), or min_weight is below
+// kShareMinWeightFloor, a node takes the direct way (one exp per downhill arc) instead; the
+// two agree to rounding.
 //
 // Stub hosts (Topology::StubUplink) are never relaxed and get no rows; hosts never forward.
 // Not thread-safe. Pure computation: no clock, no I/O.
@@ -67,6 +74,9 @@ struct DiffusionStats {
   int destinations_warm = 0;         // recomputed whole in their previous order
   int destinations_incremental = 0;  // destinations re-relaxed in part
   int64_t nodes_relaxed = 0;
+  // Relaxations that computed their weights the direct way (one exp per downhill arc) while
+  // the factored way was on, because a share or the sum left its exact range.
+  int64_t nodes_direct = 0;
   int64_t route_changes = 0;  // (node, destination) rows whose next hops or weights changed
 };
 
@@ -112,6 +122,9 @@ class DiffusionEngine {
     std::vector<double> dist_floor;  // dist less a hair: reaching v for less reorders d
     std::vector<double> psi;         // soft minimum (free energy): what the weights come from
     std::vector<double> phi;         // potential: psi lifted just above every next hop's phi
+    // exp(-psi / T) where it lies in [kShareZMin, kShareZMax] (factored_ only); NaN elsewhere,
+    // which makes every node relaxed over it take the direct way.
+    std::vector<double> boltz;
     // One bit per out-arc slot (out_): the arc leads to a node settled earlier that forwards
     // (or is d), so it may be a next hop if its link is usable. Follows the order (Settle).
     std::vector<uint64_t> downhill;
@@ -131,6 +144,10 @@ class DiffusionEngine {
   void LoadCosts(absl::Span<const double> costs, absl::Span<const LinkId> links);
   void LoadArc(uint32_t slot, absl::Span<const double> costs);
   void MarkUnusable(int32_t v);  // has_unusable_[v] from usable_
+  // arc_boltz_ from arc_cost_ over out-arc slots [first, first + n).
+  void LoadBoltz(uint32_t first, uint32_t n);
+  // exp(-psi / T) as kept in DestState::boltz: NaN outside [kShareZMin, kShareZMax].
+  double Boltz(double psi) const;
   // Settling order, ranks and cheapest-path costs of d (Dijkstra from d over in-links), and
   // the downhill arcs that follow from the order.
   void Settle(DestState& d, absl::Span<const double> costs);
@@ -144,13 +161,14 @@ class DiffusionEngine {
   // Re-relaxes d upstream of `seeds`; false if d must be recomputed whole.
   bool RelaxRegion(DestState& d, absl::Span<const double> costs, std::vector<int32_t>& seeds);
   // Relaxes node v of d from its downhill neighbours (the costs of the last LoadCosts): its
-  // soft minimum `psi`, its cheapest-path cost `dist`, and its new row in the hop_* scratch.
+  // soft minimum `psi` (and hop_boltz_), its cheapest-path cost `dist`, and its new row in the
+  // hop_* scratch.
   // With check_twins, also reports kReordered if a node settled before v now reaches d more
   // cheaply through v (checked over the twins of v's downhill arcs).
   RelaxResult Relax(const DestState& d, int32_t v, bool check_twins, double& psi, double& dist);
   struct Gathered;
   // v's downhill arcs into hop_link_ and hop_x_, and what Relax needs to know about them.
-  template <bool kCheckTwins>
+  template <bool kCheckTwins, bool kFactored>
   void Gather(const DestState& d, int32_t v, Gathered& g);
   // Whether d's order is broken by a link the twin checks do not cover (no twin, or from a
   // host), or by a node outside the order that can now reach a node in it.
@@ -197,6 +215,9 @@ class DiffusionEngine {
   std::vector<int32_t> arc_node_;
   std::vector<LinkId> arc_link_;
   std::vector<double> arc_cost_, arc_twin_cost_;
+  std::vector<double> arc_boltz_;  // exp(-cost / T); 0 if unusable (only if factored_)
+  // Weights from factored shares (ShareWeights): T > 0 and min_weight >= kShareMinWeightFloor.
+  bool factored_ = false;
   std::vector<uint8_t> usable_;        // by out-arc slot
   std::vector<uint8_t> has_unusable_;  // by core index: an out-link is unusable
   std::vector<int32_t> slot_of_link_;  // link -> its out-arc slot; -1 if not between cores
@@ -210,10 +231,13 @@ class DiffusionEngine {
   std::vector<NextHop> hops_;      // rows for BuildTable, by out-arc slot (a row fits its node)
   std::vector<uint32_t> row_len_;  // by core index
   std::vector<uint8_t> changed_;   // by core index: the new row differs from the table's
-  // The node in hand (Relax): per downhill arc, its link and cost + psi; then per next hop of
-  // the new row (the first hop_count_), link and weight, and the highest next hop potential.
+  // The node in hand (Relax): per downhill arc, its link and cost + psi (with factored_, its
+  // cost, completed only where the direct way needs it); then per next hop of the new row (the
+  // first hop_count_), link and weight, and the highest next hop potential.
   std::vector<LinkId> hop_link_;
   std::vector<double> hop_x_, hop_weight_;
+  std::vector<double> hop_share_;  // per downhill arc: exp(-(cost + psi) / T), if factored_
+  double hop_boltz_ = 0;           // the node's exp(-psi / T), as kept in DestState::boltz
   uint32_t hop_count_ = 0;
   double hop_top_ = 0;
   bool hop_all_ = false;          // the new row has every usable downhill arc of the node

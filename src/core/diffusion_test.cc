@@ -8,6 +8,7 @@
 #include "core/routing.h"
 #include "core/topology_gen.h"
 #include "core/validator.h"
+#include "core/vector_exp.h"
 #include "gtest/gtest.h"
 
 namespace dar {
@@ -397,6 +398,89 @@ TEST(DiffusionTest, PropertyRandomGraphsAlwaysValid) {
       ExpectDownhill(topo, engine, t);
     }
   }
+}
+
+// The factored weights (one exp per arc) against the direct ones (one exp per arc and
+// destination) over random graphs: the same next hops, weights and potentials to rounding,
+// through full and incremental passes. Costly links push psi / T past the factored range, so
+// part of the nodes fall back to the direct way, which must agree as well. A min_weight just
+// below kShareMinWeightFloor turns the factored way off and changes no weight beyond rounding.
+TEST(DiffusionTest, FactoredWeightsMatchDirectOnes) {
+  Random rng(4242);
+  int64_t relaxed = 0, direct = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    Topology topo;
+    const int switches = 3 + static_cast<int>(rng.Below(20));
+    for (int i = 0; i < switches; ++i) topo.AddNode("s" + std::to_string(i), NodeKind::kSwitch);
+    for (int i = 0; i < 3; ++i) {
+      const NodeId h = topo.AddNode("h" + std::to_string(i), NodeKind::kHost);
+      topo.AddDuplexLink(h, static_cast<NodeId>(rng.Below(switches)), LinkParams());
+    }
+    const int cables = switches + static_cast<int>(rng.Below(3 * switches));
+    for (int i = 0; i < cables; ++i) {
+      const NodeId a = static_cast<NodeId>(rng.Below(switches));
+      const NodeId b = static_cast<NodeId>(rng.Below(switches));
+      if (a != b) topo.AddDuplexLink(a, b, LinkParams());
+    }
+    // Half the trials have costly links (a congested link's cost runs into the hundreds).
+    const double costly = trial % 2 == 0 ? 0 : 0.3;
+    auto cost = [&] {
+      return rng.Uniform() < costly ? 100 + 300 * rng.Uniform() : 0.5 + 3 * rng.Uniform();
+    };
+    std::vector<double> costs(topo.num_links());
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      costs[l] = cost();
+      if (rng.Uniform() < 0.05) costs[l] = kUnusable;
+    }
+    DiffusionConfig config;
+    config.temperature = 0.3 + 1.7 * rng.Uniform();
+    config.hysteresis = 0;
+    config.min_weight = kShareMinWeightFloor;
+    DiffusionConfig direct_config = config;
+    direct_config.min_weight = std::nextafter(kShareMinWeightFloor, 0);
+    DiffusionEngine factored(topo, config);
+    DiffusionEngine reference(topo, direct_config);
+    for (int round = 0; round < 4; ++round) {
+      std::vector<LinkId> changed;
+      if (round == 0) {
+        factored.ComputeAll(costs);
+        reference.ComputeAll(costs);
+      } else {
+        for (int k = 0; k < 3; ++k) {
+          const LinkId l = static_cast<LinkId>(rng.Below(topo.num_links()));
+          costs[l] = cost();
+          changed.push_back(l);
+        }
+        factored.Update(costs, changed);
+        reference.Update(costs, changed);
+      }
+      relaxed += factored.stats().nodes_relaxed;
+      direct += factored.stats().nodes_direct;
+      if (costly == 0) {
+        EXPECT_EQ(factored.stats().nodes_direct, 0) << "trial " << trial;
+      }
+      const RoutingTables x = factored.Tables(1), y = reference.Tables(1);
+      for (NodeId d : topo.Destinations()) {
+        for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+          const double p = reference.Potential(d, v), q = factored.Potential(d, v);
+          if (std::isinf(p)) {
+            EXPECT_EQ(q, p);
+          } else {
+            EXPECT_NEAR(q, p, 1e-10 * std::max(1.0, std::abs(p))) << "trial " << trial;
+          }
+          const auto a = x.Lookup(v, d), b = y.Lookup(v, d);
+          ASSERT_EQ(a.size(), b.size()) << "trial " << trial << " round " << round;
+          for (size_t i = 0; i < a.size(); ++i) {
+            EXPECT_EQ(a[i].link, b[i].link);
+            EXPECT_NEAR(a[i].weight, b[i].weight, 1e-10) << "trial " << trial;
+          }
+        }
+      }
+    }
+  }
+  // Both ways were taken.
+  EXPECT_GT(direct, 0);
+  EXPECT_LT(direct, relaxed / 2);
 }
 
 // Cheapest-path costs to d over usable links (Bellman-Ford): a reference for the settling order.

@@ -81,6 +81,33 @@ DAR_KERNEL void ExpNonPositiveBody(const double* y, double* out, uint32_t n) {
   if (i < n) StorePartial(out + i, n - i, Exp4(LoadPartial(y + i, n - i, 0.0)));
 }
 
+// Floored, normalised shares into w: the end of both weight kernels. e[0..n) holds the shares
+// (all but the last n % 4, which are in `tail`, 0 in the lanes past n) and z is their sum.
+// e may be w.
+DAR_KERNEL void ShareBody(const double* e, double* w, uint32_t n, const V4d& tail,
+                          double min_weight, double z) {
+  const uint32_t full = n & ~3u, rest = n - full;
+  const double inv_z = 1 / z;
+  V4d total4 = {0, 0, 0, 0};
+  for (uint32_t i = 0; i < full; i += 4) {
+    V4d s = Load(e + i) * inv_z;
+    s = s < min_weight ? min_weight : s;
+    Store(w + i, s);
+    total4 += s;
+  }
+  if (rest > 0) {
+    const V4i live = V4i{0, 1, 2, 3} < static_cast<int64_t>(rest);
+    V4d s = tail * inv_z;
+    s = s < min_weight ? min_weight : s;
+    s = live ? s : 0.0;
+    StorePartial(w + full, rest, s);
+    total4 += s;
+  }
+  const double inv_total = 1 / SumLanes(total4);
+  for (uint32_t i = 0; i < full; i += 4) Store(w + i, Load(w + i) * inv_total);
+  for (uint32_t i = full; i < n; ++i) w[i] *= inv_total;
+}
+
 DAR_KERNEL double SoftMinWeightsBody(const double* x, double* w, uint32_t n, double m, double inv_t,
                                      double min_weight) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -98,26 +125,24 @@ DAR_KERNEL double SoftMinWeightsBody(const double* x, double* w, uint32_t n, dou
     z4 += tail;
   }
   const double z = SumLanes(z4);
-  // Floored shares, then normalised so they sum to 1.
-  const double inv_z = 1 / z;
-  V4d total4 = {0, 0, 0, 0};
+  ShareBody(w, w, n, tail, min_weight, z);
+  return z;
+}
+
+DAR_KERNEL double ShareWeightsBody(const double* e, double* w, uint32_t n, double min_weight) {
+  const uint32_t full = n & ~3u, rest = n - full;
+  V4d z4 = {0, 0, 0, 0};
   for (uint32_t i = 0; i < full; i += 4) {
-    V4d s = Load(w + i) * inv_z;
-    s = s < min_weight ? min_weight : s;
-    Store(w + i, s);
-    total4 += s;
+    z4 += Load(e + i);
   }
+  V4d tail = {0, 0, 0, 0};
   if (rest > 0) {
-    const V4i live = V4i{0, 1, 2, 3} < static_cast<int64_t>(rest);
-    V4d s = tail * inv_z;
-    s = s < min_weight ? min_weight : s;
-    s = live ? s : 0.0;
-    StorePartial(w + full, rest, s);
-    total4 += s;
+    tail = LoadPartial(e + full, rest, 0.0);
+    z4 += tail;
   }
-  const double inv_total = 1 / SumLanes(total4);
-  for (uint32_t i = 0; i < full; i += 4) Store(w + i, Load(w + i) * inv_total);
-  for (uint32_t i = full; i < n; ++i) w[i] *= inv_total;
+  const double z = SumLanes(z4);
+  if (!(z >= kShareZMin && z <= kShareZMax)) return z;  // the caller falls back: leave w alone
+  ShareBody(e, w, n, tail, min_weight, z);
   return z;
 }
 
@@ -152,6 +177,10 @@ double SoftMinWeightsPortable(const double* x, double* w, uint32_t n, double m, 
   return SoftMinWeightsBody(x, w, n, m, inv_t, min_weight);
 }
 
+double ShareWeightsPortable(const double* e, double* w, uint32_t n, double min_weight) {
+  return ShareWeightsBody(e, w, n, min_weight);
+}
+
 double AbsDiffSumPortable(const float* a, const double* b, uint32_t n) {
   return AbsDiffSumBody(a, b, n);
 }
@@ -168,11 +197,19 @@ __attribute__((target("avx2"))) double SoftMinWeightsAvx2(const double* x, doubl
                                                           double min_weight) {
   return SoftMinWeightsBody(x, w, n, m, inv_t, min_weight);
 }
+__attribute__((target("avx2"))) double ShareWeightsAvx2(const double* e, double* w, uint32_t n,
+                                                        double min_weight) {
+  return ShareWeightsBody(e, w, n, min_weight);
+}
 __attribute__((target("avx2"))) double AbsDiffSumAvx2(const float* a, const double* b, uint32_t n) {
   return AbsDiffSumBody(a, b, n);
 }
 #else
 bool HasAvx2() { return false; }
+
+double ShareWeightsAvx2(const double* e, double* w, uint32_t n, double min_weight) {
+  return ShareWeightsBody(e, w, n, min_weight);
+}
 
 double AbsDiffSumAvx2(const float* a, const double* b, uint32_t n) {
   return AbsDiffSumBody(a, b, n);
@@ -201,6 +238,13 @@ double SoftMinWeights(const double* x, double* w, uint32_t n, double m, double i
                                ? &vector_exp_internal::SoftMinWeightsAvx2
                                : &vector_exp_internal::SoftMinWeightsPortable;
   return impl(x, w, n, m, inv_t, min_weight);
+}
+
+double ShareWeights(const double* e, double* w, uint32_t n, double min_weight) {
+  static const auto impl = vector_exp_internal::HasAvx2()
+                               ? &vector_exp_internal::ShareWeightsAvx2
+                               : &vector_exp_internal::ShareWeightsPortable;
+  return impl(e, w, n, min_weight);
 }
 
 double AbsDiffSum(const float* a, const double* b, uint32_t n) {

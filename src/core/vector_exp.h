@@ -1,5 +1,7 @@
 // Vector kernels of the diffusion engine: exp over non-positive arguments and the soft-minimum
-// weights of one node, its innermost work (one exp per downhill arc and destination).
+// weights of one node, its innermost work (once per downhill arc and destination): from costs
+// (SoftMinWeights, one exp per arc) or from shares already factored into products
+// (ShareWeights, no exp).
 //
 // Each kernel has a portable version (SSE2, which every x86-64 has, or plain C++ elsewhere)
 // and, on x86-64, an AVX2 version chosen at run time when the CPU has it. Both versions do the
@@ -27,6 +29,21 @@ void ExpNonPositive(const double* y, double* out, uint32_t n);
 double SoftMinWeights(const double* x, double* w, uint32_t n, double m, double inv_t,
                       double min_weight);
 
+// The range of z in which ShareWeights writes weights. With a min_weight of at least
+// kShareMinWeightFloor and factors of each e[i] at most kShareZMax, every share that escapes
+// the floor is then a normal double and so are its factors: rounding is all that differs from
+// SoftMinWeights.
+inline constexpr double kShareZMin = 1e-270;
+inline constexpr double kShareZMax = 1e10;
+inline constexpr double kShareMinWeightFloor = 1e-20;
+
+// The weights of one node's next hops from their unnormalised shares e[i] >= 0 (NaN allowed):
+// with z = sum of e, writes w[i] = max(e[i] / z, min_weight) / total as SoftMinWeights does,
+// summing in the same order, and returns z. If z is outside [kShareZMin, kShareZMax] or NaN,
+// writes nothing (the caller computes the weights another way). w may alias e.
+// REQUIRES: n >= 1.
+double ShareWeights(const double* e, double* w, uint32_t n, double min_weight);
+
 // Sum of |a[i] - b[i]| over i < n, a widened to double: how far a row's weights moved. Summed
 // four lanes at a time like SoftMinWeights, so within n ulp of the plain sum.
 double AbsDiffSum(const float* a, const double* b, uint32_t n);
@@ -37,11 +54,13 @@ bool HasAvx2();
 void ExpNonPositivePortable(const double* y, double* out, uint32_t n);
 double SoftMinWeightsPortable(const double* x, double* w, uint32_t n, double m, double inv_t,
                               double min_weight);
+double ShareWeightsPortable(const double* e, double* w, uint32_t n, double min_weight);
 double AbsDiffSumPortable(const float* a, const double* b, uint32_t n);
 // REQUIRES: HasAvx2().
 void ExpNonPositiveAvx2(const double* y, double* out, uint32_t n);
 double SoftMinWeightsAvx2(const double* x, double* w, uint32_t n, double m, double inv_t,
                           double min_weight);
+double ShareWeightsAvx2(const double* e, double* w, uint32_t n, double min_weight);
 double AbsDiffSumAvx2(const float* a, const double* b, uint32_t n);
 }  // namespace vector_exp_internal
 

@@ -150,5 +150,57 @@ TEST(VectorExpTest, UnderflowingShareStaysZeroWithoutAFloor) {
   EXPECT_DOUBLE_EQ(w[1], 0.01 / 1.01);
 }
 
+// Shares given as products (the factored way) give the weights SoftMinWeights gives from the
+// costs, to rounding, in every version to the bit; the sum is the shares' sum.
+TEST(VectorExpTest, ShareWeightsMatchSoftMinWeights) {
+  Random rng(17);
+  for (uint32_t n = 1; n <= 43; ++n) {
+    const double t = 0.05 + rng.Uniform(), min_weight = 0.02 * rng.Uniform() + 1e-4;
+    // Potentials up to psi / T ~ 580: the sum gets as small as 1e-252, still in range.
+    const double offset = 500 * t * rng.Uniform();
+    std::vector<double> x(n), e(n);
+    double m = std::numeric_limits<double>::infinity();
+    for (uint32_t i = 0; i < n; ++i) {
+      x[i] = offset + 4 * rng.Uniform();
+      m = std::min(m, x[i]);
+      const double c = 0.5 + 0.5 * rng.Uniform();  // the arc's part of x, then the node's
+      e[i] = std::exp(-c / t) * std::exp(-(x[i] - c) / t);
+    }
+    std::vector<double> want(n), got(n), avx(n);
+    SoftMinWeights(x.data(), want.data(), n, m, 1 / t, min_weight);
+    const double z = ShareWeights(e.data(), got.data(), n, min_weight);
+    long double sum = 0;
+    for (double v : e) sum += v;
+    EXPECT_NEAR(z / static_cast<double>(sum), 1, 1e-14) << "n=" << n;
+    for (uint32_t i = 0; i < n; ++i) {
+      // x / T in the hundreds: a rounding of x (1e-13 at 500) moves a share by 1e-13 / T.
+      EXPECT_NEAR(got[i], want[i], 1e-10) << "n=" << n << " i=" << i;
+    }
+    if (internal::HasAvx2()) {
+      const double za = internal::ShareWeightsAvx2(e.data(), avx.data(), n, min_weight);
+      const double zp = internal::ShareWeightsPortable(e.data(), got.data(), n, min_weight);
+      EXPECT_EQ(std::bit_cast<uint64_t>(za), std::bit_cast<uint64_t>(zp)) << "n=" << n;
+      EXPECT_TRUE(SameBits(avx, got)) << "n=" << n;
+    }
+  }
+}
+
+// Outside its range (or with a NaN share) ShareWeights leaves the weights to the caller.
+TEST(VectorExpTest, ShareWeightsWritesNothingOutOfRange) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const std::vector<double>& e :
+       {std::vector<double>{1e-280, 1e-300, 0}, std::vector<double>{1e11, 1, 1, 1, 1},
+        std::vector<double>{0.5, nan, 0.25, 0.25, 0.5}}) {
+    std::vector<double> w(e.size(), -1);
+    const double z = ShareWeights(e.data(), w.data(), static_cast<uint32_t>(e.size()), 0.01);
+    EXPECT_FALSE(z >= kShareZMin && z <= kShareZMax) << z;
+    for (double v : w) EXPECT_EQ(v, -1);
+  }
+  // The edges of the range are in it.
+  std::vector<double> e = {kShareZMin}, w(1);
+  EXPECT_EQ(ShareWeights(e.data(), w.data(), 1, 0.01), kShareZMin);
+  EXPECT_EQ(w[0], 1);
+}
+
 }  // namespace
 }  // namespace dar
