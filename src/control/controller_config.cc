@@ -273,6 +273,12 @@ RouteComputerConfig DefaultControllerRoutes() {
   c.scales.reference_delay = Milliseconds(1);
   // Noisy samples move most links' costs at once; a full pass is then the cheaper one.
   c.full_above_changed_fraction = 0.25;
+  // Bad news at once, good news over ~0.4 s: load that comes and goes (elastic flows, the
+  // traffic the tables just moved) does not swing routes back and forth every cycle.
+  c.cost_decay_periods = 4;
+  // The underlay may be slower than configured (a shaper, a policer, a congested provider):
+  // trust queueing, loss and delivered throughput over configured capacities.
+  c.measured_links = true;
   return c;
 }
 

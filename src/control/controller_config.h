@@ -34,7 +34,7 @@
 //     bulk_weights: {hop: 1, latency: 0, loss: 1, utilisation: 0.5, capacity: 1}
 //
 // Every node is a router and an application endpoint: each is a destination of the tables.
-// A link without `delay_us` takes half the RTT its agents measure as its base delay.
+// A link without `delay_us` takes half the smallest RTT its agents measure as its base delay.
 #ifndef DAR_CONTROL_CONTROLLER_CONFIG_H_
 #define DAR_CONTROL_CONTROLLER_CONFIG_H_
 
@@ -102,8 +102,10 @@ struct ControllerConfig {
 };
 
 // The controller's defaults for the route computer: the simulator's, with the controller's
-// liveness rule (down_from_samples off: ends decide together), a 1 ms delay scale, and a
-// class recomputed whole when over a quarter of the links changed cost.
+// liveness rule (down_from_samples off: ends decide together), a 1 ms delay scale, a class
+// recomputed whole when over a quarter of the links changed cost, costs that fall over 4
+// cycles (cost_decay_periods), and links judged by what they are measured to do
+// (measured_links: queueing from the RTT, delivery capacity, slow links suppressed).
 RouteComputerConfig DefaultControllerRoutes();
 
 // Parses configuration text; `file` names it in errors and anchors relative TLS and log paths

@@ -434,9 +434,11 @@ CycleReport ControllerCore::RunCycle() {
   for (const PendingSample& p : batch) {
     computer_->Observe(p.link, p.sample);
     ends_[p.link] = LinkEnd{p.received, p.sample.up, p.received_unix_ns};
-    if (!overlay->delay_configured[p.link] && p.sample.rtt_smoothed > Duration(0)) {
+    // Half the base RTT, not the smoothed one: queueing must not pass for propagation (the
+    // computer counts it as queueing, StateOf).
+    if (!overlay->delay_configured[p.link] && computer_->BaseRtt(p.link) > Duration(0)) {
       computer_->SetLinkParams(p.link, topo.link(p.link).params.capacity,
-                               p.sample.rtt_smoothed / 2);
+                               computer_->BaseRtt(p.link) / 2);
     }
   }
   report.samples_applied = static_cast<int>(batch.size());

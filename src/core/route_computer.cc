@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/status_macros.h"
@@ -66,6 +67,27 @@ absl::Status RouteComputerConfig::Validate() const {
   if (full_every < 1) {
     return absl::InvalidArgumentError(fmt::format("full_every: must be >= 1, got {}", full_every));
   }
+  if (cost_decay_periods < 1) {
+    return absl::InvalidArgumentError(
+        fmt::format("cost_decay_periods: must be >= 1, got {}", cost_decay_periods));
+  }
+  if (base_rtt_periods < 1) {
+    return absl::InvalidArgumentError(
+        fmt::format("base_rtt_periods: must be >= 1, got {}", base_rtt_periods));
+  }
+  if (queue_limited_delay < Duration(0) || queue_limited_periods < 1 || queue_limited_window < 1 ||
+      capacity_recovery_periods < 1) {
+    return absl::InvalidArgumentError(fmt::format(
+        "queue_limited_delay, queue_limited_periods, queue_limited_window, "
+        "capacity_recovery_periods: must be >= 0, >= 1, >= 1 and >= 1, got {} us, {}, {}, {}",
+        queue_limited_delay.count() / 1000, queue_limited_periods, queue_limited_window,
+        capacity_recovery_periods));
+  }
+  if (!(slow_fraction > 0 && slow_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        fmt::format("slow_fraction: must be in (0, 1], got {}", slow_fraction));
+  }
+  RETURN_IF_ERROR(CheckNonNegative(forecast_restart_step, "forecast_restart_step"));
   RETURN_IF_ERROR(CheckNonNegative(diffusion.temperature, "diffusion.temperature"));
   RETURN_IF_ERROR(CheckNonNegative(diffusion.hysteresis, "diffusion.hysteresis"));
   if (!(diffusion.min_weight >= 0 && diffusion.min_weight <= 1)) {
@@ -77,6 +99,11 @@ absl::Status RouteComputerConfig::Validate() const {
     return absl::InvalidArgumentError(
         "scales: reference delay, loss and capacity must be > 0 and max_utilisation in (0, 1)");
   }
+  if (!(scales.unconfirmed_utilisation >= 0 && scales.unconfirmed_utilisation <= 1)) {
+    return absl::InvalidArgumentError(
+        fmt::format("scales.unconfirmed_utilisation: must be in [0, 1], got {}",
+                    scales.unconfirmed_utilisation));
+  }
   RETURN_IF_ERROR(ValidateWeights(latency, "latency"));
   return ValidateWeights(bulk, "bulk");
 }
@@ -85,6 +112,10 @@ RouteComputer::RouteComputer(Topology topology, const RouteComputerConfig& confi
     : topology_(std::move(topology)), config_(config) {
   const int links = topology_.num_links();
   last_.assign(links, LinkSample());
+  base_rtt_.assign(links, WindowedMin());
+  rtt_samples_.assign(links, 0);
+  samples_.assign(links, 0);
+  delivery_.assign(links, Delivery());
   capacity_.resize(links);
   propagation_.resize(links);
   known_down_.assign(links, false);
@@ -96,6 +127,7 @@ RouteComputer::RouteComputer(Topology topology, const RouteComputerConfig& confi
     known_down_[l] = !link.up;
   }
   costs_.assign(kTrafficClasses, std::vector<double>(links, kUnusable));
+  held_.assign(kTrafficClasses, std::vector<double>(links, kUnusable));
   ResetForecasts();
   ResetEngines();
 }
@@ -114,9 +146,113 @@ void RouteComputer::ResetEngines() {
   force_full_ = true;
 }
 
+void RouteComputer::WindowedMin::Update(int64_t t, Duration v, int64_t window) {
+  const Entry e{t, v};
+  // A new minimum, the first sample, or all three choices out of the window: start over.
+  if (s_[0].v == Duration(0) || v <= s_[0].v || t - s_[2].t > window) {
+    s_.fill(e);
+    return;
+  }
+  if (v <= s_[1].v) {
+    s_[2] = s_[1] = e;
+  } else if (v <= s_[2].v) {
+    s_[2] = e;
+  }
+  const int64_t dt = t - s_[0].t;
+  if (dt > window) {
+    // The best choice left the window: the second takes over (and the third, if the second
+    // is out too; the third is in the window, checked above).
+    s_[0] = s_[1];
+    s_[1] = s_[2];
+    s_[2] = e;
+    if (t - s_[0].t > window) {
+      s_[0] = s_[1];
+      s_[1] = s_[2];
+      s_[2] = e;
+    }
+  } else if (s_[1].t == s_[0].t && dt > window / 4) {
+    // A quarter of the window without a better sample: take a second choice from now on.
+    s_[2] = s_[1] = e;
+  } else if (s_[2].t == s_[1].t && dt > window / 2) {
+    s_[2] = e;
+  }
+}
+
 void RouteComputer::Observe(LinkId link, const LinkSample& sample) {
+  const LinkSample previous = last_[link];
   last_[link] = sample;
-  forecasts_[link].Observe(sample.utilisation);
+  ++samples_[link];
+  HoltForecaster& f = forecasts_[link];
+  if (config_.measured_links && f.observations() > 0 &&
+      std::abs(sample.utilisation - f.Predict(1).mean) > config_.forecast_restart_step) {
+    f = HoltForecaster(UtilisationForecast(config_.forecast));
+  }
+  f.Observe(sample.utilisation);
+  Duration rtt = sample.rtt_smoothed;
+  if (sample.rtt_min > Duration(0) && (rtt <= Duration(0) || sample.rtt_min < rtt)) {
+    rtt = sample.rtt_min;
+  }
+  if (rtt > Duration(0)) {
+    base_rtt_[link].Update(rtt_samples_[link]++, rtt, config_.base_rtt_periods);
+  }
+  if (config_.measured_links) ObserveDelivery(link, previous);
+}
+
+void RouteComputer::ObserveDelivery(LinkId l, const LinkSample& previous) {
+  const LinkSample& last = last_[l];
+  Delivery& d = delivery_[l];
+  const DataRate configured = capacity_[l];
+  if (configured.is_zero()) return;
+  const Duration threshold = config_.queue_limited_delay;
+  const bool queued = MeasuredQueueing(l, configured) >= threshold;
+  d.clear = queued ? 0 : d.clear + 1;
+  // The queue is this direction's and stands now: reported by the agent, or seen in the
+  // RTT while this direction carries traffic, more than the reverse (a round trip crosses
+  // both; the lighter direction, e.g. a transfer's ACKs, is not the one that queues) and the
+  // smoothed RTT is not falling (its memory of a queue that drained when the traffic left).
+  const LinkId r = topology_.link(l).reverse;
+  const DataRate reverse = r == kNoLink ? DataRate() : last_[r].throughput;
+  const bool standing = queued && (configured.TransmitTime(last.queue_bytes) >= threshold ||
+                                   (last.throughput.bps() > 0 && last.throughput >= reverse &&
+                                    last.rtt_smoothed >= previous.rtt_smoothed));
+  d.queue_limited = standing ? d.queue_limited + 1 : 0;
+  const DataRate tput = std::min(last.throughput, configured);
+  const int64_t now = samples_[l];
+  if (d.queue_limited >= config_.queue_limited_periods) {
+    // Queue-limited: the link delivers what it carries. The largest such rate of the last
+    // queue_limited_window samples (a sender's pause lowers one interval's rate), as BBR
+    // keeps a windowed max of the delivery rate. A simple window: the best is replaced when
+    // it expires, not by the next best; a new stretch starts afresh.
+    const bool fresh = d.at != now - 1;
+    if (fresh || tput >= d.best || now - d.best_at > config_.queue_limited_window) {
+      d.best = tput;
+      d.best_at = now;
+    }
+    d.estimate = d.best;
+    d.at = now;
+  } else if (d.clear >= 2 && tput > DeliveryCapacity(l)) {
+    // More than we thought got through, and no queue built (twice: an overload shows within
+    // a sample or two; the agent counts what it sends, not what the link delivers).
+    d.estimate = d.best = tput;
+    d.at = d.best_at = now;
+  }
+}
+
+DataRate RouteComputer::DeliveryCapacity(LinkId l) const {
+  const Delivery& d = delivery_[l];
+  const DataRate configured = capacity_[l];
+  if (!config_.measured_links || d.estimate.is_zero() || d.estimate >= configured) {
+    return configured;
+  }
+  const double age = static_cast<double>(samples_[l] - d.at);
+  const double gap = static_cast<double>(configured.bps() - d.estimate.bps()) *
+                     std::exp(-age / config_.capacity_recovery_periods);
+  return DataRate::BitsPerSecond(configured.bps() - static_cast<int64_t>(gap));
+}
+
+bool RouteComputer::Slow(LinkId l) const {
+  return static_cast<double>(DeliveryCapacity(l).bps()) <
+         config_.slow_fraction * static_cast<double>(capacity_[l].bps());
 }
 
 void RouteComputer::SetLinkParams(LinkId link, DataRate capacity, Duration propagation) {
@@ -134,6 +270,8 @@ void RouteComputer::SetConfig(const RouteComputerConfig& config) {
   config_ = config;
   if (engines) ResetEngines();
   if (forecasts) ResetForecasts();
+  // A new policy is an operator's decision, not news about the links: no damping.
+  for (std::vector<double>& held : held_) std::fill(held.begin(), held.end(), kUnusable);
   force_full_ = true;
 }
 
@@ -141,9 +279,28 @@ Forecast RouteComputer::ForecastOf(LinkId link) const {
   return forecasts_[link].Predict(config_.horizon_periods);
 }
 
+Duration RouteComputer::MeasuredQueueing(LinkId l, DataRate capacity) const {
+  const LinkSample& last = last_[l];
+  Duration queueing{0};
+  if (!capacity.is_zero()) queueing = capacity.TransmitTime(last.queue_bytes);
+  if (!config_.measured_links) return queueing;
+  // What the round trip took beyond its base, less what the reverse direction's reported
+  // queue explains, waited in this direction.
+  const Duration base = base_rtt_[l].Get();
+  if (base > Duration(0) && last.rtt_smoothed > base) {
+    Duration reverse_queue{0};
+    const LinkId r = topology_.link(l).reverse;
+    if (r != kNoLink && !capacity_[r].is_zero()) {
+      reverse_queue = capacity_[r].TransmitTime(last_[r].queue_bytes);
+    }
+    queueing = std::max(queueing, last.rtt_smoothed - base - reverse_queue);
+  }
+  return queueing;
+}
+
 LinkState RouteComputer::StateOf(LinkId l) const {
   LinkState s;
-  s.capacity = capacity_[l];
+  s.capacity = DeliveryCapacity(l);
   s.propagation = propagation_[l];
   const LinkSample& last = last_[l];
   // Probes rule a link out only once it has answered at all.
@@ -152,11 +309,34 @@ LinkState RouteComputer::StateOf(LinkId l) const {
   s.up = !known_down_[l] && !probes_say_down;
   s.loss = last.loss;
   const Forecaster& f = forecasts_[l];
+  // Samples give utilisation against the configured capacity; a link found slower is that
+  // much fuller.
+  const double scale =
+      s.capacity.is_zero() || capacity_[l].is_zero()
+          ? 1.0
+          : static_cast<double>(capacity_[l].bps()) / static_cast<double>(s.capacity.bps());
+  const double present = last.utilisation * scale;
   const double predicted =
-      f.observations() > 0 ? f.Predict(config_.horizon_periods).mean : last.utilisation;
+      (f.observations() > 0 ? f.Predict(config_.horizon_periods).mean : last.utilisation) * scale;
   // Plan for the load that is coming, but never for less than the load that is there.
-  s.utilisation = std::max(last.utilisation, predicted);
-  if (!s.capacity.is_zero()) s.queueing = s.capacity.TransmitTime(last.queue_bytes);
+  s.utilisation = std::max(present, predicted);
+  s.queueing = MeasuredQueueing(l, s.capacity);
+  if (!config_.measured_links) return s;
+  const double queued = ToSeconds(s.queueing) / ToSeconds(config_.scales.reference_delay);
+  s.measured_congestion = queued + std::clamp(s.loss, 0.0, 1.0) / config_.scales.reference_loss;
+  // A standing queue means the link is full, whatever its configured capacity says (a shaper
+  // below the agent). And measured, a link is at most full: overload shows as queueing and
+  // loss, charged on their own, not as utilisation past max_utilisation.
+  const double full = config_.scales.max_utilisation;
+  const double floor = std::min(queued, 1.0) * full;
+  s.present_utilisation = std::min(std::max(present, floor), full);
+  s.utilisation = std::min(std::max(s.utilisation, floor), full);
+  if (Slow(l)) {
+    // Found slow, a link is full: it has no room for the load it was planned to carry, even
+    // once that load has left it. Known, not a guess from utilisation: charged in full.
+    s.present_utilisation = s.utilisation = full;
+    s.measured_congestion = std::numeric_limits<double>::infinity();
+  }
   return s;
 }
 
@@ -177,11 +357,33 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
     const ClassWeights& w = cls == 0 ? config_.latency : config_.bulk;
     std::vector<double>& costs = costs_[cls];
+    std::vector<double>& held = held_[cls];
     changed.clear();
     for (LinkId l = 0; l < links; ++l) {
-      const double c = drained_[l] ? kUnusable : LinkCost(states[l], w, config_.scales);
-      if (full || CostMoved(costs[l], c, config_.min_cost_change)) {
-        costs[l] = c;
+      double c = drained_[l] ? kUnusable : LinkCost(states[l], w, config_.scales);
+      // A slow link is suppressed (route flap damping's word): what it costs, times how much
+      // slower than configured it is, held until it is no longer slow.
+      const bool slow = Slow(l);
+      if (slow && std::isfinite(c)) {
+        c *=
+            static_cast<double>(capacity_[l].bps()) / static_cast<double>(states[l].capacity.bps());
+      }
+      // Up at once (and back from unusable at once), down by a share of the gap; not down
+      // at all while the link is slow: the traffic that left it would find it as it left it.
+      // `held` keeps the last finite value while the link is unusable: a slow link that
+      // misses probes (a shaper drops them) comes back as slow as it went.
+      double& h = held[l];
+      const bool back = std::isinf(costs[l]) && !slow;
+      if (std::isfinite(c)) {
+        if (c >= h || std::isinf(h) || back) {
+          h = c;
+        } else if (!slow) {
+          h += (c - h) / config_.cost_decay_periods;
+        }
+      }
+      const double v = std::isinf(c) ? c : h;
+      if (full || CostMoved(costs[l], v, config_.min_cost_change)) {
+        costs[l] = v;
         changed.push_back(l);
       }
     }

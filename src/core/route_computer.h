@@ -2,15 +2,33 @@
 // (sim/dar_routing.h) and the controller (control/controller_core.h) run this same code.
 //
 // Per directed link it keeps the newest sample from the link's tail (core/telemetry.h), a
-// forecast of its utilisation (Holt, one observation per sample), and two flags the owner
-// sets: known down (carrier loss, or the controller's liveness verdict) and drained (taken out
-// of service by an operator). A cycle turns that into a predicted LinkState per link
-// (forecast `horizon_periods` samples ahead, never below the load there is now; queueing from
-// the reported queue), per traffic class a cost (core/link_cost.h; kUnusable for a down or
-// drained link), and runs that class's diffusion engine: whole every `full_every` cycles or
-// when asked, otherwise incrementally over the links whose cost moved by more than
-// `min_cost_change` (relative). Every cycle yields a new table set per class; versions only
-// grow.
+// forecast of its utilisation (Holt, one observation per sample), its base RTT (the minimum
+// over the last `base_rtt_periods` samples), and two flags the owner sets: known down (carrier
+// loss, or the controller's liveness verdict) and drained (taken out of service by an
+// operator). A cycle turns that into a predicted LinkState per link (forecast
+// `horizon_periods` samples ahead, never below the load there is now; queueing measured, see
+// StateOf), per traffic class a cost (core/link_cost.h; kUnusable for a down or drained link),
+// and runs that class's diffusion engine: whole every `full_every` cycles or when asked,
+// otherwise incrementally over the links whose cost moved by more than `min_cost_change`
+// (relative). Every cycle yields a new table set per class; versions only grow.
+//
+// Stability. Costs depend on the load the tables put on the links, so a cost that follows
+// the traffic it moves makes routes flap: the traffic leaves a link, the link looks free, the
+// traffic comes back. Two rules keep the loop damped. Utilisation counts as congestion only
+// as far as queueing or loss confirm it (LinkState::measured_congestion), so a link busy with
+// the traffic moved onto it, but without a queue, is not judged congested. And a link's cost
+// rises at once but falls only with the time constant `cost_decay_periods` (bad news fast,
+// good news slowly, as route flap damping does): load that comes and goes keeps the link
+// costly until it has stayed away, and only then does traffic come back (a partial response
+// each cycle, not a swing of everything at once). Both need measured_links (the controller).
+//
+// Links slower than configured. A shaper the controller is not told about makes a link
+// deliver a fraction of its configured capacity; moved off it, the traffic leaves it idle and
+// it looks free again. So the computer estimates what a link delivers from its throughput
+// while a queue stands on it (DeliveryCapacity), and a link found slow (below slow_fraction)
+// is suppressed, as route flap damping suppresses a flapping route: charged as full, its
+// cost multiplied by how much slower it is, and held (no decay) until the estimate has
+// returned toward the configured capacity (tens of seconds) or new evidence raises it.
 //
 // Class 0 is the latency class, class 1 the bulk class.
 // Pure computation: no clock, no threads, no I/O. Not thread-safe.
@@ -53,6 +71,48 @@ struct RouteComputerConfig {
   // (reordering) for little gain; capacity and loss are steadier signals.
   ClassWeights latency{.hop = 1, .latency = 0.3, .loss = 1, .utilisation = 0.3, .capacity = 0};
   ClassWeights bulk{.hop = 1, .latency = 0, .loss = 1, .utilisation = 0.5, .capacity = 1};
+  // A link's cost rises at once and falls toward a lower value by 1 / cost_decay_periods of
+  // the gap per cycle (an exponential with that time constant, in cycles); 1 (the default):
+  // at once. A link coming back up starts from its new cost at once. The controller uses 4
+  // (DefaultControllerRoutes): the runtime's elastic flows and noisy probes need the damping;
+  // in the simulated use cases it only costs agility (replication-wan: 1.7x completion time).
+  int cost_decay_periods = 1;
+  // The base RTT of a link (what propagation and serialisation take, without queues) is the
+  // smallest RTT of its last base_rtt_periods samples (5 min at 100 ms): longer than any
+  // congestion it must see through, short enough to follow a longer underlay path.
+  int base_rtt_periods = 3000;
+  // Whether measurement overrides the links' configured parameters (the controller: its links
+  // run over an underlay it does not control, e.g. a shaper it is not told about). False (the
+  // default; the simulator, whose links are what their parameters say): a link's state is its
+  // sample, forecast and parameters as they are. True: StateOf measures queueing from the RTT
+  // too and bounds the present load's cost by measured congestion; a link's delivery capacity
+  // is estimated (DeliveryCapacity) and a link found slow keeps its cost (Cycle); and the
+  // utilisation forecast restarts at a step instead of reading it as a trend.
+  bool measured_links = false;
+  // measured_links only. A link is queue-limited while its measured queueing is at least
+  // queue_limited_delay; after queue_limited_periods such samples in a row its throughput is
+  // what it can deliver (as BBR takes the delivery rate of a queue-limited bottleneck).
+  // Samples count while the queue stands (a smoothed RTT still high after the queue drained
+  // does not); the estimate is the largest throughput of the last queue_limited_window such
+  // samples.
+  Duration queue_limited_delay = Milliseconds(5);
+  int queue_limited_periods = 2;
+  int queue_limited_window = 10;
+  // The delivery estimate returns to the configured capacity with this time constant, in
+  // samples (60 s at 100 ms), unless new evidence refreshes it: long enough to keep traffic
+  // off a link found slow for as long as a transfer it would crush, short enough to retry.
+  // The agents count what they send, before a shaper drops it, so a queue-limited link's
+  // throughput overstates what it delivers (a 10 Mb/s shaper loaded with 20: 25 measured);
+  // the long constant makes up for that (from 25 of 100 Mb/s, slow for 24 s).
+  int capacity_recovery_periods = 600;
+  // A link whose delivery estimate is below this fraction of its configured capacity is
+  // slow: its cost is multiplied by configured / estimated capacity and does not decay while
+  // it is (Cycle). In (0, 1].
+  double slow_fraction = 0.5;
+  // A sample this far (in utilisation) from the forecast's next step restarts the forecast at
+  // the sample: a step (a flow arriving or leaving) is a new level, not a trend to extrapolate
+  // over the horizon. Ramps move far less per sample. Above 1: never.
+  double forecast_restart_step = 0.2;
   // Whether a link's own samples can rule it down: a sample that says down, from a link whose
   // probes have been answered before, makes it unusable. The controller turns this off and
   // decides liveness from both ends itself (SetKnownDown).
@@ -108,8 +168,26 @@ class RouteComputer {
   // Computes the tables of the next cycle. The first cycle is always full.
   RouteCycle Cycle(bool force_full);
 
-  // The state the next cycle will see for `link`.
+  // The state the next cycle will see for `link`. Queueing is the larger of the reported
+  // queue (queue_bytes at the link's capacity) and the RTT's inflation above its base that the
+  // reverse direction's reported queue does not explain (a probe's round trip crosses both
+  // directions; a queue that is not reported, e.g. a shaper below the agent's socket, shows
+  // only there). Measured congestion is queueing / reference_delay + loss / reference_loss.
+  // Utilisation (predicted) and present utilisation (the last sample's) are at most
+  // scales.max_utilisation, and at least that times min(1, queueing / reference_delay): a
+  // queue says the link is full.
   LinkState StateOf(LinkId link) const;
+  // What `link` can deliver, as measured (measured_links only; else, or without evidence, its
+  // configured capacity). While the link is queue-limited (RouteComputerConfig), the
+  // windowed max of its throughput; any throughput above the estimate raises it. Without new
+  // evidence the estimate returns to the configured capacity (capacity_recovery_periods). At most
+  // the configured capacity.
+  DataRate DeliveryCapacity(LinkId link) const;
+  // Whether `link`'s delivery capacity is below slow_fraction of its configured capacity.
+  bool Slow(LinkId link) const;
+  // The base RTT of `link`: the smallest of its recent samples' RTT (rtt_min where the sample
+  // has one, else rtt_smoothed); zero before the first sample with an RTT.
+  Duration BaseRtt(LinkId link) const { return base_rtt_[link].Get(); }
   // The utilisation forecast of `link`, horizon_periods ahead.
   Forecast ForecastOf(LinkId link) const;
   // The cost class `cls` saw for `link` in the last cycle (kUnusable before the first).
@@ -127,6 +205,36 @@ class RouteComputer {
   uint64_t version() const { return version_; }
 
  private:
+  // The minimum of a series over a sliding window of samples, from three kept samples
+  // (Kathleen Nichols' algorithm, as in Linux lib/win_minmax.c): O(1) time and memory; the
+  // result is an exact window minimum or a sample from the window's last quarter or half.
+  class WindowedMin {
+   public:
+    // Adds the sample of tick `t` (ticks increase by one per sample). REQUIRES: window >= 1.
+    void Update(int64_t t, Duration v, int64_t window);
+    Duration Get() const { return s_[0].v; }
+
+   private:
+    struct Entry {
+      int64_t t = 0;
+      Duration v{0};
+    };
+    std::array<Entry, 3> s_;  // best, second and third choice; zero: no sample yet
+  };
+
+  // The delivery-capacity evidence of one link (DeliveryCapacity).
+  struct Delivery {
+    DataRate estimate;      // zero: no evidence
+    int64_t at = -1;        // the sample (by the link's sample count) that last set it
+    DataRate best;          // the windowed max of queue-limited throughput
+    int64_t best_at = 0;    // the sample that set it
+    int queue_limited = 0;  // queue-limited samples in a row
+    int clear = 0;          // samples without a queue in a row
+  };
+
+  // Queueing of `l`'s last sample at `capacity` (see StateOf).
+  Duration MeasuredQueueing(LinkId l, DataRate capacity) const;
+  void ObserveDelivery(LinkId l, const LinkSample& previous);
   void ResetForecasts();
   void ResetEngines();
 
@@ -134,12 +242,17 @@ class RouteComputer {
   RouteComputerConfig config_;
   std::vector<HoltForecaster> forecasts_;                  // utilisation, by link
   std::vector<LinkSample> last_;                           // latest sample, by link
+  std::vector<WindowedMin> base_rtt_;                      // by link
+  std::vector<int64_t> rtt_samples_;                       // samples with an RTT, by link
+  std::vector<int64_t> samples_;                           // samples, by link
+  std::vector<Delivery> delivery_;                         // by link
   std::vector<DataRate> capacity_;                         // by link
   std::vector<Duration> propagation_;                      // by link
   std::vector<bool> known_down_;                           // by link
   std::vector<bool> drained_;                              // by link
   std::vector<std::unique_ptr<DiffusionEngine>> engines_;  // by class
   std::vector<std::vector<double>> costs_;  // by class, by link: what the engine last saw
+  std::vector<std::vector<double>> held_;   // by class, by link: cost after decay damping
   bool force_full_ = true;
   uint64_t version_ = 0;
   int cycles_since_full_ = 0;

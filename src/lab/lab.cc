@@ -58,9 +58,11 @@ std::string LogPath(const std::string& dir, const std::string& who) {
   return fmt::format("{}/{}.log", dir, who);
 }
 
-// tbf's bucket: 10 ms at the rate, at least 16 KiB so that full-size frames pass at low rates.
+// tbf's bucket: 10 ms at the rate, at least 64 KiB: a packet larger than the bucket never
+// passes, and GSO hands the shaper datagrams of up to 64 KiB. Replaced in place with a smaller
+// bucket while such a datagram is queued, a tbf would otherwise wedge for good.
 int64_t TbfBurstBytes(DataRate rate) {
-  return std::max<int64_t>(rate.BytesIn(Milliseconds(10)), 16 * 1024);
+  return std::max<int64_t>(rate.BytesIn(Milliseconds(10)), 64 * 1024);
 }
 
 }  // namespace

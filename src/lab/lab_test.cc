@@ -393,9 +393,9 @@ TEST_F(LabTest, LinkStateAndRateChangeBothEnds) {
   ASSERT_TRUE(lab_.SetRate("A", "C", DataRate::Mbps(5)).ok());
   EXPECT_EQ(runner_.commands,
             (std::vector<std::string>{
-                "tc -n dmd-A qdisc replace dev dmd-1a root tbf rate 5000000bit burst 16384 "
+                "tc -n dmd-A qdisc replace dev dmd-1a root tbf rate 5000000bit burst 65536 "
                 "latency 50ms",
-                "tc -n dmd-C qdisc replace dev dmd-1b root tbf rate 5000000bit burst 16384 "
+                "tc -n dmd-C qdisc replace dev dmd-1b root tbf rate 5000000bit burst 65536 "
                 "latency 50ms"}));
   EXPECT_EQ(lab_.LoadState()->layout.links[1].rate, DataRate::Mbps(5));
   runner_.commands.clear();

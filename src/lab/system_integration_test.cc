@@ -402,6 +402,89 @@ TEST_F(SystemTest, TransferSurvivesAFarLinkGoingDown) {
   RecordProperty("lost_datagrams", static_cast<int>(r.lost));
 }
 
+// A TCP transfer from A to D; two seconds in, the far link of the branch it uses is shaped to
+// 10 Mbit/s (the agents are not told) and loaded with 20 Mbit/s of UDP from that branch's node
+// to D. The agents see the queue and the loss in their probes, the controller moves A's traffic
+// to the other branch and keeps it there. Reports the throughput before, right after the
+// congestion, and once moved.
+TEST_F(SystemTest, CongestedBranchLosesTheTransfer) {
+  Up('g');
+  if (IsSkipped() || HasFatalFailure()) return;
+  absl::StatusOr<Child> server = IperfServer(5201);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<Child> load_server = IperfServer(5202);
+  ASSERT_TRUE(load_server.ok()) << load_server.status();
+  const auto start = Clock::now();
+  absl::StatusOr<Child> client =
+      Iperf("A", {"-c", "10.77.0.4", "-p", "5201", "-t", "14", "-i", "0.5", "-J"}, "iperf3.json");
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  // Wait for the transfer to run (16 MB through A, over a second), then see which branch
+  // carries it.
+  const uint64_t a0 = TxBytes("A", If(0, 'a')) + TxBytes("A", If(1, 'a'));
+  ASSERT_TRUE(WaitFor(
+      [&] { return TxBytes("A", If(0, 'a')) + TxBytes("A", If(1, 'a')) > a0 + (16 << 20); }));
+  const std::string via = BusierBranch([&] {
+    const uint64_t x = TxBytes("A", If(0, 'a')) + TxBytes("A", If(1, 'a'));
+    WaitFor([&] { return TxBytes("A", If(0, 'a')) + TxBytes("A", If(1, 'a')) > x + (4 << 20); });
+  });
+  const std::string other = via == "B" ? "C" : "B";
+  const double congested_s = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_EQ(Cli({"rate", via, "D", "10mbit", "--dir", dir_}).exit_code, 0);
+  absl::StatusOr<Child> load =
+      Iperf(via, {"-u", "-c", "10.77.0.4", "-p", "5202", "-b", "20M", "-t", "11"}, "load.txt");
+  ASSERT_TRUE(load.ok()) << load.status();
+
+  // The controller moves A's traffic to D off the congested branch, and keeps it off: from the
+  // move on, A's routes to D are sampled until the transfer ends. (A sample may catch a blip:
+  // under CPU load a probe reply can come late enough to take a link down for a moment.)
+  ASSERT_TRUE(WaitFor([&] { return NextHopsAToD() == std::vector<std::string>{other}; },
+                      std::chrono::seconds(8)))
+      << Darctl({"show", "links"}).dump(1);
+  const double moved_s = std::chrono::duration<double>(Clock::now() - start).count();
+  int samples = 0, back = 0;
+  std::optional<int> exit;
+  while (!(exit = client->Wait(std::chrono::milliseconds(250)))) {
+    const std::vector<std::string> hops = NextHopsAToD();
+    ++samples;
+    back += std::find(hops.begin(), hops.end(), via) != hops.end();
+  }
+  ASSERT_EQ(exit, std::optional<int>(0)) << ReadFile(dir_ + "/iperf3.json");
+  EXPECT_LE(back * 10, samples) << "A sent to D through the congested " << via << " again in "
+                                << back << " of " << samples << " samples";
+
+  const nlohmann::json result =
+      nlohmann::json::parse(ReadFile(dir_ + "/iperf3.json"), nullptr, false);
+  ASSERT_TRUE(result.is_object());
+  double before = 0, during = 0, after = 0;
+  int nb = 0, nd = 0, na = 0;
+  for (const nlohmann::json& i : result["intervals"]) {
+    const double t = i["sum"]["start"].get<double>();
+    const double bps = i["sum"]["bits_per_second"].get<double>();
+    if (t + 0.5 <= congested_s) {
+      before += bps, ++nb;
+    } else if (t >= congested_s && t + 0.5 <= moved_s) {
+      during += bps, ++nd;
+    } else if (t >= moved_s + 1.0) {
+      after += bps, ++na;
+    }
+  }
+  ASSERT_GT(na, 0);
+  const double after_mbps = after / na / 1e6;
+  // Once moved, the transfer runs on an unshaped 100 Mbit/s branch: far above the 10 Mbit/s it
+  // could have shared with the load.
+  EXPECT_GT(after_mbps, 20.0);
+  std::printf(
+      "congested branch (%s-D shaped to 10 Mbit/s and loaded with 20 Mbit/s): TCP from A to D "
+      "%.1f Mbit/s before, %.1f Mbit/s while congested (%.1f s until the controller moved it to "
+      "%s), %.1f Mbit/s after; routes back through %s in %d of %d samples\n",
+      via.c_str(), nb ? before / nb / 1e6 : 0.0, nd ? during / nd / 1e6 : 0.0,
+      moved_s - congested_s, other.c_str(), after_mbps, via.c_str(), back, samples);
+  RecordProperty("before_mbps", static_cast<int>(nb ? before / nb / 1e6 : 0));
+  RecordProperty("after_mbps", static_cast<int>(after_mbps));
+  RecordProperty("move_ms", static_cast<int>((moved_s - congested_s) * 1000));
+}
+
 // The controller is killed (SIGKILL) under traffic and started again: the agents forward on
 // their last tables meanwhile, reconnect, and take the new controller's tables (versions above
 // theirs) without a gap in delivery.
