@@ -144,6 +144,27 @@ absl::Status CreateLabCredentials(const LabLayout& layout, const std::string& di
   return absl::OkStatus();
 }
 
+// The `tls` map of a service with identity `id`: its files in the lab's certificate dir,
+// relative to the config file (which lives in the lab dir).
+static void EmitTls(const control::SpiffeId& id, YAML::Emitter& out) {
+  out << YAML::Key << "tls" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "cert" << YAML::Value
+      << fmt::format("{}/{}", kLabCertDir, control::CertFileName(id));
+  out << YAML::Key << "key" << YAML::Value
+      << fmt::format("{}/{}", kLabCertDir, control::KeyFileName(id));
+  out << YAML::Key << "ca" << YAML::Value
+      << fmt::format("{}/{}", kLabCertDir, control::kCaCertFile);
+  out << YAML::EndMap;
+}
+
+// The data-plane key agents start with, which the controller's key ring starts from too.
+static void EmitInitialKey(YAML::Emitter& out) {
+  out << YAML::Key << "initial_key" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "id" << YAML::Value << kLabInitialKeyId;
+  out << YAML::Key << "file" << YAML::Value << std::string(kLabOverlayKeyFile);
+  out << YAML::EndMap;
+}
+
 // The lab's nodes (id, name, overlay address) and links (ends, capacity), as both the agents'
 // and the controller's configurations carry them.
 static void EmitTopology(const LabLayout& layout, YAML::Emitter& out) {
@@ -183,15 +204,7 @@ std::string NodeConfigYaml(const LabLayout& layout, int node) {
   out << YAML::Key << "address" << YAML::Value << fmt::format("{}/30", n.mgmt_address);
   out << YAML::Key << "gateway" << YAML::Value << n.ctl_address;
   out << YAML::EndMap;
-  // Paths are relative to this file, which lives in the lab dir.
-  out << YAML::Key << "tls" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  out << YAML::Key << "cert" << YAML::Value
-      << fmt::format("{}/{}", kLabCertDir, control::CertFileName(id));
-  out << YAML::Key << "key" << YAML::Value
-      << fmt::format("{}/{}", kLabCertDir, control::KeyFileName(id));
-  out << YAML::Key << "ca" << YAML::Value
-      << fmt::format("{}/{}", kLabCertDir, control::kCaCertFile);
-  out << YAML::EndMap;
+  EmitTls(id, out);
   out << YAML::Key << "state_dir" << YAML::Value << fmt::format("state/{}", n.name);
   out << YAML::Key << "overlay" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "tun" << YAML::Value << "dar0";
@@ -201,10 +214,7 @@ std::string NodeConfigYaml(const LabLayout& layout, int node) {
   out << YAML::Key << "probe_interval_ms" << YAML::Value << 100;
   out << YAML::Key << "missed_probes" << YAML::Value << 3;
   out << YAML::Key << "forwarding_mode" << YAML::Value << "per_flowlet";
-  out << YAML::Key << "initial_key" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  out << YAML::Key << "id" << YAML::Value << kLabInitialKeyId;
-  out << YAML::Key << "file" << YAML::Value << std::string(kLabOverlayKeyFile);
-  out << YAML::EndMap;
+  EmitInitialKey(out);
   EmitTopology(layout, out);
   out << YAML::Key << "neighbours" << YAML::Value << YAML::BeginSeq;
   for (const LinkLayout& l : layout.links) {
@@ -236,14 +246,7 @@ std::string ControllerConfigYaml(const LabLayout& layout) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   out << YAML::Key << "listen" << YAML::Value << layout.controller_addr();
-  out << YAML::Key << "tls" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  out << YAML::Key << "cert" << YAML::Value
-      << fmt::format("{}/{}", kLabCertDir, control::CertFileName(id));
-  out << YAML::Key << "key" << YAML::Value
-      << fmt::format("{}/{}", kLabCertDir, control::KeyFileName(id));
-  out << YAML::Key << "ca" << YAML::Value
-      << fmt::format("{}/{}", kLabCertDir, control::kCaCertFile);
-  out << YAML::EndMap;
+  EmitTls(id, out);
   out << YAML::Key << "trust_domain" << YAML::Value << LabTrustDomain(layout);
   out << YAML::Key << "probe" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "interval_ms" << YAML::Value << 100;
@@ -251,10 +254,7 @@ std::string ControllerConfigYaml(const LabLayout& layout) {
   out << YAML::EndMap;
   // The key ring survives a restart (dar-lab stop/start ctl), and starts as the agents' key.
   out << YAML::Key << "state_dir" << YAML::Value << "state/controller";
-  out << YAML::Key << "initial_key" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  out << YAML::Key << "id" << YAML::Value << kLabInitialKeyId;
-  out << YAML::Key << "file" << YAML::Value << std::string(kLabOverlayKeyFile);
-  out << YAML::EndMap;
+  EmitInitialKey(out);
   EmitTopology(layout, out);
   out << YAML::EndMap;
   return fmt::format("# Written by dar-lab for the controller of lab {}.\n{}\n", layout.name,
