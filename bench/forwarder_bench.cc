@@ -4,11 +4,16 @@
 //   DAR:    a Dataplane in each namespace; the sender writes to dst's overlay address, so every
 //           packet goes src TUN -> src data plane -> mid data plane -> dst data plane -> dst TUN.
 // A UDP sender blasts datagrams (sendmmsg) from src for a fixed time and a receiver in dst counts
-// what arrives (recvmmsg); TCP is measured with iperf3. Reported: goodput (UDP or TCP payload)
+// what arrives (recvmmsg); TCP is measured with iperf3. That is the whole system end to end
+// (the TUN at both ends included). The forwarder alone, the intermediate hop the issue names,
+// is measured too (--no-transit skips it): only mid runs a data plane, src blasts overlay
+// datagrams sealed beforehand at mid's link socket, and dst verifies every datagram it gets
+// (as an egress agent would) and counts the good ones; the kernel side forwards plain UDP
+// datagrams of the same size on the wire. Reported: goodput (UDP or TCP payload)
 // in Gbit/s and packets/s, the median of the runs, DAR / kernel, and the CPU share of the mid
 // data-plane thread (the forwarder under test runs on one thread, i.e. at most one core).
 // Needs root. Every namespace and veth is named with the process id and removed on exit.
-//   sudo ./build/bench/forwarder_bench [--seconds 2] [--runs 3] [--no-tcp]
+//   sudo ./build/bench/forwarder_bench [--seconds 2] [--runs 3] [--no-tcp] [--no-transit]
 #include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -20,6 +25,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,25 +57,34 @@ struct Bench {
   Topology topology;
   std::vector<net::NetNamespace> ns;
   std::vector<net::VethPair> veths;
-  std::vector<std::unique_ptr<Dataplane>> dps;
+  std::vector<std::unique_ptr<Dataplane>> dps;  // by node; null where none runs (transit)
+  net::OverlayKeyBytes key{};                   // the data planes' cluster key (id 1)
 };
 
 std::string Underlay(int edge, int end) { return fmt::format("10.89.{}.{}", edge, end); }
 net::Ipv4Address Overlay(NodeId n) { return Addr(fmt::format("10.77.0.{}", n + 1)); }
 
-absl::Status Build(Bench& b, bool gso) {
+// The veth end of edge `e` in namespace e (first) or e + 1.
+std::string VethName(int pid, bool transit, int e, bool first) {
+  return fmt::format("fb{}{}e{}{}", pid, transit ? "t" : "", e, first ? 'a' : 'b');
+}
+
+// Namespaces, veths, kernel routes and data planes. `transit`: mid's data plane only (no
+// TUN), probing so rarely that the generator and the sink, which do not answer probes, never
+// make it take a link down.
+absl::Status Build(Bench& b, bool gso, bool transit) {
   const int pid = ::getpid();
   for (const char* name : {"src", "mid", "dst"}) {
-    ASSIGN_OR_RETURN(net::NetNamespace n,
-                     net::NetNamespace::Create(fmt::format("dar-fb{}-{}", pid, name)));
+    ASSIGN_OR_RETURN(net::NetNamespace n, net::NetNamespace::Create(fmt::format(
+                                              "dar-fb{}{}-{}", pid, transit ? "t" : "", name)));
     b.ns.push_back(std::move(n));
   }
   for (int e = 0; e < 2; ++e) {
     ASSIGN_OR_RETURN(
         net::VethPair v,
         net::VethPair::Create(
-            {fmt::format("fb{}e{}a", pid, e), b.ns[e].name(), Underlay(e, 1) + "/24"},
-            {fmt::format("fb{}e{}b", pid, e), b.ns[e + 1].name(), Underlay(e, 2) + "/24"}));
+            {VethName(pid, transit, e, true), b.ns[e].name(), Underlay(e, 1) + "/24"},
+            {VethName(pid, transit, e, false), b.ns[e + 1].name(), Underlay(e, 2) + "/24"}));
     b.veths.push_back(std::move(v));
   }
   // Kernel forwarding.
@@ -86,6 +101,10 @@ absl::Status Build(Bench& b, bool gso) {
   net::OverlayKeyBytes key = net::GenerateOverlayKey();
   const RoutingTables routing = ComputeStaticTables(b.topology);
   for (NodeId n = 0; n < 3; ++n) {
+    if (transit && n != 1) {
+      b.dps.push_back(nullptr);
+      continue;
+    }
     DataplaneConfig c;
     c.node = n;
     c.topology = &b.topology;
@@ -98,13 +117,17 @@ absl::Status Build(Bench& b, bool gso) {
       l.link = first ? links[e].first : links[e].second;
       l.local = {Addr(Underlay(e, first ? 1 : 2)), 7000};
       l.peer = {Addr(Underlay(e, first ? 2 : 1)), 7000};
-      l.interface = fmt::format("fb{}e{}{}", pid, e, first ? 'a' : 'b');
+      l.interface = VethName(pid, transit, e, first);
       c.neighbours.push_back(l);
     }
-    c.tun.name = "dtun0";
-    c.tun.address = Overlay(n);
-    c.tun.prefix_length = 24;
-    c.tun.mtu = kTunMtu;
+    if (transit) {
+      c.probe_interval = Seconds(3600);
+    } else {
+      c.tun.name = "dtun0";
+      c.tun.address = Overlay(n);
+      c.tun.prefix_length = 24;
+      c.tun.mtu = kTunMtu;
+    }
     c.initial_keys = {KeyUpdate{1, key, true}};
     c.batch_size = 64;
     c.queue_packets = 1024;
@@ -112,6 +135,7 @@ absl::Status Build(Bench& b, bool gso) {
     std::unique_ptr<Dataplane> dp;
     RETURN_IF_ERROR(net::RunInNamespace(b.ns[n], [&]() -> absl::Status {
       ASSIGN_OR_RETURN(dp, Dataplane::Create(c));
+      if (transit) return absl::OkStatus();
       // A TUN's transmit queue (toward the data plane) of 500 packets is short for a burst.
       return b.ns[n].Run({"ip", "link", "set", "dev", "dtun0", "txqueuelen", "4096"}).status();
     }));
@@ -119,6 +143,7 @@ absl::Status Build(Bench& b, bool gso) {
     RETURN_IF_ERROR(dp->Start());
     b.dps.push_back(std::move(dp));
   }
+  b.key = key;
   return absl::OkStatus();
 }
 
@@ -147,20 +172,36 @@ struct Result {
 
 // The data-plane threads' CPU times, to take differences of.
 std::array<Duration, 3> CpuTimes(const Bench& b) {
-  return {b.dps[0]->thread_cpu_time(), b.dps[1]->thread_cpu_time(), b.dps[2]->thread_cpu_time()};
+  std::array<Duration, 3> out{};
+  for (size_t i = 0; i < 3; ++i) {
+    if (b.dps[i] != nullptr) out[i] = b.dps[i]->thread_cpu_time();
+  }
+  return out;
 }
-void SetCpu(Result& r, const std::array<Duration, 3>& before, const std::array<Duration, 3>& after,
-            double elapsed) {
-  for (size_t i = 0; i < 3; ++i) r.cpu[i] = ToSeconds(after[i] - before[i]) / elapsed;
+void SetCpu(const Bench& b, Result& r, const std::array<Duration, 3>& before,
+            const std::array<Duration, 3>& after, double elapsed) {
+  for (size_t i = 0; i < 3; ++i) {
+    if (b.dps[i] != nullptr) r.cpu[i] = ToSeconds(after[i] - before[i]) / elapsed;
+  }
 }
 
-// Blasts `payload`-byte datagrams from src to `to` for `seconds` (after a short warm-up) and
-// counts what dst receives.
-absl::StatusOr<Result> RunUdp(Bench& b, bool overlay, size_t payload, double seconds) {
-  const net::Ipv4Endpoint from{overlay ? Overlay(0) : Addr(Underlay(0, 1)), 0};
-  const net::Ipv4Endpoint to{overlay ? Overlay(2) : Addr(Underlay(1, 2)), kPort};
-  ASSIGN_OR_RETURN(net::UdpSocket tx, SocketIn(b.ns[0], from));
-  ASSIGN_OR_RETURN(net::UdpSocket rx, SocketIn(b.ns[2], to));
+// One UDP measurement: what src sends, over and over, and how dst counts.
+struct UdpRun {
+  net::Ipv4Endpoint from;         // src's socket
+  net::Ipv4Endpoint to;           // where src sends
+  net::Ipv4Endpoint sink;         // dst's socket
+  std::vector<uint8_t> datagram;  // the UDP payload src sends
+  size_t goodput_bytes = 0;       // of which goodput, per datagram received
+  // If set, dst counts only overlay data datagrams that pass ParseOverlay with these keys.
+  const net::OverlayKeyRing* verify = nullptr;
+  bool overlay = false;  // a DAR run: measure the data planes' CPU
+};
+
+// Blasts run.datagram from src for `seconds` (after a short warm-up) and counts what dst
+// receives.
+absl::StatusOr<Result> BlastUdp(Bench& b, const UdpRun& run, double seconds) {
+  ASSIGN_OR_RETURN(net::UdpSocket tx, SocketIn(b.ns[0], run.from));
+  ASSIGN_OR_RETURN(net::UdpSocket rx, SocketIn(b.ns[2], run.sink));
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> received{0};
   std::thread receiver([&] {
@@ -172,13 +213,23 @@ absl::StatusOr<Result> RunUdp(Bench& b, bool overlay, size_t payload, double sec
       pollfd p{rx.fd(), POLLIN, 0};
       if (::poll(&p, 1, 50) <= 0) continue;
       absl::StatusOr<int> n = rx.RecvBatch(absl::MakeSpan(slots));
-      if (n.ok()) received.fetch_add(static_cast<uint64_t>(*n), std::memory_order_relaxed);
+      if (!n.ok()) continue;
+      int good = *n;
+      if (run.verify != nullptr) {
+        good = 0;
+        for (int i = 0; i < *n; ++i) {
+          net::OverlayPacket pkt;
+          good += net::ParseOverlay(slots[i].buffer.subspan(0, slots[i].size), *run.verify, &pkt) ==
+                      net::OverlayStatus::kOk &&
+                  pkt.header.type == net::OverlayType::kData;
+        }
+      }
+      received.fetch_add(static_cast<uint64_t>(good), std::memory_order_relaxed);
     }
   });
   std::thread sender([&] {
     ::pthread_setname_np(::pthread_self(), "fb-send");
-    const std::vector<uint8_t> data(payload, 0x5a);
-    const std::vector<net::SendItem> items(64, net::SendItem{data, to});
+    const std::vector<net::SendItem> items(64, net::SendItem{run.datagram, run.to});
     while (!stop.load(std::memory_order_relaxed)) {
       absl::StatusOr<int> n = tx.SendBatch(items);
       if (!n.ok() || *n == 0) {
@@ -200,9 +251,49 @@ absl::StatusOr<Result> RunUdp(Bench& b, bool overlay, size_t payload, double sec
   receiver.join();
   Result r;
   r.pps = static_cast<double>(r1 - r0) / elapsed;
-  r.gbps = r.pps * static_cast<double>(payload) * 8 / 1e9;
-  if (overlay) SetCpu(r, cpu0, cpu1, elapsed);
+  r.gbps = r.pps * static_cast<double>(run.goodput_bytes) * 8 / 1e9;
+  if (run.overlay) SetCpu(b, r, cpu0, cpu1, elapsed);
   return r;
+}
+
+// End to end: `payload`-byte datagrams from an application in src to one in dst, through
+// the TUNs and all three data planes (overlay) or through the kernel.
+absl::StatusOr<Result> RunUdp(Bench& b, bool overlay, size_t payload, double seconds) {
+  UdpRun run;
+  run.from = {overlay ? Overlay(0) : Addr(Underlay(0, 1)), 0};
+  run.to = {overlay ? Overlay(2) : Addr(Underlay(1, 2)), kPort};
+  run.sink = run.to;
+  run.datagram.assign(payload, 0x5a);
+  run.goodput_bytes = payload;
+  run.overlay = overlay;
+  return BlastUdp(b, run, seconds);
+}
+
+// The forwarder alone (a Build with `transit`): overlay datagrams carrying `payload` bytes,
+// sealed once by src (as src's data plane would, from src's link socket), through mid's data
+// plane to dst, which verifies them; or the same bytes as plain UDP through kernel forwarding.
+absl::StatusOr<Result> RunTransit(Bench& b, bool overlay, size_t payload, double seconds) {
+  net::OverlayKeyRing keys;
+  RETURN_IF_ERROR(keys.Add(1, b.key));
+  net::OverlayHeader h;
+  h.type = net::OverlayType::kData;
+  h.traffic_class = net::TrafficClass::kBulk;
+  h.source = 0;
+  h.destination = 2;
+  h.flow_hash = 0x12345678;
+  UdpRun run;
+  run.datagram.resize(net::OverlayDatagramSize(payload));
+  const std::vector<uint8_t> inner(payload, 0x5a);
+  RETURN_IF_ERROR(
+      net::SealOverlay(h, inner, *keys.current(), absl::MakeSpan(run.datagram)).status());
+  run.from = {Addr(Underlay(0, 1)), overlay ? uint16_t{7000} : uint16_t{0}};
+  run.to = overlay ? net::Ipv4Endpoint{Addr(Underlay(0, 2)), 7000}
+                   : net::Ipv4Endpoint{Addr(Underlay(1, 2)), kPort};
+  run.sink = overlay ? net::Ipv4Endpoint{Addr(Underlay(1, 2)), 7000} : run.to;
+  run.goodput_bytes = payload;
+  run.verify = overlay ? &keys : nullptr;
+  run.overlay = overlay;
+  return BlastUdp(b, run, seconds);
 }
 
 // `streams` iperf3 TCP streams (one by default) from src to dst for `seconds`.
@@ -234,13 +325,101 @@ absl::StatusOr<Result> RunTcp(Bench& b, bool overlay, int seconds, int streams) 
   // Segments of one MSS (MTU less IPv4, TCP and timestamp option headers); with GSO the
   // kernel path moves fewer, larger packets, so this is the payload rate in MSS units.
   r.pps = r.gbps * 1e9 / 8 / ((overlay ? kTunMtu : 1500) - 52);
-  if (overlay) SetCpu(r, cpu0, cpu1, elapsed);
+  if (overlay) SetCpu(b, r, cpu0, cpu1, elapsed);
   return r;
 }
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void PrintHeader(const std::string& title) {
+  std::printf("%s\n", title.c_str());
+  std::printf("%-12s %10s %10s %10s %10s %9s %8s %14s %8s %8s\n", "workload", "kern Gb/s",
+              "kern kpps", "DAR Gb/s", "DAR kpps", "DAR/kern", "mid CPU", "mid kpps/core",
+              "src CPU", "dst CPU");
+}
+
+// Runs `measure` (kernel, then DAR) `runs` times and prints the medians as one row; false
+// (after printing why) if a run failed.
+bool MeasureRow(const std::string& name, bool tcp, int runs, const std::string& only,
+                const std::function<absl::StatusOr<Result>(bool overlay)>& measure) {
+  std::vector<double> kg, kp, dg, dpps, cpu, src_cpu, dst_cpu, kretx, dretx;
+  for (int r = 0; r < runs; ++r) {
+    for (bool overlay : {false, true}) {
+      if (!only.empty() && overlay != (only == "dar")) continue;
+      absl::StatusOr<Result> res = measure(overlay);
+      if (!res.ok()) {
+        std::fprintf(stderr, "forwarder_bench: %s (%s): %s\n", name.c_str(),
+                     overlay ? "DAR" : "kernel", std::string(res.status().message()).c_str());
+        return false;
+      }
+      (overlay ? dg : kg).push_back(res->gbps);
+      (overlay ? dpps : kp).push_back(res->pps);
+      (overlay ? dretx : kretx).push_back(res->retransmits);
+      if (overlay) {
+        cpu.push_back(res->mid_cpu());
+        src_cpu.push_back(res->cpu[0]);
+        dst_cpu.push_back(res->cpu[2]);
+      }
+    }
+  }
+  // The mid forwarder's packets per second of its own CPU time: what one core would carry.
+  std::vector<double> per_core;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (cpu[i] > 0) per_core.push_back(dpps[i] / cpu[i]);
+  }
+  // A CPU share of a data plane that does not run (the forwarder-alone runs): "-".
+  auto share = [](const std::vector<double>& v) {
+    const double m = Median(v);
+    return m < 0 ? std::string("-") : fmt::format("{:.0f}%", 100 * m);
+  };
+  const double kgm = Median(kg), dgm = Median(dg);
+  std::printf("%-12s %10.2f %10.1f %10.2f %10.1f %8.0f%% %8s %14.0f %8s %8s\n", name.c_str(), kgm,
+              Median(kp) / 1e3, dgm, Median(dpps) / 1e3, kgm > 0 ? 100 * dgm / kgm : 0,
+              share(cpu).c_str(), Median(per_core) / 1e3, share(src_cpu).c_str(),
+              share(dst_cpu).c_str());
+  if (tcp) {
+    std::printf("%-12s TCP retransmits per run (median): kernel %.0f, DAR %.0f\n", "",
+                Median(kretx), Median(dretx));
+  }
+  return true;
+}
+
+// The data planes' counters after a set of runs: batching, offloads, drops by reason.
+void PrintCounters(const Bench& b) {
+  const char* names[] = {"src", "mid", "dst"};
+  const DataplaneCounters mid = b.dps[1]->counters();
+  std::printf(
+      "mid data plane: %llu forwarded, %llu dropped (queue_full %llu), %.1f datagrams per "
+      "recvmmsg, %.1f per sendmmsg, %llu GSO messages, %llu GRO receive slots\n",
+      static_cast<unsigned long long>(mid.forwarded),
+      static_cast<unsigned long long>(mid.total_dropped()),
+      static_cast<unsigned long long>(mid.dropped(DropReason::kQueueFull)),
+      static_cast<double>(mid.received) / std::max<double>(1, mid.receive_batches),
+      static_cast<double>(mid.sent) / std::max<double>(1, mid.send_batches),
+      static_cast<unsigned long long>(mid.gso_messages),
+      static_cast<unsigned long long>(mid.gro_slots));
+  if (b.dps[0] != nullptr && b.dps[2] != nullptr) {
+    std::printf("offloads: %llu TCP super-packets read by src, %llu super-packets written by dst\n",
+                static_cast<unsigned long long>(b.dps[0]->counters().tun_super_reads),
+                static_cast<unsigned long long>(b.dps[2]->counters().tun_super_writes));
+  }
+  for (size_t node = 0; node < 3; ++node) {
+    if (b.dps[node] == nullptr) continue;
+    const DataplaneCounters c = b.dps[node]->counters();
+    if (c.liveness_changes > 0) {
+      std::printf("  %s: %llu liveness changes (probes lost in overload take a link down)\n",
+                  names[node], static_cast<unsigned long long>(c.liveness_changes));
+    }
+    for (size_t r = 0; r < kDropReasons; ++r) {
+      if (c.drops[r] == 0) continue;
+      std::printf("  %s dropped %llu: %s\n", names[node],
+                  static_cast<unsigned long long>(c.drops[r]),
+                  std::string(DropReasonName(static_cast<DropReason>(r))).c_str());
+    }
+  }
 }
 
 int Main(int argc, char** argv) {
@@ -257,6 +436,8 @@ int Main(int argc, char** argv) {
   int streams = 1;
   app.add_option("--tcp-streams", streams, "parallel iperf3 TCP streams")->check(CLI::Range(1, 16));
   app.add_flag("--no-gso", no_gso, "data planes send without UDP GSO");
+  bool no_transit = false;
+  app.add_flag("--no-transit", no_transit, "skip the forwarder-alone measurement");
   app.add_option("--only", only, "measure one side only (for profiling)")
       ->check(CLI::IsMember({"kernel", "dar"}));
   CLI11_PARSE(app, argc, argv);
@@ -265,7 +446,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   Bench b;
-  if (absl::Status s = Build(b, !no_gso); !s.ok()) {
+  if (absl::Status s = Build(b, !no_gso, /*transit=*/false); !s.ok()) {
     std::fprintf(stderr, "forwarder_bench: setup failed: %s\n", std::string(s.message()).c_str());
     return 1;
   }
@@ -280,83 +461,32 @@ int Main(int argc, char** argv) {
   std::printf(
       "forwarder_bench: src -- mid -- dst over veths, median of %d runs of %.1f s, UDP GSO %s\n",
       runs, seconds, no_gso ? "off" : "on");
-  std::printf("%-12s %10s %10s %10s %10s %9s %8s %14s %8s %8s\n", "workload", "kern Gb/s",
-              "kern kpps", "DAR Gb/s", "DAR kpps", "DAR/kern", "mid CPU", "mid kpps/core",
-              "src CPU", "dst CPU");
+  PrintHeader("end to end: application in src -> TUN -> src, mid, dst data planes -> TUN");
   for (const Workload& w : workloads) {
-    std::vector<double> kg, kp, dg, dpps, cpu, src_cpu, dst_cpu, kretx, dretx;
-    for (int r = 0; r < runs; ++r) {
-      for (bool overlay : {false, true}) {
-        if (!only.empty() && overlay != (only == "dar")) continue;
-        absl::StatusOr<Result> res =
-            w.tcp ? RunTcp(b, overlay, static_cast<int>(std::max(1.0, seconds)), streams)
-                  : RunUdp(b, overlay, w.payload, seconds);
-        if (!res.ok()) {
-          std::fprintf(stderr, "forwarder_bench: %s (%s): %s\n", w.name.c_str(),
-                       overlay ? "DAR" : "kernel", std::string(res.status().message()).c_str());
-          return 1;
-        }
-        (overlay ? dg : kg).push_back(res->gbps);
-        (overlay ? dpps : kp).push_back(res->pps);
-        (overlay ? dretx : kretx).push_back(res->retransmits);
-        if (overlay) {
-          cpu.push_back(res->mid_cpu());
-          src_cpu.push_back(res->cpu[0]);
-          dst_cpu.push_back(res->cpu[2]);
-        }
-      }
-    }
-    // The mid forwarder's packets per second of its own CPU time: what one core would carry.
-    std::vector<double> per_core;
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      if (cpu[i] > 0) per_core.push_back(dpps[i] / cpu[i]);
-    }
-    const double kgm = Median(kg), dgm = Median(dg);
-    std::printf("%-12s %10.2f %10.1f %10.2f %10.1f %8.0f%% %7.0f%% %14.0f %7.0f%% %7.0f%%\n",
-                w.name.c_str(), kgm, Median(kp) / 1e3, dgm, Median(dpps) / 1e3,
-                kgm > 0 ? 100 * dgm / kgm : 0, 100 * Median(cpu), Median(per_core) / 1e3,
-                100 * Median(src_cpu), 100 * Median(dst_cpu));
-    if (w.tcp) {
-      std::printf("%-12s TCP retransmits per run (median): kernel %.0f, DAR %.0f\n", "",
-                  Median(kretx), Median(dretx));
-    }
+    const bool ok = MeasureRow(w.name, w.tcp, runs, only, [&](bool overlay) {
+      return w.tcp ? RunTcp(b, overlay, static_cast<int>(std::max(1.0, seconds)), streams)
+                   : RunUdp(b, overlay, w.payload, seconds);
+    });
+    if (!ok) return 1;
   }
-  const DataplaneCounters mid = b.dps[1]->counters();
-  std::printf(
-      "mid data plane: %llu forwarded, %llu dropped (queue_full %llu), %.1f datagrams per "
-      "recvmmsg, %.1f per sendmmsg, %llu GSO messages\n",
-      static_cast<unsigned long long>(mid.forwarded),
-      static_cast<unsigned long long>(mid.total_dropped()),
-      static_cast<unsigned long long>(mid.dropped(DropReason::kQueueFull)),
-      static_cast<double>(mid.received) / std::max<double>(1, mid.receive_batches),
-      static_cast<double>(mid.sent) / std::max<double>(1, mid.send_batches),
-      static_cast<unsigned long long>(mid.gso_messages));
-  const DataplaneCounters src = b.dps[0]->counters();
-  const DataplaneCounters dst = b.dps[2]->counters();
-  std::printf(
-      "offloads: %llu GRO receive slots at mid, %llu TCP super-packets read by src, %llu "
-      "super-packets written by dst\n",
-      static_cast<unsigned long long>(mid.gro_slots),
-      static_cast<unsigned long long>(src.tun_super_reads),
-      static_cast<unsigned long long>(dst.tun_super_writes));
-  for (size_t node = 0; node < 3; ++node) {
-    const DataplaneCounters c = b.dps[node]->counters();
-    if (c.liveness_changes > 0) {
-      std::printf("  %s: %llu liveness changes (probes lost in overload take a link down)\n",
-                  node == 0   ? "src"
-                  : node == 1 ? "mid"
-                              : "dst",
-                  static_cast<unsigned long long>(c.liveness_changes));
+  PrintCounters(b);
+  if (!no_transit) {
+    Bench t;
+    if (absl::Status s = Build(t, !no_gso, /*transit=*/true); !s.ok()) {
+      std::fprintf(stderr, "forwarder_bench: transit setup failed: %s\n",
+                   std::string(s.message()).c_str());
+      return 1;
     }
-    for (size_t r = 0; r < kDropReasons; ++r) {
-      if (c.drops[r] == 0) continue;
-      std::printf("  %s dropped %llu: %s\n",
-                  node == 0   ? "src"
-                  : node == 1 ? "mid"
-                              : "dst",
-                  static_cast<unsigned long long>(c.drops[r]),
-                  std::string(DropReasonName(static_cast<DropReason>(r))).c_str());
+    PrintHeader(
+        "the forwarder alone: sealed overlay datagrams from src -> mid data plane -> dst, "
+        "which verifies them");
+    for (size_t payload : {size_t{1400}, size_t{64}}) {
+      const bool ok =
+          MeasureRow(fmt::format("fwd {} B", payload), false, runs, only,
+                     [&](bool overlay) { return RunTransit(t, overlay, payload, seconds); });
+      if (!ok) return 1;
     }
+    PrintCounters(t);
   }
   double load[3] = {0, 0, 0};
   if (::getloadavg(load, 3) > 0) {
@@ -365,7 +495,6 @@ int Main(int argc, char** argv) {
   }
   return 0;
 }
-
 }  // namespace
 }  // namespace dar::agent
 

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/sockios.h>
@@ -9,10 +10,12 @@
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 
@@ -391,8 +394,37 @@ struct Dataplane::Port {
   bool gso = true;  // send runs as UDP GSO messages (cleared if the path refuses them)
   sockaddr_in peer_address{};
 
-  Counter tx_wire_bytes;  // datagrams plus IPv4/UDP headers, for the rate meter
+  Counter tx_wire_bytes;  // datagrams plus IPv4/UDP headers
   Counter probes_answered;
+  // What the link delivered, for the rate meter (Delivered). Data-plane thread only.
+  int64_t delivered_bytes = 0;
+  int64_t last_tx_bytes = 0;
+  int64_t last_qdisc_sent = -1;  // the root qdisc's counters at the last tick; -1: none
+  int64_t last_qdisc_drops = 0;
+
+  // Adds this tick's deliveries and returns the running total. Where the interface's root
+  // qdisc (a shaper the agent may not know of) holds a queue or dropped packets since the
+  // last tick, it is what limits the link, and what left it is what the link delivered; what
+  // the agent sent in that time overstates it (a 10 Mb/s shaper offered 20 delivers 10).
+  // Otherwise what the agent sent. Per tick, not the smaller running total of the two: the
+  // qdisc drains a burst over several ticks, and counts link-layer headers the agent does not.
+  int64_t Delivered(const absl::StatusOr<QdiscStats>& qdisc) {
+    const int64_t tx = static_cast<int64_t>(tx_wire_bytes.Get());
+    int64_t sent = tx - last_tx_bytes;
+    last_tx_bytes = tx;
+    if (qdisc.ok() && qdisc->kind != "noqueue") {
+      const bool limiting = qdisc->backlog_bytes > 0 || qdisc->drops > last_qdisc_drops;
+      if (limiting && last_qdisc_sent >= 0 && qdisc->sent_bytes >= last_qdisc_sent) {
+        sent = qdisc->sent_bytes - last_qdisc_sent;
+      }
+      last_qdisc_sent = qdisc->sent_bytes;
+      last_qdisc_drops = qdisc->drops;
+    } else {
+      last_qdisc_sent = -1;
+    }
+    delivered_bytes += sent;
+    return delivered_bytes;
+  }
 
   const Queued& at(size_t i) const { return queue[(head + i) % queue.size()]; }
   Queued& at(size_t i) { return queue[(head + i) % queue.size()]; }
@@ -514,6 +546,13 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
   // Carrier: the kernel announces every interface change on rtnetlink's link group. A link
   // whose carrier drops (its far end went down, a cable was pulled) is down at once, as a
   // switch's port is, without waiting for probes to go unanswered.
+  // The namespace the data plane is made in: its thread enters it (Run), wherever Start is
+  // called from, so that what it asks the kernel per interface (qdisc statistics) is asked
+  // where the interfaces are.
+  dp->netns_fd_.Reset(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+  if (!dp->netns_fd_.valid()) {
+    return absl::ErrnoToStatus(errno, "data plane: open /proc/thread-self/ns/net");
+  }
   dp->netlink_fd_.Reset(
       ::socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE));
   if (!dp->netlink_fd_.valid()) return absl::ErrnoToStatus(errno, "data plane: netlink socket");
@@ -762,7 +801,20 @@ void Dataplane::DropBuffer(DropReason reason, uint32_t buffer) {
 
 // The data-plane thread -----------------------------------------------------------------------
 
+void Dataplane::EnterCreatorNamespace() {
+  struct stat want {};
+  struct stat have {};
+  if (::fstat(netns_fd_.get(), &want) != 0 || ::stat("/proc/thread-self/ns/net", &have) != 0) {
+    return;
+  }
+  if (want.st_ino == have.st_ino && want.st_dev == have.st_dev) return;
+  // Needs CAP_SYS_ADMIN; without it qdisc statistics read NotFound and are not used (the
+  // socket queue still is): what a data plane started from another namespace gets anyway.
+  (void)::setns(netns_fd_.get(), CLONE_NEWNET);
+}
+
 void Dataplane::Run() {
+  EnterCreatorNamespace();
   constexpr int kMaxEvents = 64;
   epoll_event events[kMaxEvents];
   while (!stop_.load(std::memory_order_relaxed)) {
@@ -854,8 +906,7 @@ void Dataplane::OnProbeTick() {
     {
       std::lock_guard<std::mutex> lock(monitor_mu_);
       p.monitor.OnProbeSent(seq, t1);
-      p.monitor.OnCounters(now, static_cast<int64_t>(p.tx_wire_bytes.Get()),
-                           p.queued_bytes + below);
+      p.monitor.OnCounters(now, p.Delivered(qdisc), p.queued_bytes + below);
     }
     probes_sent_.Add();
     net::OverlayHeader h;
@@ -947,7 +998,7 @@ void Dataplane::HandleDatagram(Port& in, uint8_t* data, size_t size, Time wall_r
     Deliver(packet.payload);
     return;
   }
-  Route(kNoBuffer, data, size, packet.header, /*reseal=*/true, now);
+  Route(kNoBuffer, data, size, packet.header, /*transit=*/true, now);
 }
 
 void Dataplane::HandleProbe(Port& in, const net::OverlayPacket& packet, Time wall_rx) {
@@ -1140,11 +1191,11 @@ void Dataplane::Encapsulate(uint32_t b, size_t size, Time now) {
       net::SealOverlay(h, packet, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
   assert(sealed.ok());
   encapsulated_.Add();
-  Route(b, BufferData(b), *sealed, h, /*reseal=*/false, now);
+  Route(b, BufferData(b), *sealed, h, /*transit=*/false, now);
 }
 
 void Dataplane::Route(uint32_t buffer, uint8_t* data, size_t size, const net::OverlayHeader& header,
-                      bool reseal, Time now) {
+                      bool transit, Time now) {
   if (!active_tables_) {
     DropBuffer(DropReason::kNoRoute, buffer);
     return;
@@ -1158,13 +1209,10 @@ void Dataplane::Route(uint32_t buffer, uint8_t* data, size_t size, const net::Ov
     DropBuffer(DropReason::kNoRoute, buffer);
     return;
   }
-  if (reseal) {
-    const net::OverlayKey* key = active_keys_->current();
-    const net::OverlayStatus s = key == nullptr
-                                     ? net::OverlayStatus::kUnknownKeyId
-                                     : net::ForwardOverlay(absl::MakeSpan(data, size), *key);
+  if (transit) {
+    const net::OverlayStatus s = net::ForwardOverlay(absl::MakeSpan(data, size));
     if (s != net::OverlayStatus::kOk) {
-      DropBuffer(key == nullptr ? DropReason::kNoKey : DropReasonFor(s), buffer);
+      DropBuffer(DropReasonFor(s), buffer);
       return;
     }
     forwarded_.Add();

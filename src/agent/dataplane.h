@@ -4,7 +4,7 @@
 //   TUN ──read──▶ classify (destination node, class from DSCP, flow hash) ──▶ seal ──┐
 //                                                                                     ▼
 //   link socket ──recvmmsg──▶ authenticate ──▶ for this node: write to the TUN    choose next
-//                                         ├──▶ otherwise: hop limit - 1, reseal ──▶ hop ──▶ queue
+//                                         ├──▶ otherwise: hop limit - 1 ─────────▶ hop ──▶ queue
 //                                         ├──▶ probe: reply at once                       │
 //                                         └──▶ probe reply: estimators, liveness    sendmmsg ◀┘
 //
@@ -20,13 +20,13 @@
 // and forwarding settings are picked up by the data-plane thread before its next batch.
 //
 // Per packet nothing is allocated: datagrams live in a fixed pool of buffers, are received in
-// batches (recvmmsg), encapsulated and resealed in place, and sent in batches (sendmmsg, each
-// run of equal-size datagrams to a neighbour as one UDP GSO message).
+// batches (recvmmsg), encapsulated (or their hop limit decremented) in place, and sent in
+// batches (sendmmsg, each run of equal-size datagrams to a neighbour as one UDP GSO message).
 //
 // Offloads, as a NIC driver and a real overlay (WireGuard's TUN offloads) use them, so that
 // the kernel handles super-packets of up to 64 KB instead of MTU-size packets:
 //   - link sockets receive with UDP GRO: a neighbour's GSO message arrives whole in one receive
-//     slot, is checked, resealed and routed datagram by datagram in place, and goes out again
+//     slot, is checked, hop-limited and routed datagram by datagram in place, and goes out again
 //     as GSO messages straight from the receive buffer (only what a full socket leaves queued
 //     is copied into the pool);
 //   - the TUN is an offload device (net/tun.h): local TCP hands the data plane 64 KB
@@ -245,12 +245,14 @@ struct DataplaneConfig {
 struct NeighbourSample {
   NodeId neighbour = kNoNode;
   LinkId link = kNoLink;
-  Time at{0};              // the `now` given to Samples()
-  bool up = true;          // LinkLiveness
-  Duration rtt{0};         // smoothed two-way delay; 0 before the first reply
-  Duration rtt_p95{0};     // over the last probes
-  double loss = 0;         // probe loss over the sliding window, 0..1
-  DataRate tx_rate;        // sent on the link (overlay datagrams with IPv4 and UDP headers)
+  Time at{0};           // the `now` given to Samples()
+  bool up = true;       // LinkLiveness
+  Duration rtt{0};      // smoothed two-way delay; 0 before the first reply
+  Duration rtt_p95{0};  // over the last probes
+  double loss = 0;      // probe loss over the sliding window, 0..1
+  // Delivered on the link: overlay datagrams with IPv4 and UDP headers sent, or, while the
+  // interface's root qdisc (a shaper) holds a queue or drops, what left that qdisc.
+  DataRate tx_rate;
   double utilisation = 0;  // tx_rate / capacity; 0 if the capacity is unknown
   // Queued by the data plane, plus the larger of the socket's send queue and the interface's
   // qdisc backlog (where a shaped link queues; qdisc_stats.h).
@@ -375,6 +377,8 @@ class Dataplane {
 
   explicit Dataplane(const DataplaneConfig& config);
 
+  // Moves the calling thread into netns_fd_'s namespace if it is in another one.
+  void EnterCreatorNamespace();
   // The data-plane thread.
   void Run();
   // Picks up tables, keys, forwarding settings and the callback set since the last call.
@@ -393,10 +397,10 @@ class Dataplane {
   // Writes what the coalescers hold to the TUN.
   void FlushDelivery();
   // Chooses the next hop of a sealed data datagram data[0, size) and queues it; takes
-  // `buffer` (kNoBuffer: data is in a receive slot). `reseal`: decrement the hop limit and
-  // reseal first (a transit packet).
+  // `buffer` (kNoBuffer: data is in a receive slot). `transit`: decrement the hop limit
+  // first (ForwardOverlay; the tag stays valid).
   void Route(uint32_t buffer, uint8_t* data, size_t size, const net::OverlayHeader& header,
-             bool reseal, Time now);
+             bool transit, Time now);
   // Queues datagram data[0, size) on `port`; takes `buffer`.
   void Enqueue(Port& port, uint8_t* data, size_t size, uint32_t buffer);
   void Flush(Port& port);
@@ -431,6 +435,7 @@ class Dataplane {
   net::ScopedFd timer_fd_;
   net::ScopedFd wake_fd_;
   net::ScopedFd netlink_fd_;  // rtnetlink link group: carrier changes
+  net::ScopedFd netns_fd_;    // the network namespace Create ran in (Run enters it)
 
   // Owned by the data-plane thread.
   size_t buffer_bytes_ = 0;

@@ -554,11 +554,15 @@ class TransitTest : public ::testing::Test {
   const net::Ipv4Endpoint dp_in_ = lab_.End(1, 0);
 };
 
-TEST_F(TransitTest, ForwardsWithHopLimitDecrementedAndANewTag) {
+TEST_F(TransitTest, ForwardsWithHopLimitDecrementedAndTheIngressTag) {
   const std::vector<uint8_t> inner = UdpPacket("10.77.0.3", 9000, 64);
-  from_.SendRaw(from_.Seal(DataHeader(0, 2, 5), inner), dp_in_);
+  const std::vector<uint8_t> sent = from_.Seal(DataHeader(0, 2, 5), inner);
+  from_.SendRaw(sent, dp_in_);
   const std::vector<uint8_t> got = to_.Receive(std::chrono::seconds(20));
   ASSERT_FALSE(got.empty());
+  // Byte for byte what the ingress sealed, but for the hop limit (byte 0): no second tag.
+  ASSERT_EQ(got.size(), sent.size());
+  EXPECT_TRUE(std::equal(got.begin() + 1, got.end(), sent.begin() + 1));
   net::OverlayPacket p;
   ASSERT_EQ(net::ParseOverlay(got, to_.keys(), &p), net::OverlayStatus::kOk);
   EXPECT_EQ(p.header.type, net::OverlayType::kData);
@@ -669,10 +673,13 @@ TEST_F(TransitTest, KeyRotation) {
   from_.SendRaw(from_.Seal(DataHeader(0, 2, 5), inner), dp_in_);  // the old key still passes
   const std::vector<uint8_t> got = to_.Receive(std::chrono::seconds(20));
   ASSERT_FALSE(got.empty());
+  // A transit hop keeps the ingress's tag: the packet is still sealed with key 1, which the
+  // next hop accepts until key 1 is retired everywhere.
   net::OverlayPacket p;
-  net::OverlayKeyRing new_only;
-  ASSERT_TRUE(new_only.Add(2, TestKey(8)).ok());
-  EXPECT_EQ(net::ParseOverlay(got, new_only, &p), net::OverlayStatus::kOk);  // resealed with 2
+  net::OverlayKeyRing old_only;
+  ASSERT_TRUE(old_only.Add(1, TestKey(7)).ok());
+  EXPECT_EQ(net::ParseOverlay(got, old_only, &p), net::OverlayStatus::kOk);
+  EXPECT_EQ(p.key_id, 1u);
   EXPECT_EQ(Dropped(DropReason::kUnknownKeyId), 0u);
   // Once key 1 is withdrawn, its packets are refused.
   ASSERT_TRUE(dp_->SetKeys({KeyUpdate{2, TestKey(8), true}}).ok());

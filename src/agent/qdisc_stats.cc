@@ -91,6 +91,12 @@ absl::StatusOr<QdiscStats> ParseQdiscReply(absl::Span<const uint8_t> reply, unsi
                           strnlen(reinterpret_cast<const char*>(value.data()), value.size()));
       } else if (type == TCA_STATS2) {
         ForEachAttribute(value, [&](int nested, absl::Span<const uint8_t> v) {
+          if (nested == TCA_STATS_BASIC && v.size() >= sizeof(gnet_stats_basic)) {
+            const auto b = ReadAt<gnet_stats_basic>(v, 0);
+            stats.sent_bytes = static_cast<int64_t>(b.bytes);
+            stats.sent_packets = b.packets;
+            return;
+          }
           if (nested != TCA_STATS_QUEUE || v.size() < sizeof(gnet_stats_queue)) return;
           const auto q = ReadAt<gnet_stats_queue>(v, 0);
           stats.backlog_bytes = q.backlog;
@@ -104,6 +110,8 @@ absl::StatusOr<QdiscStats> ParseQdiscReply(absl::Span<const uint8_t> reply, unsi
         stats.backlog_bytes = s.backlog;
         stats.backlog_packets = s.qlen;
         stats.drops = s.drops;
+        stats.sent_bytes = static_cast<int64_t>(s.bytes);
+        stats.sent_packets = s.packets;
       }
     });
     if (!whole) {

@@ -24,6 +24,10 @@ struct QdiscStats {
   int64_t backlog_bytes = 0;    // bytes waiting in it (children included)
   int64_t backlog_packets = 0;  // packets waiting in it
   int64_t drops = 0;            // packets it dropped since it was created
+  // What left it since it was created (struct gnet_stats_basic): on a shaped link, what the
+  // link delivered, as opposed to what was offered to it.
+  int64_t sent_bytes = 0;
+  int64_t sent_packets = 0;
 };
 
 // The root qdisc of interface `ifindex` in the calling thread's namespace. An interface

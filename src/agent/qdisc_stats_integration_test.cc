@@ -85,6 +85,13 @@ TEST_F(QdiscStatsIntegrationTest, TbfBacklogIsReported) {
     EXPECT_GE(busy->backlog_packets, kDatagrams - 3);
     EXPECT_GE(busy->backlog_bytes, (kDatagrams - 3) * 1028);
     EXPECT_LE(busy->backlog_bytes, kDatagrams * 1100);
+    // What left the shaper is what it let through, not what was offered to it.
+    EXPECT_GE(busy->sent_packets - idle->sent_packets, 1);
+    EXPECT_LE(busy->sent_packets - idle->sent_packets, 3);
+    EXPECT_LE(busy->sent_bytes - idle->sent_bytes, 3 * 1100);
+    EXPECT_EQ(busy->sent_packets + busy->backlog_packets + busy->drops -
+                  (idle->sent_packets + idle->backlog_packets + idle->drops),
+              kDatagrams);
   });
 }
 

@@ -57,10 +57,17 @@ std::vector<uint8_t> Kind(const std::string& kind) {
   return out;
 }
 
-// TCA_STATS2 holding a TCA_STATS_QUEUE.
-std::vector<uint8_t> Stats2(uint32_t qlen, uint32_t backlog, uint32_t drops) {
+// TCA_STATS2 holding a TCA_STATS_BASIC (what left) and a TCA_STATS_QUEUE.
+std::vector<uint8_t> Stats2(uint32_t qlen, uint32_t backlog, uint32_t drops,
+                            uint64_t sent_bytes = 0, uint32_t sent_packets = 0) {
+  const gnet_stats_basic b{.bytes = sent_bytes, .packets = sent_packets};
+  std::vector<uint8_t> out = Bytes(rtattr{RTA_LENGTH(sizeof(b)), TCA_STATS_BASIC});
+  const std::vector<uint8_t> basic = Bytes(b);
+  out.insert(out.end(), basic.begin(), basic.end());
+  out.resize(RTA_ALIGN(out.size()), 0);
   const gnet_stats_queue q{.qlen = qlen, .backlog = backlog, .drops = drops};
-  std::vector<uint8_t> out = Bytes(rtattr{RTA_LENGTH(sizeof(q)), TCA_STATS_QUEUE});
+  const std::vector<uint8_t> head = Bytes(rtattr{RTA_LENGTH(sizeof(q)), TCA_STATS_QUEUE});
+  out.insert(out.end(), head.begin(), head.end());
   const std::vector<uint8_t> body = Bytes(q);
   out.insert(out.end(), body.begin(), body.end());
   out.resize(RTA_ALIGN(out.size()), 0);
@@ -73,11 +80,12 @@ TEST(QdiscStatsTest, ReadsKindAndQueueOfTheAskedInterface) {
                                    .Attribute(TCA_KIND, Kind("fq_codel"))
                                    .Attribute(TCA_STATS2, Stats2(1, 1500, 0))
                                    .Finish();
-  const std::vector<uint8_t> second = Message(RTM_NEWQDISC)
-                                          .Append(tcmsg{.tcm_ifindex = 7, .tcm_parent = TC_H_ROOT})
-                                          .Attribute(TCA_KIND, Kind("tbf"))
-                                          .Attribute(TCA_STATS2, Stats2(41, 61500, 9))
-                                          .Finish();
+  const std::vector<uint8_t> second =
+      Message(RTM_NEWQDISC)
+          .Append(tcmsg{.tcm_ifindex = 7, .tcm_parent = TC_H_ROOT})
+          .Attribute(TCA_KIND, Kind("tbf"))
+          .Attribute(TCA_STATS2, Stats2(41, 61500, 9, 5'000'000'000, 3'400'000))
+          .Finish();
   reply.insert(reply.end(), second.begin(), second.end());
   absl::StatusOr<QdiscStats> s = ParseQdiscReply(reply, 7);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -85,6 +93,8 @@ TEST(QdiscStatsTest, ReadsKindAndQueueOfTheAskedInterface) {
   EXPECT_EQ(s->backlog_bytes, 61500);
   EXPECT_EQ(s->backlog_packets, 41);
   EXPECT_EQ(s->drops, 9);
+  EXPECT_EQ(s->sent_bytes, 5'000'000'000);  // a 64-bit counter past 4 GB
+  EXPECT_EQ(s->sent_packets, 3'400'000);
 }
 
 TEST(QdiscStatsTest, FallsBackToTheOldStatisticsBlock) {
@@ -92,6 +102,8 @@ TEST(QdiscStatsTest, FallsBackToTheOldStatisticsBlock) {
   old.qlen = 2;
   old.backlog = 3000;
   old.drops = 1;
+  old.bytes = 123456;
+  old.packets = 100;
   const std::vector<uint8_t> reply = Message(RTM_NEWQDISC)
                                          .Append(tcmsg{.tcm_ifindex = 2})
                                          .Attribute(TCA_KIND, Kind("htb"))
@@ -101,6 +113,8 @@ TEST(QdiscStatsTest, FallsBackToTheOldStatisticsBlock) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->backlog_bytes, 3000);
   EXPECT_EQ(s->backlog_packets, 2);
+  EXPECT_EQ(s->sent_bytes, 123456);
+  EXPECT_EQ(s->sent_packets, 100);
 }
 
 TEST(QdiscStatsTest, KernelErrorsAndMissingAnswersAreErrors) {

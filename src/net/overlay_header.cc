@@ -13,10 +13,12 @@ namespace dar::net {
 namespace {
 
 // Byte offsets in the header.
-constexpr size_t kVersionAt = 0;
-constexpr size_t kTypeAt = 1;
-constexpr size_t kClassAt = 2;
-constexpr size_t kHopLimitAt = 3;
+constexpr size_t kHopLimitAt = 0;
+constexpr size_t kVersionAt = 1;
+constexpr size_t kTypeAt = 2;
+constexpr size_t kClassAt = 3;
+// The tag covers the datagram from here (after the hop limit) to the tag.
+constexpr size_t kCoveredFrom = 1;
 constexpr size_t kKeyIdAt = 4;
 constexpr size_t kSourceAt = 8;
 constexpr size_t kDestinationAt = 12;
@@ -194,7 +196,7 @@ absl::StatusOr<size_t> SealOverlay(const OverlayHeader& header, absl::Span<const
   Store16(p + kLengthAt, static_cast<uint16_t>(payload.size()));
   Store16(p + kReservedAt, 0);
   const size_t covered = kOverlayHeaderBytes + payload.size();
-  key.MakeTag(p, covered, p + covered);
+  key.MakeTag(p + kCoveredFrom, covered - kCoveredFrom, p + covered);
   return size;
 }
 
@@ -219,7 +221,7 @@ OverlayStatus ParseOverlay(absl::Span<const uint8_t> datagram, const OverlayKeyR
   if (key == nullptr) return OverlayStatus::kUnknownKeyId;
   const size_t covered = kOverlayHeaderBytes + length;
   uint8_t tag[kOverlayTagBytes];
-  key->MakeTag(p, covered, tag);
+  key->MakeTag(p + kCoveredFrom, covered - kCoveredFrom, tag);
   if (sodium_memcmp(tag, p + covered, kOverlayTagBytes) != 0) return OverlayStatus::kBadTag;
   if (p[kHopLimitAt] == 0) return OverlayStatus::kHopLimitExhausted;
   out->header.type = static_cast<OverlayType>(type);
@@ -233,13 +235,10 @@ OverlayStatus ParseOverlay(absl::Span<const uint8_t> datagram, const OverlayKeyR
   return OverlayStatus::kOk;
 }
 
-OverlayStatus ForwardOverlay(absl::Span<uint8_t> datagram, const OverlayKey& key) {
+OverlayStatus ForwardOverlay(absl::Span<uint8_t> datagram) {
   uint8_t* p = datagram.data();
   if (p[kHopLimitAt] <= 1) return OverlayStatus::kHopLimitExhausted;
   --p[kHopLimitAt];
-  Store32(p + kKeyIdAt, key.id());
-  const size_t covered = datagram.size() - kOverlayTagBytes;
-  key.MakeTag(p, covered, p + covered);
   return OverlayStatus::kOk;
 }
 

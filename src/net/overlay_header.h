@@ -3,7 +3,7 @@
 //
 //    0        1        2        3
 //   +--------+--------+--------+--------+
-//   |version |  type  | class  |hop lim.|   version 1; type OverlayType; class TrafficClass
+//   |hop lim.|version |  type  | class  |   version 2; type OverlayType; class TrafficClass
 //   +--------+--------+--------+--------+
 //   |              key id               |   which cluster key made the tag (key rotation)
 //   |          source node id           |
@@ -16,12 +16,21 @@
 //   |  tag (16 bytes)                   |
 //   +-----------------------------------+
 //
-// All integers are big-endian. The tag authenticates everything before it: SipHash-2-4 with
-// 128-bit output (libsodium crypto_shorthash_siphashx24) keyed with a 16-byte key derived
-// from the 32-byte cluster key (crypto_kdf). It was chosen by measurement (overlay_bench, 1400
-// bytes, CPU time): SipHash-128 0.7 us, keyed BLAKE2b (16-byte output) 1.9 us, HMAC-SHA-512/256
-// 5.0 us per packet. The tag is recomputed at every hop, since the hop limit (and possibly the
-// key id) changes.
+// All integers are big-endian. The tag authenticates everything between the hop limit and
+// itself: SipHash-2-4 with 128-bit output (libsodium crypto_shorthash_siphashx24) keyed with a
+// 16-byte key derived from the 32-byte cluster key (crypto_kdf). It was chosen by measurement
+// (overlay_bench, 1400 bytes, CPU time): SipHash-128 0.7 us, keyed BLAKE2b (16-byte output)
+// 1.9 us, HMAC-SHA-512/256 5.0 us per packet.
+// The hop limit is the one field a forwarder changes, so it is the one field the tag leaves
+// out (as IPsec AH leaves IPv4's TTL out of its ICV, RFC 4302 3.3.3.1): a transit hop checks
+// the tag and decrements the hop limit, and does not compute a second tag. It sits first so
+// that the covered bytes are contiguous. What an attacker on the path gains by changing it is
+// what dropping the packet gives it already (forwarding is loop-free by construction, so a
+// raised hop limit cannot make a packet circle). Version 1 covered the hop limit and resealed
+// at every hop, which cost a transit forwarder a second SipHash of the whole datagram.
+// A packet keeps the key id its ingress sealed it with; key rotation accepts the old key for
+// a rollout period after the new one seals (control/key_ring.h), far longer than a packet
+// spends in the overlay.
 //
 // Nothing here allocates on the per-packet path (SealOverlay, ParseOverlay, ForwardOverlay,
 // FlowHash, the probe codecs' encoders). All functions are thread-safe; an OverlayKeyRing is
@@ -41,7 +50,7 @@
 
 namespace dar::net {
 
-inline constexpr uint8_t kOverlayVersion = 1;
+inline constexpr uint8_t kOverlayVersion = 2;
 inline constexpr size_t kOverlayHeaderBytes = 24;
 inline constexpr size_t kOverlayTagBytes = 16;
 inline constexpr size_t kOverlayOverheadBytes = kOverlayHeaderBytes + kOverlayTagBytes;
@@ -166,11 +175,11 @@ absl::StatusOr<size_t> SealOverlay(const OverlayHeader& header, absl::Span<const
 OverlayStatus ParseOverlay(absl::Span<const uint8_t> datagram, const OverlayKeyRing& keys,
                            OverlayPacket* out);
 
-// Prepares a parsed datagram, in place, for the next hop: decrements the hop limit and
-// reseals it with `key` (the sender's current key). kHopLimitExhausted (datagram unchanged)
-// if the hop limit would reach 0: the packet must be dropped.
+// Prepares a parsed datagram, in place, for the next hop: decrements the hop limit (the tag
+// stays valid: it does not cover the hop limit). kHopLimitExhausted (datagram unchanged) if
+// the hop limit would reach 0: the packet must be dropped.
 // REQUIRES: ParseOverlay(datagram) returned kOk.
-OverlayStatus ForwardOverlay(absl::Span<uint8_t> datagram, const OverlayKey& key);
+OverlayStatus ForwardOverlay(absl::Span<uint8_t> datagram);
 
 // Link probes (the four-timestamp method, core/telemetry.h ComputeTwoWayDelay). Times are
 // nanoseconds on the clock of the node that took them, as signed 64-bit integers.

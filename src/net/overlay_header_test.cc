@@ -71,7 +71,8 @@ TEST_F(OverlayTest, DataRoundTrip) {
   const std::vector<uint8_t> payload = Bytes(1400, 3);
   const std::vector<uint8_t> d = Seal(DataHeader(), payload);
   EXPECT_EQ(d.size(), 1400 + 40u);
-  EXPECT_EQ(d[0], 1);  // version first, big-endian fields
+  EXPECT_EQ(d[0], 7);  // hop limit first (outside the tag), then the version
+  EXPECT_EQ(d[1], 2);  // big-endian fields
   EXPECT_EQ(d[8], 0x01);
   EXPECT_EQ(d[11], 0x04);
   OverlayPacket p;
@@ -148,17 +149,17 @@ TEST_F(OverlayTest, EachDefectHasItsOwnReason) {
   EXPECT_EQ(Parse(std::vector<uint8_t>(good.begin(), good.begin() + 39)), OverlayStatus::kTooShort);
 
   std::vector<uint8_t> d = good;
-  d[0] = 2;
+  d[1] = 1;  // version 1 (which covered the hop limit)
   EXPECT_EQ(Parse(d), OverlayStatus::kBadVersion);
 
   for (uint8_t type : {0, 4, 255}) {
     d = good;
-    d[1] = type;
+    d[2] = type;
     EXPECT_EQ(Parse(d), OverlayStatus::kUnknownType) << int(type);
   }
 
   d = good;
-  d[2] = 2;
+  d[3] = 2;
   EXPECT_EQ(Parse(d), OverlayStatus::kBadTrafficClass);
 
   d = good;
@@ -173,9 +174,9 @@ TEST_F(OverlayTest, EachDefectHasItsOwnReason) {
 
   // A probe must carry exactly a ProbeBody, a reply a ProbeReplyBody.
   d = good;
-  d[1] = static_cast<uint8_t>(OverlayType::kProbe);
+  d[2] = static_cast<uint8_t>(OverlayType::kProbe);
   EXPECT_EQ(Parse(d), OverlayStatus::kBadLength);
-  d[1] = static_cast<uint8_t>(OverlayType::kProbeReply);
+  d[2] = static_cast<uint8_t>(OverlayType::kProbeReply);
   EXPECT_EQ(Parse(d), OverlayStatus::kBadLength);
 
   d = good;
@@ -188,9 +189,19 @@ TEST_F(OverlayTest, EachDefectHasItsOwnReason) {
   d = good;
   d.back() ^= 0x80;  // tag
   EXPECT_EQ(Parse(d), OverlayStatus::kBadTag);
+  // The header after the hop limit is covered: the class changed into the other valid one,
+  // the source, the destination, the flow hash.
+  for (size_t at : {3, 8, 12, 16}) {
+    d = good;
+    d[at] ^= 0x01;
+    EXPECT_EQ(Parse(d), OverlayStatus::kBadTag) << at;
+  }
+  // The hop limit is not (ForwardOverlay): a changed one passes, and is what is read.
   d = good;
-  d[3] = 8;  // a hop limit changed on the way without resealing
-  EXPECT_EQ(Parse(d), OverlayStatus::kBadTag);
+  d[0] = 3;
+  OverlayPacket p;
+  ASSERT_EQ(Parse(d, &p), OverlayStatus::kOk);
+  EXPECT_EQ(p.header.hop_limit, 3);
   d = good;
   d[22] = 1;  // reserved bits are authenticated too
   EXPECT_EQ(Parse(d), OverlayStatus::kBadTag);
@@ -251,20 +262,29 @@ TEST(OverlayKeyRingTest, HoldsAtMostFourKeys) {
 
 TEST(OverlayKeyTest, GeneratedKeysDiffer) { EXPECT_NE(GenerateOverlayKey(), GenerateOverlayKey()); }
 
-TEST_F(OverlayTest, ForwardDecrementsHopLimitAndReseals) {
+TEST_F(OverlayTest, ForwardDecrementsHopLimitAndKeepsTheTag) {
   std::vector<uint8_t> d = Seal(DataHeader(), Bytes(500, 4), 1);
-  ASSERT_EQ(ForwardOverlay(absl::MakeSpan(d), *ring_.Find(2)), OverlayStatus::kOk);
+  const std::vector<uint8_t> sealed = d;
+  ASSERT_EQ(ForwardOverlay(absl::MakeSpan(d)), OverlayStatus::kOk);
   OverlayPacket p;
   ASSERT_EQ(Parse(d, &p), OverlayStatus::kOk);
   EXPECT_EQ(p.header.hop_limit, 6);
-  EXPECT_EQ(p.key_id, 2u);
+  EXPECT_EQ(p.key_id, 1u);  // the ingress's key, not the forwarder's
   EXPECT_EQ(p.header.flow_hash, 0xdeadbeefu);
+  // Only the hop limit changed: no second tag.
+  d[0] = sealed[0];
+  EXPECT_EQ(d, sealed);
+  // Six forwards take a hop limit of 7 to 1; a seventh would send it with 0.
+  for (int hop = 7; hop > 1; --hop) {
+    ASSERT_EQ(ForwardOverlay(absl::MakeSpan(d)), OverlayStatus::kOk);
+  }
+  EXPECT_EQ(ForwardOverlay(absl::MakeSpan(d)), OverlayStatus::kHopLimitExhausted);
 
   OverlayHeader h = DataHeader();
   h.hop_limit = 1;
   d = Seal(h, Bytes(50, 4));
   const std::vector<uint8_t> before = d;
-  EXPECT_EQ(ForwardOverlay(absl::MakeSpan(d), *ring_.current()), OverlayStatus::kHopLimitExhausted);
+  EXPECT_EQ(ForwardOverlay(absl::MakeSpan(d)), OverlayStatus::kHopLimitExhausted);
   EXPECT_EQ(d, before);
 }
 
@@ -348,9 +368,9 @@ TEST_F(OverlayTest, RandomAndMutatedDatagramsAreRejected) {
     const size_t len = rng.Below(3) == 0 ? (rng.Below(2) ? 16 : 32) : rng.Below(1500);
     std::vector<uint8_t> d(OverlayDatagramSize(len));
     for (uint8_t& b : d) b = static_cast<uint8_t>(rng.Next());
-    d[0] = 1;
-    d[1] = static_cast<uint8_t>(1 + rng.Below(3));
-    d[2] = static_cast<uint8_t>(rng.Below(2));
+    d[1] = kOverlayVersion;
+    d[2] = static_cast<uint8_t>(1 + rng.Below(3));
+    d[3] = static_cast<uint8_t>(rng.Below(2));
     d[4] = d[5] = d[6] = 0;
     d[7] = static_cast<uint8_t>(1 + rng.Below(2));
     d[20] = static_cast<uint8_t>(len >> 8);
@@ -370,9 +390,10 @@ TEST_F(OverlayTest, RandomAndMutatedDatagramsAreRejected) {
       case 0: {
         const int flips = 1 + static_cast<int>(rng.Below(3));
         std::set<uint64_t> bits;
-        // Half of the time in the header, where the early checks are.
+        // Half of the time in the header, where the early checks are; never in the hop limit
+        // (byte 0), which the tag leaves out (ForwardOverlay).
         const uint64_t range = rng.Below(2) ? kOverlayHeaderBytes * 8 : d.size() * 8;
-        while (static_cast<int>(bits.size()) < flips) bits.insert(rng.Below(range));
+        while (static_cast<int>(bits.size()) < flips) bits.insert(8 + rng.Below(range - 8));
         for (uint64_t bit : bits) d[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
         break;
       }
