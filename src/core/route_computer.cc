@@ -400,7 +400,130 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
     out.tables[cls] = std::make_shared<const RoutingTables>(engine.Tables(++version_));
   }
   stats_.route_changes += out.route_changes;
+  if (policy_ != nullptr) {
+    if (absl::Status s = ApplyPolicy(states, out); !s.ok()) {
+      ++stats_.policy_failures;
+      out.policy_error = fmt::format("{}: {}; the engine's weights stand", policy_->Describe(),
+                                     std::string(s.message()));
+    }
+  }
+  previous_ = out.tables;
   return out;
+}
+
+absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, RouteCycle& out) {
+  ++stats_.policy_cycles;
+  const int links = topology_.num_links();
+  std::vector<double> present(links);
+  for (LinkId l = 0; l < links; ++l) {
+    // Unmeasured links (the simulator) leave present_utilisation unset: the last sample's.
+    present[l] = std::clamp(
+        config_.measured_links ? states[l].present_utilisation : last_[l].utilisation, 0.0, 1.0);
+  }
+  std::array<const RoutingTables*, kTrafficClasses> tables{}, previous{};
+  std::array<const DiffusionEngine*, kTrafficClasses> engines{};
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    tables[cls] = out.tables[cls].get();
+    previous[cls] = previous_[cls].get();
+    engines[cls] = engines_[cls].get();
+  }
+  PolicyInputs in;
+  in.topology = &topology_;
+  in.states = states;
+  in.present_utilisation = present;
+  in.tables = tables;
+  in.engines = engines;
+  in.previous = previous;
+  in.scales = config_.scales;
+  in.min_weight = config_.diffusion.min_weight;
+  batch_.cycle = stats_.cycles;
+  features_.Build(in, batch_);
+  if (batch_.decisions.empty()) return absl::OkStatus();
+  policy_weights_.assign(batch_.candidates.size(), std::numeric_limits<double>::quiet_NaN());
+  RETURN_IF_ERROR(policy_->Weigh(batch_, absl::MakeSpan(policy_weights_)));
+  // The forwarders' validator refuses a table with a weight <= 0, so that is checked here too.
+  for (const PolicyDecision& d : batch_.decisions) {
+    double sum = 0;
+    for (uint32_t i = d.first; i < d.first + d.count; ++i) {
+      const double w = policy_weights_[i];
+      if (!std::isfinite(w) || w <= 0) {
+        return absl::InvalidArgumentError("a weight is not finite or not > 0");
+      }
+      sum += w;
+    }
+    if (!(std::abs(sum - 1) <= 1e-6)) {
+      return absl::InvalidArgumentError("a row's weights do not sum to 1 (within 1e-6)");
+    }
+  }
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    out.tables[cls] = RefinedTables(cls, *out.tables[cls]);
+  }
+  stats_.policy_decisions += static_cast<int64_t>(batch_.decisions.size());
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
+                                                                  const RoutingTables& engine) {
+  constexpr uint32_t kRows = DestinationTable::kRowsPerBlock;
+  const int nodes = topology_.num_nodes();
+  auto refined = std::make_shared<RoutingTables>(nodes, engine.destinations());
+  refined->set_version(engine.version());
+  const RoutingTables* before = previous_[cls].get();
+  const std::vector<PolicyDecision>& decisions = batch_.decisions;
+  // Decisions are by class, then destination in the tables' order, then node.
+  size_t i = 0;
+  while (i < decisions.size() && decisions[i].cls != cls) ++i;
+  std::vector<NextHop> row;
+  for (NodeId d : engine.destinations()) {
+    DestinationTablePtr table = engine.SharedTable(d);
+    if (i == decisions.size() || decisions[i].cls != cls || decisions[i].destination != d) {
+      refined->Set(std::move(table));  // no choice anywhere toward d
+      continue;
+    }
+    std::vector<DestinationTable::BlockPtr> blocks;
+    for (NodeId first = 0; first < nodes; first += kRows) {
+      auto block = std::make_shared<DestinationTable::Block>();
+      const NodeId last = std::min<NodeId>(first + kRows, nodes);
+      for (NodeId v = first; v < last; ++v) {
+        block->offsets[v - first] = static_cast<uint32_t>(block->hops.size());
+        const absl::Span<const NextHop> analytic = table->At(v);
+        if (i == decisions.size() || decisions[i].cls != cls || decisions[i].destination != d ||
+            decisions[i].node != v) {
+          block->hops.insert(block->hops.end(), analytic.begin(), analytic.end());
+          continue;
+        }
+        const PolicyDecision& decision = decisions[i++];
+        row.clear();
+        for (uint32_t c = decision.first; c < decision.first + decision.count; ++c) {
+          row.push_back(NextHop{batch_.candidates[c].link, policy_weights_[c]});
+        }
+        // Hysteresis: last cycle's row stands while it has the same next hops and the new
+        // weights differ from it by less than the engine's threshold.
+        const absl::Span<const NextHop> old = before != nullptr && before->IsDestination(d)
+                                                  ? before->Lookup(v, d)
+                                                  : absl::Span<const NextHop>();
+        bool keep = old.size() == row.size();
+        double diff = 0;
+        for (const NextHop& h : row) {
+          if (!keep) break;
+          auto it = std::find_if(old.begin(), old.end(),
+                                 [&](const NextHop& o) { return o.link == h.link; });
+          if (it == old.end()) {
+            keep = false;
+          } else {
+            diff += std::abs(h.weight - it->weight);
+          }
+        }
+        keep = keep && diff < config_.diffusion.hysteresis;
+        const absl::Span<const NextHop> chosen = keep ? old : absl::Span<const NextHop>(row);
+        block->hops.insert(block->hops.end(), chosen.begin(), chosen.end());
+      }
+      block->offsets[last - first] = static_cast<uint32_t>(block->hops.size());
+      blocks.push_back(std::move(block));
+    }
+    refined->Set(std::make_shared<const DestinationTable>(d, nodes, nullptr, std::move(blocks)));
+  }
+  return refined;
 }
 
 }  // namespace dar

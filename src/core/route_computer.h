@@ -38,12 +38,14 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "core/diffusion.h"
 #include "core/forecast.h"
 #include "core/link_cost.h"
+#include "core/policy_features.h"
 #include "core/routing_table.h"
 #include "core/telemetry.h"
 #include "core/topology.h"
@@ -131,8 +133,13 @@ struct RouteCycle {
   std::array<int, kTrafficClasses> changed_links{};
   // Classes recomputed whole (every class when `full`).
   int classes_recomputed = 0;
-  // (node, destination) rows whose next hops or weights changed, over both classes.
+  // (node, destination) rows whose next hops or weights changed in the engines, over both
+  // classes (a weight policy's changes are not counted here).
   int64_t route_changes = 0;
+  // Why the weight policy's weights were not used this cycle (its error, or what was wrong
+  // with its weights); empty if there is no policy or it was used. For the owner to log:
+  // core does not log.
+  std::string policy_error;
 };
 
 // Counts since construction.
@@ -140,6 +147,11 @@ struct RouteComputerStats {
   int64_t cycles = 0;
   int64_t full_cycles = 0;
   int64_t route_changes = 0;
+  // With a weight policy (set_weight_policy): cycles that asked it, cycles whose tables kept
+  // the engines' weights because it failed, and rows it weighed in the cycles it did not.
+  int64_t policy_cycles = 0;
+  int64_t policy_failures = 0;
+  int64_t policy_decisions = 0;
 };
 
 class RouteComputer {
@@ -164,6 +176,16 @@ class RouteComputer {
   // of the forecast settings restarts the forecasts; any change makes the next cycle full.
   // REQUIRES: config.Validate().ok().
   void SetConfig(const RouteComputerConfig& config);
+
+  // A policy that refines the engines' weights (core/weight_policy.h); null (the default):
+  // the engines' tables as they are. With one, each cycle hands it every row with a choice,
+  // and installs its weights where they are finite, > 0 and sum to 1 per row; a row keeps
+  // last cycle's weights while the new ones differ from them by less than
+  // config.diffusion.hysteresis (sum of absolute differences), as the engine does, so learned
+  // weights do not flap. If the policy fails or its weights break those rules, the cycle's
+  // tables are the engines' (counted in stats(), said in RouteCycle::policy_error).
+  void set_weight_policy(std::shared_ptr<WeightPolicy> policy) { policy_ = std::move(policy); }
+  const std::shared_ptr<WeightPolicy>& weight_policy() const { return policy_; }
 
   // Computes the tables of the next cycle. The first cycle is always full.
   RouteCycle Cycle(bool force_full);
@@ -237,6 +259,11 @@ class RouteComputer {
   void ObserveDelivery(LinkId l, const LinkSample& previous);
   void ResetForecasts();
   void ResetEngines();
+  // Runs the weight policy over `out`'s tables and replaces them with its weights; leaves
+  // them and returns why if it fails.
+  absl::Status ApplyPolicy(absl::Span<const LinkState> states, RouteCycle& out);
+  // Class `cls`'s tables with the batch's weights (policy_weights_) in its rows.
+  std::shared_ptr<const RoutingTables> RefinedTables(int cls, const RoutingTables& engine);
 
   Topology topology_;
   RouteComputerConfig config_;
@@ -257,6 +284,12 @@ class RouteComputer {
   uint64_t version_ = 0;
   int cycles_since_full_ = 0;
   RouteComputerStats stats_;
+  std::shared_ptr<WeightPolicy> policy_;
+  // The tables the last cycle handed out, by class (with a policy only).
+  std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> previous_;
+  PolicyFeatureBuilder features_;
+  PolicyBatch batch_;
+  std::vector<double> policy_weights_;  // by candidate of batch_
 };
 
 }  // namespace dar

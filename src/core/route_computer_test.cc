@@ -1,10 +1,13 @@
 #include "core/route_computer.h"
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <tuple>
 
 #include "core/topology_gen.h"
 #include "core/validator.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dar {
@@ -601,6 +604,179 @@ TEST(RouteComputerTest, NoisyFabricStaysValid) {
     last_version = c.tables[1]->version();
     ExpectValid(rc, c);
   }
+}
+
+// A weight policy for the tests: records the batch, answers with `weights_for` (a function of
+// the candidate's index in its row), or fails.
+class TestPolicy : public WeightPolicy {
+ public:
+  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override {
+    last = batch;
+    ++calls;
+    if (!error.ok()) return error;
+    for (const PolicyDecision& d : batch.decisions) {
+      for (uint32_t i = 0; i < d.count; ++i) weights[d.first + i] = weight(i, d.count);
+    }
+    return absl::OkStatus();
+  }
+  std::string Describe() const override { return "test policy"; }
+
+  std::function<double(uint32_t, uint32_t)> weight = [](uint32_t, uint32_t n) { return 1.0 / n; };
+  absl::Status error;
+  PolicyBatch last;
+  int calls = 0;
+};
+
+// The weight `tables` gives `link` out of `node` toward `dest`; 0 if it is not a next hop.
+double WeightOf(const RoutingTables& tables, NodeId node, NodeId dest, LinkId link) {
+  for (const NextHop& h : tables.Lookup(node, dest)) {
+    if (h.link == link) return h.weight;
+  }
+  return 0;
+}
+
+TEST(RouteComputerTest, WeightPolicyWeighsEveryRowWithAChoice) {
+  // s -> t: over a (fast) or b (10x the delay and a quarter of the capacity, lossy).
+  Diamond g;
+  g.topo.mutable_link(g.sb).params.delay = Microseconds(100);
+  g.topo.mutable_link(g.sb).params.capacity = DataRate::Gbps(2.5);
+  RouteComputer analytic(g.topo, RouteComputerConfig());
+  RouteComputer rc(g.topo, RouteComputerConfig());
+  auto policy = std::make_shared<TestPolicy>();
+  rc.set_weight_policy(policy);
+  LinkSample lossy = Sample(0.2);
+  lossy.loss = 0.02;
+  for (RouteComputer* r : {&analytic, &rc}) r->Observe(g.sb, lossy);
+  const RouteCycle engine = analytic.Cycle(false);
+  const RouteCycle cycle = rc.Cycle(false);
+  EXPECT_TRUE(cycle.policy_error.empty()) << cycle.policy_error;
+  ExpectValid(rc, cycle);
+  ASSERT_EQ(policy->calls, 1);
+  const PolicyBatch& b = policy->last;
+  EXPECT_EQ(b.cycle, 1u);
+  EXPECT_EQ(rc.stats().policy_cycles, 1);
+  EXPECT_EQ(rc.stats().policy_failures, 0);
+  EXPECT_EQ(rc.stats().policy_decisions, static_cast<int64_t>(b.decisions.size()));
+  const PolicyDecision* st = nullptr;
+  int rows = 0;
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    for (NodeId d : engine.tables[cls]->destinations()) {
+      for (NodeId v = 0; v < g.topo.num_nodes(); ++v) {
+        const auto hops = engine.tables[cls]->Lookup(v, d);
+        const auto mine = cycle.tables[cls]->Lookup(v, d);
+        ASSERT_EQ(hops.size(), mine.size());
+        for (size_t k = 0; k < hops.size(); ++k) {
+          EXPECT_EQ(hops[k].link, mine[k].link);
+          // Rows with a choice take the policy's weights; the others are the engine's.
+          EXPECT_DOUBLE_EQ(mine[k].weight, hops.size() >= 2 ? 1.0 / hops.size() : hops[k].weight);
+        }
+        if (hops.size() < 2) continue;
+        ASSERT_LT(rows, static_cast<int>(b.decisions.size()));
+        const PolicyDecision& dec = b.decisions[rows++];
+        EXPECT_EQ(dec.cls, cls);
+        EXPECT_EQ(dec.destination, d);
+        EXPECT_EQ(dec.node, v);
+        EXPECT_EQ(dec.count, hops.size());
+        if (cls == 0 && v == g.s && d == g.t) st = &dec;
+      }
+    }
+  }
+  EXPECT_EQ(rows, static_cast<int>(b.decisions.size()));
+  ASSERT_NE(st, nullptr);
+  const PolicyCandidate& a =
+      b.candidates[st->first + (b.candidates[st->first].link == g.sa ? 0 : 1)];
+  const PolicyCandidate& bb =
+      b.candidates[st->first + (b.candidates[st->first].link == g.sa ? 1 : 0)];
+  ASSERT_EQ(a.link, g.sa);
+  ASSERT_EQ(bb.link, g.sb);
+  const double w_sa = WeightOf(*engine.tables[0], g.s, g.t, g.sa);
+  EXPECT_EQ(a.analytic_weight, w_sa);
+  EXPECT_FLOAT_EQ(a.features[kFeatAnalyticLogit], std::log(w_sa));
+  // Via a: 10 us + 10 us; via b: 100 us + 10 us, and 2% lost on the way.
+  EXPECT_NEAR(a.path_delay_s, 20e-6, 1e-9);
+  EXPECT_NEAR(bb.path_delay_s, 110e-6, 1e-9);
+  EXPECT_FLOAT_EQ(a.features[kFeatPathDelayRatio], 0);
+  EXPECT_FLOAT_EQ(bb.features[kFeatPathDelayRatio], std::log(110.0 / 20.0));
+  EXPECT_NEAR(bb.path_loss, 0.02, 1e-12);
+  EXPECT_EQ(a.path_loss, 0);
+  EXPECT_FLOAT_EQ(bb.features[kFeatLinkLoss], 2);                  // reference loss 1%
+  EXPECT_FLOAT_EQ(bb.features[kFeatLinkDelay], std::log1p(10.0));  // reference delay 10 us
+  EXPECT_FLOAT_EQ(bb.features[kFeatCapacityShare], 0.25);
+  EXPECT_FLOAT_EQ(a.features[kFeatCapacityShare], 1);
+  EXPECT_FLOAT_EQ(bb.features[kFeatLinkUtilisationNow], 0.2);
+  EXPECT_GE(bb.features[kFeatLinkUtilisation], 0.2);
+  EXPECT_FLOAT_EQ(a.features[kFeatInverseCount], 0.5);
+  // No previous tables in the first cycle; the next cycle sees this one's weights.
+  EXPECT_EQ(a.features[kFeatPreviousWeight], 0);
+  const uint32_t st_first = st->first;
+  rc.Cycle(false);
+  EXPECT_FLOAT_EQ(policy->last.candidates[st_first].features[kFeatPreviousWeight], 0.5);
+}
+
+TEST(RouteComputerTest, FailingWeightPolicyLeavesTheEngineTables) {
+  Diamond g;
+  RouteComputer analytic(g.topo, RouteComputerConfig());
+  RouteComputer rc(g.topo, RouteComputerConfig());
+  auto policy = std::make_shared<TestPolicy>();
+  rc.set_weight_policy(policy);
+  auto expect_engine_tables = [&](const RouteCycle& mine, const RouteCycle& engine) {
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      for (NodeId d : engine.tables[cls]->destinations()) {
+        for (NodeId v = 0; v < g.topo.num_nodes(); ++v) {
+          const auto a = engine.tables[cls]->Lookup(v, d);
+          const auto b = mine.tables[cls]->Lookup(v, d);
+          ASSERT_EQ(a.size(), b.size());
+          for (size_t k = 0; k < a.size(); ++k) {
+            EXPECT_EQ(a[k].link, b[k].link);
+            EXPECT_EQ(a[k].weight, b[k].weight);
+          }
+        }
+      }
+    }
+  };
+  policy->error = absl::InternalError("boom");
+  RouteCycle c = rc.Cycle(false);
+  expect_engine_tables(c, analytic.Cycle(false));
+  EXPECT_THAT(c.policy_error, ::testing::HasSubstr("test policy: boom"));
+  policy->error = absl::OkStatus();
+  for (auto bad : {std::numeric_limits<double>::quiet_NaN(), -0.5, 0.0, 0.4}) {
+    policy->weight = [bad](uint32_t i, uint32_t n) { return i == 0 ? bad : (1 - bad) / (n - 1); };
+    if (bad == 0.4) policy->weight = [](uint32_t, uint32_t) { return 0.4; };  // sums to 0.8
+    c = rc.Cycle(false);
+    expect_engine_tables(c, analytic.Cycle(false));
+    EXPECT_FALSE(c.policy_error.empty());
+  }
+  EXPECT_EQ(rc.stats().policy_cycles, 5);
+  EXPECT_EQ(rc.stats().policy_failures, 5);
+  EXPECT_EQ(rc.stats().policy_decisions, 0);
+  // Back to good weights: used again.
+  policy->weight = [](uint32_t i, uint32_t n) { return i == 0 ? 0.9 : 0.1 / (n - 1); };
+  c = rc.Cycle(false);
+  EXPECT_TRUE(c.policy_error.empty());
+  EXPECT_EQ(rc.stats().policy_failures, 5);
+  ExpectValid(rc, c);
+}
+
+TEST(RouteComputerTest, WeightPolicyHysteresisKeepsSmallMoves) {
+  Diamond g;
+  RouteComputerConfig config;
+  config.diffusion.hysteresis = 0.3;
+  RouteComputer rc(g.topo, config);
+  auto policy = std::make_shared<TestPolicy>();
+  rc.set_weight_policy(policy);
+  auto split = [&](double first) {
+    policy->weight = [first](uint32_t i, uint32_t) { return i == 0 ? first : 1 - first; };
+    return rc.Cycle(false);
+  };
+  RouteCycle c = split(0.5);
+  const LinkId first = c.tables[0]->Lookup(g.s, g.t)[0].link;
+  EXPECT_DOUBLE_EQ(WeightOf(*c.tables[0], g.s, g.t, first), 0.5);
+  c = split(0.6);  // moves 0.2 in all: kept
+  EXPECT_DOUBLE_EQ(WeightOf(*c.tables[0], g.s, g.t, first), 0.5);
+  c = split(0.7);  // 0.4 from what is installed: taken
+  EXPECT_DOUBLE_EQ(WeightOf(*c.tables[0], g.s, g.t, first), 0.7);
+  c = split(0.6);
+  EXPECT_DOUBLE_EQ(WeightOf(*c.tables[0], g.s, g.t, first), 0.7);
 }
 
 }  // namespace

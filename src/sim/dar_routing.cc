@@ -1,7 +1,10 @@
 #include "sim/dar_routing.h"
 
+#include <filesystem>
+
 #include "core/config_reader.h"
 #include "core/status_macros.h"
+#include "learn/policy_model.h"
 #include "spdlog/spdlog.h"
 
 namespace dar::sim {
@@ -26,6 +29,7 @@ void DarRouting::Start(ControlContext& ctx) {
   ctx_ = &ctx;
   const Topology& current = ctx.network.current();
   computer_ = std::make_unique<RouteComputer>(ctx.network.topology(), config_.routes);
+  computer_->set_weight_policy(config_.weight_policy);
   for (LinkId l = 0; l < current.num_links(); ++l) SyncLink(l);
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
     managers_.push_back(std::make_unique<TableManager>(current, config_.tables));
@@ -82,6 +86,9 @@ void DarRouting::OnSamples(const std::vector<LinkSample>& samples) {
 
 void DarRouting::Cycle(bool force_full, Duration push_delay) {
   RouteCycle cycle = computer_->Cycle(force_full);
+  if (!cycle.policy_error.empty() && policy_errors_logged_.insert(cycle.policy_error).second) {
+    spdlog::warn("dar: weight policy failed (logged once): {}", cycle.policy_error);
+  }
   // Push every cycle: a fresh version is also the forwarders' sign that the controller is
   // alive (a table nobody renews goes stale and the static one takes over).
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
@@ -127,6 +134,16 @@ void DarRouting::Report(nlohmann::json& metrics) const {
   metrics["route_changes_per_s"] = seconds > 0 ? stats.route_changes / seconds : 0.0;
   metrics["probes_sent"] = agents_ != nullptr ? agents_->probes_sent() : 0;
   metrics["local_liveness_changes"] = local_failovers_;
+  if (config_.learned || config_.weight_policy != nullptr) {
+    const bool refused = config_.weight_policy == nullptr;
+    metrics["learned_policy"] =
+        refused ? "refused: " + config_.learned_refusal : config_.weight_policy->Describe();
+    // Cycles whose tables are the analytic engine's although a learned policy was asked for.
+    metrics["policy_fallbacks"] = refused ? stats.cycles : stats.policy_failures;
+    metrics["policy_cycles"] = stats.policy_cycles;
+    metrics["policy_failures"] = stats.policy_failures;
+    metrics["policy_decisions"] = stats.policy_decisions;
+  }
 }
 
 namespace {
@@ -142,8 +159,8 @@ absl::Status ReadWeights(YamlReader& policy, const std::string& key, ClassWeight
   return r.CheckNoUnknownKeys();
 }
 
-absl::StatusOr<ControlPlanePtr> MakeDar(YamlReader& p, const ConfigContext& ctx) {
-  DarConfig c;
+// The settings "dar" and "dar-learned" share.
+absl::Status ReadDarConfig(YamlReader& p, DarConfig& c) {
   RouteComputerConfig& r = c.routes;
   ASSIGN_OR_RETURN(c.agents.period,
                    p.OptionalDuration("period", c.agents.period, Bounds::Positive()));
@@ -175,11 +192,47 @@ absl::StatusOr<ControlPlanePtr> MakeDar(YamlReader& p, const ConfigContext& ctx)
                    p.OptionalDuration("stale_after", c.tables.stale_after, Bounds::Positive()));
   RETURN_IF_ERROR(ReadWeights(p, "latency_weights", r.latency));
   RETURN_IF_ERROR(ReadWeights(p, "bulk_weights", r.bulk));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ControlPlanePtr> MakeDar(YamlReader& p, const ConfigContext& ctx) {
+  DarConfig c;
+  RETURN_IF_ERROR(ReadDarConfig(p, c));
+  c.weight_policy = ctx.weight_policy;
+  return std::make_unique<DarRouting>(c);
+}
+
+absl::StatusOr<ControlPlanePtr> MakeDarLearned(YamlReader& p, const ConfigContext& ctx) {
+  DarConfig c;
+  RETURN_IF_ERROR(ReadDarConfig(p, c));
+  c.learned = true;
+  ASSIGN_OR_RETURN(std::string model, p.Optional<std::string>("model", ""));
+  ASSIGN_OR_RETURN(std::string precision, p.OptionalChoice("precision", "int8", {"int8", "float"}));
+  if (ctx.weight_policy != nullptr) {
+    c.weight_policy = ctx.weight_policy;
+    return std::make_unique<DarRouting>(c);
+  }
+  if (model.empty()) return p.Error("model", "required: the path of a dar-policy model file");
+  std::filesystem::path path(model);
+  if (path.is_relative() && !ctx.base_dir.empty())
+    path = std::filesystem::path(ctx.base_dir) / path;
+  absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> policy = learn::LearnedPolicy::Load(
+      path.string(), precision == "int8" ? learn::LearnedPolicy::Precision::kInt8
+                                         : learn::LearnedPolicy::Precision::kFloat);
+  if (policy.ok()) {
+    c.weight_policy = std::move(*policy);
+  } else {
+    // Refused, not fatal: the policy runs the analytic engine and its metrics say so.
+    c.learned_refusal = std::string(policy.status().message());
+    spdlog::warn("{}: learned policy refused, running the analytic engine: {}", ctx.where,
+                 c.learned_refusal);
+  }
   return std::make_unique<DarRouting>(c);
 }
 
 }  // namespace
 
 REGISTER_CONTROL_PLANE("dar", MakeDar);
+REGISTER_CONTROL_PLANE("dar-learned", MakeDarLearned);
 
 }  // namespace dar::sim

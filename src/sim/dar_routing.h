@@ -13,10 +13,20 @@
 // (carrier loss) reaches the controller report_delay after it happens and triggers a cycle
 // at once; a forwarder stops using a dead local link immediately (network.h), and one whose
 // probes go unanswered (a gray failure that keeps carrier) as soon as its agent says so.
+//
+// "dar-learned" is the same loop with a learned policy refining the engine's weights
+// (learn/policy_model.h, RouteComputer::set_weight_policy): the settings of "dar", plus
+// `model: <path>` (relative to the scenario's directory) and `precision: int8|float`
+// (default int8). A model file that is missing, corrupt or made for other features is
+// refused with a warning that names it, and the policy runs the analytic engine: the metrics
+// say so ("learned_policy": "refused: ...", "policy_fallbacks": every cycle). A run given a
+// policy (RunOptions::weight_policy) uses it in "dar" and "dar-learned" alike.
 #ifndef DAR_SIM_DAR_ROUTING_H_
 #define DAR_SIM_DAR_ROUTING_H_
 
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "core/route_computer.h"
@@ -32,6 +42,12 @@ struct DarConfig {
   Duration push_delay = Milliseconds(1);  // controller -> forwarders
   RouteComputerConfig routes;             // forecasts, costs, engines (core/route_computer.h)
   TableManagerConfig tables;
+  // Refines the engine's weights (RouteComputer::set_weight_policy); null: the engine's.
+  std::shared_ptr<WeightPolicy> weight_policy;
+  // Whether a learned policy was asked for (dar-learned), and why it was refused (then
+  // weight_policy is null and the analytic engine runs); empty if it was not.
+  bool learned = false;
+  std::string learned_refusal;
 };
 
 class DarRouting : public ControlPlane {
@@ -63,6 +79,7 @@ class DarRouting : public ControlPlane {
   std::unique_ptr<Timer> link_change_;
   int64_t pushes_ = 0;
   int64_t local_failovers_ = 0;
+  std::set<std::string> policy_errors_logged_;  // each distinct message is logged once
   struct Push {
     std::shared_ptr<const RoutingTables> tables;
     int cls;

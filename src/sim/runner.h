@@ -5,6 +5,7 @@
 #define DAR_SIM_RUNNER_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,11 @@ struct RunOptions {
   std::function<void(const RunProgress&)> on_progress;
   // Policies simulated at once, each on its own thread.
   int jobs = 1;
+  // A policy for the route computer of every `dar` and `dar-learned` policy of the run
+  // (RouteComputer::set_weight_policy), overriding dar-learned's `model`: how dar-train puts
+  // the policy it trains in the loop. Null (the default): each policy as its settings say.
+  // With jobs > 1 it is called from several threads at once, so it must then be thread-safe.
+  std::shared_ptr<WeightPolicy> weight_policy;
 };
 
 // The result of one policy: {"name", "routing", "forwarding", "metrics": {...}}.

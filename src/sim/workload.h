@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,6 +24,10 @@
 #include "sim/event_loop.h"
 #include "sim/transport.h"
 #include "yaml-cpp/yaml.h"
+
+namespace dar {
+class WeightPolicy;  // core/weight_policy.h
+}  // namespace dar
 
 namespace dar::sim {
 
@@ -50,9 +55,21 @@ using WorkloadPtr = std::unique_ptr<Workload>;
 
 // Where a YAML block came from, for error messages: "scenario.yaml: workloads[0]".
 struct ConfigContext {
+  // A constructor rather than an aggregate: most callers give no weight policy.
+  ConfigContext(std::string where = "", std::string base_dir = "",
+                const Topology* topology = nullptr,
+                std::shared_ptr<WeightPolicy> weight_policy = nullptr)
+      : where(std::move(where)),
+        base_dir(std::move(base_dir)),
+        topology(topology),
+        weight_policy(std::move(weight_policy)) {}
+
   std::string where;
   std::string base_dir;  // directory of the scenario file, for relative paths
   const Topology* topology = nullptr;
+  // A weight policy the run was given (RunOptions::weight_policy): the DAR control planes use
+  // it instead of their own (dar-learned's `model`). Null: none.
+  std::shared_ptr<WeightPolicy> weight_policy;
 };
 
 using WorkloadFactory =

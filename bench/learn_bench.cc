@@ -1,0 +1,165 @@
+// The learned policy's cost: INT8 and FP32 inference per decision, on the rows of a real
+// cycle, and a full RouteComputer cycle on a k=16 fat-tree without a policy, with the INT8
+// one and with the FP32 one (features, inference, checks and the new tables included). The
+// model is random with dar-train's default shape: 11 features -> 32 -> 32 -> 1 (ReLU). One core.
+//   ./build/bench/learn_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "core/random.h"
+#include "core/route_computer.h"
+#include "core/topology_gen.h"
+#include "learn/policy_model.h"
+
+namespace dar {
+namespace {
+
+learn::PolicyModel DefaultShapeModel() {
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal(0, 1);
+  learn::PolicyModel m;
+  m.name = "bench";
+  m.feature_mean.assign(kPolicyFeatures, 0);
+  m.feature_scale.assign(kPolicyFeatures, 1);
+  int in = kPolicyFeatures;
+  for (int out : {32, 32, 1}) {
+    learn::DenseLayer l;
+    l.in = in;
+    l.out = out;
+    for (int i = 0; i < in * out; ++i) {
+      l.weight.push_back(normal(rng) / std::sqrt(static_cast<float>(in)));
+    }
+    l.bias.assign(out, 0.01f);
+    m.layers.push_back(std::move(l));
+    in = out;
+  }
+  return m;
+}
+
+// A k=16 fat-tree route computer whose links carry random load (some queueing and loss).
+std::unique_ptr<RouteComputer> LoadedComputer() {
+  FatTreeParams p;
+  p.k = 16;
+  auto rc = std::make_unique<RouteComputer>(FatTree(p), RouteComputerConfig());
+  Random rng(7);
+  for (LinkId l = 0; l < rc->topology().num_links(); ++l) {
+    LinkSample s;
+    s.rtt_smoothed = Microseconds(5);
+    s.utilisation = 0.8 * rng.Uniform();
+    s.queue_bytes = rng.Uniform() < 0.1 ? static_cast<int64_t>(100'000 * rng.Uniform()) : 0;
+    s.loss = rng.Uniform() < 0.05 ? 0.01 * rng.Uniform() : 0;
+    rc->Observe(l, s);
+  }
+  return rc;
+}
+
+// Keeps the batch it is given and answers with the engine's weights.
+class Recorder : public WeightPolicy {
+ public:
+  absl::Status Weigh(const PolicyBatch& b, absl::Span<double> weights) override {
+    batch = b;
+    for (size_t i = 0; i < weights.size(); ++i) weights[i] = b.candidates[i].analytic_weight;
+    return absl::OkStatus();
+  }
+  std::string Describe() const override { return "recorder"; }
+  PolicyBatch batch;
+};
+
+const PolicyBatch& RealBatch() {
+  static const PolicyBatch* batch = [] {
+    std::unique_ptr<RouteComputer> rc = LoadedComputer();
+    auto recorder = std::make_shared<Recorder>();
+    rc->set_weight_policy(recorder);
+    rc->Cycle(true);
+    rc->Cycle(true);  // with previous tables
+    return new PolicyBatch(recorder->batch);
+  }();
+  return *batch;
+}
+
+// Arg: 1 INT8, 0 FP32.
+void BM_Inference(benchmark::State& state) {
+  const PolicyBatch& batch = RealBatch();
+  learn::LearnedPolicy policy(DefaultShapeModel(), "bench",
+                              state.range(0) == 1 ? learn::LearnedPolicy::Precision::kInt8
+                                                  : learn::LearnedPolicy::Precision::kFloat);
+  std::vector<double> weights(batch.candidates.size());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(policy.Weigh(batch, absl::MakeSpan(weights)));
+  }
+  const double decisions = static_cast<double>(batch.decisions.size());
+  state.counters["ns_per_decision"] =
+      benchmark::Counter(decisions * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
+                                               benchmark::Counter::kInvert);
+  state.counters["ns_per_candidate"] = benchmark::Counter(
+      static_cast<double>(batch.candidates.size()) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.SetLabel(std::to_string(batch.decisions.size()) + " decisions, " +
+                 std::to_string(batch.candidates.size()) + " candidates");
+}
+BENCHMARK(BM_Inference)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
+
+// Not a timing: INT8 against FP32 on the same real rows (counters: the share of rows whose
+// largest weight is on the same candidate, and the largest and mean weight differences).
+void BM_Int8AgreesWithFloat(benchmark::State& state) {
+  const PolicyBatch& batch = RealBatch();
+  learn::LearnedPolicy int8(DefaultShapeModel(), "bench", learn::LearnedPolicy::Precision::kInt8);
+  learn::LearnedPolicy fp32(DefaultShapeModel(), "bench", learn::LearnedPolicy::Precision::kFloat);
+  std::vector<double> wq(batch.candidates.size()), wf(batch.candidates.size());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(int8.Weigh(batch, absl::MakeSpan(wq)));
+    benchmark::DoNotOptimize(fp32.Weigh(batch, absl::MakeSpan(wf)));
+  }
+  int same = 0, clear = 0, clear_same = 0;
+  double worst = 0, total = 0;
+  for (const PolicyDecision& d : batch.decisions) {
+    uint32_t aq = d.first, af = d.first;
+    for (uint32_t i = d.first; i < d.first + d.count; ++i) {
+      if (wq[i] > wq[aq]) aq = i;
+      if (wf[i] > wf[af]) af = i;
+      worst = std::max(worst, std::abs(wq[i] - wf[i]));
+      total += std::abs(wq[i] - wf[i]);
+    }
+    double second = 0;  // FP32's runner-up weight
+    for (uint32_t i = d.first; i < d.first + d.count; ++i) {
+      if (i != af) second = std::max(second, wf[i]);
+    }
+    same += aq == af;
+    if (wf[af] - second >= 0.01) {  // a choice, not a tie within 1%
+      ++clear;
+      clear_same += aq == af;
+    }
+  }
+  state.counters["same_choice_pct"] = 100.0 * same / static_cast<double>(batch.decisions.size());
+  state.counters["same_clear_choice_pct"] = 100.0 * clear_same / std::max(clear, 1);
+  state.counters["clear_rows_pct"] = 100.0 * clear / static_cast<double>(batch.decisions.size());
+  state.counters["max_weight_err"] = worst;
+  state.counters["mean_weight_err"] = total / static_cast<double>(batch.candidates.size());
+}
+BENCHMARK(BM_Int8AgreesWithFloat)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// A full cycle (both classes, every destination). Arg: 0 no policy, 1 INT8, 2 FP32.
+void BM_FullCycleK16(benchmark::State& state) {
+  std::unique_ptr<RouteComputer> rc = LoadedComputer();
+  if (state.range(0) > 0) {
+    rc->set_weight_policy(std::make_shared<learn::LearnedPolicy>(
+        DefaultShapeModel(), "bench",
+        state.range(0) == 1 ? learn::LearnedPolicy::Precision::kInt8
+                            : learn::LearnedPolicy::Precision::kFloat));
+  }
+  rc->Cycle(true);  // warm, as in a running controller
+  for (auto _ : state) benchmark::DoNotOptimize(rc->Cycle(true));
+  state.counters["policy_failures"] = static_cast<double>(rc->stats().policy_failures);
+  static const char* kNames[] = {"analytic", "int8", "float"};
+  state.SetLabel(kNames[state.range(0)]);
+}
+BENCHMARK(BM_FullCycleK16)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace dar
+
+BENCHMARK_MAIN();

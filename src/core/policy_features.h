@@ -1,0 +1,62 @@
+// The learned policy's inputs (core/weight_policy.h), built from what the route computer sees
+// in one cycle: the predicted state of every link, the engines' new tables and potentials,
+// and the tables the previous cycle handed out.
+//
+// One row per (class, destination, node) whose engine row has two or more next hops, in that
+// order (classes ascending, destinations in the tables' order, nodes ascending); a row's
+// candidates are its next hops in the engine's order. Besides the features, every candidate
+// carries what a decision's reward is made of (PolicyCandidate): the expected delay and loss
+// from the row's node to the destination via the candidate, its link first, then onward as
+// the engine's tables split traffic. Those come from one pass per (class, destination) over
+// the nodes in increasing potential — every next hop has a lower potential than its node, so
+// each node's onward delay is known before any node that forwards to it needs it.
+//
+// Not thread-safe (scratch is reused between calls). Pure computation.
+#ifndef DAR_CORE_POLICY_FEATURES_H_
+#define DAR_CORE_POLICY_FEATURES_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "core/diffusion.h"
+#include "core/link_cost.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+#include "core/weight_policy.h"
+
+namespace dar {
+
+// The view of one cycle. Every span is by class (the same number of classes in each).
+struct PolicyInputs {
+  const Topology* topology = nullptr;
+  absl::Span<const LinkState> states;  // by link, as the cycle predicted them
+  // Present (measured) utilisation by link, [0, 1]: LinkState's present_utilisation is only
+  // set for measured links, so the caller gives it from the links' last samples.
+  absl::Span<const double> present_utilisation;
+  absl::Span<const RoutingTables* const> tables;     // the engines' tables of this cycle
+  absl::Span<const DiffusionEngine* const> engines;  // their potentials
+  absl::Span<const RoutingTables* const> previous;   // last cycle's output; null: none
+  CostScales scales;
+  double min_weight = 0.001;  // DiffusionConfig::min_weight: floors kFeatAnalyticLogit
+};
+
+class PolicyFeatureBuilder {
+ public:
+  // Replaces `batch`'s decisions and candidates with this cycle's rows (batch.cycle is left
+  // as it is). REQUIRES: every table and engine is over inputs.topology.
+  void Build(const PolicyInputs& in, PolicyBatch& batch);
+
+ private:
+  // Expected delay (s) and loss from each node to destination `d` under `tables` (`onward_`).
+  void Onward(const PolicyInputs& in, const DestinationTable& table, const DiffusionEngine& engine,
+              NodeId d);
+
+  std::vector<std::pair<double, NodeId>> order_;  // (potential, node)
+  std::vector<double> delay_, loss_;              // by node: onward to the destination
+};
+
+}  // namespace dar
+
+#endif  // DAR_CORE_POLICY_FEATURES_H_

@@ -1,0 +1,95 @@
+// A policy that refines the diffusion engine's weights (the "learned policy" of
+// ARCHITECTURE.md): for every (node, destination, class) row of a table with two or more next
+// hops, it turns the row's candidates into weights. The candidates are the row's next hops —
+// the downhill neighbours the engine chose — and nothing else, so no policy output can add a
+// next hop, create a loop or leave a node without a way on; the validator still checks every
+// table. The route computer (core/route_computer.h) calls it once per cycle with every such
+// row and falls back to the engine's own weights when it fails (counted, logged).
+//
+// Features are local and size-independent (no node ids, no counts of nodes or links), so one
+// trained policy applies to topologies of any size. They are computed here, in core, so the
+// trainer (dar-train) and the engine (INT8 inference, src/learn) see exactly the same ones.
+#ifndef DAR_CORE_WEIGHT_POLICY_H_
+#define DAR_CORE_WEIGHT_POLICY_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "core/topology.h"
+
+namespace dar {
+
+// One policy input per candidate. The order is part of the model file format
+// (learn/policy_model.h): a model names the features it was trained on and is refused if they
+// differ from these. Scales: reference_delay and reference_loss of the route computer's
+// CostScales.
+enum PolicyFeature : int {
+  kFeatAnalyticLogit = 0,   // ln(the engine's weight), floored at ln(min_weight) (at
+                            //    ln(1e-6) if min_weight is smaller)
+  kFeatPathDelayRatio,      // ln(expected delay to the destination via this candidate /
+                            //    the row's smallest such delay); >= 0
+  kFeatLinkDelay,           // ln(1 + the link's predicted one-way delay / reference_delay)
+  kFeatLinkQueue,           // predicted queueing / reference_delay, at most 10
+  kFeatLinkLoss,            // loss / reference_loss, at most 10
+  kFeatLinkUtilisation,     // predicted utilisation, [0, 1]
+  kFeatLinkUtilisationNow,  // present (measured) utilisation, [0, 1]
+  kFeatCapacityShare,       // capacity / the largest capacity among the row's candidates, (0, 1]
+  kFeatDestinationLoad,     // mean present utilisation of the links into the destination, [0, 1]
+  kFeatPreviousWeight,      // this candidate's weight in the class's previous table, [0, 1]
+                            //    (0 if it was not a next hop then): the recent choices
+  kFeatInverseCount,        // 1 / the number of candidates in the row
+  kPolicyFeatures
+};
+
+// The features' names, in PolicyFeature order, as a model file lists them.
+const std::array<const char*, kPolicyFeatures>& PolicyFeatureNames();
+
+struct PolicyCandidate {
+  LinkId link = kNoLink;  // the next hop's link
+  std::array<float, kPolicyFeatures> features{};
+  double analytic_weight = 0;  // the engine's weight for this candidate
+  // What the reward of a decision is made of (dar-train), as the route computer sees it in
+  // the cycle of the batch: expected one-way delay from the row's node to the destination via
+  // this candidate (its link, then the tables' weights onward), in seconds; expected loss over
+  // the same paths, [0, 1]; predicted queueing on the candidate's link, in seconds.
+  double path_delay_s = 0;
+  double path_loss = 0;
+  double queue_s = 0;
+};
+
+// One row: candidates [first, first + count) of the batch.
+struct PolicyDecision {
+  NodeId node = kNoNode;
+  NodeId destination = kNoNode;  // a route target (Topology::Destinations)
+  int cls = 0;                   // traffic class: 0 latency, 1 bulk
+  uint32_t first = 0;
+  uint32_t count = 0;  // >= 2
+};
+
+// Every row of one cycle that has a choice, over all classes.
+struct PolicyBatch {
+  uint64_t cycle = 0;  // RouteComputerStats::cycles at the time
+  std::vector<PolicyDecision> decisions;
+  std::vector<PolicyCandidate> candidates;
+};
+
+class WeightPolicy {
+ public:
+  virtual ~WeightPolicy() = default;
+  // Writes one weight per candidate of `batch` into `weights` (weights.size() ==
+  // batch.candidates.size()): finite, > 0 (the forwarders' validator refuses a next hop with
+  // weight 0), summing to 1 (within 1e-6) over each decision's candidates.
+  // An error (or weights that break those rules, which the caller checks) makes the caller
+  // keep the engine's weights for the whole cycle.
+  virtual absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) = 0;
+  // For logs and metrics: e.g. "int8 model dar-policy v1 (models/dar-policy.json)".
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace dar
+
+#endif  // DAR_CORE_WEIGHT_POLICY_H_

@@ -1,0 +1,315 @@
+#include "learn/policy_model.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dar::learn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A model with random weights: `hidden` ReLU layers of `width`, then one logit.
+PolicyModel RandomModel(uint64_t seed, int hidden = 2, int width = 32) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0, 1);
+  PolicyModel m;
+  m.name = "random";
+  m.created_by = "policy_model_test";
+  m.seed = seed;
+  m.config = {{"hidden", hidden}, {"width", width}};
+  for (int i = 0; i < kPolicyFeatures; ++i) {
+    m.feature_mean.push_back(0.1f * normal(rng));
+    m.feature_scale.push_back(0.5f + std::abs(normal(rng)));
+  }
+  int in = kPolicyFeatures;
+  for (int l = 0; l <= hidden; ++l) {
+    DenseLayer d;
+    d.in = in;
+    d.out = l == hidden ? 1 : width;
+    const float s = 1.0f / std::sqrt(static_cast<float>(in));
+    for (int i = 0; i < d.in * d.out; ++i) d.weight.push_back(s * normal(rng));
+    for (int i = 0; i < d.out; ++i) d.bias.push_back(0.1f * normal(rng));
+    m.layers.push_back(std::move(d));
+    in = m.layers.back().out;
+  }
+  m.min_weight = 0.001;
+  return m;
+}
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          (std::string("dar_policy_model_test_") + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void WriteAll(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::trunc);
+  f << text;
+}
+
+// The text of a saved RandomModel, as JSON to edit.
+nlohmann::json SavedJson(const std::string& path) {
+  EXPECT_TRUE(SavePolicyModel(RandomModel(1), path).ok());
+  return nlohmann::json::parse(ReadAll(path));
+}
+
+TEST(PolicyModelTest, SaveLoadRoundTrip) {
+  const std::string path = TempPath("round_trip.json");
+  const PolicyModel m = RandomModel(7);
+  ASSERT_TRUE(SavePolicyModel(m, path).ok());
+  absl::StatusOr<PolicyModel> back = LoadPolicyModel(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->name, m.name);
+  EXPECT_EQ(back->created_by, m.created_by);
+  EXPECT_EQ(back->seed, m.seed);
+  EXPECT_EQ(back->config, m.config);
+  EXPECT_EQ(back->feature_mean, m.feature_mean);
+  EXPECT_EQ(back->feature_scale, m.feature_scale);
+  ASSERT_EQ(back->layers.size(), m.layers.size());
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    EXPECT_EQ(back->layers[i].weight, m.layers[i].weight);  // bit for bit
+    EXPECT_EQ(back->layers[i].bias, m.layers[i].bias);
+  }
+  EXPECT_EQ(back->min_weight, m.min_weight);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  std::filesystem::remove(path);
+}
+
+TEST(PolicyModelTest, SaveRefusesAnInconsistentModel) {
+  PolicyModel m = RandomModel(1);
+  m.layers[1].bias.pop_back();
+  absl::Status s = SavePolicyModel(m, TempPath("bad.json"));
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("layers[1]"));
+}
+
+// Every refusal names the file and says what is wrong.
+TEST(PolicyModelTest, LoadRefusesBadFilesAndSaysWhy) {
+  const std::string path = TempPath("refuse.json");
+  auto expect_refused = [&path](const std::string& what) {
+    absl::StatusOr<PolicyModel> m = LoadPolicyModel(path);
+    ASSERT_FALSE(m.ok()) << "accepted a file with " << what;
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr(path));
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr(what));
+  };
+  std::filesystem::remove(path);
+  expect_refused("cannot read");
+
+  const nlohmann::json good = SavedJson(path);
+  const std::string text = ReadAll(path);
+  WriteAll(path, text.substr(0, text.size() / 2));
+  expect_refused("bad JSON at line");
+  WriteAll(path, "{\n\"format\": \"dar-policy\",\n\"format_version\": 1,\n oops }");
+  expect_refused("bad JSON at line 4");
+
+  auto edited = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = good;
+    edit(j);
+    WriteAll(path, j.dump(1));
+  };
+  edited([](nlohmann::json& j) { j["format"] = "onnx"; });
+  expect_refused("not a dar-policy file");
+  edited([](nlohmann::json& j) { j["format_version"] = 2; });
+  expect_refused("format_version 2: this build reads version 1");
+  edited([](nlohmann::json& j) { j["features"][3] = "link_jitter"; });
+  expect_refused("other features");
+  edited([](nlohmann::json& j) { j["features"].erase(j["features"].size() - 1); });
+  expect_refused("other features");
+  edited([](nlohmann::json& j) { j["layers"][1]["in"] = 31; });
+  expect_refused("layers[1]: in 31");
+  edited([](nlohmann::json& j) { j["layers"][0]["weight"].erase(0); });
+  expect_refused("layers[0]");
+  edited([](nlohmann::json& j) { j["layers"].back()["out"] = 2; });
+  expect_refused("layers[2]");
+  edited([](nlohmann::json& j) { j["feature_scale"][2] = 0; });
+  expect_refused("feature_scale[2]");
+  // JSON has no NaN: nlohmann writes null for it, which is no number.
+  edited([](nlohmann::json& j) { j["layers"][0]["bias"][5] = std::nan(""); });
+  expect_refused("layers[0]: \"bias\"[5]: not a number");
+  WriteAll(path, std::string(ReadAll(path)).replace(ReadAll(path).find("null"), 4, "1e999"));
+  expect_refused("bad JSON");  // nlohmann refuses a number it cannot hold
+  edited([](nlohmann::json& j) {
+    j["layers"][0]["weight"][0] = j["layers"][0]["weight"][0].get<double>() + 0.5;
+  });
+  expect_refused("checksum");
+  edited([](nlohmann::json& j) { j.erase("checksum"); });
+  expect_refused("checksum");
+  // The untouched file loads.
+  edited([](nlohmann::json&) {});
+  EXPECT_TRUE(LoadPolicyModel(path).ok());
+  std::filesystem::remove(path);
+}
+
+// Random raw features in the ranges weight_policy.h gives them.
+std::vector<float> RandomFeatures(std::mt19937_64& rng, size_t rows) {
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> x(rows * kPolicyFeatures);
+  for (size_t r = 0; r < rows; ++r) {
+    float* f = &x[r * kPolicyFeatures];
+    f[kFeatAnalyticLogit] = std::log(std::max(0.001f, u(rng)));
+    f[kFeatPathDelayRatio] = 2 * u(rng);
+    f[kFeatLinkDelay] = 3 * u(rng);
+    f[kFeatLinkQueue] = 10 * u(rng) * u(rng);
+    f[kFeatLinkLoss] = 10 * u(rng) * u(rng) * u(rng);
+    f[kFeatLinkUtilisation] = u(rng);
+    f[kFeatLinkUtilisationNow] = u(rng);
+    f[kFeatCapacityShare] = 0.1f + 0.9f * u(rng);
+    f[kFeatDestinationLoad] = u(rng);
+    f[kFeatPreviousWeight] = u(rng);
+    f[kFeatInverseCount] = 1.0f / (2 + static_cast<int>(8 * u(rng)));
+  }
+  return x;
+}
+
+// A batch of `rows` decisions of 2..8 candidates with random features.
+PolicyBatch RandomBatch(std::mt19937_64& rng, int rows) {
+  PolicyBatch b;
+  std::uniform_int_distribution<int> count(2, 8);
+  for (int r = 0; r < rows; ++r) {
+    PolicyDecision d;
+    d.node = r;
+    d.destination = 0;
+    d.first = static_cast<uint32_t>(b.candidates.size());
+    d.count = static_cast<uint32_t>(count(rng));
+    const std::vector<float> x = RandomFeatures(rng, d.count);
+    for (uint32_t i = 0; i < d.count; ++i) {
+      PolicyCandidate c;
+      c.link = static_cast<LinkId>(100 + i);
+      std::copy(x.begin() + i * kPolicyFeatures, x.begin() + (i + 1) * kPolicyFeatures,
+                c.features.begin());
+      b.candidates.push_back(c);
+    }
+    b.decisions.push_back(d);
+  }
+  return b;
+}
+
+// INT8 against FP32: the same choice in at least 99% of rows, weights close.
+TEST(PolicyModelTest, Int8AgreesWithFloat) {
+  std::mt19937_64 rng(42);
+  const PolicyModel m = RandomModel(3);
+  const QuantizedPolicyModel q(m);
+  const PolicyBatch batch = RandomBatch(rng, 5000);
+  const size_t n = batch.candidates.size();
+  std::vector<float> x(n * kPolicyFeatures);
+  for (size_t i = 0; i < n; ++i) {
+    std::copy(batch.candidates[i].features.begin(), batch.candidates[i].features.end(),
+              x.begin() + i * kPolicyFeatures);
+  }
+  std::vector<float> lf(n), lq(n), lp(n);
+  LogitsFloat(m, x, absl::MakeSpan(lf));
+  q.Logits(x, absl::MakeSpan(lq));
+  // The AVX2 kernel (where the processor has it) and the portable one agree bit for bit.
+  q.LogitsPortable(x, absl::MakeSpan(lp));
+  EXPECT_EQ(lq, lp);
+  std::vector<double> wf(n), wq(n);
+  WeightsFromLogits(batch, lf, m.min_weight, absl::MakeSpan(wf));
+  WeightsFromLogits(batch, lq, m.min_weight, absl::MakeSpan(wq));
+  int same = 0;
+  double worst = 0, total = 0;
+  for (const PolicyDecision& d : batch.decisions) {
+    uint32_t af = d.first, aq = d.first;
+    for (uint32_t i = d.first; i < d.first + d.count; ++i) {
+      if (wf[i] > wf[af]) af = i;
+      if (wq[i] > wq[aq]) aq = i;
+      worst = std::max(worst, std::abs(wf[i] - wq[i]));
+      total += std::abs(wf[i] - wq[i]);
+    }
+    same += af == aq;
+  }
+  const double agree = static_cast<double>(same) / static_cast<double>(batch.decisions.size());
+  std::printf(
+      "int8 vs float: same choice in %.2f%% of %zu rows; weight error max %.4f, mean %.5f\n",
+      100 * agree, batch.decisions.size(), worst, total / static_cast<double>(n));
+  EXPECT_GE(agree, 0.99);
+  EXPECT_LT(worst, 0.05);
+  EXPECT_LT(total / static_cast<double>(n), 0.005);
+}
+
+TEST(PolicyModelTest, WeightsAreMaskedNormalisedAndFloored) {
+  PolicyBatch b;
+  b.decisions.push_back(PolicyDecision{0, 1, 0, 0, 3});
+  b.decisions.push_back(PolicyDecision{2, 1, 0, 3, 2});
+  b.candidates.resize(5);
+  const std::vector<float> logits = {0, 1, -40, 5, 5};
+  std::vector<double> w(5, -1);
+  WeightsFromLogits(b, logits, 0.01, absl::MakeSpan(w));
+  EXPECT_NEAR(w[0] + w[1] + w[2], 1, 1e-12);
+  EXPECT_NEAR(w[3] + w[4], 1, 1e-12);
+  EXPECT_GT(w[1], w[0]);
+  EXPECT_NEAR(w[2], 0.01 / 1.01, 1e-9);  // floored, then renormalised
+  EXPECT_DOUBLE_EQ(w[3], 0.5);
+  // min_weight 0: still > 0, which the forwarders' validator requires.
+  WeightsFromLogits(b, std::vector<float>{0, 0, -1000, 0, 0}, 0, absl::MakeSpan(w));
+  EXPECT_GT(w[2], 0);
+}
+
+TEST(PolicyModelTest, LearnedPolicyWeighsOnlyTheBatchsCandidates) {
+  const std::string path = TempPath("learned.json");
+  ASSERT_TRUE(SavePolicyModel(RandomModel(5), path).ok());
+  for (auto precision : {LearnedPolicy::Precision::kInt8, LearnedPolicy::Precision::kFloat}) {
+    absl::StatusOr<std::unique_ptr<LearnedPolicy>> p = LearnedPolicy::Load(path, precision);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_THAT((*p)->Describe(), HasSubstr(path));
+    std::mt19937_64 rng(9);
+    const PolicyBatch batch = RandomBatch(rng, 200);
+    std::vector<double> w(batch.candidates.size(), -1);
+    ASSERT_TRUE((*p)->Weigh(batch, absl::MakeSpan(w)).ok());
+    for (const PolicyDecision& d : batch.decisions) {
+      double sum = 0;
+      for (uint32_t i = d.first; i < d.first + d.count; ++i) {
+        EXPECT_GE(w[i], 0.001 / (1 + 0.001 * d.count));
+        sum += w[i];
+      }
+      EXPECT_NEAR(sum, 1, 1e-9);
+    }
+    std::vector<double> wrong(3);
+    EXPECT_FALSE((*p)->Weigh(batch, absl::MakeSpan(wrong)).ok());
+  }
+  EXPECT_FALSE(LearnedPolicy::Load(path + ".missing", LearnedPolicy::Precision::kInt8).ok());
+  std::filesystem::remove(path);
+}
+
+// A model whose logit is the analytic logit reproduces the engine's weights (softmax of
+// ln w is w), in both precisions.
+TEST(PolicyModelTest, AnalyticLogitModelReproducesTheAnalyticWeights) {
+  PolicyModel m = RandomModel(1, 0);
+  m.feature_mean.assign(kPolicyFeatures, 0);
+  m.feature_scale.assign(kPolicyFeatures, 1);
+  m.layers[0].weight.assign(kPolicyFeatures, 0);
+  m.layers[0].weight[kFeatAnalyticLogit] = 1;
+  m.layers[0].bias = {0};
+  PolicyBatch b;
+  b.decisions.push_back(PolicyDecision{0, 1, 0, 0, 3});
+  const double analytic[] = {0.7, 0.25, 0.05};
+  for (double a : analytic) {
+    PolicyCandidate c;
+    c.features[kFeatAnalyticLogit] = static_cast<float>(std::log(a));
+    b.candidates.push_back(c);
+  }
+  for (auto precision : {LearnedPolicy::Precision::kInt8, LearnedPolicy::Precision::kFloat}) {
+    LearnedPolicy p(m, "mem", precision);
+    std::vector<double> w(3);
+    ASSERT_TRUE(p.Weigh(b, absl::MakeSpan(w)).ok());
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(w[i], analytic[i], 0.01);
+  }
+}
+
+}  // namespace
+}  // namespace dar::learn
