@@ -110,7 +110,7 @@ class DiffusionEngine::MinHeap {
 DiffusionEngine::~DiffusionEngine() = default;
 
 DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& config)
-    : topo_(topo), config_(config) {
+    : topo_(topo), config_(config), kernels_(ChosenKernels()) {
   const int n = topo.num_nodes();
   core_of_.assign(n, -1);
   for (NodeId v = 0; v < n; ++v) {
@@ -188,6 +188,14 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
     arc_node_.push_back(a.node);
     arc_link_.push_back(a.link);
   }
+  arc_run_.assign(out_.size(), 1);
+  for (int32_t c = 0; c < cores; ++c) {
+    for (uint32_t i = out_begin_[c + 1]; i-- > out_begin_[c];) {
+      if (i + 1 < out_begin_[c + 1] && arc_node_[i + 1] == arc_node_[i] + 1) {
+        arc_run_[i] = static_cast<uint8_t>(std::min(255, arc_run_[i + 1] + 1));
+      }
+    }
+  }
   arc_cost_.assign(out_.size(), kInf);
   arc_twin_cost_.assign(out_.size(), kInf);
   has_unusable_.assign(cores, 1);
@@ -219,7 +227,7 @@ void DiffusionEngine::LoadBoltz(uint32_t first, uint32_t n) {
   const double inv_t = 1 / config_.temperature;
   double* b = &arc_boltz_[first];
   for (uint32_t i = 0; i < n; ++i) b[i] = -arc_cost_[first + i] * inv_t;  // -inf if unusable
-  ExpNonPositive(b, b, n);
+  kernels_.exp_non_positive(b, b, n);
 }
 
 double DiffusionEngine::Boltz(double psi) const {
@@ -254,7 +262,7 @@ void DiffusionEngine::LoadCosts(absl::Span<const double> costs, absl::Span<const
 }
 
 struct DiffusionEngine::Gathered {
-  uint32_t n = 0;        // downhill arcs, in hop_link_ and hop_x_
+  uint32_t n = 0;        // downhill arcs, in hop_link_ (and hop_x_ or hop_share_)
   double m = kInf;       // the least cost + psi: the cheapest way on (direct gather only)
   double dist = kInf;    // cheapest-path cost through them
   double top = -kInf;    // the highest potential at their far ends
@@ -292,9 +300,8 @@ void DiffusionEngine::Gather(const DestState& d, int32_t v, Gathered& g) {
       // The twin u -> v breaks the order if twin_cost + dist(v) < dist_floor(u).
       if constexpr (kCheckTwins) slack = std::max(dist_floor[u] - twin_cost[s], slack);
       link[n] = arc_link[s];
-      if constexpr (kFactored) {  // x is completed only where needed (Relax)
-        share[n] = arc_boltz[s] * boltz[u];
-        x[n++] = c;
+      if constexpr (kFactored) {  // x is filled only where needed (Relax)
+        share[n++] = arc_boltz[s] * boltz[u];
       } else {
         const double xu = c + psi[u];
         m = std::min(xu, m);
@@ -305,6 +312,58 @@ void DiffusionEngine::Gather(const DestState& d, int32_t v, Gathered& g) {
   g = Gathered{n, m, best, top, slack};
 }
 
+uint32_t DiffusionEngine::DownhillRun(const DestState& d, int32_t v, uint32_t& slot) const {
+  const uint32_t begin = out_begin_[v], end = out_begin_[v + 1];
+  if (begin == end || begin / 64 != (end - 1) / 64) return 0;
+  uint64_t bits = d.downhill[begin / 64];
+  bits &= (~uint64_t{0} << (begin % 64)) & (~uint64_t{0} >> (63 - (end - 1) % 64));
+  if (bits == 0) return 0;
+  const int skip = std::countr_zero(bits);
+  const uint64_t run = bits >> skip;
+  if ((run & (run + 1)) != 0) return 0;  // not one block of set bits
+  const uint32_t r = static_cast<uint32_t>(std::countr_one(run));
+  slot = begin / 64 * 64 + static_cast<uint32_t>(skip);
+  return arc_run_[slot] >= r ? r : 0;
+}
+
+DiffusionEngine::RelaxResult DiffusionEngine::RelaxRun(const DestState& d, int32_t v, bool twins,
+                                                       uint32_t s, uint32_t r, double& psi,
+                                                       double& dist) {
+  const int32_t u = arc_node_[s];
+  const RunInputs in{&arc_cost_[s], &arc_twin_cost_[s], &arc_boltz_[s], &arc_link_[s],
+                     &d.dist[u],    &d.dist_floor[u],   &d.phi[u],      &d.boltz[u]};
+  // With v's row mirrored, the weights pass also takes the hysteresis sum (MirrorSays).
+  const float* installed = d.mirrored[v] ? &d.installed[out_begin_[v]] : nullptr;
+  double* w = hop_weight_.data();
+  const RunResult run =
+      kernels_.run_weights(in, r, config_.min_weight, installed, w, hop_link_.data());
+  if (!(run.best < kInf)) return RelaxResult::kNoNextHop;
+  if (twins && run.best < run.slack) return RelaxResult::kReordered;
+  dist = run.best;
+  const double t = config_.temperature;
+  if (run.z >= kShareZMin && run.z <= kShareZMax) {
+    psi = -t * std::log(run.z);
+    hop_boltz_ = run.z;
+    hop_diff_ = installed != nullptr ? run.diff : kNaN;
+  } else {  // the direct way, as Relax takes it
+    double* x = hop_x_.data();
+    double m = kInf;
+    for (uint32_t i = 0; i < r; ++i) {
+      x[i] = arc_cost_[s + i] + d.psi[u + i];
+      m = std::min(x[i], m);
+    }
+    const double z = kernels_.soft_min_weights(x, w, r, m, 1 / t, config_.min_weight);
+    psi = m - t * std::log(z);
+    hop_boltz_ = Boltz(psi);
+    hop_diff_ = kNaN;
+    ++stats_.nodes_direct;
+  }
+  hop_count_ = r;  // min_weight > 0 (factored_): every arc keeps a share
+  hop_all_ = true;
+  hop_top_ = run.top;
+  return RelaxResult::kOk;
+}
+
 DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t v, bool check_twins,
                                                     double& psi, double& dist) {
   hop_count_ = 0;
@@ -312,6 +371,11 @@ DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t 
   // The order holds at v's downhill neighbours u if none of them now reaches d more cheaply
   // through v (over the twin u -> v) than the way it was settled. Nobody goes through a host.
   const bool twins = check_twins && forwards_[v];
+  if (factored_ && !has_unusable_[v]) {
+    uint32_t s = 0;
+    const uint32_t r = DownhillRun(d, v, s);
+    if (r >= 2) return RelaxRun(d, v, twins, s, r, psi, dist);
+  }
   if (factored_) {
     twins ? Gather<true, true>(d, v, g) : Gather<false, true>(d, v, g);
   } else {
@@ -327,7 +391,7 @@ DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t 
   if (has_unusable_[v]) {  // drop the unusable links
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; ++i) {
-      if (x[i] < kInf) {
+      if (factored_ ? arc_cost_[slot_of_link_[link[i]]] < kInf : x[i] < kInf) {
         link[k] = link[i];
         share[k] = share[i];
         x[k++] = x[i];
@@ -336,12 +400,13 @@ DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t 
     n = k;
   }
   hop_boltz_ = kNaN;
+  hop_diff_ = kNaN;
   double m = g.m;
-  // The factored gather leaves x at the arc costs: completes x and m, as the direct way has them.
+  // The factored gather leaves x alone: fills x and m, as the direct way has them.
   auto complete = [&] {
     if (!factored_) return;
     for (uint32_t i = 0; i < n; ++i) {
-      x[i] += d.psi[link_dst_core_[link[i]]];
+      x[i] = arc_cost_[slot_of_link_[link[i]]] + d.psi[link_dst_core_[link[i]]];
       m = std::min(x[i], m);
     }
   };
@@ -372,13 +437,18 @@ DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t 
     // Factored: the shares are exp(-(c + psi(u)) / T), their sum is exp(-psi / T). Outside the
     // range where that is exact to rounding (or if a neighbour was), the direct way: shares
     // relative to the best, exp((m - x) / T).
-    const double zf = factored_ ? ShareWeights(share, w, n, config_.min_weight) : kNaN;
+    // With v's row mirrored, the weights pass also takes the hysteresis sum (MirrorSays).
+    const float* installed = d.mirrored[v] ? &d.installed[out_begin_[v]] : nullptr;
+    const double zf =
+        factored_ ? kernels_.share_weights(share, w, n, config_.min_weight, installed, &hop_diff_)
+                  : kNaN;
     if (zf >= kShareZMin && zf <= kShareZMax) {
       psi = -t * std::log(zf);
       hop_boltz_ = zf;
     } else {
       complete();
-      const double z = SoftMinWeights(x, w, n, m, 1 / t, config_.min_weight);
+      hop_diff_ = kNaN;
+      const double z = kernels_.soft_min_weights(x, w, n, m, 1 / t, config_.min_weight);
       psi = m - t * std::log(z);
       if (factored_) {
         hop_boltz_ = Boltz(psi);
@@ -480,7 +550,9 @@ bool DiffusionEngine::KeepsOldRow(const DestState& d, int32_t v, absl::Span<cons
 int DiffusionEngine::MirrorSays(const DestState& d, int32_t v) const {
   // Both rows are v's usable downhill arcs, in slot order: only the weights can differ.
   if (!d.mirrored[v] || !hop_all_) return -1;
-  const double diff = AbsDiffSum(&d.installed[out_begin_[v]], hop_weight_.data(), hop_count_);
+  const double diff = std::isnan(hop_diff_) ? kernels_.abs_diff_sum(&d.installed[out_begin_[v]],
+                                                                    hop_weight_.data(), hop_count_)
+                                            : hop_diff_;
   // Float weights are within 2^-24 of the table's and sum to about 1: `diff` is within 1e-7
   // of the exact sum (in any order), so a decision this far from the threshold is exact.
   constexpr double kMargin = 1e-6;
@@ -565,13 +637,33 @@ void DiffusionEngine::MarkDownhill(DestState& d) const {
   }
 }
 
+void DiffusionEngine::PrefetchDestLine(const DestState& d, size_t line) const {
+  const size_t offset = line * 64;  // bytes
+  if (offset < node_of_.size() * sizeof(double)) {
+    for (const std::vector<double>* a : {&d.dist, &d.dist_floor, &d.psi, &d.phi, &d.boltz}) {
+      __builtin_prefetch(reinterpret_cast<const char*>(a->data()) + offset);
+    }
+  }
+  if (offset < d.order.size() * sizeof(int32_t)) {
+    __builtin_prefetch(reinterpret_cast<const char*>(d.order.data()) + offset);
+  }
+  if (offset < d.downhill.size() * sizeof(uint64_t)) {
+    __builtin_prefetch(reinterpret_cast<const char*>(d.downhill.data()) + offset);
+  }
+  if (offset < d.mirrored.size()) __builtin_prefetch(d.mirrored.data() + offset);
+}
+
 // Flattened: the per-node calls (Relax, Gather, Commit) cost as much as their bodies otherwise.
 __attribute__((flatten)) bool DiffusionEngine::SoftPass(DestState& d,
                                                         absl::Span<const double> costs,
                                                         bool check_order) {
-  std::fill(d.psi.begin(), d.psi.end(), kInf);
-  std::fill(d.phi.begin(), d.phi.end(), kInf);
-  if (factored_) std::fill(d.boltz.begin(), d.boltz.end(), kNaN);
+  // Every node in the order is written below before anything reads it; only the others must
+  // be reset (they cannot reach d).
+  if (d.order.size() < node_of_.size()) {
+    std::fill(d.psi.begin(), d.psi.end(), kInf);
+    std::fill(d.phi.begin(), d.phi.end(), kInf);
+    if (factored_) std::fill(d.boltz.begin(), d.boltz.end(), kNaN);
+  }
   d.psi[d.core] = 0;
   d.boltz[d.core] = 1;
   d.phi[d.core] = 0;
@@ -580,18 +672,25 @@ __attribute__((flatten)) bool DiffusionEngine::SoftPass(DestState& d,
   constexpr size_t kBlockAhead = 16, kRowAhead = 8;  // nodes
   const DestinationTable* prev = d.table.get();
   const size_t count = d.order.size();
+  // Lines of the next destination's arrays: the longest is a double per node (or a bit per
+  // out-arc).
+  const size_t prefetch_lines =
+      std::max(node_of_.size() * sizeof(double), d.downhill.size() * sizeof(uint64_t)) / 64 + 1;
   for (size_t i = 1; i < count; ++i) {
     if (prev != nullptr && i + kBlockAhead < count && !d.mirrored[d.order[i + kBlockAhead]]) {
       PrefetchBlock(*prev, static_cast<uint32_t>(d.order[i + kBlockAhead]));
     }
     if (prev != nullptr && i + kRowAhead < count) {
       const int32_t u = d.order[i + kRowAhead];
-      if (d.mirrored[u]) {
-        __builtin_prefetch(&d.installed[out_begin_[u]]);
+      if (d.mirrored[u]) {  // the row's weights: up to 16 floats, which may span two lines
+        const float* row = &d.installed[out_begin_[u]];
+        __builtin_prefetch(row);
+        __builtin_prefetch(row + std::min<uint32_t>(15, out_begin_[u + 1] - out_begin_[u] - 1));
       } else {
         PrefetchRow(*prev, static_cast<uint32_t>(u));
       }
     }
+    if (next_dest_ != nullptr && i <= prefetch_lines) PrefetchDestLine(*next_dest_, i - 1);
     const int32_t v = d.order[i];
     double psi, dist;
     if (Relax(d, v, check_order, psi, dist) != RelaxResult::kOk) return false;
@@ -734,7 +833,11 @@ void DiffusionEngine::ComputeAll(absl::Span<const double> costs, bool reorder) {
   assert(costs.size() == static_cast<size_t>(topo_.num_links()));
   stats_ = DiffusionStats();
   LoadCosts(costs);
-  for (DestState& d : dests_) ComputeDestination(d, costs, reorder);
+  for (size_t i = 0; i < dests_.size(); ++i) {
+    next_dest_ = i + 1 < dests_.size() ? &dests_[i + 1] : nullptr;
+    ComputeDestination(dests_[i], costs, reorder);
+  }
+  next_dest_ = nullptr;
 }
 
 void DiffusionEngine::Update(absl::Span<const double> costs, absl::Span<const LinkId> changed) {

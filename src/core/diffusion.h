@@ -30,7 +30,12 @@
 // its downhill arcs as a bitmap over the out-arcs, so uphill ones are never looked at; the
 // weights come from vector kernels (core/vector_exp.h); and hysteresis compares against a
 // compact float copy of the installed weights, reading the table itself (far larger than the
-// caches) only when that copy cannot decide exactly.
+// caches) only when that copy cannot decide exactly. Where a node's downhill arcs are a run of
+// out-arcs toward consecutive nodes (a fat-tree numbers its switches so: every up-link set is
+// one), one kernel call gathers them, weighs them and takes the hysteresis sum four arcs at a
+// time, with the results of the arc-by-arc way to the bit. Each destination's per-node arrays
+// are read in settling order, which the hardware cannot foresee, so the pass over one
+// destination prefetches the next one's.
 // The exps are factored: exp(-(c(v,u) + psi(u)) / T) = exp(-c(v,u) / T) * exp(-psi(u) / T),
 // the first once per arc and cycle, the second once per node and destination — and that one
 // is the node's soft-minimum sum itself, so it needs no exp either. A cycle then takes one exp
@@ -54,6 +59,8 @@
 #include "core/topology.h"
 
 namespace dar {
+
+struct VectorKernels;
 
 struct DiffusionConfig {
   // Soft-minimum temperature, in cost units (a hop costs about 1). Larger spreads traffic over
@@ -158,6 +165,10 @@ class DiffusionEngine {
   // reach it). Also false if a node lost every downhill neighbour.
   bool SoftPass(DestState& d, absl::Span<const double> costs, bool check_order);
   void ComputeDestination(DestState& d, absl::Span<const double> costs, bool reorder);
+  // Prefetches the `line`-th cache line of each of d's per-node arrays that SoftPass reads in
+  // settling order (which the hardware cannot foresee): a pass over one destination warms the
+  // next one, a line per node relaxed.
+  void PrefetchDestLine(const DestState& d, size_t line) const;
   // Re-relaxes d upstream of `seeds`; false if d must be recomputed whole.
   bool RelaxRegion(DestState& d, absl::Span<const double> costs, std::vector<int32_t>& seeds);
   // Relaxes node v of d from its downhill neighbours (the costs of the last LoadCosts): its
@@ -166,6 +177,13 @@ class DiffusionEngine {
   // With check_twins, also reports kReordered if a node settled before v now reaches d more
   // cheaply through v (checked over the twins of v's downhill arcs).
   RelaxResult Relax(const DestState& d, int32_t v, bool check_twins, double& psi, double& dist);
+  // The number of v's downhill arcs toward d if they are one run of slots to consecutive
+  // nodes (arc_run_) within one bitmap word, from `slot` on; 0 if they are not.
+  uint32_t DownhillRun(const DestState& d, int32_t v, uint32_t& slot) const;
+  // Relax over such a run of r >= 2 arcs from slot s: four arcs at a time (RunWeights), with
+  // the same results. REQUIRES: factored_, no unusable out-arc at v.
+  RelaxResult RelaxRun(const DestState& d, int32_t v, bool twins, uint32_t s, uint32_t r,
+                       double& psi, double& dist);
   struct Gathered;
   // v's downhill arcs into hop_link_ and hop_x_, and what Relax needs to know about them.
   template <bool kCheckTwins, bool kFactored>
@@ -202,6 +220,7 @@ class DiffusionEngine {
 
   const Topology& topo_;
   DiffusionConfig config_;
+  const VectorKernels& kernels_;  // chosen once for this CPU
   std::vector<int32_t> core_of_;  // node -> core index, -1 for stub hosts
   std::shared_ptr<const DestinationTable::RowMap> row_of_node_;  // core_of_, for the tables
   std::vector<NodeId> node_of_;                                  // core index -> node
@@ -211,11 +230,17 @@ class DiffusionEngine {
   std::vector<Arc> out_, in_;  // CSR by core index
   // By out-arc slot, what relaxing over the arc reads, with the costs of the current call
   // (LoadCosts): the far end, the link, its cost (infinite if unusable) and the twin's cost
-  // (infinite if none). Separate arrays, so the innermost loop indexes them by slot directly.
+  // (infinite if none). Separate arrays, so the innermost loop indexes them by slot directly
+  // and a run of arcs (arc_run_) is read four at a time.
   std::vector<int32_t> arc_node_;
   std::vector<LinkId> arc_link_;
   std::vector<double> arc_cost_, arc_twin_cost_;
   std::vector<double> arc_boltz_;  // exp(-cost / T); 0 if unusable (only if factored_)
+  // By out-arc slot s: how many slots from s on, all out of one node, lead to consecutive
+  // nodes (arc_node_[s + i] == arc_node_[s] + i), capped at 255 (a run Relax takes is at most
+  // kMaxRun). Where a node's downhill arcs are such a run (a fat-tree's up-links, for one),
+  // Relax takes them four at a time (RelaxRun).
+  std::vector<uint8_t> arc_run_;
   // Weights from factored shares (ShareWeights): T > 0 and min_weight >= kShareMinWeightFloor.
   bool factored_ = false;
   std::vector<uint8_t> usable_;        // by out-arc slot
@@ -224,20 +249,24 @@ class DiffusionEngine {
   // Links between cores the twin checks do not cover: no twin, or leaving a host.
   std::vector<std::pair<int32_t, Arc>> irregular_;  // (tail core, arc)
   std::vector<DestState> dests_;
-  std::vector<int32_t> dest_index_;  // node -> index into dests_, -1
+  const DestState* next_dest_ = nullptr;  // what ComputeAll computes next, for SoftPass to warm
+  std::vector<int32_t> dest_index_;       // node -> index into dests_, -1
   DiffusionStats stats_;
 
   // Scratch, reused across destinations so steady-state cycles do not allocate.
   std::vector<NextHop> hops_;      // rows for BuildTable, by out-arc slot (a row fits its node)
   std::vector<uint32_t> row_len_;  // by core index
   std::vector<uint8_t> changed_;   // by core index: the new row differs from the table's
-  // The node in hand (Relax): per downhill arc, its link and cost + psi (with factored_, its
-  // cost, completed only where the direct way needs it); then per next hop of the new row (the
-  // first hop_count_), link and weight, and the highest next hop potential.
+  // The node in hand (Relax): per downhill arc, its link and cost + psi (with factored_, only
+  // filled where the direct way needs it); then per next hop of the new row (the first
+  // hop_count_), link and weight, and the highest next hop potential.
   std::vector<LinkId> hop_link_;
   std::vector<double> hop_x_, hop_weight_;
   std::vector<double> hop_share_;  // per downhill arc: exp(-(cost + psi) / T), if factored_
   double hop_boltz_ = 0;           // the node's exp(-psi / T), as kept in DestState::boltz
+  // The hysteresis sum against d's mirror (MirrorSays), if the weights pass computed it; NaN
+  // if not.
+  double hop_diff_ = 0;
   uint32_t hop_count_ = 0;
   double hop_top_ = 0;
   bool hop_all_ = false;          // the new row has every usable downhill arc of the node

@@ -483,6 +483,80 @@ TEST(DiffusionTest, FactoredWeightsMatchDirectOnes) {
   EXPECT_LT(direct, relaxed / 2);
 }
 
+// On a fat-tree a node's downhill arcs are mostly runs of slots to consecutive nodes, which the
+// engine relaxes four arcs at a time (RunWeights). Against the direct way (no factoring, one
+// arc at a time): the same next hops, weights and potentials to rounding, through warm and
+// reordering full passes and incremental ones, with failed links (a node with one leaves the
+// run path) and costly ones (psi / T out of the factored range: the direct fallback in a run).
+TEST(DiffusionTest, FatTreeRunsMatchDirectWeights) {
+  FatTreeParams p;
+  p.k = 8;
+  const Topology topo = FatTree(p);
+  Random rng(808);
+  int64_t direct = 0;  // relaxations that fell back to the direct way (costly trials)
+  for (int trial = 0; trial < 4; ++trial) {
+    auto cost = [&] {
+      return trial >= 2 && rng.Uniform() < 0.2 ? 150 + 200 * rng.Uniform() : 1 + rng.Uniform();
+    };
+    std::vector<double> costs(topo.num_links());
+    for (double& c : costs) c = cost();
+    if (trial % 2 == 1) {
+      for (int k = 0; k < 6; ++k) costs[rng.Below(topo.num_links())] = kUnusable;
+    }
+    DiffusionConfig config;
+    config.temperature = 0.3 + rng.Uniform();
+    config.hysteresis = trial % 2 == 0 ? 0 : 0.05;
+    DiffusionConfig direct_config = config;
+    direct_config.min_weight = std::nextafter(kShareMinWeightFloor, 0);
+    config.min_weight = kShareMinWeightFloor;
+    DiffusionEngine runs(topo, config);
+    DiffusionEngine reference(topo, direct_config);
+    for (int round = 0; round < 5; ++round) {
+      if (round < 3) {
+        runs.ComputeAll(costs, /*reorder=*/round == 2);
+        reference.ComputeAll(costs, /*reorder=*/round == 2);
+        for (double& c : costs) {
+          if (c < kUnusable) c *= 1 + 0.05 * rng.Uniform();
+        }
+      } else {
+        std::vector<LinkId> changed;
+        for (int k = 0; k < 4; ++k) {
+          const LinkId l = static_cast<LinkId>(rng.Below(topo.num_links()));
+          costs[l] = cost();
+          changed.push_back(l);
+        }
+        runs.Update(costs, changed);
+        reference.Update(costs, changed);
+      }
+      if (trial < 2) {
+        EXPECT_EQ(runs.stats().nodes_direct, 0) << "trial " << trial;
+      } else {
+        direct += runs.stats().nodes_direct;
+      }
+      const RoutingTables x = runs.Tables(1), y = reference.Tables(1);
+      ExpectDownhill(topo, runs, x);
+      for (NodeId d : topo.Destinations()) {
+        for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+          const double want = reference.Potential(d, v), got = runs.Potential(d, v);
+          if (std::isinf(want)) {
+            EXPECT_EQ(got, want);
+          } else {
+            EXPECT_NEAR(got, want, 1e-10 * std::max(1.0, std::abs(want)))
+                << "trial " << trial << " round " << round;
+          }
+          const auto a = x.Lookup(v, d), b = y.Lookup(v, d);
+          ASSERT_EQ(a.size(), b.size()) << "trial " << trial << " round " << round;
+          for (size_t i = 0; i < a.size(); ++i) {
+            EXPECT_EQ(a[i].link, b[i].link);
+            EXPECT_NEAR(a[i].weight, b[i].weight, 1e-10) << "trial " << trial;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(direct, 0);
+}
+
 // Cheapest-path costs to d over usable links (Bellman-Ford): a reference for the settling order.
 std::vector<double> DistancesTo(const Topology& topo, NodeId d, const std::vector<double>& costs) {
   std::vector<double> dist(topo.num_nodes(), kUnusable);

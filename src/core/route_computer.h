@@ -103,9 +103,9 @@ struct RouteComputerConfig {
   // The delivery estimate returns to the configured capacity with this time constant, in
   // samples (60 s at 100 ms), unless new evidence refreshes it: long enough to keep traffic
   // off a link found slow for as long as a transfer it would crush, short enough to retry.
-  // The agents count what they send, before a shaper drops it, so a queue-limited link's
-  // throughput overstates what it delivers (a 10 Mb/s shaper loaded with 20: 25 measured);
-  // the long constant makes up for that (from 25 of 100 Mb/s, slow for 24 s).
+  // The agents report what a shaper below them lets through while it queues or drops
+  // (agent/qdisc_stats.h), so a 10 Mb/s shaper loaded with 20 measures 10: from 10 of 100
+  // Mb/s a link stays slow (below half) for 35 s after the last evidence.
   int capacity_recovery_periods = 600;
   // A link whose delivery estimate is below this fraction of its configured capacity is
   // slow: its cost is multiplied by configured / estimated capacity and does not decay while

@@ -1,5 +1,6 @@
 #include "core/vector_exp.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -34,6 +35,19 @@ DAR_KERNEL V4d Load(const double* p) {
 }
 
 DAR_KERNEL void Store(double* p, const V4d& v) { std::memcpy(p, &v, sizeof(v)); }
+
+// Four doubles read one by one: for arrays just written one element at a time (the engine's
+// gathered shares), which a vector load could not take from the pending stores (it would wait
+// for them to reach the cache: a store-forwarding stall).
+// The empty asm keeps the compiler from merging the four loads back into one.
+DAR_KERNEL double LoadOne(const double* p) {
+  double x = *p;
+  asm("" : "+x"(x));
+  return x;
+}
+DAR_KERNEL V4d LoadEach(const double* p) {
+  return V4d{LoadOne(p), LoadOne(p + 1), LoadOne(p + 2), LoadOne(p + 3)};
+}
 
 // The first r < 4 lanes from p, the others `fill`.
 DAR_KERNEL V4d LoadPartial(const double* p, uint32_t r, double fill) {
@@ -79,6 +93,11 @@ DAR_KERNEL V4d Exp4(const V4d& y) {
   return AS_DOUBLES(e);
 }
 
+// Lane-wise min and max, as minpd and maxpd compute them (the second operand where either
+// is NaN; the engine's operands never are).
+DAR_KERNEL V4d Min4(const V4d& a, const V4d& b) { return a < b ? a : b; }
+DAR_KERNEL V4d Max4(const V4d& a, const V4d& b) { return a > b ? a : b; }
+
 DAR_KERNEL double SumLanes(const V4d& v) { return (v[0] + v[1]) + (v[2] + v[3]); }
 
 DAR_KERNEL void ExpNonPositiveBody(const double* y, double* out, uint32_t n) {
@@ -87,16 +106,28 @@ DAR_KERNEL void ExpNonPositiveBody(const double* y, double* out, uint32_t n) {
   if (i < n) StorePartial(out + i, n - i, Exp4(LoadPartial(y + i, n - i, 0.0)));
 }
 
+// |a - b| summed four lanes at a time into `sum`, for AbsDiffSumBody and ShareBody.
+DAR_KERNEL V4d AbsDiff4(const float* a, const V4d& b) {
+  using V4f = float __attribute__((vector_size(16)));
+  const V4i sign = {INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN};
+  V4f af;
+  std::memcpy(&af, a, sizeof(af));
+  const V4d d = __builtin_convertvector(af, V4d) - b;
+  return AS_DOUBLES(AS_INTS(d) & ~sign);
+}
+
 // Floored, normalised shares into w: the end of both weight kernels. e[0..n) holds the shares
 // (all but the last n % 4, which are in `tail`, 0 in the lanes past n) and z is their sum.
-// e may be w.
+// e may be w. With kEach, e is read one element at a time (LoadEach). With `installed`, sets
+// *diff as AbsDiffSumBody(installed, w, n) would.
+template <bool kEach>
 DAR_KERNEL void ShareBody(const double* e, double* w, uint32_t n, const V4d& tail,
-                          double min_weight, double z) {
+                          double min_weight, double z, const float* installed, double* diff) {
   const uint32_t full = n & ~3u, rest = n - full;
   const double inv_z = 1 / z;
   V4d total4 = {0, 0, 0, 0};
   for (uint32_t i = 0; i < full; i += 4) {
-    V4d s = Load(e + i) * inv_z;
+    V4d s = (kEach ? LoadEach(e + i) : Load(e + i)) * inv_z;
     s = s < min_weight ? min_weight : s;
     Store(w + i, s);
     total4 += s;
@@ -110,8 +141,23 @@ DAR_KERNEL void ShareBody(const double* e, double* w, uint32_t n, const V4d& tai
     total4 += s;
   }
   const double inv_total = 1 / SumLanes(total4);
-  for (uint32_t i = 0; i < full; i += 4) Store(w + i, Load(w + i) * inv_total);
-  for (uint32_t i = full; i < n; ++i) w[i] *= inv_total;
+  if (installed == nullptr) {
+    for (uint32_t i = 0; i < full; i += 4) Store(w + i, Load(w + i) * inv_total);
+    for (uint32_t i = full; i < n; ++i) w[i] *= inv_total;
+    return;
+  }
+  V4d sum = {0, 0, 0, 0};
+  for (uint32_t i = 0; i < full; i += 4) {
+    const V4d wi = Load(w + i) * inv_total;
+    Store(w + i, wi);
+    sum += AbsDiff4(installed + i, wi);
+  }
+  double sum_rest = 0;
+  for (uint32_t i = full; i < n; ++i) {
+    w[i] *= inv_total;
+    sum_rest += std::abs(installed[i] - w[i]);
+  }
+  *diff = SumLanes(sum) + sum_rest;
 }
 
 DAR_KERNEL double SoftMinWeightsBody(const double* x, double* w, uint32_t n, double m, double inv_t,
@@ -131,41 +177,99 @@ DAR_KERNEL double SoftMinWeightsBody(const double* x, double* w, uint32_t n, dou
     z4 += tail;
   }
   const double z = SumLanes(z4);
-  ShareBody(w, w, n, tail, min_weight, z);
+  ShareBody<false>(w, w, n, tail, min_weight, z, nullptr, nullptr);
   return z;
 }
 
-DAR_KERNEL double ShareWeightsBody(const double* e, double* w, uint32_t n, double min_weight) {
+DAR_KERNEL double ShareWeightsBody(const double* e, double* w, uint32_t n, double min_weight,
+                                   const float* installed, double* diff) {
   const uint32_t full = n & ~3u, rest = n - full;
   V4d z4 = {0, 0, 0, 0};
   for (uint32_t i = 0; i < full; i += 4) {
-    z4 += Load(e + i);
+    z4 += LoadEach(e + i);
   }
-  V4d tail = {0, 0, 0, 0};
-  if (rest > 0) {
-    tail = LoadPartial(e + full, rest, 0.0);
-    z4 += tail;
-  }
+  const V4d tail = {rest > 0 ? LoadOne(e + full) : 0.0, rest > 1 ? LoadOne(e + full + 1) : 0.0,
+                    rest > 2 ? LoadOne(e + full + 2) : 0.0, 0.0};
+  z4 += tail;  // + 0 in the lanes past n: no change
   const double z = SumLanes(z4);
   if (!(z >= kShareZMin && z <= kShareZMax)) return z;  // the caller falls back: leave w alone
-  ShareBody(e, w, n, tail, min_weight, z);
+  ShareBody<true>(e, w, n, tail, min_weight, z, installed, diff);
   return z;
 }
 
 DAR_KERNEL double AbsDiffSumBody(const float* a, const double* b, uint32_t n) {
-  using V4f = float __attribute__((vector_size(16)));
-  const V4i sign = {INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN};
   V4d sum = {0, 0, 0, 0};
   uint32_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    V4f af;
-    std::memcpy(&af, a + i, sizeof(af));
-    const V4d d = __builtin_convertvector(af, V4d) - Load(b + i);
-    sum += AS_DOUBLES(AS_INTS(d) & ~sign);
-  }
+  for (; i + 4 <= n; i += 4) sum += AbsDiff4(a + i, Load(b + i));
   double rest = 0;
   for (; i < n; ++i) rest += std::abs(a[i] - b[i]);
   return SumLanes(sum) + rest;
+}
+
+// The first r (1 to 3) lanes from p, the others `fill`; no store to memory on the way (which
+// would stall the vector load behind it).
+DAR_KERNEL V4d LoadFirst(const double* p, uint32_t r, double fill) {
+  return V4d{p[0], r > 1 ? p[1] : fill, r > 2 ? p[2] : fill, fill};
+}
+
+DAR_KERNEL RunResult RunWeightsBody(const RunInputs& in, uint32_t r, double min_weight,
+                                    const float* installed, double* w, int32_t* link) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  // Locals, not in.*: the stores to link could alias `in` as far as the compiler knows.
+  const double *cost = in.cost, *twin_cost = in.twin_cost, *arc_boltz = in.arc_boltz;
+  const double *dist = in.dist, *dist_floor = in.dist_floor, *phi = in.phi, *boltz = in.boltz;
+  const int32_t* in_link = in.link;
+  const uint32_t full = r & ~3u, rest = r - full, groups = (r + 3) / 4;
+  V4d e[kMaxRun / 4];  // the shares, four to a group; 0 in the lanes past r
+  V4d best = {kInf, kInf, kInf, kInf}, top = -best, slack = -best, z4 = {0, 0, 0, 0};
+  for (uint32_t i = 0; i < full; i += 4) {
+    best = Min4(best, Load(cost + i) + Load(dist + i));
+    top = Max4(top, Load(phi + i));
+    slack = Max4(slack, Load(dist_floor + i) - Load(twin_cost + i));
+    e[i / 4] = Load(arc_boltz + i) * Load(boltz + i);
+    z4 += e[i / 4];
+    std::memcpy(link + i, in_link + i, 4 * sizeof(int32_t));
+  }
+  if (rest > 0) {  // lanes past r: +inf cost, -inf potential and floor, so they change nothing
+    best = Min4(best, LoadFirst(cost + full, rest, kInf) + LoadFirst(dist + full, rest, 0));
+    top = Max4(top, LoadFirst(phi + full, rest, -kInf));
+    slack = Max4(slack,
+                 LoadFirst(dist_floor + full, rest, -kInf) - LoadFirst(twin_cost + full, rest, 0));
+    e[full / 4] = LoadFirst(arc_boltz + full, rest, 0) * LoadFirst(boltz + full, rest, 0);
+    z4 += e[full / 4];
+    for (uint32_t i = full; i < r; ++i) link[i] = in_link[i];
+  }
+  RunResult out;
+  out.best = std::min(std::min(best[0], best[1]), std::min(best[2], best[3]));
+  out.top = std::max(std::max(top[0], top[1]), std::max(top[2], top[3]));
+  out.slack = std::max(std::max(slack[0], slack[1]), std::max(slack[2], slack[3]));
+  out.z = SumLanes(z4);
+  out.diff = 0;
+  if (!(out.z >= kShareZMin && out.z <= kShareZMax)) return out;
+  // As ShareBody.
+  const double inv_z = 1 / out.z;
+  V4d total4 = {0, 0, 0, 0};
+  for (uint32_t g = 0; g < groups; ++g) {
+    V4d s = e[g] * inv_z;
+    s = s < min_weight ? min_weight : s;
+    if (g * 4 + 4 > r) s = V4i{0, 1, 2, 3} < static_cast<int64_t>(rest) ? s : 0.0;
+    e[g] = s;
+    total4 += s;
+  }
+  const double inv_total = 1 / SumLanes(total4);
+  V4d sum = {0, 0, 0, 0};
+  for (uint32_t i = 0; i < full; i += 4) {
+    const V4d wi = e[i / 4] * inv_total;
+    Store(w + i, wi);
+    if (installed != nullptr) sum += AbsDiff4(installed + i, wi);
+  }
+  if (rest > 0) StorePartial(w + full, rest, e[full / 4] * inv_total);
+  if (installed != nullptr) {
+    double sum_rest = 0;
+    for (uint32_t i = full; i < r; ++i) sum_rest += std::abs(installed[i] - w[i]);
+    out.diff = SumLanes(sum) + sum_rest;
+  }
+  return out;
 }
 
 #undef DAR_KERNEL
@@ -183,12 +287,18 @@ double SoftMinWeightsPortable(const double* x, double* w, uint32_t n, double m, 
   return SoftMinWeightsBody(x, w, n, m, inv_t, min_weight);
 }
 
-double ShareWeightsPortable(const double* e, double* w, uint32_t n, double min_weight) {
-  return ShareWeightsBody(e, w, n, min_weight);
+double ShareWeightsPortable(const double* e, double* w, uint32_t n, double min_weight,
+                            const float* installed, double* diff) {
+  return ShareWeightsBody(e, w, n, min_weight, installed, diff);
 }
 
 double AbsDiffSumPortable(const float* a, const double* b, uint32_t n) {
   return AbsDiffSumBody(a, b, n);
+}
+
+RunResult RunWeightsPortable(const RunInputs& in, uint32_t r, double min_weight,
+                             const float* installed, double* w, int32_t* link) {
+  return RunWeightsBody(in, r, min_weight, installed, w, link);
 }
 
 #if defined(__x86_64__)
@@ -204,21 +314,33 @@ __attribute__((target("avx2"))) double SoftMinWeightsAvx2(const double* x, doubl
   return SoftMinWeightsBody(x, w, n, m, inv_t, min_weight);
 }
 __attribute__((target("avx2"))) double ShareWeightsAvx2(const double* e, double* w, uint32_t n,
-                                                        double min_weight) {
-  return ShareWeightsBody(e, w, n, min_weight);
+                                                        double min_weight, const float* installed,
+                                                        double* diff) {
+  return ShareWeightsBody(e, w, n, min_weight, installed, diff);
 }
 __attribute__((target("avx2"))) double AbsDiffSumAvx2(const float* a, const double* b, uint32_t n) {
   return AbsDiffSumBody(a, b, n);
 }
+__attribute__((target("avx2"))) RunResult RunWeightsAvx2(const RunInputs& in, uint32_t r,
+                                                         double min_weight, const float* installed,
+                                                         double* w, int32_t* link) {
+  return RunWeightsBody(in, r, min_weight, installed, w, link);
+}
 #else
 bool HasAvx2() { return false; }
 
-double ShareWeightsAvx2(const double* e, double* w, uint32_t n, double min_weight) {
-  return ShareWeightsBody(e, w, n, min_weight);
+double ShareWeightsAvx2(const double* e, double* w, uint32_t n, double min_weight,
+                        const float* installed, double* diff) {
+  return ShareWeightsBody(e, w, n, min_weight, installed, diff);
 }
 
 double AbsDiffSumAvx2(const float* a, const double* b, uint32_t n) {
   return AbsDiffSumBody(a, b, n);
+}
+
+RunResult RunWeightsAvx2(const RunInputs& in, uint32_t r, double min_weight, const float* installed,
+                         double* w, int32_t* link) {
+  return RunWeightsBody(in, r, min_weight, installed, w, link);
 }
 
 void ExpNonPositiveAvx2(const double* y, double* out, uint32_t n) { ExpNonPositiveBody(y, out, n); }
@@ -231,33 +353,40 @@ double SoftMinWeightsAvx2(const double* x, double* w, uint32_t n, double m, doub
 
 }  // namespace vector_exp_internal
 
+const VectorKernels& ChosenKernels() {
+  namespace internal = vector_exp_internal;
+  static const VectorKernels kernels =
+      internal::HasAvx2()
+          ? VectorKernels{&internal::ExpNonPositiveAvx2, &internal::SoftMinWeightsAvx2,
+                          &internal::ShareWeightsAvx2, &internal::AbsDiffSumAvx2,
+                          &internal::RunWeightsAvx2}
+          : VectorKernels{&internal::ExpNonPositivePortable, &internal::SoftMinWeightsPortable,
+                          &internal::ShareWeightsPortable, &internal::AbsDiffSumPortable,
+                          &internal::RunWeightsPortable};
+  return kernels;
+}
+
 void ExpNonPositive(const double* y, double* out, uint32_t n) {
-  static const auto impl = vector_exp_internal::HasAvx2()
-                               ? &vector_exp_internal::ExpNonPositiveAvx2
-                               : &vector_exp_internal::ExpNonPositivePortable;
-  impl(y, out, n);
+  ChosenKernels().exp_non_positive(y, out, n);
 }
 
 double SoftMinWeights(const double* x, double* w, uint32_t n, double m, double inv_t,
                       double min_weight) {
-  static const auto impl = vector_exp_internal::HasAvx2()
-                               ? &vector_exp_internal::SoftMinWeightsAvx2
-                               : &vector_exp_internal::SoftMinWeightsPortable;
-  return impl(x, w, n, m, inv_t, min_weight);
+  return ChosenKernels().soft_min_weights(x, w, n, m, inv_t, min_weight);
 }
 
-double ShareWeights(const double* e, double* w, uint32_t n, double min_weight) {
-  static const auto impl = vector_exp_internal::HasAvx2()
-                               ? &vector_exp_internal::ShareWeightsAvx2
-                               : &vector_exp_internal::ShareWeightsPortable;
-  return impl(e, w, n, min_weight);
+double ShareWeights(const double* e, double* w, uint32_t n, double min_weight,
+                    const float* installed, double* diff) {
+  return ChosenKernels().share_weights(e, w, n, min_weight, installed, diff);
 }
 
 double AbsDiffSum(const float* a, const double* b, uint32_t n) {
-  static const auto impl = vector_exp_internal::HasAvx2()
-                               ? &vector_exp_internal::AbsDiffSumAvx2
-                               : &vector_exp_internal::AbsDiffSumPortable;
-  return impl(a, b, n);
+  return ChosenKernels().abs_diff_sum(a, b, n);
+}
+
+RunResult RunWeights(const RunInputs& in, uint32_t r, double min_weight, const float* installed,
+                     double* w, int32_t* link) {
+  return ChosenKernels().run_weights(in, r, min_weight, installed, w, link);
 }
 
 }  // namespace dar

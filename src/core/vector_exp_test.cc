@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/random.h"
@@ -177,8 +178,10 @@ TEST(VectorExpTest, ShareWeightsMatchSoftMinWeights) {
       EXPECT_NEAR(got[i], want[i], 1e-10) << "n=" << n << " i=" << i;
     }
     if (internal::HasAvx2()) {
-      const double za = internal::ShareWeightsAvx2(e.data(), avx.data(), n, min_weight);
-      const double zp = internal::ShareWeightsPortable(e.data(), got.data(), n, min_weight);
+      const double za =
+          internal::ShareWeightsAvx2(e.data(), avx.data(), n, min_weight, nullptr, nullptr);
+      const double zp =
+          internal::ShareWeightsPortable(e.data(), got.data(), n, min_weight, nullptr, nullptr);
       EXPECT_EQ(std::bit_cast<uint64_t>(za), std::bit_cast<uint64_t>(zp)) << "n=" << n;
       EXPECT_TRUE(SameBits(avx, got)) << "n=" << n;
     }
@@ -200,6 +203,109 @@ TEST(VectorExpTest, ShareWeightsWritesNothingOutOfRange) {
   std::vector<double> e = {kShareZMin}, w(1);
   EXPECT_EQ(ShareWeights(e.data(), w.data(), 1, 0.01), kShareZMin);
   EXPECT_EQ(w[0], 1);
+}
+
+// With the installed weights, ShareWeights also returns the hysteresis sum: AbsDiffSum over
+// the weights it wrote, to the bit, in every version; without a weight written it leaves
+// `diff` alone.
+TEST(VectorExpTest, ShareWeightsTakesTheDiffAsAbsDiffSum) {
+  Random rng(23);
+  for (uint32_t n = 1; n <= 41; ++n) {
+    std::vector<double> e(n), w(n);
+    std::vector<float> installed(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      e[i] = rng.Uniform() * std::exp(-30 * rng.Uniform());
+      installed[i] = static_cast<float>(rng.Uniform() / n);
+    }
+    double diff = -1;
+    ShareWeights(e.data(), w.data(), n, 1e-3, installed.data(), &diff);
+    EXPECT_EQ(std::bit_cast<uint64_t>(diff),
+              std::bit_cast<uint64_t>(AbsDiffSum(installed.data(), w.data(), n)))
+        << "n=" << n;
+    std::vector<double> plain(n);
+    ShareWeights(e.data(), plain.data(), n, 1e-3);
+    EXPECT_TRUE(SameBits(w, plain)) << "n=" << n;  // the weights do not depend on it
+    if (internal::HasAvx2()) {
+      std::vector<double> wa(n), wp(n);
+      double da = -1, dp = -2;
+      internal::ShareWeightsAvx2(e.data(), wa.data(), n, 1e-3, installed.data(), &da);
+      internal::ShareWeightsPortable(e.data(), wp.data(), n, 1e-3, installed.data(), &dp);
+      EXPECT_EQ(std::bit_cast<uint64_t>(da), std::bit_cast<uint64_t>(dp)) << "n=" << n;
+      EXPECT_TRUE(SameBits(wa, wp)) << "n=" << n;
+    }
+  }
+  std::vector<double> e = {1e-300, 1e-300}, w(2, -1);
+  std::vector<float> installed = {0.5f, 0.5f};
+  double diff = -1;
+  ShareWeights(e.data(), w.data(), 2, 1e-3, installed.data(), &diff);
+  EXPECT_EQ(diff, -1);
+  EXPECT_EQ(w[0], -1);
+}
+
+// RunWeights against what it stands for: a loop over the arcs one by one (min, max, products)
+// and ShareWeights over the products. Bit for bit, in every version, for every run length,
+// with and without installed weights, and with a sum out of range (nothing written).
+TEST(VectorExpTest, RunWeightsIsTheLoopAndShareWeights) {
+  Random rng(31);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (uint32_t r = 1; r <= kMaxRun; ++r) {
+    for (int variant = 0; variant < 3; ++variant) {
+      std::vector<double> cost(r), twin(r), arc_boltz(r), dist(r), floor(r), phi(r), boltz(r);
+      std::vector<int32_t> link(r);
+      std::vector<float> installed(r);
+      for (uint32_t i = 0; i < r; ++i) {
+        cost[i] = 0.5 + rng.Uniform();
+        twin[i] = rng.Uniform() < 0.1 ? inf : 0.5 + rng.Uniform();
+        arc_boltz[i] = std::exp(-cost[i] / 0.4);
+        dist[i] = 10 * rng.Uniform();
+        floor[i] = dist[i] - 1e-9 * std::max(1.0, dist[i]);
+        phi[i] = dist[i] + rng.Uniform();
+        // variant 2: shares far below the range, so the sum is out of it.
+        boltz[i] = (variant == 2 ? 1e-290 : 1.0) * std::exp(-30 * rng.Uniform());
+        link[i] = static_cast<int32_t>(rng.Below(1000));
+        installed[i] = static_cast<float>(rng.Uniform() / r);
+      }
+      double best = inf, top = -inf, slack = -inf;
+      std::vector<double> shares(r);
+      for (uint32_t i = 0; i < r; ++i) {
+        best = std::min(cost[i] + dist[i], best);
+        top = std::max(phi[i], top);
+        slack = std::max(floor[i] - twin[i], slack);
+        shares[i] = arc_boltz[i] * boltz[i];
+      }
+      const float* inst = variant == 1 ? installed.data() : nullptr;
+      std::vector<double> want(r, -1);
+      double want_diff = 0;
+      const double want_z = ShareWeights(shares.data(), want.data(), r, 2e-3, inst, &want_diff);
+      const RunInputs in{cost.data(), twin.data(),  arc_boltz.data(), link.data(),
+                         dist.data(), floor.data(), phi.data(),       boltz.data()};
+      auto check = [&](const RunResult& got, const std::vector<double>& w,
+                       const std::vector<int32_t>& got_link, const char* version) {
+        const std::string where = std::string(version) + " r=" + std::to_string(r) +
+                                  " variant=" + std::to_string(variant);
+        EXPECT_EQ(got.best, best) << where;
+        EXPECT_EQ(got.top, top) << where;
+        EXPECT_EQ(got.slack, slack) << where;
+        EXPECT_EQ(std::bit_cast<uint64_t>(got.z), std::bit_cast<uint64_t>(want_z)) << where;
+        EXPECT_TRUE(SameBits(w, want)) << where;
+        if (inst != nullptr) {
+          EXPECT_EQ(std::bit_cast<uint64_t>(got.diff), std::bit_cast<uint64_t>(want_diff)) << where;
+        }
+        EXPECT_EQ(got_link, link) << where;
+      };
+      std::vector<double> w(r, -1);
+      std::vector<int32_t> got_link(r);
+      check(RunWeights(in, r, 2e-3, inst, w.data(), got_link.data()), w, got_link, "chosen");
+      std::fill(w.begin(), w.end(), -1);
+      check(internal::RunWeightsPortable(in, r, 2e-3, inst, w.data(), got_link.data()), w, got_link,
+            "portable");
+      if (internal::HasAvx2()) {
+        std::fill(w.begin(), w.end(), -1);
+        check(internal::RunWeightsAvx2(in, r, 2e-3, inst, w.data(), got_link.data()), w, got_link,
+              "avx2");
+      }
+    }
+  }
 }
 
 }  // namespace
