@@ -103,6 +103,29 @@ void BM_Inference(benchmark::State& state) {
 }
 BENCHMARK(BM_Inference)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
 
+// The INT8 network alone on the same rows (no softmax): BatchLogits, the first layer's link
+// half once per link. Arg: the kernel (QuantizedPolicyModel::Kernel; 1 portable, 2 AVX2,
+// 3 AVX2 + AVX-VNNI, 4 AVX2 + AVX512-VNNI), skipped where the processor lacks it.
+void BM_Int8Kernel(benchmark::State& state) {
+  const auto kernel = static_cast<learn::QuantizedPolicyModel::Kernel>(state.range(0));
+  if (!learn::QuantizedPolicyModel::Supports(kernel)) {
+    state.SkipWithError("not on this processor");
+    return;
+  }
+  const PolicyBatch& batch = RealBatch();
+  const learn::QuantizedPolicyModel model(DefaultShapeModel());
+  learn::QuantizedPolicyModel::Workspace ws;
+  std::vector<float> logits(batch.candidates.size());
+  for (auto _ : state) {
+    model.BatchLogits(batch, absl::MakeSpan(logits), ws, kernel);
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.counters["ns_per_candidate"] = benchmark::Counter(
+      static_cast<double>(batch.candidates.size()) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_Int8Kernel)->DenseRange(1, 4)->Unit(benchmark::kMillisecond);
+
 // Not a timing: INT8 against FP32 on the same real rows (counters: the share of rows whose
 // largest weight is on the same candidate, and the largest and mean weight differences).
 void BM_Int8AgreesWithFloat(benchmark::State& state) {

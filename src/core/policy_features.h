@@ -7,14 +7,16 @@
 // candidates are its next hops in the engine's order. Besides the features, every candidate
 // carries what a decision's reward is made of (PolicyCandidate): the expected delay and loss
 // from the row's node to the destination via the candidate, its link first, then onward as
-// the engine's tables split traffic. Those come from one pass per (class, destination) over
-// the nodes in increasing potential — every next hop has a lower potential than its node, so
-// each node's onward delay is known before any node that forwards to it needs it.
+// the engine's tables split traffic. Those come from a depth-first walk per (class,
+// destination) from the candidates' next hops: every next hop has a lower potential than its
+// node, so the next hops form no cycle, and a node is done once all its next hops are. Each
+// link's own terms (its features, delay, loss) are computed once per Build, not per row.
 //
 // Not thread-safe (scratch is reused between calls). Pure computation.
 #ifndef DAR_CORE_POLICY_FEATURES_H_
 #define DAR_CORE_POLICY_FEATURES_H_
 
+#include <array>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -49,12 +51,27 @@ class PolicyFeatureBuilder {
   void Build(const PolicyInputs& in, PolicyBatch& batch);
 
  private:
-  // Expected delay (s) and loss from each node to destination `d` under `tables` (`onward_`).
-  void Onward(const PolicyInputs& in, const DestinationTable& table, const DiffusionEngine& engine,
-              NodeId d);
+  // What the features need of one link, computed once per Build.
+  struct LinkTerm {
+    double delay_s = 0;    // propagation + queueing
+    double delivered = 1;  // 1 - loss
+    double queue_s = 0;
+    int64_t capacity = 0;  // bps
+    NodeId to = kNoNode;
+    std::array<float, 5> features{};  // kFeatLinkDelay .. kFeatLinkUtilisationNow
+  };
+  enum : uint8_t { kNew, kOpen, kDone };
 
-  std::vector<std::pair<double, NodeId>> order_;  // (potential, node)
-  std::vector<double> delay_, loss_;              // by node: onward to the destination
+  void LinkTerms(const PolicyInputs& in);
+  // Expected delay (s) and loss from `node` to destination `d` under `table` (delay_, loss_),
+  // and from every node it reaches on the way that is not done yet (state_).
+  void Onward(const PolicyInputs& in, const DestinationTable& table, const DiffusionEngine& engine,
+              NodeId d, NodeId node);
+
+  std::vector<LinkTerm> links_;  // by link
+  std::vector<uint8_t> state_;   // by node
+  std::vector<NodeId> stack_;
+  std::vector<double> delay_, loss_;  // by node: onward to the destination
 };
 
 }  // namespace dar

@@ -481,9 +481,14 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
       continue;
     }
     std::vector<DestinationTable::BlockPtr> blocks;
+    blocks.reserve((nodes + kRows - 1) / kRows);
     for (NodeId first = 0; first < nodes; first += kRows) {
       auto block = std::make_shared<DestinationTable::Block>();
       const NodeId last = std::min<NodeId>(first + kRows, nodes);
+      // A refined row has as many next hops as the engine's (so has last cycle's if kept).
+      size_t hops = 0;
+      for (NodeId v = first; v < last; ++v) hops += table->At(v).size();
+      block->hops.reserve(hops);
       for (NodeId v = first; v < last; ++v) {
         block->offsets[v - first] = static_cast<uint32_t>(block->hops.size());
         const absl::Span<const NextHop> analytic = table->At(v);
@@ -493,9 +498,10 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
           continue;
         }
         const PolicyDecision& decision = decisions[i++];
+        // The decision's candidates are the engine row's next hops, in its order.
         row.clear();
-        for (uint32_t c = decision.first; c < decision.first + decision.count; ++c) {
-          row.push_back(NextHop{batch_.candidates[c].link, policy_weights_[c]});
+        for (uint32_t c = 0; c < decision.count; ++c) {
+          row.push_back(NextHop{analytic[c].link, policy_weights_[decision.first + c]});
         }
         // Hysteresis: last cycle's row stands while it has the same next hops and the new
         // weights differ from it by less than the engine's threshold.

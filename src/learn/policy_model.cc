@@ -3,22 +3,26 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <utility>
 
 #include "core/status_macros.h"
+#include "core/vector_exp.h"
 #include "fmt/format.h"
 
 namespace dar::learn {
 namespace {
 
 constexpr char kFormat[] = "dar-policy";
-constexpr int kLanes = 16;  // layer widths are padded to a multiple of this for the kernels
 constexpr double kSmallestWeight = 1e-9;  // WeightsFromLogits' floor when min_weight is 0
 
 // FNV-1a, 64 bits, over the little-endian bytes of each number (model_checksum below).
@@ -144,15 +148,6 @@ float QuantiseVector(const float* x, int n, bool non_negative, Q* q) {
     q[i] = static_cast<Q>(std::clamp(std::nearbyint(x[i] * inv), -levels, levels));
   }
   return amax / levels;
-}
-
-// Dot product of int8 weights and 8-bit activations (held widened, as int16) of length n (a
-// multiple of 16), accumulated in int32. A plain loop: the compiler multiplies and adds pairs
-// of int16 lanes (pmaddwd). No product overflows int16 (255 * 127), no sum int32.
-int32_t Dot8(const int8_t* w, const int16_t* a, int n) {
-  int32_t acc = 0;
-  for (int i = 0; i < n; ++i) acc += static_cast<int16_t>(w[i]) * a[i];
-  return acc;
 }
 
 }  // namespace
@@ -380,18 +375,58 @@ void LogitsFloat(const PolicyModel& model, absl::Span<const float> features,
   }
 }
 
+namespace {
+
+// The first layer's inputs in two halves: those of the candidate's link (the same in every
+// row that uses the link: computed once per link) and those of the row. Every kernel sums
+// them in this order, so that all agree bit for bit.
+constexpr int kLinkFeatures[] = {kFeatLinkDelay, kFeatLinkQueue, kFeatLinkLoss,
+                                 kFeatLinkUtilisation, kFeatLinkUtilisationNow};
+constexpr int kRowFeatures[] = {kFeatAnalyticLogit,   kFeatPathDelayRatio, kFeatCapacityShare,
+                                kFeatDestinationLoad, kFeatPreviousWeight, kFeatInverseCount};
+static_assert(std::size(kLinkFeatures) + std::size(kRowFeatures) == kPolicyFeatures);
+
+constexpr float kLevels = 255.0f;  // activations are quantised to [0, 255]
+
+int RoundUp(int n, int m) { return (n + m - 1) / m * m; }
+
+}  // namespace
+
 QuantizedPolicyModel::QuantizedPolicyModel(const PolicyModel& model) {
-  feature_mean_ = model.feature_mean;
-  feature_inv_scale_.resize(model.feature_scale.size());
-  for (size_t i = 0; i < model.feature_scale.size(); ++i) {
-    feature_inv_scale_[i] = 1.0f / model.feature_scale[i];
+  const DenseLayer& first = model.layers.front();
+  relu1_ = model.layers.size() > 1;
+  out1_padded_ = RoundUp(first.out, relu1_ ? 32 : 8);
+  w1_.assign(static_cast<size_t>(kPolicyFeatures) * out1_padded_, 0);
+  b1_.assign(out1_padded_, 0);
+  for (int o = 0; o < first.out; ++o) {
+    double bias = first.bias[o];
+    for (int j = 0; j < kPolicyFeatures; ++j) {
+      const double w = first.weight[static_cast<size_t>(o) * kPolicyFeatures + j];
+      w1_[static_cast<size_t>(j) * out1_padded_ + o] =
+          static_cast<float>(w / model.feature_scale[j]);
+      bias -= w * model.feature_mean[j] / model.feature_scale[j];
+    }
+    b1_[o] = static_cast<float>(bias);
   }
-  for (const DenseLayer& l : model.layers) {
+  // The row half of the first layer, each number 8 times, for the 8-rows-at-once kernel.
+  constexpr size_t kRowTerms = std::size(kRowFeatures) + 1;
+  wide1_.resize(static_cast<size_t>(out1_padded_) * kRowTerms * 8);
+  for (int o = 0; o < out1_padded_; ++o) {
+    for (size_t t = 0; t < kRowTerms; ++t) {
+      const float v =
+          t == 0 ? b1_[o] : w1_[static_cast<size_t>(kRowFeatures[t - 1]) * out1_padded_ + o];
+      std::fill_n(wide1_.begin() + static_cast<std::ptrdiff_t>((o * kRowTerms + t) * 8), 8, v);
+    }
+  }
+  widest_ = out1_padded_;
+  for (size_t li = 1; li < model.layers.size(); ++li) {
+    const DenseLayer& l = model.layers[li];
+    const bool last = li + 1 == model.layers.size();
     Layer q;
     q.in = l.in;
     q.out = l.out;
-    q.in_padded = (l.in + kLanes - 1) / kLanes * kLanes;
-    q.out_padded = (l.out + kLanes - 1) / kLanes * kLanes;
+    q.in_padded = RoundUp(l.in, 32);
+    q.out_padded = RoundUp(l.out, last ? 8 : 32);
     q.weight.assign(static_cast<size_t>(q.out) * q.in_padded, 0);
     q.scale.assign(q.out_padded, 0);
     q.bias.assign(q.out_padded, 0);
@@ -401,15 +436,36 @@ QuantizedPolicyModel::QuantizedPolicyModel(const PolicyModel& model) {
       q.scale[o] = QuantiseVector(w, l.in, /*non_negative=*/false,
                                   q.weight.data() + static_cast<size_t>(o) * q.in_padded);
     }
-    // The same weights, widened and interleaved by input pairs for the AVX2 kernel.
-    q.pairs.assign(static_cast<size_t>(q.in_padded) * q.out_padded, 0);
+    // The same weights by groups of 8 outputs and quads of inputs: one 32-byte load holds
+    // the quad of 8 outputs that one broadcast quad of inputs meets.
+    const int quads = q.in_padded / 4;
+    q.packed.assign(static_cast<size_t>(q.out_padded) * q.in_padded, 0);
     for (int o = 0; o < l.out; ++o) {
       for (int i = 0; i < l.in; ++i) {
-        q.pairs[(static_cast<size_t>(i / 2) * q.out_padded + o) * 2 + i % 2] =
+        q.packed[((static_cast<size_t>(o / 8) * quads + i / 4) * 8 + o % 8) * 4 + i % 4] =
             q.weight[static_cast<size_t>(o) * q.in_padded + i];
       }
     }
+    // And each output's quads, each repeated 8 times (one register's worth).
+    q.broadcast.assign(static_cast<size_t>(q.out) * q.in_padded * 8, 0);
+    for (int o = 0; o < l.out; ++o) {
+      for (int i = 0; i < q.in_padded; ++i) {
+        for (int lane = 0; lane < 8; ++lane) {
+          q.broadcast[((static_cast<size_t>(o) * quads + i / 4) * 8 + lane) * 4 + i % 4] =
+              q.weight[static_cast<size_t>(o) * q.in_padded + i];
+        }
+      }
+    }
+    widest_ = std::max({widest_, q.in_padded, q.out_padded});
     layers_.push_back(std::move(q));
+  }
+}
+
+void QuantizedPolicyModel::LinkPartial(const float* x, float* out) const {
+  for (int o = 0; o < out1_padded_; ++o) {
+    float l = 0;
+    for (int j : kLinkFeatures) l = l + w1_[static_cast<size_t>(j) * out1_padded_ + o] * x[j];
+    out[o] = l;
   }
 }
 
@@ -417,180 +473,598 @@ namespace {
 
 // What the row kernels need of a layer (QuantizedPolicyModel::Layer is private).
 struct KernelLayer {
-  int in = 0, in_padded = 0, out = 0, out_padded = 0;
-  const int8_t* weight = nullptr;  // out x in_padded
-  const int16_t* pairs = nullptr;  // in_padded / 2 x out_padded x 2
-  const float* scale = nullptr;    // out_padded
-  const float* bias = nullptr;     // out_padded
+  int in_padded = 0, out = 0, out_padded = 0;
+  const int8_t* weight = nullptr;     // out x in_padded
+  const int8_t* packed = nullptr;     // [out_padded / 8][in_padded / 4][8][4]
+  const int8_t* broadcast = nullptr;  // [out][in_padded / 4][8][4]
+  const float* scale = nullptr;       // out_padded
+  const float* bias = nullptr;        // out_padded
 };
 
-// Scratch of the row kernels; `a` holds the normalised features of a row on entry (zero past
-// kPolicyFeatures up to the first layer's in_padded). Layers alternate between a and b, so
-// the logit ends in a[0] after an even number of layers, b[0] after an odd one.
-struct KernelScratch {
+struct KernelNet {
+  int out1_padded = 0;
+  bool relu1 = false;
+  const float* w1 = nullptr;  // [kPolicyFeatures][out1_padded]
+  const float* b1 = nullptr;
+  // Per output: b1, then w1 of each of kRowFeatures, each 8 times.
+  const float* wide1 = nullptr;
+  absl::Span<const KernelLayer> layers;
+};
+
+// Rows go through the network in blocks: each stage (a layer, a quantisation) runs over
+// every row of the block before the next stage, so that the rows' independent chains of
+// work overlap in the processor instead of one row's latency following another's.
+constexpr int kBlock = 16;
+
+// Scratch of one block: per row, two float vectors and one of 8-bit activations, each
+// `width` wide (the widest padded layer), and the rows' activation scales.
+struct BlockScratch {
+  int width = 0;
   float* a;
   float* b;
-  int16_t* q;
-  int32_t* acc;
+  uint8_t* q;
+  float* sx;
+  uint32_t* slot;  // kBlock
 };
 
-void RowPortable(const std::vector<KernelLayer>& layers, KernelScratch s) {
-  for (size_t li = 0; li < layers.size(); ++li) {
-    const KernelLayer& l = layers[li];
-    const bool relu = li + 1 < layers.size();
-    // The first layer's input (normalised features) has a sign; the others follow a ReLU.
-    const float sx = QuantiseVector(s.a, l.in, /*non_negative=*/li > 0, s.q);
-    std::fill(s.q + l.in, s.q + l.in_padded, 0);
-    for (int o = 0; o < l.out; ++o) {
-      const int32_t acc = Dot8(l.weight + static_cast<size_t>(o) * l.in_padded, s.q, l.in_padded);
-      const float y = static_cast<float>(acc) * l.scale[o] * sx + l.bias[o];
-      s.b[o] = relu ? std::max(y, 0.0f) : y;
+}  // namespace
+
+// Where the kernels find the first layer's link half of each row: Fill(ctx, first, m, slot)
+// makes those of rows [first, first + m) and returns the array that holds them, row r's at
+// slot[r - first] * out1_padded.
+struct LinkHalves {
+  const float* (*fill)(void* ctx, size_t first, int m, uint32_t* slot);
+  void* ctx;
+};
+
+namespace {
+
+// Quantises the non-negative `x` (n values) to [0, 255] in `q`; returns the scale (x ~ q *
+// scale), 0 if all of x is 0.
+float QuantiseActivations(const float* x, int n, uint8_t* q) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, x[i]);
+  if (amax == 0) {
+    std::fill(q, q + n, 0);
+    return 0;
+  }
+  const float inv = kLevels / amax;
+  for (int i = 0; i < n; ++i) {
+    q[i] = static_cast<uint8_t>(std::nearbyint(std::min(x[i] * inv, kLevels)));
+  }
+  return amax / kLevels;
+}
+
+// The reference kernel. Multiply-adds are fused (std::fma) where the AVX2 kernel fuses them.
+void RowsPortable(const KernelNet& net, const char* rows, size_t stride, size_t n,
+                  LinkHalves halves, float* logits, BlockScratch s) {
+  const float* partials = nullptr;
+  for (size_t r = 0; r < n; ++r) {
+    if (r % kBlock == 0) {
+      partials =
+          halves.fill(halves.ctx, r, static_cast<int>(std::min<size_t>(kBlock, n - r)), s.slot);
     }
-    std::fill(s.b + l.out, s.b + l.out_padded, 0.0f);
-    std::swap(s.a, s.b);
+    const auto* x = reinterpret_cast<const float*>(rows + r * stride);
+    const float* link = partials + static_cast<size_t>(s.slot[r % kBlock]) * net.out1_padded;
+    float* a = s.a;
+    float* b = s.b;
+    for (int o = 0; o < net.out1_padded; ++o) {
+      float acc = net.b1[o];
+      for (int j : kRowFeatures) {
+        acc = std::fma(net.w1[static_cast<size_t>(j) * net.out1_padded + o], x[j], acc);
+      }
+      const float y = acc + link[o];
+      a[o] = net.relu1 ? std::max(y, 0.0f) : y;
+    }
+    for (size_t li = 0; li < net.layers.size(); ++li) {
+      const KernelLayer& l = net.layers[li];
+      const bool relu = li + 1 < net.layers.size();
+      const float sx = QuantiseActivations(a, l.in_padded, s.q);
+      for (int o = 0; o < l.out_padded; ++o) {
+        int32_t acc = 0;
+        if (o < l.out) {
+          const int8_t* w = l.weight + static_cast<size_t>(o) * l.in_padded;
+          for (int i = 0; i < l.in_padded; ++i) acc += static_cast<int32_t>(w[i]) * s.q[i];
+        }
+        const float y = std::fma(static_cast<float>(acc) * l.scale[o], sx, l.bias[o]);
+        b[o] = relu ? std::max(y, 0.0f) : y;
+      }
+      std::swap(a, b);
+    }
+    logits[r] = a[0];
   }
 }
 
-// Eight outputs of a layer from their int32 sums: acc * scale * sx + bias, ReLU'd if asked.
-__attribute__((target("avx2"))) inline void StoreOutputs(__m256i acc, const float* scale, __m256 sx,
-                                                         const float* bias, bool relu, float* out) {
-  __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_loadu_ps(scale)), sx);
-  y = _mm256_add_ps(y, _mm256_loadu_ps(bias));
+__attribute__((target("avx2"))) inline float HorizontalMax(__m256 m) {
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+  return _mm_cvtss_f32(m4);
+}
+
+__attribute__((target("avx2"))) inline int32_t HorizontalSum(__m256i v) {
+  __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
+  sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
+  return _mm_cvtsi128_si32(sum);
+}
+
+// QuantiseActivations in AVX2, bit for bit (cvtps rounds to nearest even, as nearbyint does).
+// n is a multiple of 32.
+__attribute__((target("avx2"))) inline float QuantiseActivationsAvx2(const float* x, int n,
+                                                                     uint8_t* q) {
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+  const float amax = HorizontalMax(m);
+  if (amax == 0) {
+    std::memset(q, 0, static_cast<size_t>(n));
+    return 0;
+  }
+  const __m256 inv = _mm256_set1_ps(kLevels / amax);
+  const __m256 top = _mm256_set1_ps(kLevels);
+  // Packing 32 int32 into 32 bytes interleaves the 128-bit lanes; the permute undoes it.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int i = 0; i < n; i += 32) {
+    __m256i v[4];
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_cvtps_epi32(
+          _mm256_min_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), inv), top));
+    }
+    const __m256i packed =
+        _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i),
+                        _mm256_permutevar8x32_epi32(packed, order));
+  }
+  return amax / kLevels;
+}
+
+// How the AVX2 kernel multiplies 8-bit quads (u8 activations, s8 weights, the 4 products
+// summed into an int32 lane): one vpdpbusd where the processor has AVX-VNNI (VEX) or
+// AVX512-VNNI with AVX512-VL (EVEX); else the bytes widened to int16 and two vpmaddwd.
+// All three give the same int32 sums. vpdpbusd is written as assembly so that the compiler
+// emits it nowhere else: the kernels are built for plain AVX2.
+enum class Dot { kMadd, kVnniVex, kVnniEvex };
+
+template <Dot kDot>
+__attribute__((target("avx2,fma"))) inline __m256i DotQuads(__m256i acc, __m256i u8, __m256i w) {
+  if constexpr (kDot == Dot::kVnniVex) {
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "x"(w));
+    return acc;
+  } else if constexpr (kDot == Dot::kVnniEvex) {
+    asm("vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "x"(w));
+    return acc;
+  } else {
+    // vpmaddubsw would saturate (2 * 255 * 127 > 32767): the bytes are widened to int16 by
+    // parity instead, and each vpmaddwd sums two products in int32.
+    const __m256i even = _mm256_set1_epi16(0x00ff);
+    const __m256i a0 = _mm256_and_si256(u8, even), a1 = _mm256_srli_epi16(u8, 8);
+    const __m256i w0 = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8), w1 = _mm256_srai_epi16(w, 8);
+    return _mm256_add_epi32(acc,
+                            _mm256_add_epi32(_mm256_madd_epi16(a0, w0), _mm256_madd_epi16(a1, w1)));
+  }
+}
+
+// The same with the weights read from memory (32 bytes at s8).
+template <Dot kDot>
+__attribute__((target("avx2,fma"))) inline __m256i DotQuads(__m256i acc, __m256i u8,
+                                                            const int8_t* s8) {
+  const auto* w = reinterpret_cast<const __m256i_u*>(s8);
+  if constexpr (kDot == Dot::kVnniVex) {
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "m"(*w));
+    return acc;
+  } else if constexpr (kDot == Dot::kVnniEvex) {
+    asm("vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "m"(*w));
+    return acc;
+  } else {
+    return DotQuads<kDot>(acc, u8, _mm256_loadu_si256(w));
+  }
+}
+
+// Eight outputs of a layer from their int32 sums: fma(acc * scale, sx, bias), ReLU'd if asked.
+__attribute__((target("avx2,fma"))) inline void StoreOutputs(__m256i acc, const float* scale,
+                                                             __m256 sx, const float* bias,
+                                                             bool relu, float* out) {
+  __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_loadu_ps(scale)), sx,
+                             _mm256_loadu_ps(bias));
   if (relu) y = _mm256_max_ps(y, _mm256_setzero_ps());
   _mm256_storeu_ps(out, y);
 }
 
-// The same arithmetic, bit for bit, in AVX2: inputs quantised 8 lanes at a time (rounding to
-// nearest even, as nearbyint does), and the weights of 8 outputs multiplied with a broadcast
-// pair of inputs and summed in int32 per instruction (vpmaddwd), accumulated over the pairs.
-// No FMA: the float steps round as the portable ones do.
-__attribute__((target("avx2"))) void RowAvx2(const std::vector<KernelLayer>& layers,
-                                             KernelScratch s) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (size_t li = 0; li < layers.size(); ++li) {
-    const KernelLayer& l = layers[li];
-    const bool relu = li + 1 < layers.size();
-    const float levels = li > 0 ? 255.0f : 127.0f;
-    __m256 m = _mm256_setzero_ps();
-    for (int i = 0; i < l.in_padded; i += 8) {
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(s.a + i)));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-    const float amax = _mm_cvtss_f32(m4);
-    float sx = 0;
-    if (amax == 0) {
-      std::fill(s.q, s.q + l.in_padded, 0);
-    } else {
-      const __m256 inv = _mm256_set1_ps(levels / amax);
-      const __m256 hi = _mm256_set1_ps(levels), lo = _mm256_set1_ps(-levels);
-      for (int i = 0; i < l.in_padded; i += 8) {
-        const __m256 v =
-            _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(s.a + i), inv), lo), hi);
-        const __m256i iv = _mm256_cvtps_epi32(v);
-        _mm_storeu_si128(
-            reinterpret_cast<__m128i*>(s.q + i),
-            _mm_packs_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256(iv, 1)));
+// RowsPortable in AVX2 and FMA, bit for bit: the first layer 8 outputs at a time; an INT8
+// layer 32 outputs at a time, each quad of a row's inputs broadcast and met by the quads of
+// 8 outputs' weights (DotQuads); the last layer (one output) as a dot product.
+template <Dot kDot>
+__attribute__((target("avx2,fma"))) void RowsAvx2(const KernelNet& net, const char* rows,
+                                                  size_t stride, size_t n, LinkHalves halves,
+                                                  float* logits, BlockScratch s) {
+  const __m256 zero = _mm256_setzero_ps();
+  const size_t width = static_cast<size_t>(s.width);
+  for (size_t first = 0; first < n; first += kBlock) {
+    const int m = static_cast<int>(std::min<size_t>(kBlock, n - first));
+    float* a = s.a;
+    float* b = s.b;
+    const float* partials = halves.fill(halves.ctx, first, m, s.slot);
+    for (int r = 0; r < m; ++r) {
+      const auto* x = reinterpret_cast<const float*>(rows + (first + r) * stride);
+      const float* link = partials + static_cast<size_t>(s.slot[r]) * net.out1_padded;
+      for (int o = 0; o < net.out1_padded; o += 8) {
+        __m256 acc = _mm256_loadu_ps(net.b1 + o);
+        for (int j : kRowFeatures) {
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(net.w1 + j * net.out1_padded + o),
+                                _mm256_set1_ps(x[j]), acc);
+        }
+        __m256 y = _mm256_add_ps(acc, _mm256_loadu_ps(link + o));
+        if (net.relu1) y = _mm256_max_ps(y, zero);
+        _mm256_storeu_ps(a + r * width + o, y);
       }
-      sx = amax / levels;
     }
-    const __m256 vsx = _mm256_set1_ps(sx);
-    const size_t stride = static_cast<size_t>(l.out_padded) * 2;  // int16s per input pair
-    if (l.out == 1) {
-      // One output (the logit): a dot product of the int8 row, widened, with the inputs.
-      __m256i acc = _mm256_setzero_si256();
-      for (int i = 0; i < l.in_padded; i += 16) {
-        const __m256i w =
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l.weight + i)));
-        acc = _mm256_add_epi32(
-            acc,
-            _mm256_madd_epi16(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.q + i))));
+    for (size_t li = 0; li < net.layers.size(); ++li) {
+      const KernelLayer& l = net.layers[li];
+      const bool relu = li + 1 < net.layers.size();
+      for (int r = 0; r < m; ++r) {
+        s.sx[r] = QuantiseActivationsAvx2(a + r * width, l.in_padded, s.q + r * width);
       }
-      __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-      sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
-      sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
-      const float y = static_cast<float>(_mm_cvtsi128_si32(sum)) * l.scale[0] * sx + l.bias[0];
-      s.b[0] = relu ? std::max(y, 0.0f) : y;
-      std::swap(s.a, s.b);
-      continue;
-    }
-    // 16 outputs at a time (out_padded is a multiple of 16): two independent accumulators,
-    // one broadcast of the input pair for both.
-    for (int ob = 0; ob < l.out_padded; ob += 16) {
-      __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
-      const int16_t* w = l.pairs + ob * 2;
-      for (int p = 0; p < l.in_padded / 2; ++p, w += stride) {
-        int32_t pair;
-        std::memcpy(&pair, s.q + 2 * p, 4);
-        const __m256i x = _mm256_set1_epi32(pair);
-        acc0 = _mm256_add_epi32(
-            acc0, _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), x));
-        acc1 = _mm256_add_epi32(
-            acc1,
-            _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16)), x));
+      if (l.out == 1) {
+        for (int r = 0; r < m; ++r) {
+          __m256i acc = _mm256_setzero_si256();
+          for (int i = 0; i < l.in_padded; i += 32) {
+            acc = DotQuads<kDot>(
+                acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.q + r * width + i)),
+                l.weight + i);
+          }
+          StoreOutputs(_mm256_setr_epi32(HorizontalSum(acc), 0, 0, 0, 0, 0, 0, 0), l.scale,
+                       _mm256_set1_ps(s.sx[r]), l.bias, relu, b + r * width);
+        }
+        std::swap(a, b);
+        continue;
       }
-      StoreOutputs(acc0, l.scale + ob, vsx, l.bias + ob, relu, s.b + ob);
-      StoreOutputs(acc1, l.scale + ob + 8, vsx, l.bias + ob + 8, relu, s.b + ob + 8);
+      const int quads = l.in_padded / 4;
+      for (int r = 0; r < m; ++r) {
+        const uint8_t* q = s.q + r * width;
+        const __m256 sx = _mm256_set1_ps(s.sx[r]);
+        for (int g = 0; g < l.out_padded / 8; g += 4) {
+          __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                            _mm256_setzero_si256()};
+          const int8_t* w = l.packed + static_cast<size_t>(g) * quads * 32;
+          for (int qd = 0; qd < quads; ++qd) {
+            int32_t quad;
+            std::memcpy(&quad, q + 4 * qd, 4);
+            const __m256i u8 = _mm256_set1_epi32(quad);
+            for (int k = 0; k < 4; ++k) {
+              acc[k] = DotQuads<kDot>(acc[k], u8, w + (static_cast<size_t>(k) * quads + qd) * 32);
+            }
+          }
+          for (int k = 0; k < 4; ++k) {
+            const int o = (g + k) * 8;
+            StoreOutputs(acc[k], l.scale + o, sx, l.bias + o, relu, b + r * width + o);
+          }
+        }
+      }
+      std::swap(a, b);
     }
-    std::swap(s.a, s.b);
+    for (int r = 0; r < m; ++r) logits[first + r] = a[r * width];
   }
 }
+
+// Transposes 8 x 8 floats in registers: r[i][k] becomes r[k][i].
+__attribute__((target("avx2"))) inline void Transpose8(__m256* r) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// Quantises, for 8 rows at once (one per lane), their 32 activations h[0..31] (>= 0, the
+// rows' largest in `top_of_row`) as QuantiseActivations does, bit for bit: quad[k] holds
+// each row's bytes 4k .. 4k + 3. Returns the rows' scales.
+__attribute__((target("avx2"))) inline __m256 QuantiseLanes(const __m256* h, __m256 top_of_row,
+                                                            __m256i* quad) {
+  const __m256 levels = _mm256_set1_ps(kLevels);
+  const __m256 zero = _mm256_setzero_ps();
+  // A row whose activations are all 0 gets 0s (and scale 0), not 0 * infinity.
+  const __m256 inv = _mm256_andnot_ps(_mm256_cmp_ps(top_of_row, zero, _CMP_EQ_OQ),
+                                      _mm256_div_ps(levels, top_of_row));
+  for (int k = 0; k < 8; ++k) {
+    __m256i v[4];
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_mul_ps(h[4 * k + i], inv), levels));
+    }
+    quad[k] =
+        _mm256_or_si256(_mm256_or_si256(v[0], _mm256_slli_epi32(v[1], 8)),
+                        _mm256_or_si256(_mm256_slli_epi32(v[2], 16), _mm256_slli_epi32(v[3], 24)));
+  }
+  return _mm256_div_ps(top_of_row, levels);
+}
+
+// RowsAvx2 for the common shape, every hidden layer at most 32 wide (in_padded 32), 8 rows at
+// a time, one per lane: each step works on 8 rows at once, so there is no horizontal step and
+// the rows' chains of work run side by side. A layer's output o for the 8 rows is one
+// register; an INT8 layer is, per output, 8 DotQuads of the rows' quads with that output's
+// weight quad broadcast. The same arithmetic as RowsPortable, bit for bit.
+template <Dot kDot>
+__attribute__((target("avx2,fma"))) void Rows32(const KernelNet& net, const char* rows,
+                                                size_t stride, size_t n, LinkHalves halves,
+                                                float* logits, BlockScratch s) {
+  static_assert(kBlock % 8 == 0);
+  const __m256 zero = _mm256_setzero_ps();
+  const size_t hidden = net.layers.size() - 1;
+  const KernelLayer& last = net.layers.back();
+  __m256 h[32];  // a layer's 32 outputs for the 8 rows
+  alignas(32) float out[8];
+  for (size_t first = 0; first < n; first += kBlock) {
+    const int m = static_cast<int>(std::min<size_t>(kBlock, n - first));
+    const float* partials = halves.fill(halves.ctx, first, m, s.slot);
+    for (int g = 0; g < m; g += 8) {
+      // Lanes past the last row repeat it (their results are not stored).
+      const int live = std::min(8, m - g);
+      const float* link[8];
+      // The rows' features 0..7 and 3..10, transposed: lo[j] is feature j of the 8 rows, hi[j]
+      // feature j + 3 (two transposes cost less than six gathers).
+      __m256 lo[8], hi[8];
+      for (int r = 0; r < 8; ++r) {
+        const int row = g + std::min(r, live - 1);
+        link[r] = partials + static_cast<size_t>(s.slot[row]) * 32;
+        const auto* x = reinterpret_cast<const float*>(rows + (first + row) * stride);
+        lo[r] = _mm256_loadu_ps(x);
+        hi[r] = _mm256_loadu_ps(x + 3);
+      }
+      Transpose8(lo);
+      Transpose8(hi);
+      static_assert(kRowFeatures[0] == 0 && kRowFeatures[1] == 1 && kRowFeatures[2] == 7 &&
+                    kRowFeatures[3] == 8 && kRowFeatures[4] == 9 && kRowFeatures[5] == 10 &&
+                    kPolicyFeatures == 11);
+      const __m256 feature[] = {lo[0], lo[1], lo[7], hi[5], hi[6], hi[7]};
+      __m256 top = zero;
+      for (int c = 0; c < 4; ++c) {
+        __m256 lh[8];
+        for (int r = 0; r < 8; ++r) lh[r] = _mm256_loadu_ps(link[r] + 8 * c);
+        Transpose8(lh);
+        for (int i = 0; i < 8; ++i) {
+          const int o = 8 * c + i;
+          // b1 and w1 8 times over (KernelNet::wide1): memory operands, no broadcasts.
+          const float* w = net.wide1 + static_cast<size_t>(o) * (std::size(kRowFeatures) + 1) * 8;
+          __m256 acc = _mm256_loadu_ps(w);
+          for (size_t j = 0; j < std::size(kRowFeatures); ++j) {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + 8 * (j + 1)), feature[j], acc);
+          }
+          h[o] = _mm256_max_ps(_mm256_add_ps(acc, lh[i]), zero);
+          top = _mm256_max_ps(top, h[o]);
+        }
+      }
+      __m256i quad[8];
+      __m256 sx = QuantiseLanes(h, top, quad);
+      for (size_t li = 0; li < hidden; ++li) {
+        const KernelLayer& l = net.layers[li];
+        top = zero;
+        // Four outputs at a time, their four chains of DotQuads interleaved.
+        for (int o = 0; o < 32; o += 4) {
+          __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                            _mm256_setzero_si256()};
+          for (int k = 0; k < 8; ++k) {
+            for (int i = 0; i < 4; ++i) {
+              acc[i] = DotQuads<kDot>(acc[i], quad[k], l.broadcast + ((o + i) * 8 + k) * 32);
+            }
+          }
+          for (int i = 0; i < 4; ++i) {
+            const __m256 y = _mm256_fmadd_ps(
+                _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_set1_ps(l.scale[o + i])), sx,
+                _mm256_set1_ps(l.bias[o + i]));
+            h[o + i] = _mm256_max_ps(y, zero);
+            top = _mm256_max_ps(top, h[o + i]);
+          }
+        }
+        sx = QuantiseLanes(h, top, quad);
+      }
+      __m256i acc = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) acc = DotQuads<kDot>(acc, quad[k], last.broadcast + k * 32);
+      _mm256_store_ps(out, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc),
+                                                         _mm256_set1_ps(last.scale[0])),
+                                           sx, _mm256_set1_ps(last.bias[0])));
+      std::copy(out, out + live, logits + first + g);
+    }
+  }
+}
+
+// The fastest kernel this processor runs (chosen once).
+QuantizedPolicyModel::Kernel ChosenKernel() {
+  using Kernel = QuantizedPolicyModel::Kernel;
+  static const Kernel kernel = [] {
+    for (Kernel k : {Kernel::kAvx2VnniVex, Kernel::kAvx2VnniEvex, Kernel::kAvx2}) {
+      if (QuantizedPolicyModel::Supports(k)) return k;
+    }
+    return Kernel::kPortable;
+  }();
+  return kernel;
+}
+
+using RowsKernel = void (*)(const KernelNet&, const char*, size_t, size_t, LinkHalves, float*,
+                            BlockScratch);
 
 }  // namespace
 
-void QuantizedPolicyModel::Logits(absl::Span<const float> features,
-                                  absl::Span<float> logits) const {
-  static const bool kAvx2 = __builtin_cpu_supports("avx2");
-  Run(features, logits, kAvx2);
+bool QuantizedPolicyModel::Supports(Kernel kernel) {
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  switch (kernel) {
+    case Kernel::kAuto:
+    case Kernel::kPortable:
+      return true;
+    case Kernel::kAvx2:
+      return avx2;
+    case Kernel::kAvx2VnniVex:
+      return avx2 && __builtin_cpu_supports("avxvnni");
+    case Kernel::kAvx2VnniEvex:
+      return avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+  }
+  return false;
 }
 
-void QuantizedPolicyModel::LogitsPortable(absl::Span<const float> features,
-                                          absl::Span<float> logits) const {
-  Run(features, logits, /*avx2=*/false);
+void QuantizedPolicyModel::Logits(absl::Span<const float> features, absl::Span<float> logits,
+                                  Kernel kernel) const {
+  // Every row's link half, computed as it comes.
+  struct Rows {
+    const QuantizedPolicyModel* model;
+    const float* features;
+    std::vector<float> partials;
+  } rows{this, features.data(), std::vector<float>(static_cast<size_t>(kBlock) * out1_padded_)};
+  const LinkHalves halves{[](void* ctx, size_t first, int m, uint32_t* slot) -> const float* {
+                            auto* rows = static_cast<Rows*>(ctx);
+                            const int width = rows->model->out1_padded_;
+                            for (int r = 0; r < m; ++r) {
+                              rows->model->LinkPartial(
+                                  rows->features + (first + r) * kPolicyFeatures,
+                                  rows->partials.data() + static_cast<size_t>(r) * width);
+                              slot[r] = static_cast<uint32_t>(r);
+                            }
+                            return rows->partials.data();
+                          },
+                          &rows};
+  Run(reinterpret_cast<const char*>(features.data()), kPolicyFeatures * sizeof(float),
+      logits.size(), halves, logits.data(), kernel);
 }
 
-void QuantizedPolicyModel::Run(absl::Span<const float> features, absl::Span<float> logits,
-                               bool avx2) const {
+void QuantizedPolicyModel::BatchLogits(const PolicyBatch& batch, absl::Span<float> logits,
+                                       Workspace& ws, Kernel kernel) const {
+  // A new call number marks every link's slot stale (stamps restart when it wraps).
+  if (++ws.call == 0) {
+    std::fill(ws.stamp.begin(), ws.stamp.end(), 0);
+    ws.call = 1;
+  }
+  ws.link_features.clear();
+  ws.partials.clear();
+  struct Rows {
+    const QuantizedPolicyModel* model;
+    const PolicyBatch* batch;
+    Workspace* ws;
+  } rows{this, &batch, &ws};
+  const LinkHalves halves{[](void* ctx, size_t first, int m, uint32_t* slot) -> const float* {
+                            auto* rows = static_cast<Rows*>(ctx);
+                            for (int r = 0; r < m; ++r) {
+                              slot[r] = rows->model->LinkSlot(rows->batch->candidates[first + r],
+                                                              *rows->ws);
+                            }
+                            return rows->ws->partials.data();
+                          },
+                          &rows};
+  Run(reinterpret_cast<const char*>(batch.candidates.data()) + offsetof(PolicyCandidate, features),
+      sizeof(PolicyCandidate), batch.candidates.size(), halves, logits.data(), kernel);
+}
+
+uint32_t QuantizedPolicyModel::LinkSlot(const PolicyCandidate& c, Workspace& ws) const {
+  constexpr int kLink = std::size(kLinkFeatures);
+  const float* x = c.features.data();
+  // A candidate without a link (kNoLink) gets a slot of its own.
+  const bool linked = c.link >= 0;
+  const auto link = static_cast<size_t>(linked ? c.link : 0);
+  if (linked && link >= ws.stamp.size()) {
+    ws.stamp.resize(link + 1, 0);
+    ws.slot_of.resize(link + 1, 0);
+  }
+  if (linked && ws.stamp[link] == ws.call) {
+    // The link has a slot: reuse it if its features are these, bit for bit.
+    const uint32_t* held = ws.link_features.data() + static_cast<size_t>(ws.slot_of[link]) * kLink;
+    bool same = true;
+    for (int k = 0; k < kLink; ++k) {
+      same = same && std::bit_cast<uint32_t>(x[kLinkFeatures[k]]) == held[k];
+    }
+    if (same) return ws.slot_of[link];
+  }
+  const auto slot = static_cast<uint32_t>(ws.link_features.size() / kLink);
+  for (int k = 0; k < kLink; ++k) {
+    ws.link_features.push_back(std::bit_cast<uint32_t>(x[kLinkFeatures[k]]));
+  }
+  ws.partials.resize(ws.partials.size() + out1_padded_);
+  LinkPartial(x, ws.partials.data() + static_cast<size_t>(slot) * out1_padded_);
+  if (linked) {
+    ws.stamp[link] = ws.call;
+    ws.slot_of[link] = slot;
+  }
+  return slot;
+}
+
+void QuantizedPolicyModel::Run(const char* rows, size_t stride, size_t n, const LinkHalves& halves,
+                               float* logits, Kernel kernel) const {
+  if (!Supports(kernel)) {
+    std::fprintf(stderr, "QuantizedPolicyModel: this processor cannot run the kernel asked for\n");
+    std::abort();
+  }
   std::vector<KernelLayer> layers;
-  int widest = kLanes;
   for (const Layer& l : layers_) {
-    layers.push_back(KernelLayer{l.in, l.in_padded, l.out, l.out_padded, l.weight.data(),
-                                 l.pairs.data(), l.scale.data(), l.bias.data()});
-    widest = std::max({widest, l.in_padded, l.out_padded});
+    layers.push_back(KernelLayer{l.in_padded, l.out, l.out_padded, l.weight.data(), l.packed.data(),
+                                 l.broadcast.data(), l.scale.data(), l.bias.data()});
   }
-  std::vector<float> a(widest, 0), b(widest, 0);
-  std::vector<int16_t> q(widest, 0);
-  std::vector<int32_t> acc(widest, 0);
-  const float* result = layers.size() % 2 == 1 ? b.data() : a.data();
-  for (size_t r = 0; r < logits.size(); ++r) {
-    const float* x = features.data() + r * kPolicyFeatures;
-    for (int i = 0; i < kPolicyFeatures; ++i) {
-      a[i] = (x[i] - feature_mean_[i]) * feature_inv_scale_[i];
-    }
-    std::fill(a.begin() + kPolicyFeatures, a.end(), 0.0f);
-    const KernelScratch s{a.data(), b.data(), q.data(), acc.data()};
-    if (avx2) {
-      RowAvx2(layers, s);
-    } else {
-      RowPortable(layers, s);
-    }
-    logits[r] = result[0];
+  const KernelNet net{out1_padded_, relu1_, w1_.data(), b1_.data(), wide1_.data(), layers};
+  // Thread-local: the kernels run with no allocation after the first call on a thread.
+  thread_local std::vector<float> a, b, sx;
+  thread_local std::vector<uint8_t> q;
+  thread_local std::vector<uint32_t> slot;
+  const size_t block = static_cast<size_t>(kBlock) * widest_;
+  a.assign(block, 0);
+  b.assign(block, 0);
+  q.assign(block, 0);
+  sx.assign(kBlock, 0);
+  slot.assign(kBlock, 0);
+  const BlockScratch s{widest_, a.data(), b.data(), q.data(), sx.data(), slot.data()};
+  if (kernel == Kernel::kAuto) kernel = ChosenKernel();
+  // Every hidden layer at most 32 wide: the unrolled kernel.
+  bool narrow = relu1_ && out1_padded_ == 32;
+  for (const Layer& l : layers_) narrow = narrow && l.in_padded == 32;
+  RowsKernel run = RowsPortable;
+  switch (kernel) {
+    case Kernel::kAuto:
+    case Kernel::kPortable:
+      break;
+    case Kernel::kAvx2:
+      run = narrow ? Rows32<Dot::kMadd> : RowsAvx2<Dot::kMadd>;
+      break;
+    case Kernel::kAvx2VnniVex:
+      run = narrow ? Rows32<Dot::kVnniVex> : RowsAvx2<Dot::kVnniVex>;
+      break;
+    case Kernel::kAvx2VnniEvex:
+      run = narrow ? Rows32<Dot::kVnniEvex> : RowsAvx2<Dot::kVnniEvex>;
+      break;
   }
+  run(net, rows, stride, n, halves, logits, s);
 }
 
 void WeightsFromLogits(const PolicyBatch& batch, absl::Span<const float> logits, double min_weight,
                        absl::Span<double> weights) {
   // The forwarders' validator refuses a zero weight, which softmax can underflow to.
   min_weight = std::max(min_weight, kSmallestWeight);
+  // Each logit less its row's largest, then the exps (within 2 ulp) in one vector pass where
+  // the rows tile the weights (as PolicyFeatureBuilder's do), else row by row.
+  bool tiled = true;
+  uint32_t next = 0;
   for (const PolicyDecision& d : batch.decisions) {
     double top = -std::numeric_limits<double>::infinity();
     for (uint32_t i = d.first; i < d.first + d.count; ++i) top = std::max<double>(top, logits[i]);
-    double sum = 0;
     for (uint32_t i = d.first; i < d.first + d.count; ++i) {
-      weights[i] = std::exp(static_cast<double>(logits[i]) - top);
-      sum += weights[i];
+      weights[i] = static_cast<double>(logits[i]) - top;
     }
+    tiled = tiled && d.first == next;
+    next = d.first + d.count;
+  }
+  if (tiled) {
+    ExpNonPositive(weights.data(), weights.data(), next);
+  } else {
+    for (const PolicyDecision& d : batch.decisions) {
+      ExpNonPositive(weights.data() + d.first, weights.data() + d.first, d.count);
+    }
+  }
+  for (const PolicyDecision& d : batch.decisions) {
+    double sum = 0;
+    for (uint32_t i = d.first; i < d.first + d.count; ++i) sum += weights[i];
     double floored = 0;
     for (uint32_t i = d.first; i < d.first + d.count; ++i) {
       weights[i] = std::max(weights[i] / sum, min_weight);
@@ -615,15 +1089,15 @@ absl::Status LearnedPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> w
     return absl::InvalidArgumentError(
         fmt::format("{} weights for {} candidates", weights.size(), n));
   }
-  features_.resize(n * kPolicyFeatures);
   logits_.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    std::copy(batch.candidates[i].features.begin(), batch.candidates[i].features.end(),
-              features_.begin() + static_cast<std::ptrdiff_t>(i * kPolicyFeatures));
-  }
   if (precision_ == Precision::kInt8) {
-    quantized_.Logits(features_, absl::MakeSpan(logits_));
+    quantized_.BatchLogits(batch, absl::MakeSpan(logits_), workspace_);
   } else {
+    features_.resize(n * kPolicyFeatures);
+    for (size_t i = 0; i < n; ++i) {
+      std::copy(batch.candidates[i].features.begin(), batch.candidates[i].features.end(),
+                features_.begin() + static_cast<std::ptrdiff_t>(i * kPolicyFeatures));
+    }
     LogitsFloat(model_, features_, absl::MakeSpan(logits_));
   }
   for (size_t i = 0; i < n; ++i) {

@@ -24,11 +24,18 @@
 // line), another format, a format_version this build does not know, other features, inconsistent
 // shapes, a non-finite number, a wrong checksum.
 //
-// INT8. Weights are quantised per output channel (symmetric, scale = max |w| / 127); each
-// layer's input vector is quantised on the fly with its own scale: the first layer's (signed
-// features) to [-127, 127] (max |x| / 127), the others' (after a ReLU, never negative) to
-// unsigned [0, 255] (max x / 255), twice the resolution; products accumulate in int32 and
-// are rescaled to float with the two scales, plus the FP32 bias.
+// INT8. Every layer after the first runs in INT8: weights quantised per output channel
+// (symmetric, scale = max |w| / 127), each candidate's input vector to the layer (a ReLU
+// output, never negative) quantised on the fly with its own scale to [0, 255] (max x / 255);
+// products accumulate in int32 and are rescaled to float with the two scales, plus the FP32
+// bias. The first layer stays FP32 (11 inputs, a
+// small share of the work once split as below, and where quantising signed raw features
+// would cost the most accuracy), with the normalisation folded into its weights and bias. It
+// splits: the features of the candidate's link (kFeatLinkDelay .. kFeatLinkUtilisationNow)
+// are the same in every row that uses the link, so their half of the first layer is computed
+// once per link and added per candidate (QuantizedPolicyModel::BatchLogits). The kernels
+// take rows in blocks; for hidden layers of at most 32 (dar-train's default), the AVX2 one
+// runs 8 rows at a time, one per lane.
 #ifndef DAR_LEARN_POLICY_MODEL_H_
 #define DAR_LEARN_POLICY_MODEL_H_
 
@@ -44,6 +51,8 @@
 #include "nlohmann/json.hpp"
 
 namespace dar::learn {
+
+struct LinkHalves;  // policy_model.cc
 
 inline constexpr int kModelFormatVersion = 1;
 
@@ -79,32 +88,67 @@ absl::Status SavePolicyModel(const PolicyModel& model, const std::string& path);
 void LogitsFloat(const PolicyModel& model, absl::Span<const float> features,
                  absl::Span<float> logits);
 
-// The INT8 form of a model, built once at load.
+// The INT8 form of a model (see the top comment), built once at load. Thread-safe (const);
+// BatchLogits' scratch is the caller's.
 class QuantizedPolicyModel {
  public:
   explicit QuantizedPolicyModel(const PolicyModel& model);
-  // As LogitsFloat, in INT8 arithmetic: an AVX2 kernel where the processor has it, else a
-  // portable one; the two give the same logits bit for bit.
-  void Logits(absl::Span<const float> features, absl::Span<float> logits) const;
-  // Logits with the portable kernel whatever the processor (for tests).
-  void LogitsPortable(absl::Span<const float> features, absl::Span<float> logits) const;
+
+  // The kernels, which give the same logits bit for bit: kAuto is the fastest this
+  // processor runs (AVX2 and FMA, with AVX-VNNI or AVX512-VNNI where it has them); the
+  // others are for tests and benchmarks.
+  enum class Kernel { kAuto, kPortable, kAvx2, kAvx2VnniVex, kAvx2VnniEvex };
+  // Whether this processor runs `kernel`.
+  static bool Supports(Kernel kernel);
+
+  // As LogitsFloat, in INT8 arithmetic. REQUIRES: Supports(kernel).
+  void Logits(absl::Span<const float> features, absl::Span<float> logits,
+              Kernel kernel = Kernel::kAuto) const;
+
+  // Scratch of BatchLogits, kept between calls so that a cycle allocates nothing.
+  struct Workspace {
+    std::vector<uint32_t> stamp;          // by link: the call that last gave it a slot
+    std::vector<uint32_t> slot_of;        // by link: its slot in that call
+    std::vector<uint32_t> link_features;  // by slot: the bits of its link's features
+    std::vector<float> partials;          // by slot: the first layer's link half
+    uint32_t call = 0;
+  };
+  // The logits of `batch`'s candidates, the same bit for bit as Logits over their features,
+  // with the first layer's link half computed once per link (once per distinct link features
+  // if a link's candidates differ in them). REQUIRES: logits.size() == batch.candidates.size().
+  void BatchLogits(const PolicyBatch& batch, absl::Span<float> logits, Workspace& ws,
+                   Kernel kernel = Kernel::kAuto) const;
 
  private:
   struct Layer {
     int in = 0;
     int out = 0;
-    int in_padded = 0;           // `in` rounded up for the kernels (zeros past `in`)
-    int out_padded = 0;          // `out` rounded up likewise
-    std::vector<int8_t> weight;  // out * in_padded
-    // The same weights for the AVX2 kernel: [in_padded / 2][out_padded][2].
-    std::vector<int16_t> pairs;
+    int in_padded = 0;   // `in` rounded up to a multiple of 32 (zeros past `in`)
+    int out_padded = 0;  // `out` rounded up to 32, or 8 for the last layer (zeros past `out`)
+    std::vector<int8_t> weight;  // out x in_padded, row-major (portable kernel, last layer)
+    // The same weights for the AVX2 kernel: [out_padded / 8][in_padded / 4][8 outputs][4].
+    std::vector<int8_t> packed;
+    // And for the 8-rows-at-once kernel: [out][in_padded / 4][8 copies][4].
+    std::vector<int8_t> broadcast;
     std::vector<float> scale;  // per output channel, out_padded (zeros past `out`)
     std::vector<float> bias;   // out_padded (zeros past `out`)
   };
-  void Run(absl::Span<const float> features, absl::Span<float> logits, bool avx2) const;
+  // The link half of the first layer for the features `x` (out1_padded_ floats).
+  void LinkPartial(const float* x, float* out) const;
+  // The slot in `ws` of the first layer's link half for `c`, made if it has none this call.
+  uint32_t LinkSlot(const PolicyCandidate& c, Workspace& ws) const;
+  // Logits of n rows: row r's features at rows + r * stride bytes, their link halves from
+  // `halves` (policy_model.cc).
+  void Run(const char* rows, size_t stride, size_t n, const LinkHalves& halves, float* logits,
+           Kernel kernel) const;
 
-  std::vector<float> feature_mean_, feature_inv_scale_;
-  std::vector<Layer> layers_;
+  int out1_padded_ = 0;        // the first layer's out, rounded up to 32 (8 if it is last)
+  bool relu1_ = false;         // the first layer is not the last
+  std::vector<float> w1_;      // [kPolicyFeatures][out1_padded_]: weight / feature_scale
+  std::vector<float> b1_;      // out1_padded_: bias - sum of weight * mean / scale
+  std::vector<float> wide1_;   // per output: b1_, then w1_ of each row feature, each 8 times
+  std::vector<Layer> layers_;  // the INT8 layers, after the first
+  int widest_ = 0;             // of any padded width
 };
 
 // Softmax of `logits` over each decision's candidates, floored at min_weight (at least 1e-9:
@@ -130,6 +174,7 @@ class LearnedPolicy : public WeightPolicy {
   std::string path_;
   Precision precision_;
   QuantizedPolicyModel quantized_;
+  QuantizedPolicyModel::Workspace workspace_;
   std::vector<float> features_, logits_;  // scratch
 };
 

@@ -200,46 +200,156 @@ PolicyBatch RandomBatch(std::mt19937_64& rng, int rows) {
   return b;
 }
 
-// INT8 against FP32: the same choice in at least 99% of rows, weights close.
-TEST(PolicyModelTest, Int8AgreesWithFloat) {
-  std::mt19937_64 rng(42);
-  const PolicyModel m = RandomModel(3);
-  const QuantizedPolicyModel q(m);
-  const PolicyBatch batch = RandomBatch(rng, 5000);
-  const size_t n = batch.candidates.size();
-  std::vector<float> x(n * kPolicyFeatures);
-  for (size_t i = 0; i < n; ++i) {
+std::vector<float> FeaturesOf(const PolicyBatch& batch) {
+  std::vector<float> x(batch.candidates.size() * kPolicyFeatures);
+  for (size_t i = 0; i < batch.candidates.size(); ++i) {
     std::copy(batch.candidates[i].features.begin(), batch.candidates[i].features.end(),
-              x.begin() + i * kPolicyFeatures);
+              x.begin() + static_cast<std::ptrdiff_t>(i * kPolicyFeatures));
   }
-  std::vector<float> lf(n), lq(n), lp(n);
-  LogitsFloat(m, x, absl::MakeSpan(lf));
-  q.Logits(x, absl::MakeSpan(lq));
-  // The AVX2 kernel (where the processor has it) and the portable one agree bit for bit.
-  q.LogitsPortable(x, absl::MakeSpan(lp));
-  EXPECT_EQ(lq, lp);
-  std::vector<double> wf(n), wq(n);
-  WeightsFromLogits(batch, lf, m.min_weight, absl::MakeSpan(wf));
-  WeightsFromLogits(batch, lq, m.min_weight, absl::MakeSpan(wq));
-  int same = 0;
-  double worst = 0, total = 0;
-  for (const PolicyDecision& d : batch.decisions) {
-    uint32_t af = d.first, aq = d.first;
-    for (uint32_t i = d.first; i < d.first + d.count; ++i) {
-      if (wf[i] > wf[af]) af = i;
-      if (wq[i] > wq[aq]) aq = i;
-      worst = std::max(worst, std::abs(wf[i] - wq[i]));
-      total += std::abs(wf[i] - wq[i]);
+  return x;
+}
+
+// INT8 against FP32: the same choice in at least 99% of rows, weights close; for dar-train's
+// default shape (2 hidden layers of 32: the 8-rows-at-once kernel) and a wider one (the
+// general kernel). Every kernel gives the same logits (Int8KernelsAgreeBitForBit).
+TEST(PolicyModelTest, Int8AgreesWithFloat) {
+  for (int width : {32, 64}) {
+    SCOPED_TRACE(::testing::Message() << "width " << width);
+    std::mt19937_64 rng(42);
+    const PolicyModel m = RandomModel(3, 2, width);
+    const QuantizedPolicyModel q(m);
+    const PolicyBatch batch = RandomBatch(rng, 5000);
+    const size_t n = batch.candidates.size();
+    const std::vector<float> x = FeaturesOf(batch);
+    std::vector<float> lf(n), lq(n), lp(n);
+    LogitsFloat(m, x, absl::MakeSpan(lf));
+    q.Logits(x, absl::MakeSpan(lq));
+    // The fastest kernel this processor runs and the portable one agree bit for bit.
+    q.Logits(x, absl::MakeSpan(lp), QuantizedPolicyModel::Kernel::kPortable);
+    EXPECT_EQ(lq, lp);
+    std::vector<double> wf(n), wq(n);
+    WeightsFromLogits(batch, lf, m.min_weight, absl::MakeSpan(wf));
+    WeightsFromLogits(batch, lq, m.min_weight, absl::MakeSpan(wq));
+    int same = 0;
+    double worst = 0, total = 0;
+    for (const PolicyDecision& d : batch.decisions) {
+      uint32_t af = d.first, aq = d.first;
+      for (uint32_t i = d.first; i < d.first + d.count; ++i) {
+        if (wf[i] > wf[af]) af = i;
+        if (wq[i] > wq[aq]) aq = i;
+        worst = std::max(worst, std::abs(wf[i] - wq[i]));
+        total += std::abs(wf[i] - wq[i]);
+      }
+      same += af == aq;
     }
-    same += af == aq;
+    const double agree = static_cast<double>(same) / static_cast<double>(batch.decisions.size());
+    std::printf(
+        "width %d: int8 vs float: same choice in %.2f%% of %zu rows; weight error max %.4f, "
+        "mean %.5f\n",
+        width, 100 * agree, batch.decisions.size(), worst, total / static_cast<double>(n));
+    EXPECT_GE(agree, 0.99);
+    EXPECT_LT(worst, 0.05);
+    EXPECT_LT(total / static_cast<double>(n), 0.005);
   }
-  const double agree = static_cast<double>(same) / static_cast<double>(batch.decisions.size());
-  std::printf(
-      "int8 vs float: same choice in %.2f%% of %zu rows; weight error max %.4f, mean %.5f\n",
-      100 * agree, batch.decisions.size(), worst, total / static_cast<double>(n));
-  EXPECT_GE(agree, 0.99);
-  EXPECT_LT(worst, 0.05);
-  EXPECT_LT(total / static_cast<double>(n), 0.005);
+}
+
+using Kernel = QuantizedPolicyModel::Kernel;
+constexpr Kernel kKernels[] = {Kernel::kAuto, Kernel::kAvx2, Kernel::kAvx2VnniVex,
+                               Kernel::kAvx2VnniEvex};
+
+// A batch whose candidates share links the way a cycle's do: every row's candidates are
+// links 0..count-1 with those links' features, so the link half is computed once per link.
+PolicyBatch SharedLinkBatch(std::mt19937_64& rng, int rows) {
+  PolicyBatch b = RandomBatch(rng, rows);
+  const std::vector<float> links = RandomFeatures(rng, 8);
+  for (const PolicyDecision& d : b.decisions) {
+    for (uint32_t i = 0; i < d.count; ++i) {
+      PolicyCandidate& c = b.candidates[d.first + i];
+      c.link = static_cast<LinkId>(i);
+      for (int j = kFeatLinkDelay; j <= kFeatLinkUtilisationNow; ++j) {
+        c.features[j] = links[i * kPolicyFeatures + j];
+      }
+    }
+  }
+  return b;
+}
+
+// Every INT8 kernel this processor runs gives the portable kernel's logits bit for bit, row
+// by row (Logits) and batched with the first layer's link half shared (BatchLogits), over
+// the shapes the kernels treat apart: no hidden layer, hidden layers of 32 or less (the
+// 8-rows-at-once kernel), wider ones (the general one); row counts that leave a partial
+// block.
+TEST(PolicyModelTest, Int8KernelsAgreeBitForBit) {
+  std::mt19937_64 rng(7);
+  const struct {
+    int hidden, width;
+  } shapes[] = {{0, 1}, {1, 32}, {2, 32}, {3, 20}, {1, 48}, {2, 64}};
+  for (const auto& shape : shapes) {
+    SCOPED_TRACE(::testing::Message() << shape.hidden << " hidden layers of " << shape.width);
+    const QuantizedPolicyModel q(RandomModel(11, shape.hidden, shape.width));
+    for (int rows : {1, 3, 203}) {
+      const PolicyBatch batch = SharedLinkBatch(rng, rows);
+      const std::vector<float> x = FeaturesOf(batch);
+      const size_t n = batch.candidates.size();
+      std::vector<float> portable(n), got(n);
+      q.Logits(x, absl::MakeSpan(portable), Kernel::kPortable);
+      QuantizedPolicyModel::Workspace ws;
+      q.BatchLogits(batch, absl::MakeSpan(got), ws, Kernel::kPortable);
+      EXPECT_EQ(got, portable) << "portable, batched";
+      for (Kernel k : kKernels) {
+        if (!QuantizedPolicyModel::Supports(k)) continue;
+        SCOPED_TRACE(::testing::Message() << "kernel " << static_cast<int>(k));
+        std::fill(got.begin(), got.end(), 0.0f);
+        q.Logits(x, absl::MakeSpan(got), k);
+        EXPECT_EQ(got, portable) << "row by row";
+        std::fill(got.begin(), got.end(), 0.0f);
+        q.BatchLogits(batch, absl::MakeSpan(got), ws, k);
+        EXPECT_EQ(got, portable) << "batched";
+      }
+    }
+  }
+}
+
+// A link's half of the first layer is shared only between candidates whose link features
+// are the same bit for bit, within one call: a link seen with other features in the same
+// batch, or in an earlier call with the same workspace, is computed again.
+TEST(PolicyModelTest, BatchLogitsSharesALinkOnlyForTheSameFeatures) {
+  std::mt19937_64 rng(8);
+  const QuantizedPolicyModel q(RandomModel(12));
+  QuantizedPolicyModel::Workspace ws;
+  for (int call = 0; call < 3; ++call) {
+    // RandomBatch: link 100 + i in every row, with other features each time.
+    const PolicyBatch batch = RandomBatch(rng, 50);
+    std::vector<float> want(batch.candidates.size()), got(batch.candidates.size());
+    q.Logits(FeaturesOf(batch), absl::MakeSpan(want));
+    q.BatchLogits(batch, absl::MakeSpan(got), ws);
+    EXPECT_EQ(got, want) << "call " << call;
+  }
+  // Candidates without a link are computed each on its own.
+  PolicyBatch batch = RandomBatch(rng, 10);
+  for (PolicyCandidate& c : batch.candidates) c.link = kNoLink;
+  std::vector<float> want(batch.candidates.size()), got(batch.candidates.size());
+  q.Logits(FeaturesOf(batch), absl::MakeSpan(want));
+  q.BatchLogits(batch, absl::MakeSpan(got), ws);
+  EXPECT_EQ(got, want);
+}
+
+// A layer whose inputs are all 0 (every ReLU off) quantises to 0 with scale 0: the logit is
+// then the last bias alone, in every kernel, as in FP32.
+TEST(PolicyModelTest, Int8HandlesAllZeroActivations) {
+  PolicyModel m = RandomModel(13, 1);
+  std::fill(m.layers[0].weight.begin(), m.layers[0].weight.end(), 0.0f);
+  std::fill(m.layers[0].bias.begin(), m.layers[0].bias.end(), -1.0f);
+  const QuantizedPolicyModel q(m);
+  std::mt19937_64 rng(9);
+  const std::vector<float> x = RandomFeatures(rng, 37);
+  std::vector<float> want(37), got(37);
+  LogitsFloat(m, x, absl::MakeSpan(want));
+  for (Kernel k : {Kernel::kPortable, Kernel::kAvx2, Kernel::kAvx2VnniVex, Kernel::kAvx2VnniEvex}) {
+    if (!QuantizedPolicyModel::Supports(k)) continue;
+    q.Logits(x, absl::MakeSpan(got), k);
+    EXPECT_EQ(got, want) << "kernel " << static_cast<int>(k);
+  }
 }
 
 TEST(PolicyModelTest, WeightsAreMaskedNormalisedAndFloored) {
