@@ -446,8 +446,9 @@ QuantizedPolicyModel::QuantizedPolicyModel(const PolicyModel& model) {
             q.weight[static_cast<size_t>(o) * q.in_padded + i];
       }
     }
-    // And each output's quads, each repeated 8 times (one register's worth).
-    q.broadcast.assign(static_cast<size_t>(q.out) * q.in_padded * 8, 0);
+    // And each output's quads, each repeated 8 times (one register's worth); zeros up to
+    // out_padded, which the 8-rows-at-once kernel reads whole.
+    q.broadcast.assign(static_cast<size_t>(q.out_padded) * q.in_padded * 8, 0);
     for (int o = 0; o < l.out; ++o) {
       for (int i = 0; i < q.in_padded; ++i) {
         for (int lane = 0; lane < 8; ++lane) {
@@ -476,7 +477,7 @@ struct KernelLayer {
   int in_padded = 0, out = 0, out_padded = 0;
   const int8_t* weight = nullptr;     // out x in_padded
   const int8_t* packed = nullptr;     // [out_padded / 8][in_padded / 4][8][4]
-  const int8_t* broadcast = nullptr;  // [out][in_padded / 4][8][4]
+  const int8_t* broadcast = nullptr;  // [out_padded][in_padded / 4][8][4]
   const float* scale = nullptr;       // out_padded
   const float* bias = nullptr;        // out_padded
 };
