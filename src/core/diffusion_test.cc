@@ -35,6 +35,29 @@ void ExpectDownhill(const Topology& topo, const DiffusionEngine& engine, const R
   }
 }
 
+// `got` has `want`'s potentials (to 1e-10 relative) and, in its tables, the same next hops
+// with the same weights (to 1e-10), for every destination and node.
+void ExpectSameTablesAndPotentials(const Topology& topo, const DiffusionEngine& got,
+                                   const DiffusionEngine& want) {
+  const RoutingTables x = got.Tables(1), y = want.Tables(1);
+  for (NodeId d : topo.Destinations()) {
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      const double p = want.Potential(d, v), q = got.Potential(d, v);
+      if (std::isinf(p)) {
+        EXPECT_EQ(q, p);
+      } else {
+        EXPECT_NEAR(q, p, 1e-10 * std::max(1.0, std::abs(p)));
+      }
+      const auto a = x.Lookup(v, d), b = y.Lookup(v, d);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].link, b[i].link);
+        EXPECT_NEAR(a[i].weight, b[i].weight, 1e-10);
+      }
+    }
+  }
+}
+
 // s -> {a, b} -> t, plus hosts on s and t.
 struct Diamond {
   Diamond() {
@@ -459,23 +482,9 @@ TEST(DiffusionTest, FactoredWeightsMatchDirectOnes) {
       if (costly == 0) {
         EXPECT_EQ(factored.stats().nodes_direct, 0) << "trial " << trial;
       }
-      const RoutingTables x = factored.Tables(1), y = reference.Tables(1);
-      for (NodeId d : topo.Destinations()) {
-        for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-          const double p = reference.Potential(d, v), q = factored.Potential(d, v);
-          if (std::isinf(p)) {
-            EXPECT_EQ(q, p);
-          } else {
-            EXPECT_NEAR(q, p, 1e-10 * std::max(1.0, std::abs(p))) << "trial " << trial;
-          }
-          const auto a = x.Lookup(v, d), b = y.Lookup(v, d);
-          ASSERT_EQ(a.size(), b.size()) << "trial " << trial << " round " << round;
-          for (size_t i = 0; i < a.size(); ++i) {
-            EXPECT_EQ(a[i].link, b[i].link);
-            EXPECT_NEAR(a[i].weight, b[i].weight, 1e-10) << "trial " << trial;
-          }
-        }
-      }
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " round " << round);
+      ExpectSameTablesAndPotentials(topo, factored, reference);
+      if (HasFatalFailure()) return;
     }
   }
   // Both ways were taken.
@@ -533,25 +542,10 @@ TEST(DiffusionTest, FatTreeRunsMatchDirectWeights) {
       } else {
         direct += runs.stats().nodes_direct;
       }
-      const RoutingTables x = runs.Tables(1), y = reference.Tables(1);
-      ExpectDownhill(topo, runs, x);
-      for (NodeId d : topo.Destinations()) {
-        for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-          const double want = reference.Potential(d, v), got = runs.Potential(d, v);
-          if (std::isinf(want)) {
-            EXPECT_EQ(got, want);
-          } else {
-            EXPECT_NEAR(got, want, 1e-10 * std::max(1.0, std::abs(want)))
-                << "trial " << trial << " round " << round;
-          }
-          const auto a = x.Lookup(v, d), b = y.Lookup(v, d);
-          ASSERT_EQ(a.size(), b.size()) << "trial " << trial << " round " << round;
-          for (size_t i = 0; i < a.size(); ++i) {
-            EXPECT_EQ(a[i].link, b[i].link);
-            EXPECT_NEAR(a[i].weight, b[i].weight, 1e-10) << "trial " << trial;
-          }
-        }
-      }
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " round " << round);
+      ExpectDownhill(topo, runs, runs.Tables(1));
+      ExpectSameTablesAndPotentials(topo, runs, reference);
+      if (HasFatalFailure()) return;
     }
   }
   EXPECT_GT(direct, 0);
