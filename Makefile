@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 SCENARIO ?= scenarios/default.yaml
 OUT ?= out/default
 
-.PHONY: deps configure build run test test-asan bench format clean
+.PHONY: deps configure build run test test-asan bench evaluate format clean
 
 deps:
 	./scripts/install-deps.sh
@@ -32,6 +32,18 @@ test-asan: deps
 bench: build
 	./$(BUILD)/bench/sim_bench
 	./$(BUILD)/bench/engine_bench
+
+# The policies on the four use cases with seeds dar-train never used (issue 5's evaluation,
+# README "The learned policy"): one dar-sim run per scenario and seed, then the means, in
+# out/eval/NAME. Scenarios in EVAL_SCENARIOS, seeds in EVAL_SEEDS.
+EVAL_SEEDS ?= 101,102,103
+EVAL_SCENARIOS ?= allreduce-fattree inference-tail replication-geant replication-wan \
+	websearch-asym-30 websearch-asym-50 websearch-asym-70 websearch-asym-90
+evaluate: build
+	mkdir -p out/eval
+	for s in $(EVAL_SCENARIOS); do \
+	  ./$(BUILD)/src/cli/dar-sim run scenarios/$$s.yaml --seeds $(EVAL_SEEDS) --out out/eval/$$s \
+	    > out/eval-$$s.txt || exit 1; tail -n 60 out/eval-$$s.txt; done
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -135,6 +135,48 @@ TEST(DarSimCliTest, RunWritesResultsAndPrintsTheTable) {
   std::filesystem::remove_all(dir);
 }
 
+// --seeds runs once per seed into DIR/seed-N and writes the mean of their metrics to DIR.
+TEST(DarSimCliTest, SeedsRunOncePerSeedAndWriteTheMean) {
+  const std::string dir = TempDir("seeds");
+  std::string text = kScenario;  // with traffic that the seed draws
+  text.insert(text.find("policies:"), "  - {type: background, cdf: websearch, load: 0.3}\n");
+  { std::ofstream(dir + "/s.yaml") << text; }
+  const Result r = RunDarSim(fmt::format("run {0}/s.yaml --out {0}/out --seeds 3,4", dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("seed 3,"));
+  EXPECT_THAT(r.output, HasSubstr("seed 4,"));
+  EXPECT_THAT(r.output, HasSubstr("mean over seeds 3, 4"));
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json a = read(dir + "/out/seed-3/results.json");
+  const nlohmann::json b = read(dir + "/out/seed-4/results.json");
+  const nlohmann::json mean = read(dir + "/out/results.json");
+  EXPECT_EQ(a["seed"], 3);
+  EXPECT_EQ(b["seed"], 4);
+  EXPECT_EQ(mean["seeds"], nlohmann::json::array({3, 4}));
+  EXPECT_FALSE(mean.contains("seed"));
+  ASSERT_EQ(mean["policies"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& m = mean["policies"][i]["metrics"];
+    const auto& ma = a["policies"][i]["metrics"];
+    const auto& mb = b["policies"][i]["metrics"];
+    EXPECT_DOUBLE_EQ(
+        m["completion_mean_s"].get<double>(),
+        (ma["completion_mean_s"].get<double>() + mb["completion_mean_s"].get<double>()) / 2);
+    EXPECT_DOUBLE_EQ(m["events"].get<double>(),
+                     (ma["events"].get<double>() + mb["events"].get<double>()) / 2);
+    EXPECT_EQ(m["completed"], true);
+  }
+  // The two seeds are two different runs.
+  EXPECT_NE(a["policies"][1]["metrics"]["events"], b["policies"][1]["metrics"]["events"]);
+  const Result both = RunDarSim(fmt::format("run {0}/s.yaml --seeds 3 --seed 4", dir));
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_THAT(both.output, HasSubstr("excludes"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(DarSimCliTest, RunRejectsABadScenarioWithTheKey) {
   const std::string dir = TempDir("bad");
   std::string text = kScenario;

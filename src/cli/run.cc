@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "sim/runner.h"
 #include "sim/scenario.h"
 #include "spdlog/spdlog.h"
@@ -23,6 +24,7 @@ struct RunFlags {
   std::string scenario;
   std::string out = "out";
   int64_t seed = -1;
+  std::vector<int64_t> seeds;  // run once per seed, then the mean
   std::vector<std::string> policies;
   bool quiet = false;
   int jobs = 0;  // 0: one per core
@@ -64,6 +66,58 @@ class ProgressLine {
   Clock::time_point last_;
 };
 
+// Writes `results` to `dir`/results.json and, unless quiet, prints its table.
+bool WriteResults(const nlohmann::json& results, const std::string& dir, bool quiet) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path = (std::filesystem::path(dir) / "results.json").string();
+  std::ofstream out(path);
+  out << results.dump(2) << "\n";
+  if (!out) {
+    fmt::print(stderr, "dar-sim: cannot write {}\n", path);
+    return false;
+  }
+  if (!quiet) fmt::print("{}\nwrote {}\n", sim::FormatComparison(results), path);
+  return true;
+}
+
+// Whether a policy left work unfinished at the drain limit (says which).
+bool Unfinished(const nlohmann::json& results) {
+  for (const auto& p : results["policies"]) {
+    if (!p["metrics"]["completed"].get<bool>()) {
+      fmt::print(stderr, "dar-sim: policy {} did not finish its work within the drain limit\n",
+                 p["name"].get<std::string>());
+      return true;
+    }
+  }
+  return false;
+}
+
+// Runs every policy of `scenario` and writes `out`/results.json; prints the table unless quiet.
+// Returns the exit code (see README) and the results.
+int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::string& out,
+            nlohmann::json& results) {
+  if (!flags.quiet) {
+    fmt::print("scenario {}: {}, seed {}, {} policies\n", scenario.name,
+               scenario.topology.Summary(), scenario.seed, scenario.policies.size());
+  }
+  ProgressLine progress(!flags.quiet && isatty(STDERR_FILENO));
+  sim::RunOptions options;
+  options.on_progress = [&progress](const sim::RunProgress& p) { progress.Update(p); };
+  options.jobs = flags.jobs > 0
+                     ? flags.jobs
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  absl::StatusOr<nlohmann::json> run = sim::RunScenario(scenario, options);
+  progress.Clear();
+  if (!run.ok()) {
+    fmt::print(stderr, "dar-sim: {}\n", std::string(run.status().message()));
+    return 1;
+  }
+  results = std::move(*run);
+  if (!WriteResults(results, out, flags.quiet)) return 1;
+  return Unfinished(results) ? 3 : 0;
+}
+
 int Run(const RunFlags& flags) {
   absl::StatusOr<sim::Scenario> scenario = sim::LoadScenario(flags.scenario);
   if (!scenario.ok()) {
@@ -84,42 +138,23 @@ int Run(const RunFlags& flags) {
     }
     scenario->policies = std::move(chosen);
   }
-  if (!flags.quiet) {
-    fmt::print("scenario {}: {}, seed {}, {} policies\n", scenario->name,
-               scenario->topology.Summary(), scenario->seed, scenario->policies.size());
-  }
+  nlohmann::json results;
+  if (flags.seeds.empty()) return RunOnce(*scenario, flags, flags.out, results);
 
-  ProgressLine progress(!flags.quiet && isatty(STDERR_FILENO));
-  sim::RunOptions options;
-  options.on_progress = [&progress](const sim::RunProgress& p) { progress.Update(p); };
-  options.jobs = flags.jobs > 0
-                     ? flags.jobs
-                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  absl::StatusOr<nlohmann::json> results = sim::RunScenario(*scenario, options);
-  progress.Clear();
-  if (!results.ok()) {
-    fmt::print(stderr, "dar-sim: {}\n", std::string(results.status().message()));
-    return 1;
+  // One run per seed, each in DIR/seed-N, then their mean in DIR.
+  int code = 0;
+  std::vector<nlohmann::json> runs;
+  for (int64_t seed : flags.seeds) {
+    scenario->seed = static_cast<uint64_t>(seed);
+    const std::string dir = (std::filesystem::path(flags.out) / fmt::format("seed-{}", seed));
+    const int c = RunOnce(*scenario, flags, dir, results);
+    if (c == 1) return 1;
+    code = std::max(code, c);
+    runs.push_back(std::move(results));
   }
-
-  std::error_code ec;
-  std::filesystem::create_directories(flags.out, ec);
-  const std::string path = (std::filesystem::path(flags.out) / "results.json").string();
-  std::ofstream out(path);
-  out << results->dump(2) << "\n";
-  if (!out) {
-    fmt::print(stderr, "dar-sim: cannot write {}\n", path);
-    return 1;
-  }
-  if (!flags.quiet) fmt::print("{}\nwrote {}\n", sim::FormatComparison(*results), path);
-  for (const auto& p : (*results)["policies"]) {
-    if (!p["metrics"]["completed"].get<bool>()) {
-      fmt::print(stderr, "dar-sim: policy {} did not finish its work within the drain limit\n",
-                 p["name"].get<std::string>());
-      return 3;
-    }
-  }
-  return 0;
+  if (!flags.quiet) fmt::print("mean over seeds {}:\n", fmt::join(flags.seeds, ", "));
+  if (!WriteResults(sim::MeanOfRuns(runs), flags.out, flags.quiet)) return 1;
+  return code;
 }
 
 }  // namespace
@@ -130,6 +165,11 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("scenario", flags->scenario, "Scenario file (YAML)")->required();
   cmd->add_option("--out", flags->out, "Directory for results.json");
   cmd->add_option("--seed", flags->seed, "Override the scenario's seed");
+  cmd->add_option("--seeds", flags->seeds,
+                  "Run once per seed (results in DIR/seed-N) and write their mean to DIR")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber)
+      ->excludes("--seed");
   cmd->add_option("--policy", flags->policies, "Run only these policies (repeatable)");
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing but errors");
   cmd->add_option("-j,--jobs", flags->jobs,

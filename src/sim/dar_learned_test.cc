@@ -63,6 +63,14 @@ policies:
                      policy);
 }
 
+// Drops the wall-clock figures of a policy's metrics, which differ from run to run; everything
+// simulated is the same.
+void EraseWallClock(nlohmann::json& metrics) {
+  for (auto it = metrics.begin(); it != metrics.end();) {
+    it = it.key().find("wall") != std::string::npos ? metrics.erase(it) : std::next(it);
+  }
+}
+
 absl::StatusOr<nlohmann::json> RunYaml(const std::string& yaml, const RunOptions& options = {}) {
   ASSIGN_OR_RETURN(sim::Scenario s, ParseScenario(yaml, std::string(DAR_SOURCE_DIR) + "/x.yaml"));
   return RunScenario(s, options);
@@ -159,6 +167,36 @@ TEST(DarLearnedTest, CorruptModelFallsBackToTheAnalyticEngineAndSaysSo) {
   std::filesystem::remove(path);
 }
 
+// `audit: float` runs the FP32 model beside the INT8 one on every decision and reports the
+// agreement; the INT8 weights still route, so the run is the unaudited one.
+TEST(DarLearnedTest, AuditComparesInt8WithFloatWithoutChangingTheRun) {
+  const std::string path = TempPath("audit.json");
+  ASSERT_TRUE(learn::SavePolicyModel(AnalyticModel(), path).ok());
+  const std::string policy = fmt::format("name: dar-learned, period_ms: 1, model: {}", path);
+  absl::StatusOr<nlohmann::json> plain = RunYaml(Scenario("{" + policy + "}"));
+  absl::StatusOr<nlohmann::json> audited = RunYaml(Scenario("{" + policy + ", audit: float}"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(audited.ok()) << audited.status();
+  nlohmann::json p = (*plain)["policies"][0]["metrics"];
+  nlohmann::json a = (*audited)["policies"][0]["metrics"];
+  ASSERT_TRUE(a.contains("int8_vs_float"));
+  EXPECT_FALSE(p.contains("int8_vs_float"));
+  const nlohmann::json audit = a["int8_vs_float"];
+  EXPECT_EQ(audit["decisions"], a["policy_decisions"]);
+  EXPECT_GT(audit["decisions"].get<int64_t>(), 0);
+  EXPECT_EQ(audit["float_failures"], 0);
+  // The analytic-logit model differs from FP32 by INT8 rounding only.
+  EXPECT_GT(audit["same_next_hop_for_a_hash"].get<double>(), 0.99);
+  EXPECT_LT(audit["max_weight_error"].get<double>(), 0.01);
+  EXPECT_THAT(a["learned_policy"].get<std::string>(), HasSubstr("audited against float"));
+  for (nlohmann::json* m : {&p, &a}) {
+    for (const char* key : {"learned_policy", "int8_vs_float"}) m->erase(key);
+    EraseWallClock(*m);
+  }
+  EXPECT_EQ(p, a);
+  std::filesystem::remove(path);
+}
+
 TEST(DarLearnedTest, SettingsAreChecked) {
   absl::StatusOr<nlohmann::json> r = RunYaml(Scenario("{name: dar-learned, period_ms: 1}"));
   ASSERT_FALSE(r.ok());
@@ -166,6 +204,9 @@ TEST(DarLearnedTest, SettingsAreChecked) {
   r = RunYaml(Scenario("{name: dar-learned, model: m.json, precision: int4}"));
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("precision"));
+  r = RunYaml(Scenario("{name: dar-learned, model: m.json, precision: float, audit: float}"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("audit"));
 }
 
 // A policy that answers NaN: every cycle keeps the engine's tables, so the run is the
@@ -197,12 +238,8 @@ TEST(DarLearnedTest, InjectedPolicyReturningNanKeepsTheAnalyticTables) {
     m.erase(key);
   }
   nlohmann::json a = (*analytic)["policies"][0]["metrics"];
-  // Wall-clock figures differ from run to run; everything simulated is the same.
-  for (nlohmann::json* j : {&a, &m}) {
-    for (auto it = j->begin(); it != j->end();) {
-      it = it.key().find("wall") != std::string::npos ? j->erase(it) : std::next(it);
-    }
-  }
+  EraseWallClock(a);
+  EraseWallClock(m);
   EXPECT_EQ(m, a);
 }
 

@@ -144,6 +144,17 @@ void DarRouting::Report(nlohmann::json& metrics) const {
     metrics["policy_failures"] = stats.policy_failures;
     metrics["policy_decisions"] = stats.policy_decisions;
   }
+  if (config_.audit != nullptr) {
+    const learn::PolicyAgreement& a = config_.audit->agreement();
+    metrics["int8_vs_float"] = {{"decisions", a.rows},
+                                {"same_argmax", a.same_argmax_share()},
+                                {"clear_decisions", a.clear_rows},
+                                {"clear_same_argmax", a.clear_same_argmax_share()},
+                                {"same_next_hop_for_a_hash", a.same_hash_share()},
+                                {"max_weight_error", a.max_weight_error},
+                                {"mean_weight_error", a.mean_weight_error()},
+                                {"float_failures", config_.audit->reference_failures()}};
+  }
 }
 
 namespace {
@@ -208,6 +219,10 @@ absl::StatusOr<ControlPlanePtr> MakeDarLearned(YamlReader& p, const ConfigContex
   c.learned = true;
   ASSIGN_OR_RETURN(std::string model, p.Optional<std::string>("model", ""));
   ASSIGN_OR_RETURN(std::string precision, p.OptionalChoice("precision", "int8", {"int8", "float"}));
+  ASSIGN_OR_RETURN(std::string audit, p.OptionalChoice("audit", "none", {"none", "float"}));
+  if (audit == "float" && precision != "int8") {
+    return p.Error("audit", "audits the INT8 model against FP32: needs precision int8");
+  }
   if (ctx.weight_policy != nullptr) {
     c.weight_policy = ctx.weight_policy;
     return std::make_unique<DarRouting>(c);
@@ -219,7 +234,14 @@ absl::StatusOr<ControlPlanePtr> MakeDarLearned(YamlReader& p, const ConfigContex
   absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> policy = learn::LearnedPolicy::Load(
       path.string(), precision == "int8" ? learn::LearnedPolicy::Precision::kInt8
                                          : learn::LearnedPolicy::Precision::kFloat);
-  if (policy.ok()) {
+  if (policy.ok() && audit == "float") {
+    // The same file again, in FP32: it loaded once, so it loads now.
+    absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> reference =
+        learn::LearnedPolicy::Load(path.string(), learn::LearnedPolicy::Precision::kFloat);
+    if (!reference.ok()) return reference.status();
+    c.audit = std::make_shared<learn::AuditedPolicy>(std::move(*policy), std::move(*reference));
+    c.weight_policy = c.audit;
+  } else if (policy.ok()) {
     c.weight_policy = std::move(*policy);
   } else {
     // Refused, not fatal: the policy runs the analytic engine and its metrics say so.

@@ -17,9 +17,11 @@
 // "dar-learned" is the same loop with a learned policy refining the engine's weights
 // (learn/policy_model.h, RouteComputer::set_weight_policy): the settings of "dar", plus
 // `model: <path>` (relative to the scenario's directory) and `precision: int8|float`
-// (default int8). A model file that is missing, corrupt or made for other features is
-// refused with a warning that names it, and the policy runs the analytic engine: the metrics
-// say so ("learned_policy": "refused: ...", "policy_fallbacks": every cycle). A run given a
+// (default int8), and `audit: float` to run the FP32 model beside the INT8 one on every
+// decision and report how often they agree ("int8_vs_float", learn/policy_audit.h; slower,
+// and the INT8 weights still route). A model file that is missing, corrupt or made for other
+// features is refused with a warning that names it, and the policy runs the analytic engine: the
+// metrics say so ("learned_policy": "refused: ...", "policy_fallbacks": every cycle). A run given a
 // policy (RunOptions::weight_policy) uses it in "dar" and "dar-learned" alike.
 #ifndef DAR_SIM_DAR_ROUTING_H_
 #define DAR_SIM_DAR_ROUTING_H_
@@ -31,6 +33,7 @@
 
 #include "core/route_computer.h"
 #include "core/table_manager.h"
+#include "learn/policy_audit.h"
 #include "sim/agents.h"
 #include "sim/control_plane.h"
 #include "sim/delay_line.h"
@@ -48,6 +51,9 @@ struct DarConfig {
   // weight_policy is null and the analytic engine runs); empty if it was not.
   bool learned = false;
   std::string learned_refusal;
+  // Set when the policy is audited against its FP32 original (`audit: float`); it is also
+  // weight_policy.
+  std::shared_ptr<learn::AuditedPolicy> audit;
 };
 
 class DarRouting : public ControlPlane {

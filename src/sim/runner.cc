@@ -233,33 +233,98 @@ absl::StatusOr<nlohmann::json> RunScenario(const Scenario& scenario, const RunOp
   return results;
 }
 
-std::string FormatComparison(const nlohmann::json& results) {
-  const nlohmann::json& policies = results.at("policies");
-  std::vector<std::string> keys;
-  std::set<std::string> seen;
-  for (const auto& p : policies) {
-    for (const auto& [k, v] : p.at("metrics").items()) {
-      if ((v.is_number() || v.is_boolean()) && seen.insert(k).second) keys.push_back(k);
+namespace {
+
+// Numbers and flags of `metrics`, nested objects' as "key.inner", in order.
+void FlattenMetrics(const nlohmann::json& metrics, const std::string& prefix,
+                    std::vector<std::pair<std::string, nlohmann::json>>& out) {
+  for (const auto& [k, v] : metrics.items()) {
+    if (v.is_number() || v.is_boolean()) {
+      out.emplace_back(prefix + k, v);
+    } else if (v.is_object() && prefix.empty()) {
+      FlattenMetrics(v, k + ".", out);
     }
   }
-  std::string out = fmt::format("{:<28}", "metric");
+}
+
+// The mean of `values` as MeanOfRuns takes it (see runner.h).
+nlohmann::json MeanOf(const std::vector<const nlohmann::json*>& values) {
+  const nlohmann::json& first = *values.front();
+  if (first.is_boolean()) {
+    bool all = true;
+    for (const nlohmann::json* v : values) all = all && v->is_boolean() && v->get<bool>();
+    return all;
+  }
+  if (first.is_number()) {
+    double sum = 0;
+    int n = 0;
+    for (const nlohmann::json* v : values) {
+      if (v->is_number()) sum += v->get<double>(), ++n;
+    }
+    return sum / n;
+  }
+  if (first.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [k, v] : first.items()) {
+      std::vector<const nlohmann::json*> inner;
+      for (const nlohmann::json* run : values) {
+        if (run->is_object() && run->contains(k)) inner.push_back(&(*run)[k]);
+      }
+      out[k] = MeanOf(inner);
+    }
+    return out;
+  }
+  return first;
+}
+
+}  // namespace
+
+std::string FormatComparison(const nlohmann::json& results) {
+  const nlohmann::json& policies = results.at("policies");
+  std::vector<std::vector<std::pair<std::string, nlohmann::json>>> flat(policies.size());
+  std::vector<std::string> keys;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < policies.size(); ++i) {
+    FlattenMetrics(policies[i].at("metrics"), "", flat[i]);
+    for (const auto& [k, v] : flat[i]) {
+      if (seen.insert(k).second) keys.push_back(k);
+    }
+  }
+  size_t width = 28;
+  for (const std::string& k : keys) width = std::max(width, k.size() + 2);
+  std::string out = fmt::format("{:<{}}", "metric", width);
   for (const auto& p : policies) out += fmt::format("{:>16}", p.at("name").get<std::string>());
   out += "\n";
   for (const std::string& k : keys) {
-    out += fmt::format("{:<28}", k);
-    for (const auto& p : policies) {
-      const nlohmann::json& m = p.at("metrics");
-      if (!m.contains(k) || !(m[k].is_number() || m[k].is_boolean())) {
+    out += fmt::format("{:<{}}", k, width);
+    for (const auto& metrics : flat) {
+      auto it = std::find_if(metrics.begin(), metrics.end(),
+                             [&](const auto& kv) { return kv.first == k; });
+      if (it == metrics.end()) {
         out += fmt::format("{:>16}", "-");
-      } else if (m[k].is_boolean()) {
-        out += fmt::format("{:>16}", m[k].get<bool>() ? "yes" : "no");
-      } else if (m[k].is_number_integer()) {
-        out += fmt::format("{:>16}", m[k].get<int64_t>());
+      } else if (it->second.is_boolean()) {
+        out += fmt::format("{:>16}", it->second.get<bool>() ? "yes" : "no");
+      } else if (it->second.is_number_integer()) {
+        out += fmt::format("{:>16}", it->second.get<int64_t>());
       } else {
-        out += fmt::format("{:>16.6g}", m[k].get<double>());
+        out += fmt::format("{:>16.6g}", it->second.get<double>());
       }
     }
     out += "\n";
+  }
+  return out;
+}
+
+nlohmann::json MeanOfRuns(const std::vector<nlohmann::json>& runs) {
+  nlohmann::json out = runs.front();
+  out.erase("seed");
+  out["seeds"] = nlohmann::json::array();
+  for (const nlohmann::json& r : runs) out["seeds"].push_back(r.value("seed", uint64_t{0}));
+  nlohmann::json& policies = out["policies"];
+  for (size_t i = 0; i < policies.size(); ++i) {
+    std::vector<const nlohmann::json*> metrics;
+    for (const nlohmann::json& r : runs) metrics.push_back(&r.at("policies").at(i).at("metrics"));
+    policies[i]["metrics"] = MeanOf(metrics);
   }
   return out;
 }

@@ -1,6 +1,7 @@
 #include "sim/scenario.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "learn/policy_model.h"
 #include "sim/runner.h"
 
 namespace dar::sim {
@@ -143,6 +145,55 @@ policies:
 
 // The annotated example in scenarios/README.md is a valid scenario, so the schema page
 // cannot drift from the parser.
+TEST(ScenarioTest, MeanOfRunsAveragesNumbersAndKeepsTheRest) {
+  auto run = [](int seed, double fct, bool completed, int drops) {
+    nlohmann::json metrics = {{"fct_mean_s", fct},
+                              {"completed", completed},
+                              {"drops_by_reason", {{"queue_full", drops}}},
+                              {"learned_policy", fmt::format("model {}", seed)}};
+    if (seed == 1) metrics["only_in_one"] = 5;
+    return nlohmann::json{{"scenario", "s"},
+                          {"seed", seed},
+                          {"policies", {{{"name", "ecmp"}, {"metrics", metrics}}}}};
+  };
+  const nlohmann::json mean = MeanOfRuns({run(1, 0.002, true, 3), run(2, 0.004, false, 6)});
+  EXPECT_EQ(mean["scenario"], "s");
+  EXPECT_FALSE(mean.contains("seed"));
+  EXPECT_EQ(mean["seeds"], nlohmann::json::array({1, 2}));
+  const nlohmann::json& m = mean["policies"][0]["metrics"];
+  EXPECT_DOUBLE_EQ(m["fct_mean_s"].get<double>(), 0.003);
+  EXPECT_EQ(m["completed"], false);
+  EXPECT_DOUBLE_EQ(m["drops_by_reason"]["queue_full"].get<double>(), 4.5);
+  EXPECT_EQ(m["learned_policy"], "model 1");
+  EXPECT_DOUBLE_EQ(m["only_in_one"].get<double>(), 5);
+  // The table shows nested numbers under their path.
+  EXPECT_THAT(FormatComparison(mean), ::testing::HasSubstr("drops_by_reason.queue_full"));
+}
+
+// Every scenario shipped in scenarios/ loads, and the model of every dar-learned policy in
+// them is accepted (a refused model would quietly run the analytic engine).
+TEST(ScenarioTest, ShippedScenariosLoadWithTheirModels) {
+  int files = 0, models = 0;
+  for (const char* dir : {"/scenarios", "/scenarios/train"}) {
+    for (const auto& entry :
+         std::filesystem::directory_iterator(std::string(DAR_SOURCE_DIR) + dir)) {
+      if (entry.path().extension() != ".yaml") continue;
+      ++files;
+      absl::StatusOr<Scenario> s = LoadScenario(entry.path().string());
+      ASSERT_TRUE(s.ok()) << s.status();
+      for (const PolicySpec& p : s->policies) {
+        if (p.routing != "dar-learned") continue;
+        const std::filesystem::path model =
+            std::filesystem::path(s->base_dir) / p.block["model"].as<std::string>();
+        EXPECT_TRUE(learn::LoadPolicyModel(model.string()).ok()) << entry.path() << ": " << model;
+        ++models;
+      }
+    }
+  }
+  EXPECT_GE(files, 10);
+  EXPECT_GE(models, 8);
+}
+
 TEST(ScenarioTest, TheReadmeExampleIsValid) {
   const std::string path = std::string(DAR_SOURCE_DIR) + "/scenarios/README.md";
   std::ifstream in(path);
