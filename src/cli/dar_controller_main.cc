@@ -5,6 +5,9 @@
 //
 //   dar-controller --config controller.yaml [--listen 127.0.0.1:50051]
 //   dar-controller --check-config controller.yaml      exit 0 if valid, else 1 with the error
+//
+// --check-config also loads the learned policy's model (policy.policy_model) and refuses a bad
+// one; the daemon would start with it refused, running the analytic engine.
 #include <signal.h>
 
 #include <iostream>
@@ -21,7 +24,8 @@
 namespace dar::cli {
 namespace {
 
-// The configuration at `path` and the TLS files it names, checked as Start would.
+// The configuration at `path`, the TLS files and the learned-policy model it names, checked as
+// Start would (except that Start runs the analytic engine on a refused model).
 int CheckConfig(const std::string& path) {
   absl::StatusOr<control::ControllerConfig> config = control::LoadControllerConfig(path);
   if (!config.ok()) {
@@ -45,8 +49,19 @@ int CheckConfig(const std::string& path) {
                              path, config->trust_domain, tls->identity.trust_domain);
     return 1;
   }
-  std::cout << fmt::format("{}: OK ({} nodes, {} links, trust domain {})\n", path,
-                           config->nodes.size(), config->links.size(), tls->identity.trust_domain);
+  std::string policy = "analytic policy";
+  if (!config->policy.policy_model.empty()) {
+    absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> learned =
+        control::LoadLearnedPolicy(*config);
+    if (!learned.ok()) {
+      std::cerr << "dar-controller: " << learned.status().message() << "\n";
+      return 1;
+    }
+    policy = "learned policy: " + (*learned)->Describe();
+  }
+  std::cout << fmt::format("{}: OK ({} nodes, {} links, trust domain {}, {})\n", path,
+                           config->nodes.size(), config->links.size(), tls->identity.trust_domain,
+                           policy);
   return 0;
 }
 

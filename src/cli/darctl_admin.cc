@@ -216,11 +216,16 @@ void Policy(const Connection& c, const PolicyFlags& f) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos) Fail(fmt::format("policy set: '{}' is not KEY=VALUE", kv));
     const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    // `learned` (the model's state) is shown, not set: a reload changes the model.
+    const auto settable = [](const google::protobuf::FieldDescriptor* f) {
+      return f != nullptr && f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE;
+    };
     const auto* field = next.GetDescriptor()->FindFieldByName(key);
-    if (field == nullptr) {
+    if (!settable(field)) {
       std::string known;
       for (int i = 0; i < next.GetDescriptor()->field_count(); ++i) {
-        known += (i ? ", " : "") + next.GetDescriptor()->field(i)->name();
+        if (!settable(next.GetDescriptor()->field(i))) continue;
+        known += (known.empty() ? "" : ", ") + next.GetDescriptor()->field(i)->name();
       }
       Fail(fmt::format("policy set: unknown setting '{}' (known: {})", key, known));
     }
@@ -309,11 +314,11 @@ void AddAdminCommands(CLI::App& app) {
   events->callback([conn, limit] { ShowEvents(*conn, *limit); });
 
   auto policy = std::make_shared<PolicyFlags>();
-  CLI::App* policy_cmd = app.add_subcommand("policy", "Show or change the routing policy");
+  CLI::App* policy_cmd = app.add_subcommand(
+      "policy", "Show (with the learned policy's model and state) or change the routing policy");
   AddConnectionFlags(policy_cmd, *conn);
-  policy_cmd->add_subcommand("show", "Current settings")->callback([conn, policy] {
-    Policy(*conn, PolicyFlags());
-  });
+  policy_cmd->add_subcommand("show", "Current settings and the learned policy's state")
+      ->callback([conn, policy] { Policy(*conn, PolicyFlags()); });
   CLI::App* set = policy_cmd->add_subcommand("set", "Change settings: KEY=VALUE ...");
   set->add_option("settings", policy->set, "e.g. temperature=0.3 forwarding_mode=per_flowlet")
       ->required();

@@ -91,7 +91,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
                                        {"trust_domain", c->trust_domain_},
                                        {"nodes", config.nodes.size()},
                                        {"links", config.links.size()},
-                                       {"cycle_ms", config.policy.cycle.count() / 1000000}});
+                                       {"cycle_ms", config.policy.cycle.count() / 1000000},
+                                       {"policy", c->core_->GetPolicy().learned().active()}});
   if (options.cycle_thread) c->cycle_thread_ = std::thread([p = c.get()] { p->CycleLoop(); });
   return c;
 }
@@ -141,16 +142,18 @@ absl::Status Controller::Apply(absl::StatusOr<ControllerConfig> next) {
                     "with matching certificates",
                     next->file, next->trust_domain, trust_domain_));
   }
-  if (!next.ok()) {
+  const auto refuse = [this](const absl::Status& status) {
     metrics_->config_refused->Increment();
     log_->Error("configuration refused; the running one stays",
-                {{"error", std::string(next.status().message())}});
-    core_->RecordEvent("config_refused", "", std::string(next.status().message()));
-    return next.status();
-  }
+                {{"error", std::string(status.message())}});
+    core_->RecordEvent("config_refused", "", std::string(status.message()));
+    return status;
+  };
+  if (!next.ok()) return refuse(next.status());
   next->trust_domain = trust_domain_;
   if (!listen_override_.empty()) next->listen = listen_override_;
-  core_->Reload(*next);
+  // A refused learned-policy model refuses the whole reload: the running model stays.
+  if (absl::Status s = core_->Reload(*next); !s.ok()) return refuse(s);
   {
     std::lock_guard<std::mutex> lock(thread_mu_);
     wake_ = true;

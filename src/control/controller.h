@@ -52,9 +52,10 @@ class Controller {
   // Stops the cycle thread, then closes every stream and the servers. Idempotent.
   void Shutdown();
 
-  // Re-reads the configuration file and applies it. A file that does not load or validate is
-  // refused: the error is logged, recorded as a "config_refused" event and returned, and the
-  // running configuration stays.
+  // Re-reads the configuration file and applies it. A file that does not load or validate, or
+  // whose learned-policy model is refused (ControllerCore::Reload), is refused: the error is
+  // logged, recorded as a "config_refused" event and returned, and the running configuration
+  // (with its model, if one runs) stays.
   absl::Status Reload();
   // The same with configuration text instead of the file (`file` names it in errors).
   absl::Status ReloadFromText(const std::string& text, const std::string& file);

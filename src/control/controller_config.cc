@@ -103,7 +103,7 @@ absl::Status ReadWeights(const Located& loc, YamlReader& policy, const YAML::Nod
 }
 
 absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& root,
-                        ControllerPolicy& p) {
+                        const std::string& file, ControllerPolicy& p) {
   const YAML::Node node = Located::KeyNode(root, "policy");
   ASSIGN_OR_RETURN(YamlReader r, loc.At(node, top.OptionalMap("policy")));
   RouteComputerConfig& c = p.routes;
@@ -142,6 +142,20 @@ absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& r
   p.forwarding_mode = *parsed;
   RETURN_IF_ERROR(ReadWeights(loc, r, node, "latency_weights", c.latency));
   RETURN_IF_ERROR(ReadWeights(loc, r, node, "bulk_weights", c.bulk));
+  if (r.Has("policy_model")) {
+    ASSIGN_OR_RETURN(p.policy_model,
+                     loc.Key(node, "policy_model", r.Required<std::string>("policy_model")));
+    if (p.policy_model.empty()) {
+      return loc.Key(node, "policy_model",
+                     r.Error("policy_model", "must name a model file (or leave the key out)"));
+    }
+    p.policy_model = Resolve(p.policy_model, file);
+  }
+  ASSIGN_OR_RETURN(const std::string precision,
+                   loc.Key(node, "policy_precision",
+                           r.OptionalChoice("policy_precision", "int8", {"int8", "float"})));
+  p.policy_precision = precision == "int8" ? learn::LearnedPolicy::Precision::kInt8
+                                           : learn::LearnedPolicy::Precision::kFloat;
   return loc.CheckKeys(r, node);
 }
 
@@ -408,7 +422,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
 
   RETURN_IF_ERROR(ReadNodes(loc, top, root, c));
   RETURN_IF_ERROR(ReadLinks(loc, top, root, c));
-  RETURN_IF_ERROR(ReadPolicy(loc, top, root, c.policy));
+  RETURN_IF_ERROR(ReadPolicy(loc, top, root, file, c.policy));
   RETURN_IF_ERROR(loc.CheckKeys(top, root));
 
   c.policy.routes.horizon_periods = HorizonPeriods(c);
@@ -421,6 +435,21 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
 absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   return ParseControllerConfig(text, path);
+}
+
+absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> LoadLearnedPolicy(
+    const ControllerConfig& config) {
+  absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> policy =
+      learn::LearnedPolicy::Load(config.policy.policy_model, config.policy.policy_precision);
+  if (!policy.ok()) {
+    return absl::Status(policy.status().code(), fmt::format("{}: policy.policy_model: {}",
+                                                            config.file, Msg(policy.status())));
+  }
+  return policy;
+}
+
+const char* PrecisionName(learn::LearnedPolicy::Precision precision) {
+  return precision == learn::LearnedPolicy::Precision::kInt8 ? "int8" : "float";
 }
 
 Topology BuildTopology(const ControllerConfig& config) {

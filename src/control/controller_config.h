@@ -32,6 +32,12 @@
 //     reference_delay_ms: 1            # cost scale of delay (_us/_ms/_s)
 //     latency_weights: {hop: 1, latency: 0.3, loss: 1, utilisation: 0.3, capacity: 0}
 //     bulk_weights: {hop: 1, latency: 0, loss: 1, utilisation: 0.5, capacity: 1}
+//     policy_model: dar-policy.json    # optional: the learned policy's model, relative to
+//                                      # the file; absent: the analytic engine alone
+//     policy_precision: int8           # int8 | float: how the model runs
+//
+// The model file is not read here (a refused model must not stop a controller from starting):
+// LoadLearnedPolicy reads it, at start, on reload and for --check-config.
 //
 // Every node is a router and an application endpoint: each is a destination of the tables.
 // A link without `delay_us` takes half the smallest RTT its agents measure as its base delay.
@@ -49,6 +55,7 @@
 #include "core/route_computer.h"
 #include "core/topology.h"
 #include "core/units.h"
+#include "learn/policy_model.h"
 
 namespace dar::control {
 
@@ -70,6 +77,10 @@ struct ControllerPolicy {
   RouteComputerConfig routes;  // with the controller's defaults (see ParseControllerConfig)
   ForwardingMode forwarding_mode = ForwardingMode::kPerFlowlet;
   Duration cycle = Milliseconds(100);
+  // The learned policy's model file (learn/policy_model.h), resolved against the
+  // configuration file's directory; empty (the default): the analytic engine alone.
+  std::string policy_model;
+  learn::LearnedPolicy::Precision policy_precision = learn::LearnedPolicy::Precision::kInt8;
 };
 
 struct ControllerConfig {
@@ -114,6 +125,14 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
                                                        const std::string& file);
 // Reads and parses a file. Errors also: NotFound etc. naming the path.
 absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path);
+
+// Loads the learned policy config.policy names. REQUIRES: !config.policy.policy_model.empty().
+// Errors (the model is refused): "<file>: policy.policy_model: <why>", where the reason names
+// the model file (missing, unreadable, corrupt, another format or version, other features).
+absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> LoadLearnedPolicy(
+    const ControllerConfig& config);
+// "int8" or "float".
+const char* PrecisionName(learn::LearnedPolicy::Precision precision);
 
 // The overlay as a Topology: node i is config.nodes[i] (a switch: router and endpoint), every
 // link both directions with its capacity (and delay, or 1 us until measured).

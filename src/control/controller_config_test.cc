@@ -212,5 +212,75 @@ TEST(ControllerConfigTest, TopologyHasEveryNodeAsRouterAndDestination) {
   EXPECT_EQ(topo.link(topo.link(ac).reverse).src, *topo.FindNode("C"));
 }
 
+// The model checked in with the repository (dar-train's default config).
+std::string GoodModel() { return std::string(DAR_SOURCE_DIR) + "/models/dar-policy.json"; }
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(ControllerConfigTest, PolicyModelKeys) {
+  absl::StatusOr<ControllerConfig> c = ParseControllerConfig(kGood, "/etc/dar/ctl.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->policy.policy_model.empty());  // absent: the analytic engine alone
+  EXPECT_EQ(c->policy.policy_precision, learn::LearnedPolicy::Precision::kInt8);
+
+  c = ParseControllerConfig(With("full_every: 20",
+                                 "full_every: 20\n  policy_model: models/p.json\n"
+                                 "  policy_precision: float"),
+                            "/etc/dar/ctl.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->policy.policy_model, "/etc/dar/models/p.json");  // relative to the file
+  EXPECT_EQ(c->policy.policy_precision, learn::LearnedPolicy::Precision::kFloat);
+  c = ParseControllerConfig(With("full_every: 20", "full_every: 20\n  policy_model: /m/p.json"),
+                            "/etc/dar/ctl.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->policy.policy_model, "/m/p.json");
+
+  EXPECT_THAT(ErrorOf(With("full_every: 20", "full_every: 20\n  policy_precision: int4")),
+              HasSubstr("ctl.yaml:28: policy.policy_precision"));
+  EXPECT_THAT(ErrorOf(With("full_every: 20", "full_every: 20\n  policy_model: \"\"")),
+              HasSubstr("ctl.yaml:28: policy.policy_model: must name a model file"));
+  EXPECT_THAT(ErrorOf(With("full_every: 20", "full_every: 20\n  model: p.json")),
+              HasSubstr("ctl.yaml:28: policy.model: unknown key"));
+}
+
+// A good model loads; a missing, cut short or edited one is refused with the configuration
+// file, the key and the model's path in the message.
+TEST(ControllerConfigTest, LoadLearnedPolicyRefusesBadModelsNamingThem) {
+  testing::TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string good = ReadAll(GoodModel());
+  ASSERT_FALSE(good.empty()) << GoodModel();
+  std::ofstream(dir.File("model.json")) << good;
+  {
+    std::ofstream out(dir.File("ctl.yaml"));
+    out << With("full_every: 20", "full_every: 20\n  policy_model: model.json");
+  }
+  absl::StatusOr<ControllerConfig> c = LoadControllerConfig(dir.File("ctl.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->policy.policy_model, dir.File("model.json"));
+  absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> policy = LoadLearnedPolicy(*c);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_THAT((*policy)->Describe(), HasSubstr("int8"));
+
+  const size_t seed = good.find("\"seed\": 1");
+  ASSERT_NE(seed, std::string::npos);
+  std::string edited = good;
+  edited.replace(seed, 9, "\"seed\": 2");  // the checksum no longer matches
+  std::ofstream(dir.File("edited.json")) << edited;
+  std::ofstream(dir.File("short.json")) << good.substr(0, good.size() / 2);
+  for (const std::string& bad :
+       {dir.File("missing.json"), dir.File("edited.json"), dir.File("short.json")}) {
+    c->policy.policy_model = bad;
+    policy = LoadLearnedPolicy(*c);
+    ASSERT_FALSE(policy.ok()) << bad;
+    const std::string message(policy.status().message());
+    EXPECT_THAT(message, HasSubstr(dir.File("ctl.yaml") + ": policy.policy_model: "));
+    EXPECT_THAT(message, HasSubstr(bad));
+  }
+}
+
 }  // namespace
 }  // namespace dar::control

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "control/certs.h"
 #include "core/status_macros.h"
@@ -21,6 +22,9 @@ namespace {
 
 constexpr size_t kMaxSamplesPerMessage = 4096;
 constexpr int kSummaryEvery = 100;  // cycles between the info-level cycle summaries
+// A learned policy failing every cycle would fill the log at 10 lines a second; once a minute
+// says it as well (the failures are counted in the metrics).
+constexpr Duration kPolicyFailureLogEvery = Seconds(60);
 
 double Millis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }
 
@@ -74,6 +78,15 @@ LinkSample ToLinkSample(const v1::LinkSample& s, DataRate capacity, Time receive
   return x;
 }
 
+// The "checksum" field of a model file that LearnedPolicy::Load accepted, for the admin view
+// (the model does not keep it); empty if it cannot be read.
+std::string ModelChecksum(const std::string& path) {
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("checksum") || !j["checksum"].is_string()) return "";
+  return j["checksum"].get<std::string>();
+}
+
 bool SameOverlay(const ControllerConfig& a, const ControllerConfig& b) {
   if (a.nodes.size() != b.nodes.size() || a.links.size() != b.links.size()) return false;
   for (size_t i = 0; i < a.nodes.size(); ++i) {
@@ -102,6 +115,10 @@ ControllerCore::ControllerCore(const ControllerConfig& config, const ControllerC
   assert(!config.trust_domain.empty());
   overlay_ = MakeOverlay(config_);
   agent_config_ = BuildAgentConfigLocked();
+  LoadedModel model = LoadModel(config_, "the analytic engine runs");
+  weight_policy_ = std::move(model.policy);
+  learned_ = std::move(model.view);
+  metrics_.SetPolicyActive(weight_policy_ != nullptr);
   ResetComputer(clock_.Now());
   if (publish_thread) publisher_ = std::thread([this] { PublishLoop(); });
 }
@@ -144,8 +161,64 @@ Duration ControllerCore::OfferToAll(const std::shared_ptr<const RouteSnapshot>& 
   return took;
 }
 
+ControllerCore::LoadedModel ControllerCore::LoadModel(const ControllerConfig& config,
+                                                      const char* outcome) {
+  LoadedModel out;
+  const ControllerPolicy& p = config.policy;
+  out.view.set_active("analytic");
+  if (p.policy_model.empty()) return out;
+  out.view.set_model_file(p.policy_model);
+  out.view.set_precision(PrecisionName(p.policy_precision));
+  absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> policy = LoadLearnedPolicy(config);
+  if (!policy.ok()) {
+    out.status = policy.status();
+    const std::string why(policy.status().message());
+    out.view.set_refusal(why);
+    out.view.set_refused_unix_ns(clock_.UnixNanos());
+    metrics_.policy_model_refusals->Increment();
+    log_.Error("learned policy model refused",
+               {{"model", p.policy_model}, {"error", why}, {"outcome", outcome}});
+    RecordEvent("policy_model_refused", "", fmt::format("{}; {}", why, outcome));
+    return out;
+  }
+  const learn::PolicyModel& m = (*policy)->model();
+  out.view.set_active("learned");
+  out.view.set_name(m.name);
+  out.view.set_created_by(m.created_by);
+  out.view.set_seed(m.seed);
+  out.view.set_format_version(learn::kModelFormatVersion);
+  out.view.set_checksum(ModelChecksum(p.policy_model));
+  out.view.set_loaded_unix_ns(clock_.UnixNanos());
+  RecordEvent("policy_model_loaded", "",
+              fmt::format("{}, checksum {}", (*policy)->Describe(), out.view.checksum()));
+  out.policy = std::move(*policy);
+  return out;
+}
+
+void ControllerCore::CountPolicy(const RouteCycle& cycle, Time now) {
+  const RouteComputerStats& s = computer_->stats();
+  metrics_.policy_cycles->Increment(
+      static_cast<double>(s.policy_cycles - policy_counted_.policy_cycles));
+  metrics_.policy_failures->Increment(
+      static_cast<double>(s.policy_failures - policy_counted_.policy_failures));
+  metrics_.policy_decisions->Increment(
+      static_cast<double>(s.policy_decisions - policy_counted_.policy_decisions));
+  policy_counted_ = s;
+  if (cycle.policy_error.empty()) return;
+  ++policy_failures_unlogged_;
+  if (policy_failure_logged_ && now - *policy_failure_logged_ < kPolicyFailureLogEvery) return;
+  log_.Warn("learned policy failed: the cycle's tables keep the engine's weights",
+            {{"error", cycle.policy_error},
+             {"failures", policy_failures_unlogged_},
+             {"logged_every_s", ToSeconds(kPolicyFailureLogEvery)}});
+  policy_failure_logged_ = now;
+  policy_failures_unlogged_ = 0;
+}
+
 void ControllerCore::ResetComputer(Time now) {
   computer_ = std::make_unique<RouteComputer>(overlay_->topology, policy_.routes);
+  computer_->set_weight_policy(weight_policy_);
+  policy_counted_ = RouteComputerStats{};
   computer_overlay_ = overlay_;
   const int links = overlay_->topology.num_links();
   ends_.assign(links, LinkEnd{now, true, 0});
@@ -493,6 +566,7 @@ CycleReport ControllerCore::RunCycle() {
     links_drained += drained_links[l];
   }
   const RouteCycle cycle = computer_->Cycle(/*force_full=*/false);
+  CountPolicy(cycle, now);
   std::shared_ptr<const RouteSnapshot> snapshot =
       MakeSnapshot(overlay, *computer_, cycle, report.version, unix_now);
   const auto t1 = std::chrono::steady_clock::now();
@@ -502,6 +576,7 @@ CycleReport ControllerCore::RunCycle() {
     latest_ = snapshot;
     cycled_ = true;
     last_cycle_ = now;
+    if (!cycle.policy_error.empty()) policy_last_failure_ = cycle.policy_error;
     for (const NewEvent& e : events) RecordEventLocked(e.kind, e.node, e.detail);
     absl::StatusOr<bool> keys_changed = keys_.Advance(unix_now);
     if (!keys_changed.ok()) {
@@ -526,6 +601,7 @@ CycleReport ControllerCore::RunCycle() {
   report.changed_links = cycle.changed_links[0] + cycle.changed_links[1];
   report.classes_recomputed = cycle.classes_recomputed;
   report.links_down = links_down;
+  report.policy_error = cycle.policy_error;
   report.decision = std::chrono::duration_cast<Duration>(t1 - t0);
   metrics_.cycle_seconds->Observe(ToSeconds(report.decision));
   metrics_.cycles->Increment();
@@ -730,6 +806,12 @@ v1::PolicySettings ControllerCore::GetPolicy() const {
   s.set_cycle_ms(static_cast<uint32_t>(policy_.cycle.count() / 1000000));
   s.set_latency_utilisation_weight(r.latency.utilisation);
   s.set_bulk_utilisation_weight(r.bulk.utilisation);
+  v1::LearnedPolicyView& l = *s.mutable_learned();
+  l = learned_;
+  l.set_policy_cycles(static_cast<uint64_t>(metrics_.policy_cycles->Value()));
+  l.set_policy_failures(static_cast<uint64_t>(metrics_.policy_failures->Value()));
+  l.set_policy_decisions(static_cast<uint64_t>(metrics_.policy_decisions->Value()));
+  l.set_last_failure(policy_last_failure_);
   return s;
 }
 
@@ -783,6 +865,7 @@ absl::StatusOr<v1::PolicySettings> ControllerCore::SetPolicy(const v1::PolicySet
       links = ConnectedLinksLocked();
     }
     policy_override_ = s;
+    policy_override_->clear_learned();
     SaveOperatorStateLocked();
     RecordEventLocked("policy_changed", "",
                       fmt::format("temperature {}, hysteresis {}, min_cost_change {}, "
@@ -871,7 +954,15 @@ absl::StatusOr<bool> ControllerCore::Drain(const std::string& a, const std::stri
 
 // --- Configuration ---
 
-void ControllerCore::Reload(const ControllerConfig& config) {
+absl::Status ControllerCore::Reload(const ControllerConfig& config) {
+  LoadedModel model =
+      LoadModel(config, "the reload is refused; the running configuration and policy stay");
+  if (!model.status.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    learned_.set_refusal(model.view.refusal());
+    learned_.set_refused_unix_ns(model.view.refused_unix_ns());
+    return model.status;
+  }
   std::lock_guard<std::mutex> cycle_lock(cycle_mu_);
   std::vector<std::shared_ptr<AgentLink>> to_close, to_update;
   std::vector<uint32_t> closed_ids;
@@ -902,6 +993,10 @@ void ControllerCore::Reload(const ControllerConfig& config) {
     policy_ = config_.policy;
     policy_dirty_ = true;
     policy_override_.reset();
+    weight_policy_ = std::move(model.policy);
+    learned_ = std::move(model.view);
+    metrics_.SetPolicyActive(weight_policy_ != nullptr);
+    computer_->set_weight_policy(weight_policy_);
     if (overlay_changed) {
       overlay_ = MakeOverlay(config_);
       ResetComputer(clock_.Now());
@@ -949,6 +1044,7 @@ void ControllerCore::Reload(const ControllerConfig& config) {
         fmt::format("node {} was removed from the controller's configuration", closed_ids[i])));
   }
   for (const auto& link : to_update) link->OfferConfig(agent_config);
+  return absl::OkStatus();
 }
 
 namespace {

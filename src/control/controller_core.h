@@ -10,6 +10,13 @@
 // or when one says down and the other is silent. Links start up (from the configuration) and
 // go down one timeout later if nobody reports them.
 //
+// Learned policy. A configuration may name a model file (policy.policy_model); the core loads
+// it (at construction and on Reload) and hands it to the route computer, which asks it for the
+// weights of every row with a choice and keeps the engine's weights for a cycle where it fails.
+// A model refused at construction leaves the analytic engine running; one refused on Reload
+// refuses the whole reload, so the running model (or engine) stays. Either way the refusal is
+// logged with the file and the reason, counted and a "policy_model_refused" event.
+//
 // Thread-safe. Lock order: the cycle lock, then the state lock; no lock is held while calling
 // into an AgentLink.
 #ifndef DAR_CONTROL_CONTROLLER_CORE_H_
@@ -69,6 +76,9 @@ struct CycleReport {
   int classes_recomputed = 0;  // classes computed whole
   int samples_applied = 0;
   int links_down = 0;  // directed
+  // Why the learned policy's weights were not used (RouteCycle::policy_error); empty if they
+  // were, or there is no learned policy.
+  std::string policy_error;
 };
 
 class ControllerCore {
@@ -76,6 +86,8 @@ class ControllerCore {
   // `config` must be valid (ParseControllerConfig) with a trust domain filled in. The clock,
   // log and metrics must outlive the core. `keys` are the data-plane keys it hands out and
   // rotates (KeyRingFor); none: a random key in memory (tests).
+  // A learned policy the configuration names is loaded here; if it is refused, the analytic
+  // engine runs (see the top comment).
   // With `publish_thread`, each cycle's snapshot is offered to the streams by a thread of the
   // core's own (an idle stream serialises and encrypts its next write in the offer), so the
   // cycle thread is free for the next decision; a newer snapshot replaces one not yet
@@ -144,9 +156,11 @@ class ControllerCore {
   absl::StatusOr<v1::GetRoutesResponse> GetRoutes(const v1::GetRoutesRequest& request) const;
   // Newest first; limit 0 = all kept.
   std::vector<v1::Event> ListEvents(uint32_t limit) const;
+  // The settings, and the learned policy's state in `learned`.
   v1::PolicySettings GetPolicy() const;
   // Replaces the policy's settings. An empty forwarding_mode or a cycle_ms of 0 keeps the
-  // current one. Errors: InvalidArgument naming the field. Until the next reload.
+  // current one; `learned` is ignored (only a reload changes the model). Errors:
+  // InvalidArgument naming the field. Until the next reload.
   absl::StatusOr<v1::PolicySettings> SetPolicy(const v1::PolicySettings& settings);
   // The data-plane key ring (ids and phases, never the keys themselves).
   v1::KeyRingView GetKeys() const;
@@ -170,8 +184,11 @@ class ControllerCore {
   // dropped), probe and table settings, which agents are told at once. Agents of removed
   // nodes are disconnected; drains of links that remain are kept. Settings that need a
   // restart (listen, tls, trust_domain, http, log) keep their running values, with a
-  // warning and a "config_restart_needed" event.
-  void Reload(const ControllerConfig& config);
+  // warning and a "config_restart_needed" event. The learned policy's model is read again
+  // (a new file at the same path replaces the running model). Errors: the model is refused
+  // ("<file>: policy.policy_model: <why>"); then nothing is applied, and the running
+  // configuration and policy stay.
+  absl::Status Reload(const ControllerConfig& config);
   // Records an event (also logged and counted).
   void RecordEvent(const std::string& kind, const std::string& node, const std::string& detail);
   ControllerConfig config() const;
@@ -216,8 +233,20 @@ class ControllerCore {
   std::shared_ptr<const v1::AgentConfig> BuildAgentConfigLocked() const;
   std::vector<std::shared_ptr<AgentLink>> ConnectedLinksLocked() const;
   v1::NodeView NodeViewLocked(NodeId n) const;
+  // The learned policy a configuration names, loaded, or why it was refused.
+  struct LoadedModel {
+    std::shared_ptr<WeightPolicy> policy;  // null: the analytic engine alone
+    v1::LearnedPolicyView view;
+    absl::Status status;  // not OK: refused
+  };
+  // Loads the model `config` names (none: the analytic engine). A refusal is logged (with
+  // `outcome`: what runs instead), counted and recorded as an event. Takes mu_ briefly.
+  LoadedModel LoadModel(const ControllerConfig& config, const char* outcome);
   // REQUIRES: cycle_mu_ held.
   void ResetComputer(Time now);
+  // REQUIRES: cycle_mu_ held. Adds the computer's policy counts since the last call to the
+  // metrics and logs a policy failure, at most once a minute.
+  void CountPolicy(const RouteCycle& cycle, Time now);
   // Offers `snapshot` to every connected stream; returns how long that took.
   Duration OfferToAll(const std::shared_ptr<const RouteSnapshot>& snapshot);
   void PublishLoop();
@@ -233,13 +262,19 @@ class ControllerCore {
   mutable std::mutex cycle_mu_;
   std::unique_ptr<RouteComputer> computer_;
   std::shared_ptr<const Overlay> computer_overlay_;
-  std::vector<LinkEnd> ends_;     // by link
-  std::vector<bool> cable_down_;  // by link, as last decided
+  std::vector<LinkEnd> ends_;                    // by link
+  std::vector<bool> cable_down_;                 // by link, as last decided
+  std::shared_ptr<WeightPolicy> weight_policy_;  // the learned policy; null: none
+  RouteComputerStats policy_counted_;            // computer_'s counts already in the metrics
+  std::optional<Time> policy_failure_logged_;    // when a policy failure was last logged
+  int64_t policy_failures_unlogged_ = 0;         // failures since then
 
   // Everything else; mu_ guards it.
   mutable std::mutex mu_;
   ControllerConfig config_;
   ControllerPolicy policy_;
+  v1::LearnedPolicyView learned_;  // without the counts (GetPolicy adds them)
+  std::string policy_last_failure_;
   bool policy_dirty_ = false;
   std::optional<v1::PolicySettings> policy_override_;  // the last SetPolicy since a reload
   bool restoring_ = false;  // RestoreOperatorState runs: it saves once, at the end

@@ -9,6 +9,8 @@
 #include "control/controller_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "learn/policy_model.h"
+#include "nlohmann/json.hpp"
 
 namespace dar::control {
 namespace {
@@ -358,7 +360,7 @@ TEST_F(CoreTest, ReloadAppliesANewOverlayAndKeepsWhatNeedsARestart) {
   next.links.push_back({"n3", "n5", DataRate::Gbps(1), std::nullopt});
   next.listen = "127.0.0.1:1";
   next.probe_interval = Milliseconds(50);
-  core_->Reload(next);
+  ASSERT_TRUE(core_->Reload(next).ok());
 
   ASSERT_TRUE(n4->closed.has_value());
   EXPECT_EQ(n4->closed->code(), absl::StatusCode::kFailedPrecondition);
@@ -432,7 +434,7 @@ TEST_F(CoreTest, DrainsAndPolicySurviveARestart) {
   core_->RunCycle();
   EXPECT_EQ(NextHops("n1", "n2"), std::vector<std::string>{"n3"});
 
-  core_->Reload(config_);
+  ASSERT_TRUE(core_->Reload(config_).ok());
   core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
   ASSERT_TRUE(core_->RestoreOperatorState().ok());
   EXPECT_DOUBLE_EQ(core_->GetPolicy().temperature(), config_.policy.routes.diffusion.temperature);
@@ -492,6 +494,172 @@ TEST_F(CoreTest, RoutesEventsHealthAndMetrics) {
   const std::string text = metrics_.Serialize();
   EXPECT_THAT(text, HasSubstr("dar_controller_cycle_decision_seconds_count 1"));
   EXPECT_THAT(text, HasSubstr("dar_controller_events_total{kind=\"test\"} 60"));
+}
+
+std::string GoodModel() { return std::string(DAR_SOURCE_DIR) + "/models/dar-policy.json"; }
+
+// The lines of the core's log whose msg is `msg`.
+std::vector<nlohmann::json> LogLines(const std::string& file, const std::string& msg) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("msg", "") == msg) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// With a model, the learned policy weighs the diamond's rows with a choice (n1 to n4 via n2 or
+// n3, and back), and says so in the metrics and the admin view.
+TEST_F(CoreTest, LearnedPolicyRunsAndIsCounted) {
+  config_.policy.policy_model = GoodModel();
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  for (int i = 0; i < 3; ++i) {
+    ReportAll();
+    clock_.Advance(Milliseconds(100));
+    EXPECT_EQ(core_->RunCycle().policy_error, "");
+  }
+  EXPECT_EQ(metrics_.policy_cycles->Value(), 3);
+  EXPECT_GT(metrics_.policy_decisions->Value(), 0);
+  EXPECT_EQ(metrics_.policy_failures->Value(), 0);
+  EXPECT_EQ(metrics_.policy_model_refusals->Value(), 0);
+  const std::string text = metrics_.Serialize();
+  EXPECT_THAT(text, HasSubstr("dar_controller_policy_active{policy=\"learned\"} 1"));
+  EXPECT_THAT(text, HasSubstr("dar_controller_policy_active{policy=\"analytic\"} 0"));
+  EXPECT_THAT(text, HasSubstr("dar_controller_policy_cycles_total 3"));
+
+  const v1::LearnedPolicyView l = core_->GetPolicy().learned();
+  EXPECT_EQ(l.active(), "learned");
+  EXPECT_EQ(l.model_file(), GoodModel());
+  EXPECT_EQ(l.precision(), "int8");
+  EXPECT_EQ(l.name(), "dar-policy");
+  EXPECT_EQ(l.format_version(), 1);
+  EXPECT_THAT(l.checksum(), ::testing::StartsWith("fnv1a64:"));
+  EXPECT_EQ(l.policy_cycles(), 3u);
+  EXPECT_GT(l.policy_decisions(), 0u);
+  EXPECT_EQ(l.refusal(), "");
+  EXPECT_TRUE(HasEvent("policy_model_loaded", "dar-policy"));
+  EXPECT_THAT(NextHops("n1", "n4"), ::testing::UnorderedElementsAre("n2", "n3"));
+
+  // SetPolicy leaves the model alone and does not keep its view as a setting.
+  v1::PolicySettings p = core_->GetPolicy();
+  p.set_temperature(0.25);
+  ASSERT_TRUE(core_->SetPolicy(p).ok());
+  core_->RunCycle();
+  EXPECT_EQ(metrics_.policy_cycles->Value(), 4);
+}
+
+// A model refused at start: the analytic engine runs; the refusal is logged (JSON line with
+// the path and the reason), counted, an event and in the admin view.
+TEST_F(CoreTest, ModelRefusedAtStartRunsTheAnalyticEngine) {
+  config_.policy.policy_model = log_dir_.File("missing.json");
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  ReportAll();
+  const CycleReport report = core_->RunCycle();
+  EXPECT_EQ(report.policy_error, "");
+  EXPECT_EQ(metrics_.policy_model_refusals->Value(), 1);
+  EXPECT_EQ(metrics_.policy_cycles->Value(), 0);
+  EXPECT_THAT(metrics_.Serialize(),
+              HasSubstr("dar_controller_policy_active{policy=\"analytic\"} 1"));
+  const v1::LearnedPolicyView l = core_->GetPolicy().learned();
+  EXPECT_EQ(l.active(), "analytic");
+  EXPECT_EQ(l.model_file(), config_.policy.policy_model);
+  EXPECT_THAT(l.refusal(), HasSubstr("test.yaml: policy.policy_model: "));
+  EXPECT_THAT(l.refusal(), HasSubstr(config_.policy.policy_model));
+  EXPECT_TRUE(HasEvent("policy_model_refused", "the analytic engine runs"));
+  const std::vector<nlohmann::json> lines =
+      LogLines(log_dir_.File("ctl.jsonl"), "learned policy model refused");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["level"], "error");
+  EXPECT_EQ(lines[0]["model"], config_.policy.policy_model);
+  EXPECT_THAT(lines[0]["error"].get<std::string>(), HasSubstr(config_.policy.policy_model));
+}
+
+// A model refused on reload refuses the whole reload: the running model and configuration
+// stay. A reload without a model goes back to the analytic engine.
+TEST_F(CoreTest, ModelRefusedOnReloadKeepsTheRunningOne) {
+  config_.policy.policy_model = GoodModel();
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  core_->RunCycle();
+  ASSERT_EQ(metrics_.policy_cycles->Value(), 1);
+
+  std::ofstream(log_dir_.File("corrupt.json")) << "{\"format\": \"dar-policy\", \"format_";
+  ControllerConfig next = config_;
+  next.policy.policy_model = log_dir_.File("corrupt.json");
+  next.probe_interval = Milliseconds(50);
+  const absl::Status s = core_->Reload(next);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr(log_dir_.File("corrupt.json")));
+  EXPECT_EQ(metrics_.policy_model_refusals->Value(), 1);
+  EXPECT_EQ(metrics_.config_reloads->Value(), 0);
+  EXPECT_EQ(core_->config().probe_interval, config_.probe_interval);  // nothing applied
+  EXPECT_TRUE(HasEvent("policy_model_refused", "the running configuration and policy stay"));
+  v1::LearnedPolicyView l = core_->GetPolicy().learned();
+  EXPECT_EQ(l.active(), "learned");
+  EXPECT_EQ(l.model_file(), GoodModel());
+  EXPECT_THAT(l.refusal(), HasSubstr(log_dir_.File("corrupt.json")));
+  core_->RunCycle();
+  EXPECT_EQ(metrics_.policy_cycles->Value(), 2);  // still the learned policy
+
+  // A good reload replaces the view (no refusal); one without a model stops the policy.
+  ASSERT_TRUE(core_->Reload(config_).ok());
+  EXPECT_EQ(core_->GetPolicy().learned().refusal(), "");
+  next = config_;
+  next.policy.policy_model.clear();
+  ASSERT_TRUE(core_->Reload(next).ok());
+  core_->RunCycle();
+  EXPECT_EQ(metrics_.policy_cycles->Value(), 2);
+  l = core_->GetPolicy().learned();
+  EXPECT_EQ(l.active(), "analytic");
+  EXPECT_EQ(l.model_file(), "");
+  EXPECT_EQ(l.policy_cycles(), 2u);  // since start
+  EXPECT_THAT(metrics_.Serialize(),
+              HasSubstr("dar_controller_policy_active{policy=\"analytic\"} 1"));
+}
+
+// A model whose logits overflow (finite parameters, infinite sums) fails every cycle: the
+// tables keep the engine's weights, every failure is counted, and the log says so at most
+// once a minute.
+TEST_F(CoreTest, PolicyFailuresAreCountedAndLoggedOnceAMinute) {
+  learn::PolicyModel m;
+  m.name = "overflow";
+  m.feature_mean.assign(kPolicyFeatures, 0);
+  m.feature_scale.assign(kPolicyFeatures, 1);
+  learn::DenseLayer layer;
+  layer.in = kPolicyFeatures;
+  layer.out = 1;
+  layer.weight.assign(kPolicyFeatures, 3e38f);
+  layer.weight[kFeatAnalyticLogit] = 0;  // the only feature that can be negative
+  layer.bias = {0};
+  m.layers = {layer};
+  ASSERT_TRUE(learn::SavePolicyModel(m, log_dir_.File("overflow.json")).ok());
+  config_.policy.policy_model = log_dir_.File("overflow.json");
+  config_.policy.policy_precision = learn::LearnedPolicy::Precision::kFloat;
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  ASSERT_EQ(core_->GetPolicy().learned().active(), "learned");
+
+  const std::string msg = "learned policy failed: the cycle's tables keep the engine's weights";
+  ReportAll();
+  EXPECT_NE(core_->RunCycle().policy_error, "");
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(Milliseconds(100));
+    ReportAll();
+    core_->RunCycle();
+  }
+  EXPECT_EQ(metrics_.policy_failures->Value(), 6);
+  EXPECT_EQ(LogLines(log_dir_.File("ctl.jsonl"), msg).size(), 1u);
+  EXPECT_THAT(NextHops("n1", "n4"), ::testing::UnorderedElementsAre("n2", "n3"));
+  EXPECT_NE(core_->GetPolicy().learned().last_failure(), "");
+
+  clock_.Advance(Seconds(60));
+  ReportAll();
+  core_->RunCycle();
+  const std::vector<nlohmann::json> lines = LogLines(log_dir_.File("ctl.jsonl"), msg);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["level"], "warn");
+  EXPECT_EQ(lines[1]["failures"], 6);  // the 5 not logged, and this one
+  EXPECT_EQ(metrics_.policy_failures->Value(), 7);
 }
 
 }  // namespace

@@ -376,6 +376,54 @@ TEST_F(ControllerGrpcTest, BadConfigOnReloadKeepsTheRunningOne) {
   EXPECT_EQ(update->config().probe_interval_ms(), 50u);
 }
 
+// The learned policy through the file, a reload and the admin API: a model refused on reload
+// refuses the reload (counted twice: a refused configuration, a refused model) and the running
+// model stays; GetPolicy shows it, with the refusal.
+TEST_F(ControllerGrpcTest, LearnedPolicyModelOnStartReloadAndAdminApi) {
+  testing::TempDir dir;
+  const std::string path = dir.File("ctl.yaml");
+  {
+    std::ifstream in(std::string(DAR_SOURCE_DIR) + "/models/dar-policy.json");
+    std::ofstream(dir.File("model.json")) << in.rdbuf();
+  }
+  const auto write = [&](const std::string& model) {
+    std::ofstream(path) << testing::TestConfigYaml(*pki_, 4, kDiamond)
+                        << "policy: {policy_model: " << model << "}\n";
+  };
+  write("model.json");
+  absl::StatusOr<ControllerConfig> config = LoadControllerConfig(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(*config, ManualOptions());
+  ASSERT_TRUE(c.ok()) << c.status();
+  controller_ = std::move(*c);
+  EXPECT_EQ(controller_->metrics().policy_cycles->Value(), 1);  // Start runs a first cycle
+
+  write("gone.json");
+  const absl::Status s = controller_->Reload();
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr(dir.File("gone.json")));
+  EXPECT_EQ(controller_->metrics().config_refused->Value(), 1);
+  EXPECT_EQ(controller_->metrics().policy_model_refusals->Value(), 1);
+  EXPECT_TRUE(HasEvent("config_refused"));
+  controller_->RunCycleNow();
+  EXPECT_EQ(controller_->metrics().policy_cycles->Value(), 2);
+
+  auto stub = AdminStub(Admin());
+  grpc::ClientContext ctx;
+  v1::PolicySettings policy;
+  ASSERT_TRUE(stub->GetPolicy(&ctx, v1::GetPolicyRequest(), &policy).ok());
+  EXPECT_EQ(policy.learned().active(), "learned");
+  EXPECT_EQ(policy.learned().model_file(), dir.File("model.json"));
+  EXPECT_EQ(policy.learned().name(), "dar-policy");
+  EXPECT_THAT(policy.learned().refusal(), HasSubstr(dir.File("gone.json")));
+  EXPECT_EQ(policy.learned().policy_cycles(), 2u);
+  // A client that sends the view back with SetPolicy changes nothing of the model.
+  grpc::ClientContext set_ctx;
+  v1::PolicySettings after;
+  ASSERT_TRUE(stub->SetPolicy(&set_ctx, policy, &after).ok());
+  EXPECT_EQ(after.learned().model_file(), dir.File("model.json"));
+}
+
 TEST_F(ControllerGrpcTest, CycleThreadPushesTablesAndHttpServesMetricsAndHealth) {
   testing::TempDir dir;
   ControllerConfig config = testing::MakeTestConfig(*pki_, 4, kDiamond, dir.File("ctl.jsonl"));

@@ -68,6 +68,24 @@ ControllerMetrics::ControllerMetrics() : registry(std::make_shared<prometheus::R
       NewCounter(r, "dar_controller_config_reloads_total", "Configuration reloads applied");
   config_refused = NewCounter(r, "dar_controller_config_refused_total",
                               "Configuration reloads refused (the running one stayed)");
+  policy_model_refusals =
+      NewCounter(r, "dar_controller_policy_model_refusals_total",
+                 "Learned-policy model files refused (the analytic engine or the running model "
+                 "stayed)");
+  policy_cycles = NewCounter(r, "dar_controller_policy_cycles_total",
+                             "Cycles that asked the learned policy for weights");
+  policy_failures = NewCounter(r, "dar_controller_policy_failures_total",
+                               "Cycles whose tables kept the engine's weights because the learned "
+                               "policy failed");
+  policy_decisions = NewCounter(r, "dar_controller_policy_decisions_total",
+                                "(node, destination, class) rows the learned policy weighed");
+  auto& active = prometheus::BuildGauge()
+                     .Name("dar_controller_policy_active")
+                     .Help("1 for the policy that makes the tables: learned or analytic")
+                     .Register(r);
+  policy_learned_active = &active.Add({{"policy", "learned"}});
+  policy_analytic_active = &active.Add({{"policy", "analytic"}});
+  SetPolicyActive(false);
   agents_connected = NewGauge(r, "dar_controller_agents_connected", "Agents with a live stream");
   links_down = NewGauge(r, "dar_controller_links_down", "Directed links considered down");
   links_drained = NewGauge(r, "dar_controller_links_drained", "Directed links drained");
@@ -86,6 +104,11 @@ std::string ControllerMetrics::Serialize() const {
 
 void ControllerMetrics::CountEvent(const std::string& kind) {
   events_->Add({{"kind", kind}}).Increment();
+}
+
+void ControllerMetrics::SetPolicyActive(bool learned) {
+  policy_learned_active->Set(learned ? 1 : 0);
+  policy_analytic_active->Set(learned ? 0 : 1);
 }
 
 ControllerHttp::ControllerHttp(std::function<std::string()> metrics,

@@ -31,6 +31,9 @@ struct ControllerMetrics {
   std::string Serialize() const;
   // Counts an event of `kind` (dar_controller_events_total{kind=...}).
   void CountEvent(const std::string& kind);
+  // Which policy makes the tables: dar_controller_policy_active{policy="learned"} is 1 and
+  // {policy="analytic"} 0 with a learned policy, the other way round without.
+  void SetPolicyActive(bool learned);
 
   std::shared_ptr<prometheus::Registry> registry;
   // Decision time of a cycle: link view to new tables (steady clock), and the time to
@@ -51,6 +54,15 @@ struct ControllerMetrics {
   prometheus::Counter* admin_refused;    // admin calls without an admin identity
   prometheus::Counter* config_reloads;
   prometheus::Counter* config_refused;
+  // Learned-policy model files refused (missing, corrupt, incompatible), at start or reload.
+  prometheus::Counter* policy_model_refusals;
+  // The route computer's weight-policy counts (RouteComputerStats): cycles that asked the
+  // learned policy, cycles that kept the engine's weights because it failed, rows it weighed.
+  prometheus::Counter* policy_cycles;
+  prometheus::Counter* policy_failures;
+  prometheus::Counter* policy_decisions;
+  prometheus::Gauge* policy_learned_active;   // policy_active{policy="learned"}
+  prometheus::Gauge* policy_analytic_active;  // policy_active{policy="analytic"}
   prometheus::Gauge* agents_connected;
   prometheus::Gauge* links_down;  // directed links
   prometheus::Gauge* links_drained;
