@@ -4,20 +4,23 @@
 //
 // One row per (class, destination, node) whose engine row has two or more next hops, in that
 // order (classes ascending, destinations in the tables' order, nodes ascending); a row's
-// candidates are its next hops in the engine's order. Besides the features, every candidate
-// carries what a decision's reward is made of (PolicyCandidate): the expected delay and loss
-// from the row's node to the destination via the candidate, its link first, then onward as
-// the engine's tables split traffic. Those come from a depth-first walk per (class,
+// candidates are its next hops in the engine's order. Besides the features, if asked, every
+// candidate gets what a decision's reward is made of (PolicyRewardTerms): the expected delay
+// and loss from the row's node to the destination via the candidate, its link first, then
+// onward as the engine's tables split traffic. Those come from a depth-first walk per (class,
 // destination) from the candidates' next hops: every next hop has a lower potential than its
 // node, so the next hops form no cycle, and a node is done once all its next hops are. Each
-// link's own terms (its features, delay, loss) are computed once per Build, not per row.
+// link's own terms (its features, delay, loss) are computed once per Build, not per row. The
+// expected delay is needed anyway (kFeatPathDelayRatio); the loss only for the rewards.
 //
-// Not thread-safe (scratch is reused between calls). Pure computation.
+// Not thread-safe (scratch is reused between calls, so that a steady cycle allocates
+// nothing). Pure computation.
 #ifndef DAR_CORE_POLICY_FEATURES_H_
 #define DAR_CORE_POLICY_FEATURES_H_
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -42,6 +45,9 @@ struct PolicyInputs {
   absl::Span<const RoutingTables* const> previous;   // last cycle's output; null: none
   CostScales scales;
   double min_weight = 0.001;  // DiffusionConfig::min_weight: floors kFeatAnalyticLogit
+  // Whether to fill PolicyBatch::rewards (WeightPolicy::wants_reward_terms); without them the
+  // expected loss onward is not computed either.
+  bool reward_terms = true;
 };
 
 class PolicyFeatureBuilder {
@@ -60,16 +66,27 @@ class PolicyFeatureBuilder {
     NodeId to = kNoNode;
     std::array<float, 5> features{};  // kFeatLinkDelay .. kFeatLinkUtilisationNow
   };
-  enum : uint8_t { kNew, kOpen, kDone };
-
   void LinkTerms(const PolicyInputs& in);
-  // Expected delay (s) and loss from `node` to destination `d` under `table` (delay_, loss_),
-  // and from every node it reaches on the way that is not done yet (state_).
-  void Onward(const PolicyInputs& in, const DestinationTable& table, const DiffusionEngine& engine,
-              NodeId d, NodeId node);
+  // The node of each row of `table` (a table with no row map: every node, row = node),
+  // worked out once per row map.
+  const std::vector<NodeId>& NodesOfRows(const DestinationTable& table, int nodes);
+  // Starts the walks toward a new destination: every node becomes new (no clearing: the
+  // generation moves on).
+  void NewDestination(int nodes);
+  bool IsDone(NodeId v) const { return mark_[v] == done_; }
+  // Expected delay (s) and, if `loss`, loss from `node` to destination `d` under `table`
+  // (delay_, loss_), and from every node it reaches on the way that is not done yet.
+  void Onward(const DestinationTable& table, const DiffusionEngine& engine, NodeId d, NodeId node,
+              bool loss);
 
-  std::vector<LinkTerm> links_;  // by link
-  std::vector<uint8_t> state_;   // by node
+  std::vector<LinkTerm> links_;                              // by link
+  std::shared_ptr<const DestinationTable::RowMap> row_map_;  // that node_of_row_ is for
+  int nodes_ = -1;
+  std::vector<NodeId> node_of_row_;
+  // By node: open_ while its next hops are walked, done_ once delay_ (and loss_) hold its
+  // values; anything else is new. Both move on by 2 per destination.
+  std::vector<uint32_t> mark_;
+  uint32_t open_ = 0, done_ = 1;
   std::vector<NodeId> stack_;
   std::vector<double> delay_, loss_;  // by node: onward to the destination
 };

@@ -1,6 +1,7 @@
 #include "core/route_computer.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -411,6 +412,22 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
   return out;
 }
 
+namespace {
+
+// Whether two blocks hold the same rows, bit for bit.
+bool SameBlock(const DestinationTable::Block& a, const DestinationTable::Block& b) {
+  if (a.offsets != b.offsets || a.hops.size() != b.hops.size()) return false;
+  for (size_t i = 0; i < a.hops.size(); ++i) {
+    if (a.hops[i].link != b.hops[i].link ||
+        std::bit_cast<uint64_t>(a.hops[i].weight) != std::bit_cast<uint64_t>(b.hops[i].weight)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, RouteCycle& out) {
   ++stats_.policy_cycles;
   const int links = topology_.num_links();
@@ -436,6 +453,7 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   in.previous = previous;
   in.scales = config_.scales;
   in.min_weight = config_.diffusion.min_weight;
+  in.reward_terms = policy_->wants_reward_terms();
   batch_.cycle = stats_.cycles;
   features_.Build(in, batch_);
   if (batch_.decisions.empty()) return absl::OkStatus();
@@ -468,66 +486,76 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
   const int nodes = topology_.num_nodes();
   auto refined = std::make_shared<RoutingTables>(nodes, engine.destinations());
   refined->set_version(engine.version());
-  const RoutingTables* before = previous_[cls].get();
+  const RoutingTables* previous = previous_[cls].get();
   const std::vector<PolicyDecision>& decisions = batch_.decisions;
   // Decisions are by class, then destination in the tables' order, then node.
   size_t i = 0;
   while (i < decisions.size() && decisions[i].cls != cls) ++i;
-  std::vector<NextHop> row;
+  DestinationTable::Block scratch;  // the block being refined
   for (NodeId d : engine.destinations()) {
     DestinationTablePtr table = engine.SharedTable(d);
     if (i == decisions.size() || decisions[i].cls != cls || decisions[i].destination != d) {
       refined->Set(std::move(table));  // no choice anywhere toward d
       continue;
     }
-    std::vector<DestinationTable::BlockPtr> blocks;
-    blocks.reserve((nodes + kRows - 1) / kRows);
-    for (NodeId first = 0; first < nodes; first += kRows) {
-      auto block = std::make_shared<DestinationTable::Block>();
-      const NodeId last = std::min<NodeId>(first + kRows, nodes);
-      // A refined row has as many next hops as the engine's (so has last cycle's if kept).
-      size_t hops = 0;
-      for (NodeId v = first; v < last; ++v) hops += table->At(v).size();
-      block->hops.reserve(hops);
-      for (NodeId v = first; v < last; ++v) {
-        block->offsets[v - first] = static_cast<uint32_t>(block->hops.size());
-        const absl::Span<const NextHop> analytic = table->At(v);
-        if (i == decisions.size() || decisions[i].cls != cls || decisions[i].destination != d ||
-            decisions[i].node != v) {
-          block->hops.insert(block->hops.end(), analytic.begin(), analytic.end());
-          continue;
-        }
-        const PolicyDecision& decision = decisions[i++];
-        // The decision's candidates are the engine row's next hops, in its order.
-        row.clear();
-        for (uint32_t c = 0; c < decision.count; ++c) {
-          row.push_back(NextHop{analytic[c].link, policy_weights_[decision.first + c]});
-        }
+    const DestinationTable* before =
+        previous != nullptr && previous->IsDestination(d) ? previous->Table(d) : nullptr;
+    // The engine's layout (row map, blocks) stands: a refined row has the engine row's next
+    // hops, in its order, with other weights. Blocks without a decision are the engine's; the
+    // others are copied and their decisions' weights written over, and where that gives last
+    // cycle's block (its rows kept), last cycle's block is shared instead of a new one.
+    const std::shared_ptr<const DestinationTable::RowMap>& row_of = table->row_map();
+    std::vector<DestinationTable::BlockPtr> blocks = table->blocks();
+    const bool same_layout = before != nullptr && before->row_map() == row_of &&
+                             before->blocks().size() == blocks.size();
+    while (i < decisions.size() && decisions[i].cls == cls && decisions[i].destination == d) {
+      const auto block_of = [&](NodeId v) {
+        return static_cast<uint32_t>(row_of == nullptr ? v : (*row_of)[v]) / kRows;
+      };
+      const uint32_t b = block_of(decisions[i].node);
+      scratch.offsets = blocks[b]->offsets;
+      scratch.hops.assign(blocks[b]->hops.begin(), blocks[b]->hops.end());
+      for (; i < decisions.size() && decisions[i].cls == cls && decisions[i].destination == d &&
+             block_of(decisions[i].node) == b;
+           ++i) {
+        const PolicyDecision& decision = decisions[i];
+        const NodeId v = decision.node;
+        const uint32_t r = static_cast<uint32_t>(row_of == nullptr ? v : (*row_of)[v]) % kRows;
+        NextHop* row = scratch.hops.data() + scratch.offsets[r];
+        const double* weights = policy_weights_.data() + decision.first;
         // Hysteresis: last cycle's row stands while it has the same next hops and the new
         // weights differ from it by less than the engine's threshold.
-        const absl::Span<const NextHop> old = before != nullptr && before->IsDestination(d)
-                                                  ? before->Lookup(v, d)
-                                                  : absl::Span<const NextHop>();
-        bool keep = old.size() == row.size();
+        const absl::Span<const NextHop> old =
+            before != nullptr ? before->At(v) : absl::Span<const NextHop>();
+        bool keep = old.size() == decision.count;
         double diff = 0;
-        for (const NextHop& h : row) {
-          if (!keep) break;
+        for (uint32_t c = 0; c < decision.count && keep; ++c) {
           auto it = std::find_if(old.begin(), old.end(),
-                                 [&](const NextHop& o) { return o.link == h.link; });
+                                 [&](const NextHop& o) { return o.link == row[c].link; });
           if (it == old.end()) {
             keep = false;
           } else {
-            diff += std::abs(h.weight - it->weight);
+            diff += std::abs(weights[c] - it->weight);
           }
         }
         keep = keep && diff < config_.diffusion.hysteresis;
-        const absl::Span<const NextHop> chosen = keep ? old : absl::Span<const NextHop>(row);
-        block->hops.insert(block->hops.end(), chosen.begin(), chosen.end());
+        if (keep) {
+          std::copy(old.begin(), old.end(), row);
+        } else {
+          for (uint32_t c = 0; c < decision.count; ++c) row[c].weight = weights[c];
+        }
       }
-      block->offsets[last - first] = static_cast<uint32_t>(block->hops.size());
-      blocks.push_back(std::move(block));
+      const DestinationTable::BlockPtr* last = same_layout ? &before->blocks()[b] : nullptr;
+      blocks[b] = last != nullptr && SameBlock(**last, scratch)
+                      ? *last
+                      : std::make_shared<const DestinationTable::Block>(scratch);
     }
-    refined->Set(std::make_shared<const DestinationTable>(d, nodes, nullptr, std::move(blocks)));
+    // Every block last cycle's: so is the table.
+    if (same_layout && blocks == before->blocks()) {
+      refined->Set(previous->SharedTable(d));
+    } else {
+      refined->Set(std::make_shared<const DestinationTable>(d, nodes, row_of, std::move(blocks)));
+    }
   }
   return refined;
 }

@@ -683,22 +683,24 @@ TEST(RouteComputerTest, WeightPolicyWeighsEveryRowWithAChoice) {
   }
   EXPECT_EQ(rows, static_cast<int>(b.decisions.size()));
   ASSERT_NE(st, nullptr);
-  const PolicyCandidate& a =
-      b.candidates[st->first + (b.candidates[st->first].link == g.sa ? 0 : 1)];
-  const PolicyCandidate& bb =
-      b.candidates[st->first + (b.candidates[st->first].link == g.sa ? 1 : 0)];
+  const uint32_t ia = st->first + (b.candidates[st->first].link == g.sa ? 0 : 1);
+  const uint32_t ib = st->first + (b.candidates[st->first].link == g.sa ? 1 : 0);
+  const PolicyCandidate& a = b.candidates[ia];
+  const PolicyCandidate& bb = b.candidates[ib];
+  // The test policy wants the reward terms (WeightPolicy's default).
+  ASSERT_EQ(b.rewards.size(), b.candidates.size());
   ASSERT_EQ(a.link, g.sa);
   ASSERT_EQ(bb.link, g.sb);
   const double w_sa = WeightOf(*engine.tables[0], g.s, g.t, g.sa);
   EXPECT_EQ(a.analytic_weight, w_sa);
   EXPECT_FLOAT_EQ(a.features[kFeatAnalyticLogit], std::log(w_sa));
   // Via a: 10 us + 10 us; via b: 100 us + 10 us, and 2% lost on the way.
-  EXPECT_NEAR(a.path_delay_s, 20e-6, 1e-9);
-  EXPECT_NEAR(bb.path_delay_s, 110e-6, 1e-9);
+  EXPECT_NEAR(b.rewards[ia].path_delay_s, 20e-6, 1e-9);
+  EXPECT_NEAR(b.rewards[ib].path_delay_s, 110e-6, 1e-9);
   EXPECT_FLOAT_EQ(a.features[kFeatPathDelayRatio], 0);
   EXPECT_FLOAT_EQ(bb.features[kFeatPathDelayRatio], std::log(110.0 / 20.0));
-  EXPECT_NEAR(bb.path_loss, 0.02, 1e-12);
-  EXPECT_EQ(a.path_loss, 0);
+  EXPECT_NEAR(b.rewards[ib].path_loss, 0.02, 1e-12);
+  EXPECT_EQ(b.rewards[ia].path_loss, 0);
   EXPECT_FLOAT_EQ(bb.features[kFeatLinkLoss], 2);                  // reference loss 1%
   EXPECT_FLOAT_EQ(bb.features[kFeatLinkDelay], std::log1p(10.0));  // reference delay 10 us
   EXPECT_FLOAT_EQ(bb.features[kFeatCapacityShare], 0.25);
@@ -711,6 +713,128 @@ TEST(RouteComputerTest, WeightPolicyWeighsEveryRowWithAChoice) {
   const uint32_t st_first = st->first;
   rc.Cycle(false);
   EXPECT_FLOAT_EQ(policy->last.candidates[st_first].features[kFeatPreviousWeight], 0.5);
+}
+
+// A policy that does not want the reward terms gets a batch without them, with the same
+// rows and features as one that does.
+TEST(RouteComputerTest, RewardTermsOnlyForAPolicyThatWantsThem) {
+  class Lean : public TestPolicy {
+   public:
+    bool wants_reward_terms() const override { return false; }
+  };
+  LeafSpineParams p;
+  p.leaves = 4;
+  p.spines = 3;
+  p.hosts_per_leaf = 2;
+  const Topology topo = LeafSpine(p);
+  RouteComputer with(topo, RouteComputerConfig()), without(topo, RouteComputerConfig());
+  auto full = std::make_shared<TestPolicy>();
+  auto lean = std::make_shared<Lean>();
+  with.set_weight_policy(full);
+  without.set_weight_policy(lean);
+  for (int i = 0; i < 3; ++i) {
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      LinkSample x = Measured(0.3 + 0.3 * std::sin(0.9 * l + i), Microseconds(30 + l % 7),
+                              l % 5 == 0 ? 0.01 : 0, l % 3 == 0 ? 20'000 : 0);
+      with.Observe(l, x);
+      without.Observe(l, x);
+    }
+    with.Cycle(false);
+    without.Cycle(false);
+    const PolicyBatch& a = full->last;
+    const PolicyBatch& b = lean->last;
+    ASSERT_FALSE(a.candidates.empty());
+    EXPECT_EQ(a.rewards.size(), a.candidates.size());
+    EXPECT_TRUE(b.rewards.empty());
+    ASSERT_EQ(a.decisions.size(), b.decisions.size());
+    ASSERT_EQ(a.candidates.size(), b.candidates.size());
+    for (size_t k = 0; k < a.candidates.size(); ++k) {
+      EXPECT_EQ(a.candidates[k].link, b.candidates[k].link);
+      EXPECT_EQ(a.candidates[k].analytic_weight, b.candidates[k].analytic_weight);
+      EXPECT_EQ(a.candidates[k].features, b.candidates[k].features) << "candidate " << k;
+    }
+  }
+}
+
+// The refined tables keep the engine's layout: a block without a decision is the engine's
+// own; a block whose rows all come out as last cycle's (the policy's weights within the
+// hysteresis) is last cycle's block, shared; any other is new. Either way every row holds
+// what a row-by-row build gives (WeightPolicyWeighsEveryRowWithAChoice).
+TEST(RouteComputerTest, RefinedTablesShareBlocksThatDidNotChange) {
+  LeafSpineParams p;
+  p.leaves = 20;  // more than one block of rows
+  p.spines = 3;
+  p.hosts_per_leaf = 2;
+  const Topology topo = LeafSpine(p);
+  RouteComputer rc(topo, RouteComputerConfig());
+  auto policy = std::make_shared<TestPolicy>();
+  rc.set_weight_policy(policy);
+  // Each row's weights: `skew` more on the first candidate than the rest, summing to 1.
+  double skew = 0;
+  policy->weight = [&skew](uint32_t i, uint32_t n) {
+    return i == 0 ? 1.0 / n + skew : 1.0 / n - skew / (n - 1);
+  };
+  for (LinkId l = 0; l < topo.num_links(); ++l) rc.Observe(l, Sample(0.2));
+  // Counts the blocks of `now`, and those that are the same object in `last`.
+  struct Shared {
+    int last = 0, blocks = 0;
+  };
+  auto shared = [](const RoutingTables& now, const RoutingTables& last) {
+    Shared s;
+    for (NodeId d : now.destinations()) {
+      const auto& blocks = now.Table(d)->blocks();
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        ++s.blocks;
+        s.last += blocks[b] == last.Table(d)->blocks()[b];
+      }
+    }
+    return s;
+  };
+  // What a table holds, row by row.
+  auto expect_rows = [&](const RoutingTables& t, double weight_first) {
+    for (NodeId d : t.destinations()) {
+      for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+        const auto row = t.Lookup(v, d);
+        if (row.size() < 2) continue;
+        EXPECT_DOUBLE_EQ(row[0].weight, weight_first) << v << " -> " << d;
+      }
+    }
+  };
+  const RouteCycle first = rc.Cycle(false);
+  ExpectValid(rc, first);
+  ASSERT_FALSE(policy->last.decisions.empty());
+  expect_rows(*first.tables[0], 1.0 / 3);  // 3 spines: 3 candidates
+  // The same inputs and weights: every block is the engine's or last cycle's.
+  RouteCycle second = rc.Cycle(false);
+  ExpectValid(rc, second);
+  const Shared same = shared(*second.tables[0], *first.tables[0]);
+  EXPECT_EQ(same.last, same.blocks);
+  for (NodeId d : second.tables[0]->destinations()) {  // and so the tables are last cycle's
+    EXPECT_EQ(second.tables[0]->SharedTable(d), first.tables[0]->SharedTable(d));
+  }
+  expect_rows(*second.tables[0], 1.0 / 3);
+  // Other weights, beyond the hysteresis: the blocks with a decision are new.
+  skew = 0.3;
+  const RouteCycle third = rc.Cycle(false);
+  ExpectValid(rc, third);
+  expect_rows(*third.tables[0], 1.0 / 3 + 0.3);
+  const Shared moved = shared(*third.tables[0], *second.tables[0]);
+  EXPECT_LT(moved.last, moved.blocks);
+  const NodeId d0 = third.tables[0]->destinations().front();
+  EXPECT_NE(third.tables[0]->SharedTable(d0), second.tables[0]->SharedTable(d0));
+  for (NodeId d : third.tables[0]->destinations()) {
+    const auto& now = third.tables[0]->Table(d)->blocks();
+    const auto& before = second.tables[0]->Table(d)->blocks();
+    ASSERT_EQ(now.size(), before.size());
+    for (size_t b = 0; b < now.size(); ++b) {
+      bool decided = false;
+      for (uint32_t r = 0; r < DestinationTable::kRowsPerBlock; ++r) {
+        const DestinationTable::Block& block = *now[b];
+        if (block.offsets[r + 1] >= block.offsets[r] + 2) decided = true;
+      }
+      EXPECT_EQ(now[b] == before[b], !decided) << "destination " << d << " block " << b;
+    }
+  }
 }
 
 TEST(RouteComputerTest, FailingWeightPolicyLeavesTheEngineTables) {

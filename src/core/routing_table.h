@@ -70,6 +70,8 @@ class DestinationTable {
     return absl::Span<const NextHop>(b.hops.data() + b.offsets[i], b.offsets[i + 1] - b.offsets[i]);
   }
   const std::vector<BlockPtr>& blocks() const { return blocks_; }
+  // The row map; null: row = node id.
+  const std::shared_ptr<const RowMap>& row_map() const { return row_of_node_; }
 
  private:
   NodeId destination_;

@@ -52,10 +52,14 @@ struct PolicyCandidate {
   LinkId link = kNoLink;  // the next hop's link
   std::array<float, kPolicyFeatures> features{};
   double analytic_weight = 0;  // the engine's weight for this candidate
-  // What the reward of a decision is made of (dar-train), as the route computer sees it in
-  // the cycle of the batch: expected one-way delay from the row's node to the destination via
-  // this candidate (its link, then the tables' weights onward), in seconds; expected loss over
-  // the same paths, [0, 1]; predicted queueing on the candidate's link, in seconds.
+};
+
+// What the reward of a decision is made of (dar-train), as the route computer sees it in the
+// cycle of the batch, per candidate: expected one-way delay from the row's node to the
+// destination via this candidate (its link, then the tables' weights onward), in seconds;
+// expected loss over the same paths, [0, 1]; predicted queueing on the candidate's link, in
+// seconds.
+struct PolicyRewardTerms {
   double path_delay_s = 0;
   double path_loss = 0;
   double queue_s = 0;
@@ -75,6 +79,8 @@ struct PolicyBatch {
   uint64_t cycle = 0;  // RouteComputerStats::cycles at the time
   std::vector<PolicyDecision> decisions;
   std::vector<PolicyCandidate> candidates;
+  // By candidate if the policy wants them (WeightPolicy::wants_reward_terms), else empty.
+  std::vector<PolicyRewardTerms> rewards;
 };
 
 class WeightPolicy {
@@ -86,6 +92,9 @@ class WeightPolicy {
   // An error (or weights that break those rules, which the caller checks) makes the caller
   // keep the engine's weights for the whole cycle.
   virtual absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) = 0;
+  // Whether Weigh reads PolicyBatch::rewards (a trainer does, inference does not: the batch is
+  // leaner without them). Default true.
+  virtual bool wants_reward_terms() const { return true; }
   // For logs and metrics: e.g. "int8 model dar-policy v1 (models/dar-policy.json)".
   virtual std::string Describe() const = 0;
 };

@@ -53,6 +53,10 @@ class AuditedPolicy : public WeightPolicy {
   AuditedPolicy(std::unique_ptr<WeightPolicy> acting, std::unique_ptr<WeightPolicy> reference);
 
   absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override;
+  // The batch carries the reward terms if either policy reads them.
+  bool wants_reward_terms() const override {
+    return acting_->wants_reward_terms() || reference_->wants_reward_terms();
+  }
   std::string Describe() const override;
 
   const PolicyAgreement& agreement() const { return agreement_; }

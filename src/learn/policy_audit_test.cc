@@ -92,7 +92,9 @@ class FixedPolicy : public WeightPolicy {
     return absl::OkStatus();
   }
   std::string Describe() const override { return "fixed"; }
+  bool wants_reward_terms() const override { return wants_rewards; }
   int calls = 0;
+  bool wants_rewards = false;
 
  private:
   std::vector<double> weights_;
@@ -133,6 +135,21 @@ TEST(AuditedPolicyTest, AnActingFailureIsReturned) {
   std::vector<double> out(2);
   EXPECT_EQ(audited.Weigh(batch, absl::MakeSpan(out)).message(), "broken");
   EXPECT_EQ(audited.agreement().rows, 0);
+}
+
+// The batch has the reward terms (PolicyBatch::rewards) if either policy wants them.
+TEST(AuditedPolicyTest, WantsRewardTermsIfEitherPolicyDoes) {
+  for (int acting = 0; acting < 2; ++acting) {
+    for (int reference = 0; reference < 2; ++reference) {
+      auto a = std::make_unique<FixedPolicy>(std::vector<double>{}, absl::OkStatus());
+      auto r = std::make_unique<FixedPolicy>(std::vector<double>{}, absl::OkStatus());
+      a->wants_rewards = acting == 1;
+      r->wants_rewards = reference == 1;
+      const AuditedPolicy audited(std::move(a), std::move(r));
+      EXPECT_EQ(audited.wants_reward_terms(), acting == 1 || reference == 1)
+          << acting << " " << reference;
+    }
+  }
 }
 
 }  // namespace

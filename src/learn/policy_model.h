@@ -39,6 +39,7 @@
 #ifndef DAR_LEARN_POLICY_MODEL_H_
 #define DAR_LEARN_POLICY_MODEL_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -107,10 +108,15 @@ class QuantizedPolicyModel {
 
   // Scratch of BatchLogits, kept between calls so that a cycle allocates nothing.
   struct Workspace {
-    std::vector<uint32_t> stamp;          // by link: the call that last gave it a slot
-    std::vector<uint32_t> slot_of;        // by link: its slot in that call
-    std::vector<uint32_t> link_features;  // by slot: the bits of its link's features
-    std::vector<float> partials;          // by slot: the first layer's link half
+    // What a link's candidates share, together so that a candidate's check is one cache line.
+    struct Link {
+      uint32_t stamp = 0;                  // the call that last gave it a slot
+      uint32_t slot = 0;                   // its slot in that call
+      std::array<uint32_t, 5> features{};  // the bits of its link features in that slot
+    };
+    std::vector<Link> links;      // by link
+    std::vector<float> partials;  // by slot: the first layer's link half
+    uint32_t slots = 0;           // in this call
     uint32_t call = 0;
   };
   // The logits of `batch`'s candidates, the same bit for bit as Logits over their features,
@@ -166,6 +172,8 @@ class LearnedPolicy : public WeightPolicy {
                                                              Precision precision);
 
   absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override;
+  // Inference needs the features only.
+  bool wants_reward_terms() const override { return false; }
   std::string Describe() const override;
   const PolicyModel& model() const { return model_; }
 

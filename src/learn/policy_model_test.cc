@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "learn/policy_audit.h"
 
 namespace dar::learn {
 namespace {
@@ -230,26 +231,16 @@ TEST(PolicyModelTest, Int8AgreesWithFloat) {
     std::vector<double> wf(n), wq(n);
     WeightsFromLogits(batch, lf, m.min_weight, absl::MakeSpan(wf));
     WeightsFromLogits(batch, lq, m.min_weight, absl::MakeSpan(wq));
-    int same = 0;
-    double worst = 0, total = 0;
-    for (const PolicyDecision& d : batch.decisions) {
-      uint32_t af = d.first, aq = d.first;
-      for (uint32_t i = d.first; i < d.first + d.count; ++i) {
-        if (wf[i] > wf[af]) af = i;
-        if (wq[i] > wq[aq]) aq = i;
-        worst = std::max(worst, std::abs(wf[i] - wq[i]));
-        total += std::abs(wf[i] - wq[i]);
-      }
-      same += af == aq;
-    }
-    const double agree = static_cast<double>(same) / static_cast<double>(batch.decisions.size());
+    const PolicyAgreement a = CompareWeights(batch, wq, wf);
     std::printf(
-        "width %d: int8 vs float: same choice in %.2f%% of %zu rows; weight error max %.4f, "
+        "width %d: int8 vs float: same choice in %.2f%% of %lld rows; weight error max %.4f, "
         "mean %.5f\n",
-        width, 100 * agree, batch.decisions.size(), worst, total / static_cast<double>(n));
-    EXPECT_GE(agree, 0.99);
-    EXPECT_LT(worst, 0.05);
-    EXPECT_LT(total / static_cast<double>(n), 0.005);
+        width, 100 * a.same_argmax_share(), static_cast<long long>(a.rows), a.max_weight_error,
+        a.mean_weight_error());
+    EXPECT_EQ(a.rows, static_cast<int64_t>(batch.decisions.size()));
+    EXPECT_GE(a.same_argmax_share(), 0.99);
+    EXPECT_LT(a.max_weight_error, 0.05);
+    EXPECT_LT(a.mean_weight_error(), 0.005);
   }
 }
 

@@ -97,15 +97,15 @@ TEST(PolicyNetTest, CloneIsIndependent) {
 
 TEST(RewardTest, FiniteAtZeroAndFallingWithDelayLossAndQueue) {
   RewardConfig cfg;
-  PolicyCandidate ideal;
+  PolicyRewardTerms ideal;
   EXPECT_DOUBLE_EQ(Reward(cfg, ideal), 3.0);
-  PolicyCandidate slow = ideal;
+  PolicyRewardTerms slow = ideal;
   slow.path_delay_s = cfg.reference_delay_s;
   EXPECT_DOUBLE_EQ(Reward(cfg, slow), 2.5);
-  PolicyCandidate lossy = ideal;
+  PolicyRewardTerms lossy = ideal;
   lossy.path_loss = 0.25;
   EXPECT_DOUBLE_EQ(Reward(cfg, lossy), 2.75);
-  PolicyCandidate queued = ideal;
+  PolicyRewardTerms queued = ideal;
   queued.queue_s = 3 * cfg.reference_queue_s;
   EXPECT_DOUBLE_EQ(Reward(cfg, queued), 2.25);
 }

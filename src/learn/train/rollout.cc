@@ -7,7 +7,7 @@
 
 namespace dar::learn {
 
-double Reward(const RewardConfig& r, const PolicyCandidate& c) {
+double Reward(const RewardConfig& r, const PolicyRewardTerms& c) {
   const double delay = std::max(0.0, c.path_delay_s);
   const double loss = std::clamp(c.path_loss, 0.0, 1.0);
   const double queue = std::max(0.0, c.queue_s);
@@ -30,6 +30,11 @@ absl::Status RolloutPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> w
   const size_t rows = batch.decisions.size();
   if (weights.size() != batch.candidates.size()) {
     return absl::InvalidArgumentError(absl::StrCat("dar-train: ", weights.size(), " weights for ",
+                                                   batch.candidates.size(), " candidates"));
+  }
+  if (batch.rewards.size() != batch.candidates.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("dar-train: the batch has reward terms for ",
+                                                   batch.rewards.size(), " of ",
                                                    batch.candidates.size(), " candidates"));
   }
   ++episode_.cycles;
@@ -112,10 +117,9 @@ void RolloutPolicy::RewardPrevious(const PolicyBatch& batch) {
     auto it = last_.find({d.node, d.destination, d.cls});
     if (it == last_.end() || it->second.cycle + 1 != batch.cycle) continue;
     for (uint32_t j = 0; j < d.count; ++j) {
-      const PolicyCandidate& c = batch.candidates[d.first + j];
-      if (c.link != it->second.link) continue;
+      if (batch.candidates[d.first + j].link != it->second.link) continue;
       Episode::Step& prev = episode_.steps[it->second.step];
-      prev.reward = Reward(reward_, c);
+      prev.reward = Reward(reward_, batch.rewards[d.first + j]);
       prev.has_reward = true;
       prev.next = base + static_cast<int32_t>(r);
       break;

@@ -48,7 +48,7 @@ struct Episode {
 };
 
 // The reward of a candidate as one cycle's batch sees it (train_config.h).
-double Reward(const RewardConfig& reward, const PolicyCandidate& c);
+double Reward(const RewardConfig& reward, const PolicyRewardTerms& c);
 
 class RolloutPolicy : public WeightPolicy {
  public:

@@ -15,13 +15,12 @@ PolicyBatch Row(uint64_t cycle, double delay10, double delay11) {
   PolicyCandidate c10, c11;
   c10.link = 10;
   c10.analytic_weight = 0.7;
-  c10.path_delay_s = delay10;
   c11.link = 11;
   c11.analytic_weight = 0.3;
-  c11.path_delay_s = delay11;
   c10.features.fill(0.25f);
   c11.features.fill(0.5f);
   b.candidates = {c10, c11};
+  b.rewards = {{.path_delay_s = delay10}, {.path_delay_s = delay11}};
   return b;
 }
 
@@ -43,10 +42,20 @@ TEST(RolloutPolicyTest, RewardsEachDecisionFromTheRowsNextCycle) {
   ASSERT_TRUE(s0.has_reward);
   EXPECT_EQ(s0.next, 1);
   PolicyBatch next = Row(2, 1e-4, 2e-4);
-  EXPECT_DOUBLE_EQ(s0.reward, Reward(reward, next.candidates[s0.action]));
+  EXPECT_DOUBLE_EQ(s0.reward, Reward(reward, next.rewards[s0.action]));
   EXPECT_NEAR(s0.log_prob, std::log(s0.action == 0 ? 0.7 : 0.3), 1e-6);
   EXPECT_FALSE(e.steps[1].has_reward);
   EXPECT_FALSE(e.steps[2].has_reward);
+}
+
+// The rollout rewards from the batch's reward terms: a batch without them is refused.
+TEST(RolloutPolicyTest, RefusesABatchWithoutRewardTerms) {
+  RolloutPolicy policy(RewardConfig(), /*seed=*/3);
+  EXPECT_TRUE(policy.wants_reward_terms());
+  PolicyBatch b = Row(1, 0, 0);
+  b.rewards.clear();
+  std::vector<double> w(2);
+  EXPECT_EQ(policy.Weigh(b, absl::MakeSpan(w)).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RolloutPolicyTest, LearnedWeightsAreASoftmax) {
