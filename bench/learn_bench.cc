@@ -43,20 +43,25 @@ learn::PolicyModel DefaultShapeModel() {
   return m;
 }
 
-// A k=16 fat-tree route computer whose links carry random load (some queueing and loss).
-std::unique_ptr<RouteComputer> LoadedComputer() {
-  FatTreeParams p;
-  p.k = 16;
-  auto rc = std::make_unique<RouteComputer>(FatTree(p), RouteComputerConfig());
-  Random rng(7);
-  for (LinkId l = 0; l < rc->topology().num_links(); ++l) {
+// Gives every link of `rc` a random sample: up to 0.8 utilisation, some queueing and loss.
+void ObserveRandomLoad(RouteComputer& rc, Random& rng) {
+  for (LinkId l = 0; l < rc.topology().num_links(); ++l) {
     LinkSample s;
     s.rtt_smoothed = Microseconds(5);
     s.utilisation = 0.8 * rng.Uniform();
     s.queue_bytes = rng.Uniform() < 0.1 ? static_cast<int64_t>(100'000 * rng.Uniform()) : 0;
     s.loss = rng.Uniform() < 0.05 ? 0.01 * rng.Uniform() : 0;
-    rc->Observe(l, s);
+    rc.Observe(l, s);
   }
+}
+
+// A k=16 fat-tree route computer whose links carry random load.
+std::unique_ptr<RouteComputer> LoadedComputer() {
+  FatTreeParams p;
+  p.k = 16;
+  auto rc = std::make_unique<RouteComputer>(FatTree(p), RouteComputerConfig());
+  Random rng(7);
+  ObserveRandomLoad(*rc, rng);
   return rc;
 }
 
@@ -180,14 +185,7 @@ void BM_FullCycleK16Moving(benchmark::State& state) {
   Random rng(8);
   for (auto _ : state) {
     state.PauseTiming();
-    for (LinkId l = 0; l < rc->topology().num_links(); ++l) {
-      LinkSample s;
-      s.rtt_smoothed = Microseconds(5);
-      s.utilisation = 0.8 * rng.Uniform();
-      s.queue_bytes = rng.Uniform() < 0.1 ? static_cast<int64_t>(100'000 * rng.Uniform()) : 0;
-      s.loss = rng.Uniform() < 0.05 ? 0.01 * rng.Uniform() : 0;
-      rc->Observe(l, s);
-    }
+    ObserveRandomLoad(*rc, rng);
     state.ResumeTiming();
     benchmark::DoNotOptimize(rc->Cycle(true));
   }

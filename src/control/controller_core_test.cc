@@ -622,17 +622,10 @@ TEST_F(CoreTest, ModelRefusedOnReloadKeepsTheRunningOne) {
 // tables keep the engine's weights, every failure is counted, and the log says so at most
 // once a minute.
 TEST_F(CoreTest, PolicyFailuresAreCountedAndLoggedOnceAMinute) {
-  learn::PolicyModel m;
-  m.name = "overflow";
-  m.feature_mean.assign(kPolicyFeatures, 0);
-  m.feature_scale.assign(kPolicyFeatures, 1);
-  learn::DenseLayer layer;
-  layer.in = kPolicyFeatures;
-  layer.out = 1;
-  layer.weight.assign(kPolicyFeatures, 3e38f);
-  layer.weight[kFeatAnalyticLogit] = 0;  // the only feature that can be negative
-  layer.bias = {0};
-  m.layers = {layer};
+  std::array<float, kPolicyFeatures> w;
+  w.fill(3e38f);
+  w[kFeatAnalyticLogit] = 0;  // the only feature that can be negative
+  const learn::PolicyModel m = learn::LinearPolicyModel("overflow", w);
   ASSERT_TRUE(learn::SavePolicyModel(m, log_dir_.File("overflow.json")).ok());
   config_.policy.policy_model = log_dir_.File("overflow.json");
   config_.policy.policy_precision = learn::LearnedPolicy::Precision::kFloat;

@@ -302,6 +302,21 @@ absl::StatusOr<PolicyModel> LoadPolicyModel(const std::string& path) {
   return m;
 }
 
+PolicyModel LinearPolicyModel(std::string name, const std::array<float, kPolicyFeatures>& weights,
+                              float bias) {
+  PolicyModel m;
+  m.name = std::move(name);
+  m.feature_mean.assign(kPolicyFeatures, 0);
+  m.feature_scale.assign(kPolicyFeatures, 1);
+  DenseLayer l;
+  l.in = kPolicyFeatures;
+  l.out = 1;
+  l.weight.assign(weights.begin(), weights.end());
+  l.bias = {bias};
+  m.layers.push_back(std::move(l));
+  return m;
+}
+
 absl::Status SavePolicyModel(const PolicyModel& model, const std::string& path) {
   if (absl::Status s = model.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(

@@ -84,6 +84,12 @@ absl::StatusOr<PolicyModel> LoadPolicyModel(const std::string& path);
 // Writes `model` with its checksum, atomically (a temporary file, then rename).
 absl::Status SavePolicyModel(const PolicyModel& model, const std::string& path);
 
+// A model of one layer without normalisation: logit = weights . features + bias. With 1 on
+// kFeatAnalyticLogit and 0 elsewhere it is the analytic engine's own weights (softmax of ln w
+// is w); tests make other hand-written policies with it.
+PolicyModel LinearPolicyModel(std::string name, const std::array<float, kPolicyFeatures>& weights,
+                              float bias = 0);
+
 // FP32 inference: one logit per row of `features` (n rows of kPolicyFeatures, raw features:
 // normalisation is applied here).
 void LogitsFloat(const PolicyModel& model, absl::Span<const float> features,

@@ -390,12 +390,9 @@ TEST(PolicyModelTest, LearnedPolicyWeighsOnlyTheBatchsCandidates) {
 // A model whose logit is the analytic logit reproduces the engine's weights (softmax of
 // ln w is w), in both precisions.
 TEST(PolicyModelTest, AnalyticLogitModelReproducesTheAnalyticWeights) {
-  PolicyModel m = RandomModel(1, 0);
-  m.feature_mean.assign(kPolicyFeatures, 0);
-  m.feature_scale.assign(kPolicyFeatures, 1);
-  m.layers[0].weight.assign(kPolicyFeatures, 0);
-  m.layers[0].weight[kFeatAnalyticLogit] = 1;
-  m.layers[0].bias = {0};
+  std::array<float, kPolicyFeatures> weights{};
+  weights[kFeatAnalyticLogit] = 1;
+  const PolicyModel m = LinearPolicyModel("analytic", weights);
   PolicyBatch b;
   b.decisions.push_back(PolicyDecision{0, 1, 0, 0, 3});
   const double analytic[] = {0.7, 0.25, 0.05};

@@ -31,17 +31,9 @@ std::string TempPath(const std::string& name) {
 // A model whose logit is the analytic logit (one layer, weight 1 on kFeatAnalyticLogit): its
 // weights are the engine's, up to the floor and INT8 rounding.
 learn::PolicyModel AnalyticModel() {
-  learn::PolicyModel m;
-  m.name = "analytic";
-  m.feature_mean.assign(kPolicyFeatures, 0);
-  m.feature_scale.assign(kPolicyFeatures, 1);
-  learn::DenseLayer l;
-  l.in = kPolicyFeatures;
-  l.out = 1;
-  l.weight.assign(kPolicyFeatures, 0);
-  l.weight[kFeatAnalyticLogit] = 1;
-  l.bias = {0};
-  m.layers.push_back(l);
+  std::array<float, kPolicyFeatures> w{};
+  w[kFeatAnalyticLogit] = 1;
+  learn::PolicyModel m = learn::LinearPolicyModel("analytic", w);
   m.min_weight = 0.001;
   return m;
 }
