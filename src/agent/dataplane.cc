@@ -40,6 +40,8 @@ constexpr uint32_t kTagTimer = 0xffff0001u;
 constexpr uint32_t kTagWake = 0xffff0002u;
 constexpr uint32_t kTagTun = 0xffff0003u;
 constexpr uint32_t kTagNetlink = 0xffff0004u;
+// A link's probe socket: this bit and the link's index.
+constexpr uint32_t kTagProbeSocket = 0x40000000u;
 // IFF_LOWER_UP (carrier) from <linux/if.h>, which clashes with <net/if.h>.
 constexpr unsigned kIffLowerUp = 1u << 16;
 
@@ -354,11 +356,12 @@ absl::Status DataplaneConfig::Validate() const {
 
 // One neighbour link: its socket, estimators, liveness and transmit queue.
 struct Dataplane::Port {
-  Port(int i, const NeighbourLinkConfig& c, net::UdpSocket s,
+  Port(int i, const NeighbourLinkConfig& c, net::SteeredSockets s,
        const LinkMonitorConfig& monitor_config, int missed, int recover, int queue_capacity)
       : index(i),
         config(c),
-        socket(std::move(s)),
+        socket(std::move(s.data)),
+        probe_socket(std::move(s.control)),
         monitor(monitor_config),
         liveness(missed, recover),
         queue(static_cast<size_t>(queue_capacity)) {
@@ -377,6 +380,9 @@ struct Dataplane::Port {
   const NeighbourLinkConfig config;
   unsigned ifindex = 0;  // of config.interface in this namespace; 0 if unknown
   net::UdpSocket socket;
+  // Same address and port: probes and replies, steered here by the kernel on arrival (see
+  // Create), sent at once, never queued behind data.
+  net::UdpSocket probe_socket;
   LinkMonitor monitor;  // guarded by monitor_mu_
   LinkLiveness liveness;
   bool up_local = true;  // liveness.up(), for the chooser
@@ -520,7 +526,20 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
   monitor.missed_probe_threshold = c.missed_probes;
   dp->port_of_link_.assign(static_cast<size_t>(dp->topology_.num_links()), -1);
   for (const NeighbourLinkConfig& n : c.neighbours) {
-    absl::StatusOr<net::UdpSocket> socket = net::UdpSocket::Bind(n.local, c.batch_size);
+    // Probes and replies must survive a link whose data the agent cannot keep up with: busy is
+    // for the estimators to see (RTT and queue rise), not a reason to call the link dead. So,
+    // as a router keeps its control plane's packets out of transit queues, they get their own
+    // socket on the link's address and port: the kernel steers every arriving datagram by its
+    // overlay type byte, and a flood that overflows the data socket's receive queue leaves the
+    // probe socket's alone. They leave from it at once, not behind the data queued here (which
+    // Samples reports as queue bytes), but with the same address, route and priority, so they
+    // wait in the same egress qdisc as data, where a shaped link queues: the RTT still
+    // measures it. (SO_PRIORITY, or a priority band, would have let them skip that queue.)
+    static_assert(static_cast<uint8_t>(net::OverlayType::kProbe) + 1 ==
+                  static_cast<uint8_t>(net::OverlayType::kProbeReply));
+    absl::StatusOr<net::SteeredSockets> socket = net::SteeredSockets::Bind(
+        n.local, c.batch_size, /*offset=*/2, static_cast<uint8_t>(net::OverlayType::kProbe),
+        static_cast<uint8_t>(net::OverlayType::kProbeReply));
     if (!socket.ok()) {
       return absl::Status(
           socket.status().code(),
@@ -528,11 +547,15 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
                       n.interface, std::string(socket.status().message())));
     }
     if (c.socket_buffer_bytes > 0) {
-      RETURN_IF_ERROR(socket->SetBufferBytes(c.socket_buffer_bytes, c.socket_buffer_bytes));
-      ForceBufferBytes(socket->fd(), c.socket_buffer_bytes);
+      RETURN_IF_ERROR(socket->data.SetBufferBytes(c.socket_buffer_bytes, c.socket_buffer_bytes));
+      ForceBufferBytes(socket->data.fd(), c.socket_buffer_bytes);
     }
-    // Without GRO (an old kernel) datagrams simply arrive one per slot.
-    if (c.udp_gro) (void)socket->EnableGro();
+    // Without GRO (an old kernel) datagrams simply arrive one per slot. Both sockets: the GRO
+    // stage may pick either, and joins a sender's datagrams only for a socket that has it.
+    if (c.udp_gro) {
+      (void)socket->data.EnableGro();
+      (void)socket->control.EnableGro();
+    }
     monitor.capacity = n.capacity;
     const int index = static_cast<int>(dp->ports_.size());
     dp->port_of_link_[static_cast<size_t>(n.link)] = index;
@@ -585,11 +608,14 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
   RETURN_IF_ERROR(watch(dp->netlink_fd_.get(), kTagNetlink));
   for (size_t i = 0; i < dp->ports_.size(); ++i) {
     RETURN_IF_ERROR(watch(dp->ports_[i]->socket.fd(), static_cast<uint32_t>(i)));
+    RETURN_IF_ERROR(
+        watch(dp->ports_[i]->probe_socket.fd(), kTagProbeSocket | static_cast<uint32_t>(i)));
   }
 
-  // Buffers: every transmit queue full, plus a TUN burst, probe replies and a probe per link,
-  // so that nothing waits for a buffer. Received datagrams stay in their receive slot unless
-  // a full socket leaves them queued (KeepQueued).
+  // Buffers: every transmit queue full, plus a TUN burst (segments of a super-packet are
+  // sealed in chunks of at most the buffers free) and one per link, so that nothing waits for
+  // a buffer. Received datagrams stay in their receive slot unless a full socket leaves them
+  // queued (KeepQueued); probes and replies are sealed on the stack (SendProbe).
   const size_t mtu = c.tun.name.empty() ? 1500 : static_cast<size_t>(c.tun.mtu);
   dp->buffer_bytes_ = std::max<size_t>(2048, (net::OverlayDatagramSize(mtu) + 63) / 64 * 64);
   const size_t buffers = dp->ports_.size() * (static_cast<size_t>(c.queue_packets) + 1) +
@@ -827,9 +853,19 @@ void Dataplane::Run() {
     }
     // Whatever was changed before these events arrived applies to them.
     ApplyControl();
+    // Probes and replies first: their timestamps should not wait for a data batch.
     for (int i = 0; i < n; ++i) {
       const uint32_t tag = events[i].data.u32;
-      if (tag == kTagWake) {
+      if ((tag & ~kTagProbeSocket) < ports_.size() && (tag & kTagProbeSocket) != 0) {
+        Port& port = *ports_[tag & ~kTagProbeSocket];
+        ReceiveFrom(port, port.probe_socket);
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      const uint32_t tag = events[i].data.u32;
+      if ((tag & ~kTagProbeSocket) < ports_.size() && (tag & kTagProbeSocket) != 0) {
+        continue;
+      } else if (tag == kTagWake) {
         uint64_t v;
         (void)!::read(wake_fd_.get(), &v, sizeof(v));
       } else if (tag == kTagTimer) {
@@ -841,7 +877,7 @@ void Dataplane::Run() {
         ReadNetlink();
       } else if (tag < ports_.size()) {
         Port& port = *ports_[tag];
-        if (events[i].events & (EPOLLIN | EPOLLERR)) ReceiveFrom(port);
+        if (events[i].events & (EPOLLIN | EPOLLERR)) ReceiveFrom(port, port.socket);
         if (events[i].events & EPOLLOUT) Flush(port);
       }
     }
@@ -914,30 +950,68 @@ void Dataplane::OnProbeTick() {
     h.hop_limit = 1;
     h.source = static_cast<uint32_t>(config_.node);
     h.destination = static_cast<uint32_t>(p.config.neighbour);
-    const auto body = net::EncodeProbe(net::ProbeBody{seq, t1});
-    const uint32_t b = TakeBuffer();
-    absl::StatusOr<size_t> size =
-        net::SealOverlay(h, body, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
-    assert(size.ok());
-    Enqueue(p, BufferData(b), *size, b);
+    SendProbe(p, h, net::EncodeProbe(net::ProbeBody{seq, t1}), *key);
   }
-  FlushDirty();
 }
 
-void Dataplane::ReceiveFrom(Port& port) {
+void Dataplane::SendProbe(Port& port, const net::OverlayHeader& header,
+                          absl::Span<const uint8_t> body, const net::OverlayKey& key) {
+  std::array<uint8_t, 256> datagram;
+  const absl::StatusOr<size_t> size = net::SealOverlay(header, body, key, absl::MakeSpan(datagram));
+  assert(size.ok());
+  ssize_t n;
+  do {
+    n = ::sendto(port.probe_socket.fd(), datagram.data(), *size, MSG_DONTWAIT,
+                 reinterpret_cast<const sockaddr*>(&port.peer_address), sizeof(port.peer_address));
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    const int err = errno;
+    if (err == ENETDOWN || err == ENETUNREACH || err == EHOSTUNREACH || err == EHOSTDOWN ||
+        err == EADDRNOTAVAIL) {
+      Drop(DropReason::kSendError);
+      LinkFailed(port);
+    } else {
+      // EAGAIN, ENOBUFS: the probe socket's own few hundred bytes cannot fill its buffer, so
+      // the qdisc refused it; that is loss, for the estimators to count.
+      Drop(err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS ? DropReason::kQueueFull
+                                                                 : DropReason::kSendError);
+    }
+    return;
+  }
+  sent_.Add();
+  sent_bytes_.Add(*size);
+  port.tx_wire_bytes.Add(*size + kUnderlayHeaderBytes);
+}
+
+void Dataplane::ReceiveFrom(Port& port, net::UdpSocket& socket) {
   const size_t batch = recv_slots_.size();
   for (int round = 0; round < kBatchesPerWake; ++round) {
     for (size_t i = 0; i < batch; ++i) {
       recv_slots_[i] = net::RecvSlot(
           absl::MakeSpan(recv_arena_.data() + i * recv_slot_bytes_, recv_slot_bytes_));
     }
-    absl::StatusOr<int> got = port.socket.RecvBatch(absl::MakeSpan(recv_slots_));
+    absl::StatusOr<int> got = socket.RecvBatch(absl::MakeSpan(recv_slots_));
     const size_t n = got.ok() ? static_cast<size_t>(*got) : 0;
     if (!got.ok()) recv_errors_.Add();
     const Time wall_rx = n > 0 ? WallNow() : Time(0);
     const Time now = n > 0 ? SteadyNow() : Time(0);
     if (n > 0) receive_batches_.Add();
+    // Datagrams are authenticated kOverlayParseBatch at a time (their tags side by side: the
+    // datagrams of a GRO slot, or equal-size ones of several slots), then handled one by one in
+    // order; what they produced is sent every kFlushDatagrams or so.
+    std::array<uint8_t*, net::kOverlayParseBatch> data;
+    std::array<size_t, net::kOverlayParseBatch> sizes;
+    size_t pending = 0;
     size_t unflushed = 0;
+    const auto handle_pending = [&] {
+      if (pending > 0) HandleDatagrams(port, data.data(), sizes.data(), pending, wall_rx, now);
+      pending = 0;
+      if (unflushed >= kFlushDatagrams) {
+        FlushDirty();
+        FlushDelivery();
+        unflushed = 0;
+      }
+    };
     for (size_t i = 0; i < n; ++i) {
       net::RecvSlot& slot = recv_slots_[i];
       if (slot.truncated) {
@@ -954,14 +1028,12 @@ void Dataplane::ReceiveFrom(Port& port) {
           Drop(DropReason::kTruncated);
           return;
         }
-        HandleDatagram(port, slot.buffer.data() + offset, size, wall_rx, now);
+        data[pending] = slot.buffer.data() + offset;
+        sizes[pending++] = size;
+        if (pending == data.size()) handle_pending();
       });
-      if (unflushed >= kFlushDatagrams) {
-        FlushDirty();
-        FlushDelivery();
-        unflushed = 0;
-      }
     }
+    handle_pending();
     FlushDirty();
     FlushDelivery();
     KeepQueued();
@@ -969,17 +1041,23 @@ void Dataplane::ReceiveFrom(Port& port) {
   }
 }
 
-void Dataplane::HandleDatagram(Port& in, uint8_t* data, size_t size, Time wall_rx, Time now) {
-  if (!active_keys_) {
-    // Without keys nothing authenticates: judge the structure against an empty ring.
-    static const net::OverlayKeyRing kNoKeys;
-    net::OverlayPacket packet;
-    Drop(DropReasonFor(net::ParseOverlay(absl::MakeConstSpan(data, size), kNoKeys, &packet)));
-    return;
+void Dataplane::HandleDatagrams(Port& in, uint8_t* const* data, const size_t* sizes, size_t n,
+                                Time wall_rx, Time now) {
+  // Without keys nothing authenticates: the structure is judged against an empty ring.
+  static const net::OverlayKeyRing kNoKeys;
+  std::array<absl::Span<const uint8_t>, net::kOverlayParseBatch> spans;
+  std::array<net::OverlayStatus, net::kOverlayParseBatch> statuses;
+  std::array<net::OverlayPacket, net::kOverlayParseBatch> packets;
+  for (size_t i = 0; i < n; ++i) spans[i] = absl::MakeConstSpan(data[i], sizes[i]);
+  net::ParseOverlayBatch(absl::MakeConstSpan(spans.data(), n),
+                         active_keys_ ? *active_keys_ : kNoKeys, statuses.data(), packets.data());
+  for (size_t i = 0; i < n; ++i) {
+    HandleDatagram(in, data[i], sizes[i], statuses[i], packets[i], wall_rx, now);
   }
-  net::OverlayPacket packet;
-  const net::OverlayStatus status =
-      net::ParseOverlay(absl::MakeConstSpan(data, size), *active_keys_, &packet);
+}
+
+void Dataplane::HandleDatagram(Port& in, uint8_t* data, size_t size, net::OverlayStatus status,
+                               const net::OverlayPacket& packet, Time wall_rx, Time now) {
   if (status != net::OverlayStatus::kOk) {
     Drop(DropReasonFor(status));
     return;
@@ -1018,15 +1096,11 @@ void Dataplane::HandleProbe(Port& in, const net::OverlayPacket& packet, Time wal
   h.hop_limit = 1;
   h.source = static_cast<uint32_t>(config_.node);
   h.destination = packet.header.source;
-  const auto body =
-      net::EncodeProbeReply(net::ProbeReplyBody{probe->sequence, probe->t1, wall_rx, WallNow()});
-  // The reply is longer than the probe: it cannot take the probe's place in the slot.
-  const uint32_t b = TakeBuffer();
-  absl::StatusOr<size_t> size =
-      net::SealOverlay(h, body, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
-  assert(size.ok());
   probe_replies_sent_.Add();
-  Enqueue(in, BufferData(b), *size, b);
+  SendProbe(
+      in, h,
+      net::EncodeProbeReply(net::ProbeReplyBody{probe->sequence, probe->t1, wall_rx, WallNow()}),
+      *key);
 }
 
 void Dataplane::HandleProbeReply(Port& in, const net::OverlayPacket& packet, Time wall_rx) {
@@ -1134,7 +1208,8 @@ void Dataplane::ReadTun() {
         DropBuffer(DropReason::kBadOffload, b);
         continue;
       }
-      Encapsulate(b, *n, now);
+      const size_t size = *n;
+      EncapsulateBatch(&b, &size, 1, now);
       continue;
     }
     // A super-packet: segment it into pool buffers, each sealed and routed on its own.
@@ -1147,11 +1222,19 @@ void Dataplane::ReadTun() {
       continue;
     }
     tun_super_reads_.Add();
-    for (int s = 0; s < sp->segments; ++s) {
-      const uint32_t segment = TakeBuffer();
-      const size_t size = net::WriteTcpSegment(
-          *sp, s, absl::MakeSpan(BufferData(segment) + net::kOverlayHeaderBytes, room));
-      Encapsulate(segment, size, now);
+    // Sealed in chunks, their tags side by side; a chunk takes at most the buffers free (the
+    // pool keeps at least one free for every packet in flight, see Create).
+    std::array<uint32_t, net::kOverlayParseBatch> segments;
+    std::array<size_t, net::kOverlayParseBatch> sizes;
+    for (int s = 0; s < sp->segments;) {
+      const size_t chunk = std::min({segments.size(), static_cast<size_t>(sp->segments - s),
+                                     std::max<size_t>(free_buffers_.size(), 1)});
+      for (size_t k = 0; k < chunk; ++k, ++s) {
+        segments[k] = TakeBuffer();
+        sizes[k] = net::WriteTcpSegment(
+            *sp, s, absl::MakeSpan(BufferData(segments[k]) + net::kOverlayHeaderBytes, room));
+      }
+      EncapsulateBatch(segments.data(), sizes.data(), chunk, now);
     }
     // A super-packet is a GSO message's worth already: send it before reading the next.
     FlushDirty();
@@ -1159,39 +1242,55 @@ void Dataplane::ReadTun() {
   FlushDirty();
 }
 
-void Dataplane::Encapsulate(uint32_t b, size_t size, Time now) {
-  const absl::Span<const uint8_t> packet(BufferData(b) + net::kOverlayHeaderBytes, size);
-  IngressPacket in;
-  if (!ClassifyIngress(packet, &in)) {
-    DropBuffer(DropReason::kNotIpv4, b);
-    return;
-  }
-  const auto it = node_of_address_.find(in.destination.value);
-  if (it == node_of_address_.end()) {
-    DropBuffer(DropReason::kUnknownDestination, b);
-    return;
-  }
-  if (it->second == config_.node) {
-    DropBuffer(DropReason::kLocalDestination, b);
-    return;
-  }
+void Dataplane::EncapsulateBatch(const uint32_t* buffers, const size_t* sizes, size_t n, Time now) {
   const net::OverlayKey* key = active_keys_ ? active_keys_->current() : nullptr;
-  if (key == nullptr) {
-    DropBuffer(DropReason::kNoKey, b);
-    return;
+  std::array<uint32_t, net::kOverlayParseBatch> kept;
+  std::array<uint8_t*, net::kOverlayParseBatch> data;
+  std::array<size_t, net::kOverlayParseBatch> sealed;
+  std::array<net::OverlayHeader, net::kOverlayParseBatch> headers;
+  size_t m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t b = buffers[i];
+    const absl::Span<const uint8_t> packet(BufferData(b) + net::kOverlayHeaderBytes, sizes[i]);
+    IngressPacket in;
+    if (!ClassifyIngress(packet, &in)) {
+      DropBuffer(DropReason::kNotIpv4, b);
+      continue;
+    }
+    const auto it = node_of_address_.find(in.destination.value);
+    if (it == node_of_address_.end()) {
+      DropBuffer(DropReason::kUnknownDestination, b);
+      continue;
+    }
+    if (it->second == config_.node) {
+      DropBuffer(DropReason::kLocalDestination, b);
+      continue;
+    }
+    if (key == nullptr) {
+      DropBuffer(DropReason::kNoKey, b);
+      continue;
+    }
+    net::OverlayHeader& h = headers[m];
+    h = net::OverlayHeader{};
+    h.type = net::OverlayType::kData;
+    h.traffic_class = in.traffic_class;
+    h.hop_limit = static_cast<uint8_t>(config_.hop_limit);
+    h.source = static_cast<uint32_t>(config_.node);
+    h.destination = static_cast<uint32_t>(it->second);
+    h.flow_hash = in.flow_hash;
+    const absl::StatusOr<size_t> size =
+        net::SealOverlayHeader(h, packet, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
+    assert(size.ok());
+    kept[m] = b;
+    data[m] = BufferData(b);
+    sealed[m++] = *size;
   }
-  net::OverlayHeader h;
-  h.type = net::OverlayType::kData;
-  h.traffic_class = in.traffic_class;
-  h.hop_limit = static_cast<uint8_t>(config_.hop_limit);
-  h.source = static_cast<uint32_t>(config_.node);
-  h.destination = static_cast<uint32_t>(it->second);
-  h.flow_hash = in.flow_hash;
-  const absl::StatusOr<size_t> sealed =
-      net::SealOverlay(h, packet, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
-  assert(sealed.ok());
-  encapsulated_.Add();
-  Route(b, BufferData(b), *sealed, h, /*transit=*/false, now);
+  if (m == 0) return;
+  net::TagSealedOverlays(*key, data.data(), sealed.data(), m);
+  for (size_t j = 0; j < m; ++j) {
+    encapsulated_.Add();
+    Route(kept[j], data[j], sealed[j], headers[j], /*transit=*/false, now);
+  }
 }
 
 void Dataplane::Route(uint32_t buffer, uint8_t* data, size_t size, const net::OverlayHeader& header,

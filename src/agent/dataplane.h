@@ -8,8 +8,11 @@
 //                                         ├──▶ probe: reply at once                       │
 //                                         └──▶ probe reply: estimators, liveness    sendmmsg ◀┘
 //
-// Every neighbour link has its own UDP socket bound to this node's end of the link. Every
-// probe_interval each link gets a four-timestamp probe; the replies feed a core LinkMonitor
+// Every neighbour link has its own UDP socket bound to this node's end of the link, and a second
+// one on the same address and port for probes and replies: the kernel steers them there on
+// arrival, so that a link flooded beyond what the agent can forward still answers its probes
+// (busy shows in the estimators, not as a dead link). Every probe_interval each link gets a
+// four-timestamp probe; the replies feed a core LinkMonitor
 // (two-way delay, loss window, RTT EWMA and P95, throughput) and a LinkLiveness. A neighbour
 // that misses `missed_probes` probes in a row, or whose socket reports the network down or
 // unreachable, is down at once: the next-hop chooser skips its link, so traffic moves to the
@@ -384,13 +387,24 @@ class Dataplane {
   // Picks up tables, keys, forwarding settings and the callback set since the last call.
   void ApplyControl();
   void OnProbeTick();
-  void ReceiveFrom(Port& port);
+  // Receives from `socket`, port's data or probe socket, and handles what arrived.
+  void ReceiveFrom(Port& port, net::UdpSocket& socket);
+  // Seals a probe or probe reply and sends it on port's probe socket at once.
+  void SendProbe(Port& port, const net::OverlayHeader& header, absl::Span<const uint8_t> body,
+                 const net::OverlayKey& key);
   void ReadTun();
-  // Inner packet in buffer `b` (at kOverlayHeaderBytes, `size` bytes): classify, seal, route.
-  void Encapsulate(uint32_t b, size_t size, Time now);
-  // A datagram in a receive slot (data[0, size)); queued datagrams point into the slot until
-  // KeepQueued.
-  void HandleDatagram(Port& in, uint8_t* data, size_t size, Time wall_rx, Time now);
+  // Inner packets in buffers[i] (at kOverlayHeaderBytes, sizes[i] bytes), i < n <=
+  // net::kOverlayParseBatch: classify and seal each (their tags side by side,
+  // net::TagSealedOverlays), then route them in order.
+  void EncapsulateBatch(const uint32_t* buffers, const size_t* sizes, size_t n, Time now);
+  // Datagrams data[i][0, sizes[i]) of a receive batch, i < n <= net::kOverlayParseBatch:
+  // authenticates them together (net::ParseOverlayBatch), then handles each in order. Queued
+  // datagrams point into the slot until KeepQueued.
+  void HandleDatagrams(Port& in, uint8_t* const* data, const size_t* sizes, size_t n, Time wall_rx,
+                       Time now);
+  // One of them, with what ParseOverlayBatch said of it.
+  void HandleDatagram(Port& in, uint8_t* data, size_t size, net::OverlayStatus status,
+                      const net::OverlayPacket& packet, Time wall_rx, Time now);
   void HandleProbe(Port& in, const net::OverlayPacket& packet, Time wall_rx);
   void HandleProbeReply(Port& in, const net::OverlayPacket& packet, Time wall_rx);
   void Deliver(absl::Span<const uint8_t> payload);

@@ -106,6 +106,9 @@ class OverlayKey {
   uint32_t id() const { return id_; }
   // Writes the tag of data[0, n) to tag[0, kOverlayTagBytes).
   void MakeTag(const uint8_t* data, size_t n, uint8_t* tag) const;
+  // The same for `count` messages of n bytes each: tags[i] for data[i][0, n). Bit-identical to
+  // MakeTag; several at once in vector lanes where the CPU has them and n is at least 256.
+  void MakeTags(const uint8_t* const* data, size_t n, size_t count, uint8_t (*tags)[16]) const;
 
  private:
   friend class OverlayKeyRing;
@@ -170,10 +173,35 @@ constexpr size_t OverlayDatagramSize(size_t payload_bytes) {
 absl::StatusOr<size_t> SealOverlay(const OverlayHeader& header, absl::Span<const uint8_t> payload,
                                    const OverlayKey& key, absl::Span<uint8_t> out);
 
+// The most datagrams ParseOverlayBatch and TagSealedOverlays take at once (a GRO slot's worth).
+inline constexpr size_t kOverlayParseBatch = 64;
+
+// SealOverlay in two halves, to seal several datagrams with their tags side by side (as the
+// segments of a TCP super-packet are): SealOverlayHeader is SealOverlay (same checks, errors
+// and result) without the tag; TagSealedOverlays then writes the tags of `count` datagrams
+// datagrams[i][0, sizes[i]) whose headers it wrote, all with `key`, in vector lanes where the
+// sizes are equal (OverlayKey::MakeTags). REQUIRES: count <= kOverlayParseBatch.
+absl::StatusOr<size_t> SealOverlayHeader(const OverlayHeader& header,
+                                         absl::Span<const uint8_t> payload, const OverlayKey& key,
+                                         absl::Span<uint8_t> out);
+void TagSealedOverlays(const OverlayKey& key, uint8_t* const* datagrams, const size_t* sizes,
+                       size_t count);
+
 // Checks a received datagram (structure, key id, tag, hop limit) and fills `*out` when kOk.
 // Never reads outside `datagram`; any byte string is safe to pass.
 OverlayStatus ParseOverlay(absl::Span<const uint8_t> datagram, const OverlayKeyRing& keys,
                            OverlayPacket* out);
+
+// ParseOverlay for several datagrams at once, with the same checks and outcome for each:
+// statuses[i] and, when kOk, packets[i] are what ParseOverlay(datagrams[i], keys, ...) gives.
+// What costs is the tag (SipHash, about 1 ns a byte): the tags of datagrams of equal length
+// sealed with the same key, as a GRO receive slot holds, are computed side by side in vector
+// lanes (8 with AVX-512, 4 with AVX2, chosen at run time; one by one without either), which
+// takes a quarter of the time or less. No allocation.
+// REQUIRES: statuses and packets have datagrams.size() elements; datagrams.size() <=
+// kOverlayParseBatch.
+void ParseOverlayBatch(absl::Span<const absl::Span<const uint8_t>> datagrams,
+                       const OverlayKeyRing& keys, OverlayStatus* statuses, OverlayPacket* packets);
 
 // Prepares a parsed datagram, in place, for the next hop: decrements the hop limit (the tag
 // stays valid: it does not cover the hop limit). kHopLimitExhausted (datagram unchanged) if

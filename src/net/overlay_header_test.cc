@@ -240,6 +240,62 @@ TEST_F(OverlayTest, KeyRotation) {
   EXPECT_EQ(Parse(with_2), OverlayStatus::kBadTag);
 }
 
+// MakeTags is MakeTag, several at once: every count (vector lanes full and partial) and
+// lengths around the 8-byte words.
+TEST_F(OverlayTest, MakeTagsIsMakeTagSideBySide) {
+  const OverlayKey& key = *ring_.Find(2);
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63},
+                         size_t{1383}, size_t{1400}}) {
+    std::vector<std::vector<uint8_t>> messages;
+    for (int i = 0; i < 19; ++i) messages.push_back(Bytes(n, static_cast<uint8_t>(i)));
+    for (size_t count = 1; count <= messages.size(); ++count) {
+      std::vector<const uint8_t*> data;
+      for (size_t i = 0; i < count; ++i) data.push_back(messages[i].data());
+      std::vector<std::array<uint8_t, 16>> tags(count);
+      key.MakeTags(data.data(), n, count, reinterpret_cast<uint8_t(*)[16]>(tags.data()));
+      for (size_t i = 0; i < count; ++i) {
+        std::array<uint8_t, 16> one;
+        key.MakeTag(messages[i].data(), n, one.data());
+        ASSERT_EQ(tags[i], one) << "length " << n << ", message " << i << " of " << count;
+      }
+    }
+  }
+}
+
+// ParseOverlayBatch gives each datagram what ParseOverlay gives it: a run of equal datagrams
+// (a GRO slot) mixed with a shorter one, another key, a bad tag, a bad length and garbage.
+TEST_F(OverlayTest, ParseOverlayBatchAgreesWithParseOverlay) {
+  std::vector<std::vector<uint8_t>> d;
+  for (int i = 0; i < 21; ++i)
+    d.push_back(Seal(DataHeader(), Bytes(1372, static_cast<uint8_t>(i))));
+  d.push_back(Seal(DataHeader(), Bytes(500, 3)));
+  d.push_back(Seal(DataHeader(), Bytes(1372, 99), /*key_id=*/2));
+  d[4][100] ^= 1;             // bad tag, inside a run
+  d[9].back() ^= 0x80;        // bad tag, in the tag itself
+  d[12].pop_back();           // bad length
+  d[15][0] = 0;               // hop limit 0 (not covered by the tag)
+  d.push_back(Bytes(40, 1));  // not an overlay datagram
+  d.push_back(Seal(DataHeader(), Bytes(1372, 7)));
+  std::vector<absl::Span<const uint8_t>> spans(d.begin(), d.end());
+  std::vector<OverlayStatus> got(d.size());
+  std::vector<OverlayPacket> packets(d.size());
+  ParseOverlayBatch(spans, ring_, got.data(), packets.data());
+  int ok = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    OverlayPacket want;
+    ASSERT_EQ(got[i], Parse(d[i], &want)) << "datagram " << i;
+    if (got[i] != OverlayStatus::kOk) continue;
+    ++ok;
+    EXPECT_EQ(packets[i].key_id, want.key_id);
+    EXPECT_EQ(packets[i].header.flow_hash, want.header.flow_hash);
+    EXPECT_EQ(packets[i].payload.data(), want.payload.data());
+    EXPECT_EQ(packets[i].payload.size(), want.payload.size());
+  }
+  EXPECT_EQ(ok, 20);
+  EXPECT_EQ(got[4], OverlayStatus::kBadTag);
+  EXPECT_EQ(got[9], OverlayStatus::kBadTag);
+}
+
 TEST(OverlayKeyRingTest, HoldsAtMostFourKeys) {
   OverlayKeyRing ring;
   EXPECT_EQ(ring.current(), nullptr);

@@ -124,6 +124,10 @@ absl::Status TunConfig::Validate() const {
     return absl::InvalidArgumentError(
         fmt::format("TUN config {}: prefix_length {} is outside [0, 32]", name, prefix_length));
   }
+  if (tx_queue_packets < 1 || tx_queue_packets > 1000000) {
+    return absl::InvalidArgumentError(fmt::format(
+        "TUN config {}: tx_queue_packets {} is outside [1, 1000000]", name, tx_queue_packets));
+  }
   return absl::OkStatus();
 }
 
@@ -159,6 +163,12 @@ absl::StatusOr<TunDevice> TunDevice::Open(const TunConfig& config) {
   req.ifr_mtu = config.mtu;
   if (::ioctl(ctl.get(), SIOCSIFMTU, &req) != 0) {
     return absl::ErrnoToStatus(errno, fmt::format("TUN {}: SIOCSIFMTU {}", actual, config.mtu));
+  }
+  req = NamedRequest(actual);
+  req.ifr_qlen = config.tx_queue_packets;
+  if (::ioctl(ctl.get(), SIOCSIFTXQLEN, &req) != 0) {
+    return absl::ErrnoToStatus(
+        errno, fmt::format("TUN {}: SIOCSIFTXQLEN {}", actual, config.tx_queue_packets));
   }
   req = NamedRequest(actual);
   SetInetAddress(&req.ifr_addr, config.address.value);

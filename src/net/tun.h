@@ -34,6 +34,12 @@ struct TunConfig {
   // IFF_VNET_HDR with TUNSETOFFLOAD (checksum and TCP/IPv4 segmentation offload): see the top
   // of this file. Reads then need Read(buffer, overflow, info). Default: plain packets.
   bool offload = false;
+  // The device's transmit queue (txqueuelen): packets the kernel has routed to the device and
+  // the reader has not read yet; past it the kernel drops them. The kernel's default, 500, is
+  // short for a data plane that reads in batches between other work: a sender's burst, or one
+  // scheduling delay of the reader on a busy machine, overflows it. (A UDP sender is held back
+  // by its send buffer before that, while its datagrams wait here.) 1..1000000.
+  int tx_queue_packets = 4096;
 
   // OK, or InvalidArgument naming the first bad field.
   absl::Status Validate() const;

@@ -180,6 +180,9 @@ TEST(TunDeviceTest, ConfigIsValidated) {
   c.mtu = 1400;
   c.prefix_length = 33;
   EXPECT_THAT(c.Validate().message(), HasSubstr("prefix_length"));
+  c.prefix_length = 24;
+  c.tx_queue_packets = 0;
+  EXPECT_THAT(c.Validate().message(), HasSubstr("tx_queue_packets"));
 }
 
 // In a fresh namespace: the kernel routes a UDP datagram for 10.99.0.2 into the TUN, where it
@@ -213,6 +216,7 @@ TEST(TunDeviceTest, CarriesPacketsBothWays) {
   absl::StatusOr<std::string> link = ns->Run({"ip", "-o", "link", "show", "dev", tun_name});
   ASSERT_TRUE(link.ok()) << link.status();
   EXPECT_THAT(*link, HasSubstr("mtu 1400"));
+  EXPECT_THAT(*link, HasSubstr("qlen 4096"));  // TunConfig's default, not the kernel's 500
 
   // Out: socket -> kernel -> TUN.
   const Ipv4Endpoint peer{Addr("10.99.0.2"), 7777};

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/filter.h>
 #include <netinet/udp.h>
 
 #include <algorithm>
@@ -29,6 +30,11 @@ Ipv4Endpoint FromSockaddr(const sockaddr_in& a) {
 }  // namespace
 
 absl::StatusOr<UdpSocket> UdpSocket::Bind(const Ipv4Endpoint& local, int max_batch) {
+  return Open(local, max_batch, /*reuse_port=*/false);
+}
+
+absl::StatusOr<UdpSocket> UdpSocket::Open(const Ipv4Endpoint& local, int max_batch,
+                                          bool reuse_port) {
   assert(max_batch >= 1);
   ScopedFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) {
@@ -37,6 +43,9 @@ absl::StatusOr<UdpSocket> UdpSocket::Bind(const Ipv4Endpoint& local, int max_bat
   const int one = 1;
   if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
     return absl::ErrnoToStatus(errno, fmt::format("UDP socket {}: SO_REUSEADDR", ToString(local)));
+  }
+  if (reuse_port && ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
+    return absl::ErrnoToStatus(errno, fmt::format("UDP socket {}: SO_REUSEPORT", ToString(local)));
   }
   const sockaddr_in addr = ToSockaddr(local);
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
@@ -48,6 +57,34 @@ absl::StatusOr<UdpSocket> UdpSocket::Bind(const Ipv4Endpoint& local, int max_bat
     return absl::ErrnoToStatus(errno, fmt::format("UDP socket {}: getsockname", ToString(local)));
   }
   return UdpSocket(std::move(fd), FromSockaddr(bound), max_batch);
+}
+
+absl::StatusOr<SteeredSockets> SteeredSockets::Bind(const Ipv4Endpoint& local, int max_batch,
+                                                    size_t offset, uint8_t low, uint8_t high) {
+  assert(low <= high);
+  // The group's sockets are numbered in the order they join it: data is 0, control 1. With
+  // port 0, control joins the port data was given.
+  absl::StatusOr<UdpSocket> data = UdpSocket::Open(local, max_batch, /*reuse_port=*/true);
+  if (!data.ok()) return data.status();
+  absl::StatusOr<UdpSocket> control =
+      UdpSocket::Open(data->local(), max_batch, /*reuse_port=*/true);
+  if (!control.ok()) return control.status();
+  // A = payload[offset]; 1 (control) if low <= A <= high, else 0 (data). A load past the
+  // end of the payload ends the program with 0.
+  sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, static_cast<uint32_t>(offset)),
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, low, 0, 2),
+      BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, high, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, 1),
+      BPF_STMT(BPF_RET | BPF_K, 0),
+  };
+  sock_fprog program{static_cast<unsigned short>(sizeof(code) / sizeof(code[0])), code};
+  if (::setsockopt(data->fd(), SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &program, sizeof(program)) !=
+      0) {
+    return absl::ErrnoToStatus(
+        errno, fmt::format("UDP socket {}: SO_ATTACH_REUSEPORT_CBPF", ToString(data->local())));
+  }
+  return SteeredSockets{std::move(*data), std::move(*control)};
 }
 
 UdpSocket::UdpSocket(ScopedFd fd, const Ipv4Endpoint& local, int max_batch)

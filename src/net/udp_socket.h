@@ -113,7 +113,10 @@ class UdpSocket {
   absl::Status SendGso(absl::Span<const uint8_t> data, uint16_t segment, const Ipv4Endpoint& to);
 
  private:
+  friend struct SteeredSockets;
   UdpSocket(ScopedFd fd, const Ipv4Endpoint& local, int max_batch);
+  // Bind, with SO_REUSEPORT as well when `reuse_port`.
+  static absl::StatusOr<UdpSocket> Open(const Ipv4Endpoint& local, int max_batch, bool reuse_port);
 
   ScopedFd fd_;
   Ipv4Endpoint local_;
@@ -126,6 +129,26 @@ class UdpSocket {
     cmsghdr align;
   };
   std::vector<Control> controls_;
+};
+
+// Two sockets on one address and port, each with its own receive queue: the kernel hands every
+// arriving datagram whose payload byte at `offset` lies in [low, high] to `control`, every
+// other one (and one too short to have that byte) to `data`. This is how a router keeps its
+// control plane's packets out of the queues transit traffic fills: a flood that overflows
+// data's queue leaves control's untouched. Both send from the same address and port, so a
+// peer cannot tell them apart.
+//
+// Mechanism: SO_REUSEPORT on both and a classic BPF program on the port's group
+// (SO_ATTACH_REUSEPORT_CBPF; Linux 4.5). The program runs when a datagram is delivered; the
+// GRO stage picks a socket without it, so GRO (on both sockets, if wanted) may still join a
+// control datagram behind data of the same sender: `data` must accept both kinds.
+struct SteeredSockets {
+  UdpSocket data;
+  UdpSocket control;
+
+  // Errors: the failing system call, naming the address. REQUIRES: max_batch >= 1, low <= high.
+  static absl::StatusOr<SteeredSockets> Bind(const Ipv4Endpoint& local, int max_batch,
+                                             size_t offset, uint8_t low, uint8_t high);
 };
 
 }  // namespace dar::net

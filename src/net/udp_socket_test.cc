@@ -61,6 +61,39 @@ TEST(UdpSocketTest, ReuseAddressAllowsASecondBind) {
   EXPECT_TRUE(b.ok()) << b.status();
 }
 
+// Two sockets on one port: datagrams whose third byte is 2 or 3 reach `control`, the others
+// (also one too short to have a third byte) reach `data`, in order; a peer sees one address.
+TEST(SteeredSocketsTest, SteersByOnePayloadByte) {
+  absl::StatusOr<SteeredSockets> pair =
+      SteeredSockets::Bind(kLoopbackAnyPort, 8, /*offset=*/2, /*low=*/2, /*high=*/3);
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  EXPECT_NE(pair->data.local().port, 0);
+  EXPECT_EQ(pair->control.local(), pair->data.local());
+  absl::StatusOr<UdpSocket> tx = UdpSocket::Bind(kLoopbackAnyPort);
+  ASSERT_TRUE(tx.ok()) << tx.status();
+  const std::vector<std::vector<uint8_t>> sent = {{0, 0, 1, 10}, {0, 0, 2, 11}, {0, 0, 3, 12},
+                                                  {0, 0, 4, 13}, {9},           {0, 0, 2, 14}};
+  for (const auto& d : sent) {
+    const SendItem item{d, pair->data.local()};
+    ASSERT_EQ(*tx->SendBatch(absl::MakeConstSpan(&item, 1)), 1);
+  }
+  const auto receive = [](UdpSocket& s, size_t want) {
+    std::vector<std::vector<uint8_t>> got;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::array<uint8_t, 64> buf;
+    while (got.size() < want && WaitReadable(s.fd(), deadline)) {
+      RecvSlot slot{absl::MakeSpan(buf)};
+      absl::StatusOr<int> n = s.RecvBatch(absl::MakeSpan(&slot, 1));
+      if (n.ok() && *n == 1) got.emplace_back(buf.begin(), buf.begin() + slot.size);
+    }
+    return got;
+  };
+  const std::vector<std::vector<uint8_t>> control = receive(pair->control, 3);
+  const std::vector<std::vector<uint8_t>> data = receive(pair->data, 3);
+  EXPECT_EQ(control, (std::vector<std::vector<uint8_t>>{sent[1], sent[2], sent[5]}));
+  EXPECT_EQ(data, (std::vector<std::vector<uint8_t>>{sent[0], sent[3], sent[4]}));
+}
+
 TEST(UdpSocketTest, NothingWaitingReturnsZero) {
   absl::StatusOr<UdpSocket> s = UdpSocket::Bind(kLoopbackAnyPort);
   ASSERT_TRUE(s.ok()) << s.status();
