@@ -130,24 +130,23 @@ size_t LineOf(const std::string& text, size_t offset) {
   return 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + offset, '\n'));
 }
 
-// Quantises `x` (n values) into `q` with the scale it returns (x ~ q * scale): symmetric
-// int8 levels [-127, 127] (scale max |x| / 127), or, for a vector known to be >= 0 (after a
-// ReLU), unsigned levels [0, 255] (scale max x / 255): twice the resolution where the sign
-// bit would be wasted. Zero if all of x is zero.
-template <typename Q>
-float QuantiseVector(const float* x, int n, bool non_negative, Q* q) {
+// Quantises the weights `w` (n values) to symmetric INT8 levels [-127, 127] in `q` (held
+// as int16, which the kernels multiply) with the scale it returns (w ~ q * scale, scale =
+// max |w| / 127). Zero if all of w is zero.
+float QuantiseWeights(const float* w, int n, int16_t* q) {
   float amax = 0;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::abs(x[i]));
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::abs(w[i]));
   if (amax == 0) {
-    std::fill(q, q + n, Q{0});
+    std::fill(q, q + n, int16_t{0});
     return 0;
   }
-  const float levels = non_negative ? 255.0f : 127.0f;
-  const float inv = levels / amax;
+  constexpr float kWeightLevels = 127.0f;
+  const float inv = kWeightLevels / amax;
   for (int i = 0; i < n; ++i) {
-    q[i] = static_cast<Q>(std::clamp(std::nearbyint(x[i] * inv), -levels, levels));
+    q[i] =
+        static_cast<int16_t>(std::clamp(std::nearbyint(w[i] * inv), -kWeightLevels, kWeightLevels));
   }
-  return amax / levels;
+  return amax / kWeightLevels;
 }
 
 }  // namespace
@@ -179,6 +178,12 @@ absl::Status PolicyModel::Validate() const {
       return absl::InvalidArgumentError(
           fmt::format("layers[{}]: {} weights and {} biases for in {} out {}", i, l.weight.size(),
                       l.bias.size(), l.in, l.out));
+    }
+    if (i > 0 && l.in > kMaxInt8LayerInput) {
+      return absl::InvalidArgumentError(fmt::format(
+          "layers[{}]: in {} is wider than INT8 inference takes ({}: a wider layer's int32 "
+          "sum of 16-bit activations times INT8 weights could overflow)",
+          i, l.in, kMaxInt8LayerInput));
     }
     RETURN_IF_ERROR(AllFinite(l.weight, fmt::format("layers[{}].weight", i)));
     RETURN_IF_ERROR(AllFinite(l.bias, fmt::format("layers[{}].bias", i)));
@@ -401,7 +406,7 @@ constexpr int kRowFeatures[] = {kFeatAnalyticLogit,   kFeatPathDelayRatio, kFeat
                                 kFeatDestinationLoad, kFeatPreviousWeight, kFeatInverseCount};
 static_assert(std::size(kLinkFeatures) + std::size(kRowFeatures) == kPolicyFeatures);
 
-constexpr float kLevels = 255.0f;  // activations are quantised to [0, 255]
+constexpr float kLevels = 32767.0f;  // activations are quantised to [0, 32767] (int16)
 
 int RoundUp(int n, int m) { return (n + m - 1) / m * m; }
 
@@ -437,6 +442,11 @@ QuantizedPolicyModel::QuantizedPolicyModel(const PolicyModel& model) {
   for (size_t li = 1; li < model.layers.size(); ++li) {
     const DenseLayer& l = model.layers[li];
     const bool last = li + 1 == model.layers.size();
+    if (l.in > kMaxInt8LayerInput) {
+      std::fprintf(stderr, "QuantizedPolicyModel: layers[%zu] has in %d > %d (not validated)\n", li,
+                   l.in, kMaxInt8LayerInput);
+      std::abort();
+    }
     Layer q;
     q.in = l.in;
     q.out = l.out;
@@ -448,26 +458,25 @@ QuantizedPolicyModel::QuantizedPolicyModel(const PolicyModel& model) {
     std::copy(l.bias.begin(), l.bias.end(), q.bias.begin());
     for (int o = 0; o < l.out; ++o) {
       const float* w = l.weight.data() + static_cast<size_t>(o) * l.in;
-      q.scale[o] = QuantiseVector(w, l.in, /*non_negative=*/false,
-                                  q.weight.data() + static_cast<size_t>(o) * q.in_padded);
+      q.scale[o] = QuantiseWeights(w, l.in, q.weight.data() + static_cast<size_t>(o) * q.in_padded);
     }
-    // The same weights by groups of 8 outputs and quads of inputs: one 32-byte load holds
-    // the quad of 8 outputs that one broadcast quad of inputs meets.
-    const int quads = q.in_padded / 4;
+    // The same weights by groups of 8 outputs and pairs of inputs: one 32-byte load holds
+    // the pair of 8 outputs that one broadcast pair of inputs meets.
+    const int pairs = q.in_padded / 2;
     q.packed.assign(static_cast<size_t>(q.out_padded) * q.in_padded, 0);
     for (int o = 0; o < l.out; ++o) {
       for (int i = 0; i < l.in; ++i) {
-        q.packed[((static_cast<size_t>(o / 8) * quads + i / 4) * 8 + o % 8) * 4 + i % 4] =
+        q.packed[((static_cast<size_t>(o / 8) * pairs + i / 2) * 8 + o % 8) * 2 + i % 2] =
             q.weight[static_cast<size_t>(o) * q.in_padded + i];
       }
     }
-    // And each output's quads, each repeated 8 times (one register's worth); zeros up to
+    // And each output's pairs, each repeated 8 times (one register's worth); zeros up to
     // out_padded, which the 8-rows-at-once kernel reads whole.
     q.broadcast.assign(static_cast<size_t>(q.out_padded) * q.in_padded * 8, 0);
     for (int o = 0; o < l.out; ++o) {
       for (int i = 0; i < q.in_padded; ++i) {
         for (int lane = 0; lane < 8; ++lane) {
-          q.broadcast[((static_cast<size_t>(o) * quads + i / 4) * 8 + lane) * 4 + i % 4] =
+          q.broadcast[((static_cast<size_t>(o) * pairs + i / 2) * 8 + lane) * 2 + i % 2] =
               q.weight[static_cast<size_t>(o) * q.in_padded + i];
         }
       }
@@ -490,11 +499,11 @@ namespace {
 // What the row kernels need of a layer (QuantizedPolicyModel::Layer is private).
 struct KernelLayer {
   int in_padded = 0, out = 0, out_padded = 0;
-  const int8_t* weight = nullptr;     // out x in_padded
-  const int8_t* packed = nullptr;     // [out_padded / 8][in_padded / 4][8][4]
-  const int8_t* broadcast = nullptr;  // [out_padded][in_padded / 4][8][4]
-  const float* scale = nullptr;       // out_padded
-  const float* bias = nullptr;        // out_padded
+  const int16_t* weight = nullptr;     // out x in_padded
+  const int16_t* packed = nullptr;     // [out_padded / 8][in_padded / 2][8][2]
+  const int16_t* broadcast = nullptr;  // [out_padded][in_padded / 2][8][2]
+  const float* scale = nullptr;        // out_padded
+  const float* bias = nullptr;         // out_padded
 };
 
 struct KernelNet {
@@ -512,13 +521,13 @@ struct KernelNet {
 // work overlap in the processor instead of one row's latency following another's.
 constexpr int kBlock = 16;
 
-// Scratch of one block: per row, two float vectors and one of 8-bit activations, each
+// Scratch of one block: per row, two float vectors and one of 16-bit activations, each
 // `width` wide (the widest padded layer), and the rows' activation scales.
 struct BlockScratch {
   int width = 0;
   float* a;
   float* b;
-  uint8_t* q;
+  int16_t* q;
   float* sx;
   uint32_t* slot;  // kBlock
 };
@@ -535,9 +544,9 @@ struct LinkHalves {
 
 namespace {
 
-// Quantises the non-negative `x` (n values) to [0, 255] in `q`; returns the scale (x ~ q *
+// Quantises the non-negative `x` (n values) to [0, 32767] in `q`; returns the scale (x ~ q *
 // scale), 0 if all of x is 0.
-float QuantiseActivations(const float* x, int n, uint8_t* q) {
+float QuantiseActivations(const float* x, int n, int16_t* q) {
   float amax = 0;
   for (int i = 0; i < n; ++i) amax = std::max(amax, x[i]);
   if (amax == 0) {
@@ -546,7 +555,7 @@ float QuantiseActivations(const float* x, int n, uint8_t* q) {
   }
   const float inv = kLevels / amax;
   for (int i = 0; i < n; ++i) {
-    q[i] = static_cast<uint8_t>(std::nearbyint(std::min(x[i] * inv, kLevels)));
+    q[i] = static_cast<int16_t>(std::nearbyint(std::min(x[i] * inv, kLevels)));
   }
   return amax / kLevels;
 }
@@ -579,8 +588,9 @@ void RowsPortable(const KernelNet& net, const char* rows, size_t stride, size_t 
       for (int o = 0; o < l.out_padded; ++o) {
         int32_t acc = 0;
         if (o < l.out) {
-          const int8_t* w = l.weight + static_cast<size_t>(o) * l.in_padded;
-          for (int i = 0; i < l.in_padded; ++i) acc += static_cast<int32_t>(w[i]) * s.q[i];
+          // Exact: at most kMaxInt8LayerInput products of at most 32767 * 127.
+          const int16_t* w = l.weight + static_cast<size_t>(o) * l.in_padded;
+          for (int i = 0; i < l.in_padded; ++i) acc += int32_t{w[i]} * int32_t{s.q[i]};
         }
         const float y = std::fma(static_cast<float>(acc) * l.scale[o], sx, l.bias[o]);
         b[o] = relu ? std::max(y, 0.0f) : y;
@@ -606,73 +616,65 @@ __attribute__((target("avx2"))) inline int32_t HorizontalSum(__m256i v) {
 }
 
 // QuantiseActivations in AVX2, bit for bit (cvtps rounds to nearest even, as nearbyint does).
-// n is a multiple of 32.
+// n is a multiple of 16.
 __attribute__((target("avx2"))) inline float QuantiseActivationsAvx2(const float* x, int n,
-                                                                     uint8_t* q) {
+                                                                     int16_t* q) {
   __m256 m = _mm256_setzero_ps();
   for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
   const float amax = HorizontalMax(m);
   if (amax == 0) {
-    std::memset(q, 0, static_cast<size_t>(n));
+    std::memset(q, 0, static_cast<size_t>(n) * sizeof(int16_t));
     return 0;
   }
   const __m256 inv = _mm256_set1_ps(kLevels / amax);
   const __m256 top = _mm256_set1_ps(kLevels);
-  // Packing 32 int32 into 32 bytes interleaves the 128-bit lanes; the permute undoes it.
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (int i = 0; i < n; i += 32) {
-    __m256i v[4];
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_cvtps_epi32(
-          _mm256_min_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), inv), top));
-    }
-    const __m256i packed =
-        _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+  for (int i = 0; i < n; i += 16) {
+    const __m256i v0 =
+        _mm256_cvtps_epi32(_mm256_min_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv), top));
+    const __m256i v1 =
+        _mm256_cvtps_epi32(_mm256_min_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), inv), top));
+    // Packing 16 int32 (all in [0, 32767]) into 16 int16 interleaves the 128-bit lanes; the
+    // permute undoes it.
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i),
-                        _mm256_permutevar8x32_epi32(packed, order));
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xd8));
   }
   return amax / kLevels;
 }
 
-// How the AVX2 kernel multiplies 8-bit quads (u8 activations, s8 weights, the 4 products
-// summed into an int32 lane): one vpdpbusd where the processor has AVX-VNNI (VEX) or
-// AVX512-VNNI with AVX512-VL (EVEX); else the bytes widened to int16 and two vpmaddwd.
-// All three give the same int32 sums. vpdpbusd is written as assembly so that the compiler
-// emits it nowhere else: the kernels are built for plain AVX2.
+// How the AVX2 kernel multiplies int16 pairs (activations in [0, 32767], weights in [-127,
+// 127], the 2 products summed into an int32 lane and added to it): vpdpwssd where the
+// processor has AVX-VNNI (VEX, _mm256_dpwssd_avx_epi32) or AVX512-VNNI with AVX512-VL (EVEX,
+// _mm256_dpwssd_epi32); else vpmaddwd then vpaddd. All three give the same int32 sums
+// (neither saturates, and no sum overflows: kMaxInt8LayerInput). vpdpwssd is written as
+// assembly so that the compiler emits it nowhere else: the kernels are built for plain AVX2.
 enum class Dot { kMadd, kVnniVex, kVnniEvex };
 
 template <Dot kDot>
-__attribute__((target("avx2,fma"))) inline __m256i DotQuads(__m256i acc, __m256i u8, __m256i w) {
+__attribute__((target("avx2,fma"))) inline __m256i DotPairs(__m256i acc, __m256i x, __m256i w) {
   if constexpr (kDot == Dot::kVnniVex) {
-    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "x"(w));
+    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(x), "x"(w));
     return acc;
   } else if constexpr (kDot == Dot::kVnniEvex) {
-    asm("vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "x"(w));
+    asm("vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(x), "x"(w));
     return acc;
   } else {
-    // vpmaddubsw would saturate (2 * 255 * 127 > 32767): the bytes are widened to int16 by
-    // parity instead, and each vpmaddwd sums two products in int32.
-    const __m256i even = _mm256_set1_epi16(0x00ff);
-    const __m256i a0 = _mm256_and_si256(u8, even), a1 = _mm256_srli_epi16(u8, 8);
-    const __m256i w0 = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8), w1 = _mm256_srai_epi16(w, 8);
-    return _mm256_add_epi32(acc,
-                            _mm256_add_epi32(_mm256_madd_epi16(a0, w0), _mm256_madd_epi16(a1, w1)));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(x, w));
   }
 }
 
-// The same with the weights read from memory (32 bytes at s8).
+// The same with the weights read from memory (16 int16 at w16).
 template <Dot kDot>
-__attribute__((target("avx2,fma"))) inline __m256i DotQuads(__m256i acc, __m256i u8,
-                                                            const int8_t* s8) {
-  const auto* w = reinterpret_cast<const __m256i_u*>(s8);
+__attribute__((target("avx2,fma"))) inline __m256i DotPairs(__m256i acc, __m256i x,
+                                                            const int16_t* w16) {
+  const auto* w = reinterpret_cast<const __m256i_u*>(w16);
   if constexpr (kDot == Dot::kVnniVex) {
-    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "m"(*w));
+    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(x), "m"(*w));
     return acc;
   } else if constexpr (kDot == Dot::kVnniEvex) {
-    asm("vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "m"(*w));
+    asm("vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(x), "m"(*w));
     return acc;
   } else {
-    return DotQuads<kDot>(acc, u8, _mm256_loadu_si256(w));
+    return DotPairs<kDot>(acc, x, _mm256_loadu_si256(w));
   }
 }
 
@@ -687,8 +689,8 @@ __attribute__((target("avx2,fma"))) inline void StoreOutputs(__m256i acc, const 
 }
 
 // RowsPortable in AVX2 and FMA, bit for bit: the first layer 8 outputs at a time; an INT8
-// layer 32 outputs at a time, each quad of a row's inputs broadcast and met by the quads of
-// 8 outputs' weights (DotQuads); the last layer (one output) as a dot product.
+// layer 32 outputs at a time, each pair of a row's inputs broadcast and met by the pairs of
+// 8 outputs' weights (DotPairs); the last layer (one output) as a dot product.
 template <Dot kDot>
 __attribute__((target("avx2,fma"))) void RowsAvx2(const KernelNet& net, const char* rows,
                                                   size_t stride, size_t n, LinkHalves halves,
@@ -723,8 +725,8 @@ __attribute__((target("avx2,fma"))) void RowsAvx2(const KernelNet& net, const ch
       if (l.out == 1) {
         for (int r = 0; r < m; ++r) {
           __m256i acc = _mm256_setzero_si256();
-          for (int i = 0; i < l.in_padded; i += 32) {
-            acc = DotQuads<kDot>(
+          for (int i = 0; i < l.in_padded; i += 16) {
+            acc = DotPairs<kDot>(
                 acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.q + r * width + i)),
                 l.weight + i);
           }
@@ -734,20 +736,20 @@ __attribute__((target("avx2,fma"))) void RowsAvx2(const KernelNet& net, const ch
         std::swap(a, b);
         continue;
       }
-      const int quads = l.in_padded / 4;
+      const int pairs = l.in_padded / 2;
       for (int r = 0; r < m; ++r) {
-        const uint8_t* q = s.q + r * width;
+        const int16_t* q = s.q + r * width;
         const __m256 sx = _mm256_set1_ps(s.sx[r]);
         for (int g = 0; g < l.out_padded / 8; g += 4) {
           __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                             _mm256_setzero_si256()};
-          const int8_t* w = l.packed + static_cast<size_t>(g) * quads * 32;
-          for (int qd = 0; qd < quads; ++qd) {
-            int32_t quad;
-            std::memcpy(&quad, q + 4 * qd, 4);
-            const __m256i u8 = _mm256_set1_epi32(quad);
+          const int16_t* w = l.packed + static_cast<size_t>(g) * pairs * 16;
+          for (int p = 0; p < pairs; ++p) {
+            int32_t pair;
+            std::memcpy(&pair, q + 2 * p, 4);
+            const __m256i x = _mm256_set1_epi32(pair);
             for (int k = 0; k < 4; ++k) {
-              acc[k] = DotQuads<kDot>(acc[k], u8, w + (static_cast<size_t>(k) * quads + qd) * 32);
+              acc[k] = DotPairs<kDot>(acc[k], x, w + (static_cast<size_t>(k) * pairs + p) * 16);
             }
           }
           for (int k = 0; k < 4; ++k) {
@@ -783,23 +785,19 @@ __attribute__((target("avx2"))) inline void Transpose8(__m256* r) {
 }
 
 // Quantises, for 8 rows at once (one per lane), their 32 activations h[0..31] (>= 0, the
-// rows' largest in `top_of_row`) as QuantiseActivations does, bit for bit: quad[k] holds
-// each row's bytes 4k .. 4k + 3. Returns the rows' scales.
+// rows' largest in `top_of_row`) as QuantiseActivations does, bit for bit: pair[k] holds
+// each row's int16 levels 2k (low half) and 2k + 1. Returns the rows' scales.
 __attribute__((target("avx2"))) inline __m256 QuantiseLanes(const __m256* h, __m256 top_of_row,
-                                                            __m256i* quad) {
+                                                            __m256i* pair) {
   const __m256 levels = _mm256_set1_ps(kLevels);
   const __m256 zero = _mm256_setzero_ps();
   // A row whose activations are all 0 gets 0s (and scale 0), not 0 * infinity.
   const __m256 inv = _mm256_andnot_ps(_mm256_cmp_ps(top_of_row, zero, _CMP_EQ_OQ),
                                       _mm256_div_ps(levels, top_of_row));
-  for (int k = 0; k < 8; ++k) {
-    __m256i v[4];
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_mul_ps(h[4 * k + i], inv), levels));
-    }
-    quad[k] =
-        _mm256_or_si256(_mm256_or_si256(v[0], _mm256_slli_epi32(v[1], 8)),
-                        _mm256_or_si256(_mm256_slli_epi32(v[2], 16), _mm256_slli_epi32(v[3], 24)));
+  for (int k = 0; k < 16; ++k) {
+    const __m256i lo = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_mul_ps(h[2 * k], inv), levels));
+    const __m256i hi = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_mul_ps(h[2 * k + 1], inv), levels));
+    pair[k] = _mm256_or_si256(lo, _mm256_slli_epi32(hi, 16));  // both in [0, 32767]
   }
   return _mm256_div_ps(top_of_row, levels);
 }
@@ -807,8 +805,8 @@ __attribute__((target("avx2"))) inline __m256 QuantiseLanes(const __m256* h, __m
 // RowsAvx2 for the common shape, every hidden layer at most 32 wide (in_padded 32), 8 rows at
 // a time, one per lane: each step works on 8 rows at once, so there is no horizontal step and
 // the rows' chains of work run side by side. A layer's output o for the 8 rows is one
-// register; an INT8 layer is, per output, 8 DotQuads of the rows' quads with that output's
-// weight quad broadcast. The same arithmetic as RowsPortable, bit for bit.
+// register; an INT8 layer is, per output, 16 DotPairs of the rows' pairs with that output's
+// weight pair broadcast. The same arithmetic as RowsPortable, bit for bit.
 template <Dot kDot>
 __attribute__((target("avx2,fma"))) void Rows32(const KernelNet& net, const char* rows,
                                                 size_t stride, size_t n, LinkHalves halves,
@@ -859,23 +857,21 @@ __attribute__((target("avx2,fma"))) void Rows32(const KernelNet& net, const char
           top = _mm256_max_ps(top, h[o]);
         }
       }
-      __m256i quad[8];
-      __m256 sx = QuantiseLanes(h, top, quad);
+      __m256i pair[16];
+      __m256 sx = QuantiseLanes(h, top, pair);
       for (size_t li = 0; li < hidden; ++li) {
         const KernelLayer& l = net.layers[li];
         top = zero;
-        // Eight outputs at a time, their eight chains of DotQuads interleaved: a vpdpbusd
-        // waits ~5 cycles for its accumulator and two can start per cycle, so fewer chains
-        // leave the unit idle. int32 sums do not depend on the order.
-        for (int o = 0; o < 32; o += 8) {
-          __m256i acc[8];
-          for (__m256i& a : acc) a = _mm256_setzero_si256();
-          for (int k = 0; k < 8; ++k) {
-            for (int i = 0; i < 8; ++i) {
-              acc[i] = DotQuads<kDot>(acc[i], quad[k], l.broadcast + ((o + i) * 8 + k) * 32);
+        // Four outputs at a time, their four chains of DotPairs interleaved.
+        for (int o = 0; o < 32; o += 4) {
+          __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                            _mm256_setzero_si256()};
+          for (int k = 0; k < 16; ++k) {
+            for (int i = 0; i < 4; ++i) {
+              acc[i] = DotPairs<kDot>(acc[i], pair[k], l.broadcast + ((o + i) * 16 + k) * 16);
             }
           }
-          for (int i = 0; i < 8; ++i) {
+          for (int i = 0; i < 4; ++i) {
             const __m256 y = _mm256_fmadd_ps(
                 _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_set1_ps(l.scale[o + i])), sx,
                 _mm256_set1_ps(l.bias[o + i]));
@@ -883,15 +879,10 @@ __attribute__((target("avx2,fma"))) void Rows32(const KernelNet& net, const char
             top = _mm256_max_ps(top, h[o + i]);
           }
         }
-        sx = QuantiseLanes(h, top, quad);
+        sx = QuantiseLanes(h, top, pair);
       }
-      // The last layer's one output in two chains (even and odd quads).
-      __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
-      for (int k = 0; k < 8; k += 2) {
-        even = DotQuads<kDot>(even, quad[k], last.broadcast + k * 32);
-        odd = DotQuads<kDot>(odd, quad[k + 1], last.broadcast + (k + 1) * 32);
-      }
-      const __m256i acc = _mm256_add_epi32(even, odd);
+      __m256i acc = _mm256_setzero_si256();
+      for (int k = 0; k < 16; ++k) acc = DotPairs<kDot>(acc, pair[k], last.broadcast + k * 16);
       _mm256_store_ps(out, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc),
                                                          _mm256_set1_ps(last.scale[0])),
                                            sx, _mm256_set1_ps(last.bias[0])));
@@ -1021,7 +1012,7 @@ void QuantizedPolicyModel::Run(const char* rows, size_t stride, size_t n, const 
   const KernelNet net{out1_padded_, relu1_, w1_.data(), b1_.data(), wide1_.data(), layers};
   // Thread-local: the kernels run with no allocation after the first call on a thread.
   thread_local std::vector<float> a, b, sx;
-  thread_local std::vector<uint8_t> q;
+  thread_local std::vector<int16_t> q;
   thread_local std::vector<uint32_t> slot;
   const size_t block = static_cast<size_t>(kBlock) * widest_;
   a.assign(block, 0);
