@@ -452,6 +452,30 @@ INSTANTIATE_TEST_SUITE_P(Offload, TcpTest, ::testing::Bool(),
 
 // Datagrams to a data plane's port from outside the overlay (plain UDP, a wrong key) are
 // dropped and counted; forwarding goes on.
+// Adds key id 1, every byte `fill`, to `ring`.
+void AddKey(net::OverlayKeyRing& ring, uint8_t fill) {
+  net::OverlayKeyBytes k;
+  k.fill(fill);
+  const absl::Status added = ring.Add(1, k);
+  if (!added.ok()) ADD_FAILURE() << added;
+}
+
+// A plain UDP socket in node `n`'s namespace on `address` (any port), not the data plane's:
+// an outsider's or a flooder's. With a send buffer of `send_buffer_bytes` if > 0. Empty (and
+// the test failed) if it cannot be made.
+std::optional<net::UdpSocket> PlainSocketIn(const NamespaceLab& lab, NodeId n, const char* address,
+                                            int send_buffer_bytes = 0) {
+  std::optional<net::UdpSocket> out;
+  const absl::Status made = net::RunInNamespace(lab.ns(n), [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(net::UdpSocket s, net::UdpSocket::Bind({*net::ParseIpv4Address(address), 0}));
+    if (send_buffer_bytes > 0) RETURN_IF_ERROR(s.SetBufferBytes(0, send_buffer_bytes));
+    out.emplace(std::move(s));
+    return absl::OkStatus();
+  });
+  if (!made.ok()) ADD_FAILURE() << made;
+  return out;
+}
+
 TEST(DataplaneNamespaceTest, OutsidersAreDroppedAndCounted) {
   SKIP_UNLESS_ROOT();
   NamespaceLab lab("o", 2, {{0, 1}});
@@ -460,22 +484,15 @@ TEST(DataplaneNamespaceTest, OutsidersAreDroppedAndCounted) {
   lab.InstallRouting(ComputeStaticTables(lab.topology()));
   ASSERT_TRUE(lab.WaitForProbes());
   // A socket in A's namespace that is not the data plane: plain UDP to B's port 7000.
-  std::optional<net::UdpSocket> outsider;
-  ASSERT_TRUE(net::RunInNamespace(lab.ns(0), [&]() -> absl::Status {
-                ASSIGN_OR_RETURN(net::UdpSocket s,
-                                 net::UdpSocket::Bind({*net::ParseIpv4Address("10.88.0.1"), 0}));
-                outsider.emplace(std::move(s));
-                return absl::OkStatus();
-              }).ok());
+  std::optional<net::UdpSocket> outsider = PlainSocketIn(lab, 0, "10.88.0.1");
+  ASSERT_TRUE(outsider.has_value());
   const net::Ipv4Endpoint b_port{*net::ParseIpv4Address("10.88.0.2"), 7000};
   const std::string plain = "GET / HTTP/1.0\r\n\r\n and some more bytes to pass the size check";
   SendTo(*outsider,
          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(plain.data()), plain.size()), b_port);
   // A well-formed overlay datagram sealed with a key the overlay does not use.
   net::OverlayKeyRing wrong;
-  net::OverlayKeyBytes k;
-  k.fill(0x13);
-  ASSERT_TRUE(wrong.Add(1, k).ok());
+  AddKey(wrong, 0x13);
   net::OverlayHeader h;
   h.source = 0;
   h.destination = 1;
@@ -517,20 +534,13 @@ TEST(DataplaneNamespaceTest, FloodedLinkStaysUpAndAnswersProbes) {
   ASSERT_TRUE(lab.WaitForProbes());
 
   // The flooder: a socket of A's namespace on A's end of the link, not the data plane's.
-  std::optional<net::UdpSocket> flooder;
-  ASSERT_TRUE(net::RunInNamespace(lab.ns(0), [&]() -> absl::Status {
-                ASSIGN_OR_RETURN(net::UdpSocket s,
-                                 net::UdpSocket::Bind({*net::ParseIpv4Address("10.88.0.1"), 0}));
-                RETURN_IF_ERROR(s.SetBufferBytes(0, 8 << 20));
-                flooder.emplace(std::move(s));
-                return absl::OkStatus();
-              }).ok());
-  // Batches of 46 datagrams of 1,400 bytes, sealed with the overlay's key, from B's view on the way
-  // to A (B forwards them back over the link; A drops their non-IP payload after checking the tag).
+  std::optional<net::UdpSocket> flooder = PlainSocketIn(lab, 0, "10.88.0.1", 8 << 20);
+  ASSERT_TRUE(flooder.has_value());
+  // Messages of 4 datagrams of 1,400 bytes (GSO), sealed with the overlay's key (0x42), from B's
+  // view on the way to A (B forwards them back over the link; A drops their non-IP payload after
+  // checking the tag).
   net::OverlayKeyRing keys;
-  net::OverlayKeyBytes k;
-  k.fill(0x42);
-  ASSERT_TRUE(keys.Add(1, k).ok());
+  AddKey(keys, 0x42);
   net::OverlayHeader h;
   h.source = 0;
   h.destination = 0;

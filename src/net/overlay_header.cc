@@ -433,37 +433,14 @@ void ParseOverlayBatch(absl::Span<const absl::Span<const uint8_t>> datagrams,
 
 OverlayStatus ParseOverlay(absl::Span<const uint8_t> datagram, const OverlayKeyRing& keys,
                            OverlayPacket* out) {
-  const uint8_t* p = datagram.data();
-  const size_t n = datagram.size();
-  if (n < kOverlayOverheadBytes) return OverlayStatus::kTooShort;
-  if (p[kVersionAt] != kOverlayVersion) return OverlayStatus::kBadVersion;
-  const uint8_t type = p[kTypeAt];
-  if (!KnownType(type)) return OverlayStatus::kUnknownType;
-  if (p[kClassAt] > static_cast<uint8_t>(TrafficClass::kBulk)) {
-    return OverlayStatus::kBadTrafficClass;
+  const OverlayKey* key = nullptr;
+  if (const OverlayStatus s = CheckBeforeTag(datagram, keys, &key); s != OverlayStatus::kOk) {
+    return s;
   }
-  const size_t length = Load16(p + kLengthAt);
-  if (OverlayDatagramSize(length) != n) return OverlayStatus::kBadLength;
-  if (const size_t required = RequiredPayload(type); required != 0 && length != required) {
-    return OverlayStatus::kBadLength;
-  }
-  const uint32_t key_id = Load32(p + kKeyIdAt);
-  const OverlayKey* key = keys.Find(key_id);
-  if (key == nullptr) return OverlayStatus::kUnknownKeyId;
-  const size_t covered = kOverlayHeaderBytes + length;
+  const size_t covered = datagram.size() - kOverlayTagBytes;
   uint8_t tag[kOverlayTagBytes];
-  key->MakeTag(p + kCoveredFrom, covered - kCoveredFrom, tag);
-  if (sodium_memcmp(tag, p + covered, kOverlayTagBytes) != 0) return OverlayStatus::kBadTag;
-  if (p[kHopLimitAt] == 0) return OverlayStatus::kHopLimitExhausted;
-  out->header.type = static_cast<OverlayType>(type);
-  out->header.traffic_class = static_cast<TrafficClass>(p[kClassAt]);
-  out->header.hop_limit = p[kHopLimitAt];
-  out->header.source = Load32(p + kSourceAt);
-  out->header.destination = Load32(p + kDestinationAt);
-  out->header.flow_hash = Load32(p + kFlowHashAt);
-  out->key_id = key_id;
-  out->payload = datagram.subspan(kOverlayHeaderBytes, length);
-  return OverlayStatus::kOk;
+  key->MakeTag(datagram.data() + kCoveredFrom, covered - kCoveredFrom, tag);
+  return FinishParse(datagram, tag, out);
 }
 
 OverlayStatus ForwardOverlay(absl::Span<uint8_t> datagram) {
