@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include "control/certs.h"
 #include "core/status_macros.h"
@@ -76,15 +75,6 @@ LinkSample ToLinkSample(const v1::LinkSample& s, DataRate capacity, Time receive
   x.queue_bytes = s.queue_bytes();
   x.up = s.up();
   return x;
-}
-
-// The "checksum" field of a model file that LearnedPolicy::Load accepted, for the admin view
-// (the model does not keep it); empty if it cannot be read.
-std::string ModelChecksum(const std::string& path) {
-  std::ifstream in(path);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("checksum") || !j["checksum"].is_string()) return "";
-  return j["checksum"].get<std::string>();
 }
 
 bool SameOverlay(const ControllerConfig& a, const ControllerConfig& b) {
@@ -187,7 +177,7 @@ ControllerCore::LoadedModel ControllerCore::LoadModel(const ControllerConfig& co
   out.view.set_created_by(m.created_by);
   out.view.set_seed(m.seed);
   out.view.set_format_version(learn::kModelFormatVersion);
-  out.view.set_checksum(ModelChecksum(p.policy_model));
+  out.view.set_checksum(learn::PolicyModelChecksum(m));
   out.view.set_loaded_unix_ns(clock_.UnixNanos());
   RecordEvent("policy_model_loaded", "",
               fmt::format("{}, checksum {}", (*policy)->Describe(), out.view.checksum()));

@@ -62,25 +62,6 @@ class Fnv1a64 {
   uint64_t h_ = 0xcbf29ce484222325ULL;
 };
 
-// The checksum of the model's numbers, in file order: format_version and seed (int64), each
-// feature_mean and feature_scale (float32), per layer in and out (int64), weight and bias
-// (float32), and min_weight (float64); all little-endian.
-std::string ModelChecksum(const PolicyModel& m) {
-  Fnv1a64 h;
-  h.Int(kModelFormatVersion);
-  h.Int(static_cast<int64_t>(m.seed));
-  h.Floats(m.feature_mean);
-  h.Floats(m.feature_scale);
-  for (const DenseLayer& l : m.layers) {
-    h.Int(l.in);
-    h.Int(l.out);
-    h.Floats(l.weight);
-    h.Floats(l.bias);
-  }
-  h.Double(m.min_weight);
-  return fmt::format("fnv1a64:{:016x}", h.value());
-}
-
 absl::Status Refused(const std::string& path, const std::string& why) {
   return absl::InvalidArgumentError(fmt::format("model file {}: {}", path, why));
 }
@@ -150,6 +131,25 @@ float QuantiseWeights(const float* w, int n, int16_t* q) {
 }
 
 }  // namespace
+
+// Over the numbers in file order: format_version and seed (int64), each feature_mean and
+// feature_scale (float32), per layer in and out (int64), weight and bias (float32), and
+// min_weight (float64); all little-endian.
+std::string PolicyModelChecksum(const PolicyModel& m) {
+  Fnv1a64 h;
+  h.Int(kModelFormatVersion);
+  h.Int(static_cast<int64_t>(m.seed));
+  h.Floats(m.feature_mean);
+  h.Floats(m.feature_scale);
+  for (const DenseLayer& l : m.layers) {
+    h.Int(l.in);
+    h.Int(l.out);
+    h.Floats(l.weight);
+    h.Floats(l.bias);
+  }
+  h.Double(m.min_weight);
+  return fmt::format("fnv1a64:{:016x}", h.value());
+}
 
 absl::Status PolicyModel::Validate() const {
   if (feature_mean.size() != kPolicyFeatures || feature_scale.size() != kPolicyFeatures) {
@@ -298,7 +298,7 @@ absl::StatusOr<PolicyModel> LoadPolicyModel(const std::string& path) {
   if (checksum == j.end() || !checksum->is_string()) {
     return Refused(path, "\"checksum\": missing");
   }
-  const std::string want = ModelChecksum(m);
+  const std::string want = PolicyModelChecksum(m);
   if (checksum->get<std::string>() != want) {
     return Refused(path, fmt::format("checksum {} does not match its numbers ({}): the file was "
                                      "cut short or edited",
@@ -349,7 +349,7 @@ absl::Status SavePolicyModel(const PolicyModel& model, const std::string& path) 
   }
   j["layers"] = std::move(layers);
   j["min_weight"] = model.min_weight;
-  j["checksum"] = ModelChecksum(model);
+  j["checksum"] = PolicyModelChecksum(model);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);

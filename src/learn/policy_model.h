@@ -92,6 +92,9 @@ struct PolicyModel {
   absl::Status Validate() const;
 };
 
+// The checksum a model file carries for `model`'s numbers: "fnv1a64:<16 hex digits>".
+std::string PolicyModelChecksum(const PolicyModel& model);
+
 // Reads and checks a model file (see the top comment); errors name `path`.
 absl::StatusOr<PolicyModel> LoadPolicyModel(const std::string& path);
 // Writes `model` with its checksum, atomically (a temporary file, then rename).
