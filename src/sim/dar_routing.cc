@@ -235,11 +235,10 @@ absl::StatusOr<ControlPlanePtr> MakeDarLearned(YamlReader& p, const ConfigContex
       path.string(), precision == "int8" ? learn::LearnedPolicy::Precision::kInt8
                                          : learn::LearnedPolicy::Precision::kFloat);
   if (policy.ok() && audit == "float") {
-    // The same file again, in FP32: it loaded once, so it loads now.
-    absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> reference =
-        learn::LearnedPolicy::Load(path.string(), learn::LearnedPolicy::Precision::kFloat);
-    if (!reference.ok()) return reference.status();
-    c.audit = std::make_shared<learn::AuditedPolicy>(std::move(*policy), std::move(*reference));
+    // The same model, in FP32 (not read from the file a second time).
+    auto reference = std::make_unique<learn::LearnedPolicy>(
+        (*policy)->model(), path.string(), learn::LearnedPolicy::Precision::kFloat);
+    c.audit = std::make_shared<learn::AuditedPolicy>(std::move(*policy), std::move(reference));
     c.weight_policy = c.audit;
   } else if (policy.ok()) {
     c.weight_policy = std::move(*policy);
