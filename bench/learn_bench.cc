@@ -2,13 +2,14 @@
 // cycle, and a full RouteComputer cycle on a k=16 fat-tree without a policy, with the INT8
 // one and with the FP32 one (features, inference, checks and the new tables included), with
 // the links' load held (what is unchanged can be shared) and moving (a new sample on every
-// link before each cycle). The model is random with dar-train's default shape: 11 features ->
-// 32 -> 32 -> 1 (ReLU). One core.
+// link before each cycle), on one thread and on two (the classes side by side). The model is
+// random with dar-train's default shape: 11 features -> 32 -> 32 -> 1 (ReLU).
 //   ./build/bench/learn_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -55,11 +56,13 @@ void ObserveRandomLoad(RouteComputer& rc, Random& rng) {
   }
 }
 
-// A k=16 fat-tree route computer whose links carry random load.
-std::unique_ptr<RouteComputer> LoadedComputer() {
+// A k=16 fat-tree route computer whose links carry random load, its cycle on `threads`.
+std::unique_ptr<RouteComputer> LoadedComputer(int threads = 1) {
   FatTreeParams p;
   p.k = 16;
-  auto rc = std::make_unique<RouteComputer>(FatTree(p), RouteComputerConfig());
+  RouteComputerConfig config;
+  config.threads = threads;
+  auto rc = std::make_unique<RouteComputer>(FatTree(p), config);
   Random rng(7);
   ObserveRandomLoad(*rc, rng);
   return rc;
@@ -155,9 +158,11 @@ void BM_Int8AgreesWithFloat(benchmark::State& state) {
 }
 BENCHMARK(BM_Int8AgreesWithFloat)->Iterations(1)->Unit(benchmark::kMillisecond);
 
-// A full cycle (both classes, every destination). Arg: 0 no policy, 1 INT8, 2 FP32.
+// A full cycle (both classes, every destination). Args: 0 no policy, 1 INT8, 2 FP32; the
+// cycle's threads (RouteComputerConfig::threads; 2: the classes side by side). Wall time:
+// with 2 threads the CPU time of the benchmark's own thread says little.
 void BM_FullCycleK16(benchmark::State& state) {
-  std::unique_ptr<RouteComputer> rc = LoadedComputer();
+  std::unique_ptr<RouteComputer> rc = LoadedComputer(static_cast<int>(state.range(1)));
   if (state.range(0) > 0) {
     rc->set_weight_policy(std::make_shared<learn::LearnedPolicy>(
         DefaultShapeModel(), "bench",
@@ -168,15 +173,19 @@ void BM_FullCycleK16(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(rc->Cycle(true));
   state.counters["policy_failures"] = static_cast<double>(rc->stats().policy_failures);
   static const char* kNames[] = {"analytic", "int8", "float"};
-  state.SetLabel(kNames[state.range(0)]);
+  state.SetLabel(std::string(kNames[state.range(0)]) + ", " + std::to_string(state.range(1)) +
+                 (state.range(1) == 1 ? " thread" : " threads"));
 }
-BENCHMARK(BM_FullCycleK16)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FullCycleK16)
+    ->ArgsProduct({{0, 1, 2}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // As BM_FullCycleK16, but every link reports a new random sample before each cycle (not
 // timed), so that no row's inputs stay as they were: the cost under churn, where nothing
-// that depends on last cycle's inputs can be reused. Arg: 0 no policy, 1 INT8.
+// that depends on last cycle's inputs can be reused. Args: 0 no policy, 1 INT8; threads.
 void BM_FullCycleK16Moving(benchmark::State& state) {
-  std::unique_ptr<RouteComputer> rc = LoadedComputer();
+  std::unique_ptr<RouteComputer> rc = LoadedComputer(static_cast<int>(state.range(1)));
   if (state.range(0) > 0) {
     rc->set_weight_policy(std::make_shared<learn::LearnedPolicy>(
         DefaultShapeModel(), "bench", learn::LearnedPolicy::Precision::kInt8));
@@ -190,9 +199,13 @@ void BM_FullCycleK16Moving(benchmark::State& state) {
     benchmark::DoNotOptimize(rc->Cycle(true));
   }
   state.counters["policy_failures"] = static_cast<double>(rc->stats().policy_failures);
-  state.SetLabel(state.range(0) == 0 ? "analytic" : "int8");
+  state.SetLabel(std::string(state.range(0) == 0 ? "analytic" : "int8") + ", " +
+                 std::to_string(state.range(1)) + (state.range(1) == 1 ? " thread" : " threads"));
 }
-BENCHMARK(BM_FullCycleK16Moving)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FullCycleK16Moving)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace dar

@@ -126,6 +126,9 @@ absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& r
   ASSIGN_OR_RETURN(c.full_every, loc.Key(node, "full_every",
                                          r.Optional<int>("full_every", c.full_every,
                                                          Bounds::InRange(1, 1000000))));
+  ASSIGN_OR_RETURN(c.threads, loc.Key(node, "cycle_threads",
+                                      r.Optional<int>("cycle_threads", c.threads,
+                                                      Bounds::InRange(1, kTrafficClasses))));
   ASSIGN_OR_RETURN(
       c.scales.reference_delay,
       loc.Key(node, "reference_delay",
@@ -293,6 +296,9 @@ RouteComputerConfig DefaultControllerRoutes() {
   // The underlay may be slower than configured (a shaper, a policer, a congested provider):
   // trust queueing, loss and delivered throughput over configured capacities.
   c.measured_links = true;
+  // The two traffic classes side by side: a controller has the cores, and a cycle with the
+  // learned policy on a large fabric needs them (README, "The learned policy").
+  c.threads = 2;
   return c;
 }
 

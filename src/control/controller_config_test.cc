@@ -39,6 +39,7 @@ policy:
   hysteresis: 0.1
   min_cost_change: 0.1
   full_every: 20
+  cycle_threads: 1
   forwarding_mode: per_packet
   reference_delay_us: 300
   latency_weights: {utilisation: 0.7}
@@ -92,6 +93,7 @@ TEST(ControllerConfigTest, ParsesEveryField) {
   EXPECT_EQ(r.diffusion.hysteresis, 0.1);
   EXPECT_EQ(r.min_cost_change, 0.1);
   EXPECT_EQ(r.full_every, 20);
+  EXPECT_EQ(r.threads, 1);
   EXPECT_EQ(r.scales.reference_delay, Microseconds(300));
   EXPECT_EQ(r.latency.utilisation, 0.7);
   EXPECT_EQ(r.latency.loss, 1);  // default kept
@@ -112,6 +114,7 @@ TEST(ControllerConfigTest, DefaultsForOptionalFields) {
   EXPECT_EQ(c->probe_interval, Milliseconds(100));
   EXPECT_EQ(c->policy.forwarding_mode, ForwardingMode::kPerFlowlet);
   EXPECT_EQ(c->policy.routes.horizon_periods, 300);
+  EXPECT_EQ(c->policy.routes.threads, 2);  // the classes side by side
   EXPECT_TRUE(c->http.empty());
   EXPECT_TRUE(c->trust_domain.empty());
   EXPECT_EQ(c->tls.cert_file, "c");
@@ -152,11 +155,12 @@ TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
        "give only one of capacity_bps"},
       {With("delay_us: 500", "delay_us: 0"), "ctl.yaml:20: links[1].delay_us"},
       {With("forwarding_mode: per_packet", "forwarding_mode: sprinkle"),
-       "ctl.yaml:28: policy.forwarding_mode"},
+       "ctl.yaml:29: policy.forwarding_mode"},
       {With("temperature: 0.2", "temperature: -1"), "ctl.yaml:24: policy.temperature"},
+      {With("cycle_threads: 1", "cycle_threads: 3"), "ctl.yaml:28: policy.cycle_threads"},
       {With("latency_weights: {utilisation: 0.7}",
             "latency_weights: {utilisation: 0.7, colour: 1}"),
-       "ctl.yaml:30: policy.latency_weights.colour: unknown key"},
+       "ctl.yaml:31: policy.latency_weights.colour: unknown key"},
       {With("bulk_weights: {capacity: 2}", "bulk_weights: {hop: 0}"),
        "policy.bulk_weights.hop: must be > 0"},
       {With("log_level: debug", "log_level: loud"), "ctl.yaml:7: log_level"},

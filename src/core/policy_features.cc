@@ -6,12 +6,17 @@
 #include <cstdlib>
 #include <limits>
 
+#include "core/parallel.h"
+#include "core/vector_exp.h"
+
 namespace dar {
 namespace {
 
 // kFeatAnalyticLogit's floor when min_weight is 0 (ln 0 is no feature).
 constexpr double kSmallestLogitWeight = 1e-6;
 constexpr double kFeatureCap = 10;  // kFeatLinkQueue and kFeatLinkLoss
+// kFeatPathDelayRatio's argument at most (LogPositive takes finite arguments only).
+constexpr double kLargestRatio = 1e300;
 
 double LinkDelaySeconds(const LinkState& s) { return ToSeconds(s.propagation + s.queueing); }
 
@@ -46,8 +51,8 @@ void PolicyFeatureBuilder::LinkTerms(const PolicyInputs& in) {
   }
 }
 
-const std::vector<NodeId>& PolicyFeatureBuilder::NodesOfRows(const DestinationTable& table,
-                                                             int nodes) {
+const std::vector<NodeId>& PolicyFeatureBuilder::ClassRows::NodesOfRows(
+    const DestinationTable& table, int nodes) {
   const std::shared_ptr<const DestinationTable::RowMap>& map = table.row_map();
   if (map == row_map_ && nodes_ == nodes) {
     return node_of_row_;
@@ -69,7 +74,7 @@ const std::vector<NodeId>& PolicyFeatureBuilder::NodesOfRows(const DestinationTa
   return node_of_row_;
 }
 
-void PolicyFeatureBuilder::NewDestination(int nodes) {
+void PolicyFeatureBuilder::ClassRows::NewDestination(int nodes) {
   if (mark_.size() != static_cast<size_t>(nodes) ||
       done_ >= std::numeric_limits<uint32_t>::max() - 2) {
     mark_.assign(nodes, 0);
@@ -83,8 +88,10 @@ void PolicyFeatureBuilder::NewDestination(int nodes) {
   done_ += 2;
 }
 
-void PolicyFeatureBuilder::Onward(const DestinationTable& table, const DiffusionEngine& engine,
-                                  NodeId d, NodeId node, bool loss) {
+void PolicyFeatureBuilder::ClassRows::Onward(const DestinationTable& table,
+                                             const DiffusionEngine& engine,
+                                             absl::Span<const LinkTerm> links, NodeId d,
+                                             NodeId node, bool loss) {
   // Depth first: a node is done once every next hop of it is (each next hop has a lower
   // potential, so there is no cycle to follow). A node that is the destination, has no next
   // hop or cannot reach d gets 0 and 0.
@@ -106,21 +113,21 @@ void PolicyFeatureBuilder::Onward(const DestinationTable& table, const Diffusion
       }
       mark_[v] = open_;
       for (const NextHop& h : row) {
-        const NodeId u = links_[h.link].to;
+        const NodeId u = links[h.link].to;
         if (mark_[u] != done_ && mark_[u] != open_) stack_.push_back(u);
       }
       continue;
     }
     double delay = 0;
     for (const NextHop& h : row) {
-      const LinkTerm& t = links_[h.link];
+      const LinkTerm& t = links[h.link];
       delay += h.weight * (t.delay_s + delay_[t.to]);
     }
     delay_[v] = delay;
     if (loss) {
       double delivered = 0;
       for (const NextHop& h : row) {
-        const LinkTerm& t = links_[h.link];
+        const LinkTerm& t = links[h.link];
         delivered += h.weight * t.delivered * (1 - loss_[t.to]);
       }
       loss_[v] = std::clamp(1 - delivered, 0.0, 1.0);
@@ -130,108 +137,149 @@ void PolicyFeatureBuilder::Onward(const DestinationTable& table, const Diffusion
   }
 }
 
-void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch) {
-  // clear() keeps the vectors' capacity: a steady cycle allocates nothing.
-  batch.decisions.clear();
-  batch.candidates.clear();
-  batch.rewards.clear();
+void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int threads) {
+  const int classes = static_cast<int>(in.tables.size());
+  const int nodes = in.topology->num_nodes();
+  LinkTerms(in);
+  classes_.resize(classes);
+  // Each class's share of the batch first, so that each can fill its own range.
+  std::vector<std::pair<size_t, size_t>> first(classes + 1);
+  for (int cls = 0; cls < classes; ++cls) {
+    const auto [decisions, candidates] = classes_[cls].Count(*in.tables[cls], nodes);
+    first[cls + 1] = {first[cls].first + decisions, first[cls].second + candidates};
+  }
+  // Fill writes every field of every element, so the vectors are only resized: a steady
+  // cycle neither allocates nor clears.
+  batch.decisions.resize(first[classes].first);
+  batch.candidates.resize(first[classes].second);
+  batch.rewards.resize(in.reward_terms ? first[classes].second : 0);
+  RunEach(classes, threads, [&](int cls) {
+    classes_[cls].Fill(in, cls, links_, first[cls].first, first[cls].second, batch);
+  });
+}
+
+std::pair<size_t, size_t> PolicyFeatureBuilder::ClassRows::Count(const RoutingTables& tables,
+                                                                 int nodes) {
+  size_t decisions = 0, candidates = 0;
+  for (NodeId d : tables.destinations()) {
+    const DestinationTable* table = tables.Table(d);
+    if (table == nullptr) continue;
+    const size_t rows = NodesOfRows(*table, nodes).size();
+    const std::vector<DestinationTable::BlockPtr>& blocks = table->blocks();
+    for (size_t index = 0; index < rows; ++index) {
+      const DestinationTable::Block& block = *blocks[index / DestinationTable::kRowsPerBlock];
+      const size_t r = index % DestinationTable::kRowsPerBlock;
+      const uint32_t hops = block.offsets[r + 1] - block.offsets[r];
+      if (hops < 2) continue;
+      ++decisions;
+      candidates += hops;
+    }
+  }
+  return {decisions, candidates};
+}
+
+void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
+                                           absl::Span<const LinkTerm> links, size_t decision,
+                                           size_t candidate, PolicyBatch& batch) {
   const Topology& topo = *in.topology;
   const int nodes = topo.num_nodes();
-  const double floor = std::log(std::max(in.min_weight, kSmallestLogitWeight));
-  LinkTerms(in);
-  double last_weight = std::numeric_limits<double>::quiet_NaN();  // and its feature:
-  float last_logit = 0;
-  for (size_t cls = 0; cls < in.tables.size(); ++cls) {
-    const RoutingTables& tables = *in.tables[cls];
-    const RoutingTables* previous = in.previous[cls];
-    const DiffusionEngine& engine = *in.engines[cls];
-    for (NodeId d : tables.destinations()) {
-      const DestinationTable* table = tables.Table(d);
-      if (table == nullptr) continue;
-      const DestinationTable* before =
-          previous != nullptr && previous->IsDestination(d) ? previous->Table(d) : nullptr;
-      bool started = false;  // the walks toward d (on its first row with a choice)
-      float load = 0;
-      // Row by row through the table's blocks (rows are in node order), not node by node:
-      // most nodes of a fabric are hosts, which have no row.
-      const std::vector<NodeId>& node_of_row = NodesOfRows(*table, nodes);
-      const std::vector<DestinationTable::BlockPtr>& blocks = table->blocks();
-      for (size_t index = 0; index < node_of_row.size(); ++index) {
-        const DestinationTable::Block& block = *blocks[index / DestinationTable::kRowsPerBlock];
-        const size_t r = index % DestinationTable::kRowsPerBlock;
-        const uint32_t hops = block.offsets[r + 1] - block.offsets[r];
-        if (hops < 2) continue;
-        const absl::Span<const NextHop> row(block.hops.data() + block.offsets[r], hops);
-        const NodeId v = node_of_row[index];
-        if (!started) {
-          started = true;
-          NewDestination(nodes);
-          double sum = 0;
-          const std::vector<LinkId>& into = topo.node(d).in_links;
-          for (LinkId l : into) sum += in.present_utilisation[l];
-          load = static_cast<float>(
-              into.empty() ? 0 : std::clamp(sum / static_cast<double>(into.size()), 0.0, 1.0));
-        }
-        for (const NextHop& h : row) {
-          const NodeId u = links_[h.link].to;
-          if (!IsDone(u)) Onward(*table, engine, d, u, in.reward_terms);
-        }
-        const absl::Span<const NextHop> old =
-            before != nullptr ? before->At(v) : absl::Span<const NextHop>();
-        PolicyDecision& decision = batch.decisions.emplace_back();
-        decision.node = v;
-        decision.destination = d;
-        decision.cls = static_cast<int>(cls);
-        decision.first = static_cast<uint32_t>(batch.candidates.size());
-        decision.count = static_cast<uint32_t>(row.size());
-        double best_delay = std::numeric_limits<double>::infinity();
-        int64_t widest = 0;
-        for (const NextHop& h : row) {
-          const LinkTerm& t = links_[h.link];
-          best_delay = std::min(best_delay, t.delay_s + delay_[t.to]);
-          widest = std::max(widest, t.capacity);
-        }
-        const float inverse_count = 1.0f / static_cast<float>(row.size());
-        for (const NextHop& h : row) {
-          const LinkTerm& t = links_[h.link];
-          const double path_delay = t.delay_s + delay_[t.to];
-          PolicyCandidate& c = batch.candidates.emplace_back();
-          c.link = h.link;
-          c.analytic_weight = h.weight;
-          double prev = 0;
-          for (const NextHop& p : old) {
-            if (p.link == h.link) prev = p.weight;
-          }
-          auto& f = c.features;
-          // The logs are a good share of the cost: one is skipped where its value is known
-          // (a weight equal to the one before, as in a row of equal weights; ln 1 is 0).
-          if (h.weight != last_weight) {
-            last_weight = h.weight;
-            last_logit = static_cast<float>(std::max(std::log(h.weight), floor));
-          }
-          f[kFeatAnalyticLogit] = last_logit;
-          // A zero delay (no propagation, no queue, the destination next door) compares as
-          // equal to another zero delay.
-          f[kFeatPathDelayRatio] = best_delay > 0 && path_delay != best_delay
-                                       ? static_cast<float>(std::log(path_delay / best_delay))
-                                       : 0.0f;
-          f[kFeatLinkDelay] = t.features[0];
-          f[kFeatLinkQueue] = t.features[1];
-          f[kFeatLinkLoss] = t.features[2];
-          f[kFeatLinkUtilisation] = t.features[3];
-          f[kFeatLinkUtilisationNow] = t.features[4];
-          f[kFeatCapacityShare] = widest > 0 ? static_cast<float>(static_cast<double>(t.capacity) /
-                                                                  static_cast<double>(widest))
-                                             : 1.0f;
-          f[kFeatDestinationLoad] = load;
-          f[kFeatPreviousWeight] = static_cast<float>(std::clamp(prev, 0.0, 1.0));
-          f[kFeatInverseCount] = inverse_count;
-          if (in.reward_terms) {
-            batch.rewards.push_back(PolicyRewardTerms{
-                path_delay, std::clamp(1 - t.delivered * (1 - loss_[t.to]), 0.0, 1.0), t.queue_s});
-          }
-        }
+  const double floor_weight = std::max(in.min_weight, kSmallestLogitWeight);
+  const double floor = std::log(floor_weight);
+  const RoutingTables& tables = *in.tables[cls];
+  const RoutingTables* previous = in.previous[cls];
+  const DiffusionEngine& engine = *in.engines[cls];
+  for (NodeId d : tables.destinations()) {
+    const DestinationTable* table = tables.Table(d);
+    if (table == nullptr) continue;
+    const DestinationTable* before =
+        previous != nullptr && previous->IsDestination(d) ? previous->Table(d) : nullptr;
+    bool started = false;  // the walks toward d (on its first row with a choice)
+    float load = 0;
+    // The logarithms' arguments of d's candidates (weight, delay ratio), taken in one vector
+    // pass once d's rows are done: a scalar log per feature was a good share of a cycle.
+    const size_t first_of_d = candidate;
+    logs_.clear();
+    // Row by row through the table's blocks (rows are in node order), not node by node:
+    // most nodes of a fabric are hosts, which have no row.
+    const std::vector<NodeId>& node_of_row = NodesOfRows(*table, nodes);
+    const std::vector<DestinationTable::BlockPtr>& blocks = table->blocks();
+    for (size_t index = 0; index < node_of_row.size(); ++index) {
+      const DestinationTable::Block& block = *blocks[index / DestinationTable::kRowsPerBlock];
+      const size_t r = index % DestinationTable::kRowsPerBlock;
+      const uint32_t hops = block.offsets[r + 1] - block.offsets[r];
+      if (hops < 2) continue;
+      const absl::Span<const NextHop> row(block.hops.data() + block.offsets[r], hops);
+      const NodeId v = node_of_row[index];
+      if (!started) {
+        started = true;
+        NewDestination(nodes);
+        double sum = 0;
+        const std::vector<LinkId>& into = topo.node(d).in_links;
+        for (LinkId l : into) sum += in.present_utilisation[l];
+        load = static_cast<float>(
+            into.empty() ? 0 : std::clamp(sum / static_cast<double>(into.size()), 0.0, 1.0));
       }
+      for (const NextHop& h : row) {
+        const NodeId u = links[h.link].to;
+        if (!IsDone(u)) Onward(*table, engine, links, d, u, in.reward_terms);
+      }
+      const absl::Span<const NextHop> old =
+          before != nullptr ? before->At(v) : absl::Span<const NextHop>();
+      PolicyDecision& dec = batch.decisions[decision++];
+      dec.node = v;
+      dec.destination = d;
+      dec.cls = cls;
+      dec.first = static_cast<uint32_t>(candidate);
+      dec.count = static_cast<uint32_t>(row.size());
+      double best_delay = std::numeric_limits<double>::infinity();
+      int64_t widest = 0;
+      for (const NextHop& h : row) {
+        const LinkTerm& t = links[h.link];
+        best_delay = std::min(best_delay, t.delay_s + delay_[t.to]);
+        widest = std::max(widest, t.capacity);
+      }
+      const float inverse_count = 1.0f / static_cast<float>(row.size());
+      for (const NextHop& h : row) {
+        const LinkTerm& t = links[h.link];
+        const double path_delay = t.delay_s + delay_[t.to];
+        if (in.reward_terms) {
+          batch.rewards[candidate] = PolicyRewardTerms{
+              path_delay, std::clamp(1 - t.delivered * (1 - loss_[t.to]), 0.0, 1.0), t.queue_s};
+        }
+        PolicyCandidate& c = batch.candidates[candidate++];
+        c.link = h.link;
+        c.analytic_weight = h.weight;
+        double prev = 0;
+        for (const NextHop& p : old) {
+          if (p.link == h.link) prev = p.weight;
+        }
+        auto& f = c.features;
+        logs_.push_back(std::max(h.weight, floor_weight));
+        // A zero delay (no propagation, no queue, the destination next door) compares as
+        // equal to another zero delay (a ratio of 1: ln 1 is 0 exactly).
+        logs_.push_back(best_delay > 0 && path_delay != best_delay
+                            ? std::min(path_delay / best_delay, kLargestRatio)
+                            : 1.0);
+        f[kFeatLinkDelay] = t.features[0];
+        f[kFeatLinkQueue] = t.features[1];
+        f[kFeatLinkLoss] = t.features[2];
+        f[kFeatLinkUtilisation] = t.features[3];
+        f[kFeatLinkUtilisationNow] = t.features[4];
+        f[kFeatCapacityShare] =
+            widest > 0
+                ? static_cast<float>(static_cast<double>(t.capacity) / static_cast<double>(widest))
+                : 1.0f;
+        f[kFeatDestinationLoad] = load;
+        f[kFeatPreviousWeight] = static_cast<float>(std::clamp(prev, 0.0, 1.0));
+        f[kFeatInverseCount] = inverse_count;
+      }
+    }
+    LogPositive(logs_.data(), logs_.data(), static_cast<uint32_t>(logs_.size()));
+    for (size_t k = first_of_d; k < candidate; ++k) {
+      auto& f = batch.candidates[k].features;
+      const double* ln = logs_.data() + 2 * (k - first_of_d);
+      f[kFeatAnalyticLogit] = static_cast<float>(std::max(ln[0], floor));
+      f[kFeatPathDelayRatio] = static_cast<float>(ln[1]);
     }
   }
 }

@@ -53,8 +53,10 @@ struct PolicyInputs {
 class PolicyFeatureBuilder {
  public:
   // Replaces `batch`'s decisions and candidates with this cycle's rows (batch.cycle is left
-  // as it is). REQUIRES: every table and engine is over inputs.topology.
-  void Build(const PolicyInputs& in, PolicyBatch& batch);
+  // as it is). threads >= 2: the classes' rows are built side by side (core/parallel.h), each
+  // into its own range of the batch, the same bit for bit. REQUIRES: every table and engine
+  // is over inputs.topology.
+  void Build(const PolicyInputs& in, PolicyBatch& batch, int threads = 1);
 
  private:
   // What the features need of one link, computed once per Build.
@@ -66,29 +68,45 @@ class PolicyFeatureBuilder {
     NodeId to = kNoNode;
     std::array<float, 5> features{};  // kFeatLinkDelay .. kFeatLinkUtilisationNow
   };
-  void LinkTerms(const PolicyInputs& in);
-  // The node of each row of `table` (a table with no row map: every node, row = node),
-  // worked out once per row map.
-  const std::vector<NodeId>& NodesOfRows(const DestinationTable& table, int nodes);
-  // Starts the walks toward a new destination: every node becomes new (no clearing: the
-  // generation moves on).
-  void NewDestination(int nodes);
-  bool IsDone(NodeId v) const { return mark_[v] == done_; }
-  // Expected delay (s) and, if `loss`, loss from `node` to destination `d` under `table`
-  // (delay_, loss_), and from every node it reaches on the way that is not done yet.
-  void Onward(const DestinationTable& table, const DiffusionEngine& engine, NodeId d, NodeId node,
-              bool loss);
+  // One class's rows and the scratch of its walks: one per class, so that classes can be
+  // built side by side.
+  class ClassRows {
+   public:
+    // The node of each row of `table` (a table with no row map: every node, row = node),
+    // worked out once per row map.
+    const std::vector<NodeId>& NodesOfRows(const DestinationTable& table, int nodes);
+    // Counts the class's rows with a choice and their candidates (decisions, candidates).
+    std::pair<size_t, size_t> Count(const RoutingTables& tables, int nodes);
+    // Writes the class's rows from batch.decisions[decision] and batch.candidates[candidate]
+    // (and batch.rewards[candidate] if in.reward_terms) on, as Count counted them.
+    void Fill(const PolicyInputs& in, int cls, absl::Span<const LinkTerm> links, size_t decision,
+              size_t candidate, PolicyBatch& batch);
 
-  std::vector<LinkTerm> links_;                              // by link
-  std::shared_ptr<const DestinationTable::RowMap> row_map_;  // that node_of_row_ is for
-  int nodes_ = -1;
-  std::vector<NodeId> node_of_row_;
-  // By node: open_ while its next hops are walked, done_ once delay_ (and loss_) hold its
-  // values; anything else is new. Both move on by 2 per destination.
-  std::vector<uint32_t> mark_;
-  uint32_t open_ = 0, done_ = 1;
-  std::vector<NodeId> stack_;
-  std::vector<double> delay_, loss_;  // by node: onward to the destination
+   private:
+    // Starts the walks toward a new destination: every node becomes new (no clearing: the
+    // generation moves on).
+    void NewDestination(int nodes);
+    bool IsDone(NodeId v) const { return mark_[v] == done_; }
+    // Expected delay (s) and, if `loss`, loss from `node` to destination `d` under `table`
+    // (delay_, loss_), and from every node it reaches on the way that is not done yet.
+    void Onward(const DestinationTable& table, const DiffusionEngine& engine,
+                absl::Span<const LinkTerm> links, NodeId d, NodeId node, bool loss);
+
+    std::shared_ptr<const DestinationTable::RowMap> row_map_;  // that node_of_row_ is for
+    int nodes_ = -1;
+    std::vector<NodeId> node_of_row_;
+    // By node: open_ while its next hops are walked, done_ once delay_ (and loss_) hold its
+    // values; anything else is new. Both move on by 2 per destination.
+    std::vector<uint32_t> mark_;
+    uint32_t open_ = 0, done_ = 1;
+    std::vector<NodeId> stack_;
+    std::vector<double> delay_, loss_;  // by node: onward to the destination
+    std::vector<double> logs_;          // Fill's logarithms of one destination's candidates
+  };
+  void LinkTerms(const PolicyInputs& in);
+
+  std::vector<LinkTerm> links_;     // by link
+  std::vector<ClassRows> classes_;  // by class
 };
 
 }  // namespace dar

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "core/parallel.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
 
@@ -89,6 +90,9 @@ absl::Status RouteComputerConfig::Validate() const {
         fmt::format("slow_fraction: must be in (0, 1], got {}", slow_fraction));
   }
   RETURN_IF_ERROR(CheckNonNegative(forecast_restart_step, "forecast_restart_step"));
+  if (threads < 1) {
+    return absl::InvalidArgumentError(fmt::format("threads: must be >= 1, got {}", threads));
+  }
   RETURN_IF_ERROR(CheckNonNegative(diffusion.temperature, "diffusion.temperature"));
   RETURN_IF_ERROR(CheckNonNegative(diffusion.hysteresis, "diffusion.hysteresis"));
   if (!(diffusion.min_weight >= 0 && diffusion.min_weight <= 1)) {
@@ -129,6 +133,7 @@ RouteComputer::RouteComputer(Topology topology, const RouteComputerConfig& confi
   }
   costs_.assign(kTrafficClasses, std::vector<double>(links, kUnusable));
   held_.assign(kTrafficClasses, std::vector<double>(links, kUnusable));
+  changed_.assign(kTrafficClasses, {});
   ResetForecasts();
   ResetEngines();
 }
@@ -353,52 +358,21 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
   out.full = full;
   const int links = topology_.num_links();
   std::vector<LinkState> states(links);
-  for (LinkId l = 0; l < links; ++l) states[l] = StateOf(l);
-  std::vector<LinkId> changed;
+  std::vector<char> slow(links);
+  for (LinkId l = 0; l < links; ++l) {
+    states[l] = StateOf(l);
+    slow[l] = Slow(l);
+  }
+  const uint64_t first_version = version_ + 1;
+  version_ += kTrafficClasses;
+  std::array<int64_t, kTrafficClasses> changes{};
+  std::array<bool, kTrafficClasses> recomputed{};
+  RunEach(kTrafficClasses, config_.threads, [&](int cls) {
+    changes[cls] = CycleClass(cls, full, states, slow, first_version + cls, out, recomputed[cls]);
+  });
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
-    const ClassWeights& w = cls == 0 ? config_.latency : config_.bulk;
-    std::vector<double>& costs = costs_[cls];
-    std::vector<double>& held = held_[cls];
-    changed.clear();
-    for (LinkId l = 0; l < links; ++l) {
-      double c = drained_[l] ? kUnusable : LinkCost(states[l], w, config_.scales);
-      // A slow link is suppressed (route flap damping's word): what it costs, times how much
-      // slower than configured it is, held until it is no longer slow.
-      const bool slow = Slow(l);
-      if (slow && std::isfinite(c)) {
-        c *=
-            static_cast<double>(capacity_[l].bps()) / static_cast<double>(states[l].capacity.bps());
-      }
-      // Up at once (and back from unusable at once), down by a share of the gap; not down
-      // at all while the link is slow: the traffic that left it would find it as it left it.
-      // `held` keeps the last finite value while the link is unusable: a slow link that
-      // misses probes (a shaper drops them) comes back as slow as it went.
-      double& h = held[l];
-      const bool back = std::isinf(costs[l]) && !slow;
-      if (std::isfinite(c)) {
-        if (c >= h || std::isinf(h) || back) {
-          h = c;
-        } else if (!slow) {
-          h += (c - h) / config_.cost_decay_periods;
-        }
-      }
-      const double v = std::isinf(c) ? c : h;
-      if (full || CostMoved(costs[l], v, config_.min_cost_change)) {
-        costs[l] = v;
-        changed.push_back(l);
-      }
-    }
-    DiffusionEngine& engine = *engines_[cls];
-    if (full || static_cast<double>(changed.size()) >
-                    config_.full_above_changed_fraction * static_cast<double>(links)) {
-      engine.ComputeAll(costs);
-      ++out.classes_recomputed;
-    } else if (!changed.empty()) {
-      engine.Update(costs, changed);
-    }
-    if (full || !changed.empty()) out.route_changes += engine.stats().route_changes;
-    out.changed_links[cls] = static_cast<int>(changed.size());
-    out.tables[cls] = std::make_shared<const RoutingTables>(engine.Tables(++version_));
+    out.route_changes += changes[cls];
+    if (recomputed[cls]) ++out.classes_recomputed;
   }
   stats_.route_changes += out.route_changes;
   if (policy_ != nullptr) {
@@ -410,6 +384,56 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
   }
   previous_ = out.tables;
   return out;
+}
+
+int64_t RouteComputer::CycleClass(int cls, bool full, absl::Span<const LinkState> states,
+                                  const std::vector<char>& slow_links, uint64_t version,
+                                  RouteCycle& out, bool& recomputed) {
+  const int links = topology_.num_links();
+  const ClassWeights& w = cls == 0 ? config_.latency : config_.bulk;
+  std::vector<double>& costs = costs_[cls];
+  std::vector<double>& held = held_[cls];
+  std::vector<LinkId>& changed = changed_[cls];
+  changed.clear();
+  for (LinkId l = 0; l < links; ++l) {
+    double c = drained_[l] ? kUnusable : LinkCost(states[l], w, config_.scales);
+    // A slow link is suppressed (route flap damping's word): what it costs, times how much
+    // slower than configured it is, held until it is no longer slow.
+    const bool slow = slow_links[l] != 0;
+    if (slow && std::isfinite(c)) {
+      c *= static_cast<double>(capacity_[l].bps()) / static_cast<double>(states[l].capacity.bps());
+    }
+    // Up at once (and back from unusable at once), down by a share of the gap; not down
+    // at all while the link is slow: the traffic that left it would find it as it left it.
+    // `held` keeps the last finite value while the link is unusable: a slow link that
+    // misses probes (a shaper drops them) comes back as slow as it went.
+    double& h = held[l];
+    const bool back = std::isinf(costs[l]) && !slow;
+    if (std::isfinite(c)) {
+      if (c >= h || std::isinf(h) || back) {
+        h = c;
+      } else if (!slow) {
+        h += (c - h) / config_.cost_decay_periods;
+      }
+    }
+    const double v = std::isinf(c) ? c : h;
+    if (full || CostMoved(costs[l], v, config_.min_cost_change)) {
+      costs[l] = v;
+      changed.push_back(l);
+    }
+  }
+  DiffusionEngine& engine = *engines_[cls];
+  recomputed = false;
+  if (full || static_cast<double>(changed.size()) >
+                  config_.full_above_changed_fraction * static_cast<double>(links)) {
+    engine.ComputeAll(costs);
+    recomputed = true;
+  } else if (!changed.empty()) {
+    engine.Update(costs, changed);
+  }
+  out.changed_links[cls] = static_cast<int>(changed.size());
+  out.tables[cls] = std::make_shared<const RoutingTables>(engine.Tables(version));
+  return full || !changed.empty() ? engine.stats().route_changes : 0;
 }
 
 namespace {
@@ -455,7 +479,7 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   in.min_weight = config_.diffusion.min_weight;
   in.reward_terms = policy_->wants_reward_terms();
   batch_.cycle = stats_.cycles;
-  features_.Build(in, batch_);
+  features_.Build(in, batch_, config_.threads);
   if (batch_.decisions.empty()) return absl::OkStatus();
   policy_weights_.assign(batch_.candidates.size(), std::numeric_limits<double>::quiet_NaN());
   RETURN_IF_ERROR(policy_->Weigh(batch_, absl::MakeSpan(policy_weights_)));
@@ -473,9 +497,8 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
       return absl::InvalidArgumentError("a row's weights do not sum to 1 (within 1e-6)");
     }
   }
-  for (int cls = 0; cls < kTrafficClasses; ++cls) {
-    out.tables[cls] = RefinedTables(cls, *out.tables[cls]);
-  }
+  RunEach(kTrafficClasses, config_.threads,
+          [&](int cls) { out.tables[cls] = RefinedTables(cls, *out.tables[cls]); });
   stats_.policy_decisions += static_cast<int64_t>(batch_.decisions.size());
   return absl::OkStatus();
 }
@@ -546,9 +569,13 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
         }
       }
       const DestinationTable::BlockPtr* last = same_layout ? &before->blocks()[b] : nullptr;
-      blocks[b] = last != nullptr && SameBlock(**last, scratch)
-                      ? *last
-                      : std::make_shared<const DestinationTable::Block>(scratch);
+      if (last != nullptr && SameBlock(**last, scratch)) {
+        blocks[b] = *last;
+      } else {
+        // Moved, not copied: the next block refined starts from a copy of its own anyway.
+        blocks[b] = std::make_shared<const DestinationTable::Block>(std::move(scratch));
+        scratch = DestinationTable::Block();
+      }
     }
     // Every block last cycle's: so is the table.
     if (same_layout && blocks == before->blocks()) {

@@ -119,6 +119,12 @@ struct RouteComputerConfig {
   // probes have been answered before, makes it unusable. The controller turns this off and
   // decides liveness from both ends itself (SetKnownDown).
   bool down_from_samples = true;
+  // Threads a cycle runs on. 1 (the default, and the simulator's, which runs policies side by
+  // side itself): all on the caller's. 2: the traffic classes side by side, each on a thread
+  // of its own (its costs and engine, its rows of the policy's features, its refined tables);
+  // the policy's Weigh is one call over both. A class's work does not depend on the other's,
+  // so the cycle's output is the same bit for bit. More than kTrafficClasses run as that many.
+  int threads = 1;
 
   // OK, or InvalidArgument naming the first bad field.
   absl::Status Validate() const;
@@ -264,6 +270,12 @@ class RouteComputer {
   absl::Status ApplyPolicy(absl::Span<const LinkState> states, RouteCycle& out);
   // Class `cls`'s tables with the batch's weights (policy_weights_) in its rows.
   std::shared_ptr<const RoutingTables> RefinedTables(int cls, const RoutingTables& engine);
+  // Class `cls`'s part of Cycle: its costs, its engine, its tables (version `version`) into
+  // out.tables[cls] and out.changed_links[cls]; returns the engine's route changes (0 if
+  // nothing changed). Whether it recomputed the class whole goes to `recomputed`.
+  int64_t CycleClass(int cls, bool full, absl::Span<const LinkState> states,
+                     const std::vector<char>& slow, uint64_t version, RouteCycle& out,
+                     bool& recomputed);
 
   Topology topology_;
   RouteComputerConfig config_;
@@ -278,8 +290,9 @@ class RouteComputer {
   std::vector<bool> known_down_;                           // by link
   std::vector<bool> drained_;                              // by link
   std::vector<std::unique_ptr<DiffusionEngine>> engines_;  // by class
-  std::vector<std::vector<double>> costs_;  // by class, by link: what the engine last saw
-  std::vector<std::vector<double>> held_;   // by class, by link: cost after decay damping
+  std::vector<std::vector<double>> costs_;    // by class, by link: what the engine last saw
+  std::vector<std::vector<double>> held_;     // by class, by link: cost after decay damping
+  std::vector<std::vector<LinkId>> changed_;  // by class: scratch of CycleClass
   bool force_full_ = true;
   uint64_t version_ = 0;
   int cycles_since_full_ = 0;

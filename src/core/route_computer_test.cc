@@ -903,5 +903,97 @@ TEST(RouteComputerTest, WeightPolicyHysteresisKeepsSmallMoves) {
   EXPECT_DOUBLE_EQ(WeightOf(*c.tables[0], g.s, g.t, first), 0.7);
 }
 
+// threads: 2 runs the classes side by side: the same batches, tables and counts as one
+// thread, bit for bit, cycle after cycle, with every link moving, a link down and a policy
+// whose weights depend on every feature.
+TEST(RouteComputerTest, TwoThreadsGiveWhatOneGives) {
+  // Softmax of the sum of a candidate's features: any feature out of place moves a weight.
+  class FeatureSum : public TestPolicy {
+   public:
+    absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override {
+      last = batch;
+      for (const PolicyDecision& d : batch.decisions) {
+        double sum = 0;
+        for (uint32_t i = d.first; i < d.first + d.count; ++i) {
+          double x = 0;
+          for (float f : batch.candidates[i].features) x += f;
+          weights[i] = std::exp(x / 4);
+          sum += weights[i];
+        }
+        for (uint32_t i = d.first; i < d.first + d.count; ++i) weights[i] /= sum;
+      }
+      return absl::OkStatus();
+    }
+  };
+  const Topology topo = FatTree(FatTreeParams{.k = 4});
+  RouteComputerConfig one_config = LabConfig(), two_config = LabConfig();
+  one_config.threads = 1;
+  two_config.threads = 2;
+  RouteComputer one(topo, one_config), two(topo, two_config);
+  auto one_policy = std::make_shared<FeatureSum>(), two_policy = std::make_shared<FeatureSum>();
+  one.set_weight_policy(one_policy);
+  two.set_weight_policy(two_policy);
+  int64_t candidates = 0;
+  for (int i = 0; i < 8; ++i) {
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      const LinkSample x =
+          Measured(0.4 + 0.4 * std::sin(0.7 * l + 1.3 * i), Microseconds(300 + (l * 37 + i) % 500),
+                   (l + i) % 7 == 0 ? 0.02 : 0, (l + 2 * i) % 5 == 0 ? 30'000 : 0);
+      one.Observe(l, x);
+      two.Observe(l, x);
+    }
+    if (i == 3) {
+      one.SetKnownDown(5, true);
+      two.SetKnownDown(5, true);
+    }
+    const RouteCycle a = one.Cycle(false);
+    const RouteCycle b = two.Cycle(false);
+    ASSERT_TRUE(a.policy_error.empty()) << a.policy_error;
+    ASSERT_TRUE(b.policy_error.empty()) << b.policy_error;
+    EXPECT_EQ(a.full, b.full);
+    EXPECT_EQ(a.changed_links, b.changed_links);
+    EXPECT_EQ(a.classes_recomputed, b.classes_recomputed);
+    EXPECT_EQ(a.route_changes, b.route_changes);
+    const PolicyBatch& pa = one_policy->last;
+    const PolicyBatch& pb = two_policy->last;
+    ASSERT_EQ(pa.decisions.size(), pb.decisions.size());
+    for (size_t k = 0; k < pa.decisions.size(); ++k) {
+      const PolicyDecision& x = pa.decisions[k];
+      const PolicyDecision& y = pb.decisions[k];
+      EXPECT_EQ(std::tie(x.node, x.destination, x.cls, x.first, x.count),
+                std::tie(y.node, y.destination, y.cls, y.first, y.count))
+          << "decision " << k;
+    }
+    ASSERT_EQ(pa.candidates.size(), pb.candidates.size());
+    ASSERT_EQ(pa.rewards.size(), pb.rewards.size());
+    candidates += static_cast<int64_t>(pa.candidates.size());
+    for (size_t k = 0; k < pa.candidates.size(); ++k) {
+      EXPECT_EQ(pa.candidates[k].link, pb.candidates[k].link);
+      EXPECT_EQ(pa.candidates[k].features, pb.candidates[k].features) << "candidate " << k;
+      EXPECT_EQ(pa.candidates[k].analytic_weight, pb.candidates[k].analytic_weight);
+      EXPECT_EQ(pa.rewards[k].path_delay_s, pb.rewards[k].path_delay_s);
+      EXPECT_EQ(pa.rewards[k].path_loss, pb.rewards[k].path_loss);
+    }
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      EXPECT_EQ(a.tables[cls]->version(), b.tables[cls]->version());
+      for (NodeId d : a.tables[cls]->destinations()) {
+        for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+          const auto x = a.tables[cls]->Lookup(v, d);
+          const auto y = b.tables[cls]->Lookup(v, d);
+          ASSERT_EQ(x.size(), y.size());
+          for (size_t h = 0; h < x.size(); ++h) {
+            EXPECT_EQ(x[h].link, y[h].link);
+            EXPECT_EQ(x[h].weight, y[h].weight);
+          }
+        }
+      }
+    }
+    ExpectValid(two, b);
+  }
+  // Both classes had rows with a choice in every cycle (a fat-tree has many).
+  EXPECT_GT(candidates, 8 * 2 * 100);
+  EXPECT_EQ(two.stats().policy_failures, 0);
+}
+
 }  // namespace
 }  // namespace dar

@@ -2,7 +2,8 @@
 // weights of one node, its innermost work (once per downhill arc and destination): from costs
 // (SoftMinWeights, one exp per arc) or from shares already factored into products
 // (ShareWeights, no exp); and, where a node's downhill arcs lie side by side toward nodes that
-// do too, its whole relaxation four arcs at a time (RunWeights).
+// do too, its whole relaxation four arcs at a time (RunWeights). Also ln over positive
+// arguments (LogPositive), for the learned policy's features (core/policy_features.h).
 //
 // Each kernel has a portable version (SSE2, which every x86-64 has, or plain C++ elsewhere)
 // and, on x86-64, an AVX2 version chosen at run time when the CPU has it. Both versions do the
@@ -20,6 +21,10 @@ namespace dar {
 // out[i] = exp(y[i]) for y[i] <= 0, within 2 ulp; 0 below -708 (where exp leaves the normal
 // range). `y` and `out` may be the same array. REQUIRES: y[i] <= 0 or NaN-free.
 void ExpNonPositive(const double* y, double* out, uint32_t n);
+
+// out[i] = ln(x[i]) within 2 ulp, for x[i] positive, finite and normal (anything else gives
+// an unspecified finite or NaN value). `x` and `out` may be the same array.
+void LogPositive(const double* x, double* out, uint32_t n);
 
 // The soft-minimum weights of one node's next hops. x[i] is cost + potential through next hop
 // i and m = min x. With e[i] = exp((m - x[i]) * inv_t) (the best is exactly 1) and
@@ -84,6 +89,7 @@ RunResult RunWeights(const RunInputs& in, uint32_t r, double min_weight, const f
 // reference and calls through it: the functions above check which version to take each call.
 struct VectorKernels {
   void (*exp_non_positive)(const double* y, double* out, uint32_t n);
+  void (*log_positive)(const double* x, double* out, uint32_t n);
   double (*soft_min_weights)(const double* x, double* w, uint32_t n, double m, double inv_t,
                              double min_weight);
   double (*share_weights)(const double* e, double* w, uint32_t n, double min_weight,
@@ -98,6 +104,7 @@ const VectorKernels& ChosenKernels();
 namespace vector_exp_internal {
 bool HasAvx2();
 void ExpNonPositivePortable(const double* y, double* out, uint32_t n);
+void LogPositivePortable(const double* x, double* out, uint32_t n);
 double SoftMinWeightsPortable(const double* x, double* w, uint32_t n, double m, double inv_t,
                               double min_weight);
 double ShareWeightsPortable(const double* e, double* w, uint32_t n, double min_weight,
@@ -107,6 +114,7 @@ RunResult RunWeightsPortable(const RunInputs& in, uint32_t r, double min_weight,
                              const float* installed, double* w, int32_t* link);
 // REQUIRES: HasAvx2().
 void ExpNonPositiveAvx2(const double* y, double* out, uint32_t n);
+void LogPositiveAvx2(const double* x, double* out, uint32_t n);
 double SoftMinWeightsAvx2(const double* x, double* w, uint32_t n, double m, double inv_t,
                           double min_weight);
 double ShareWeightsAvx2(const double* e, double* w, uint32_t n, double min_weight,

@@ -89,6 +89,54 @@ TEST(VectorExpTest, Avx2AndPortableAgreeToTheBit) {
   }
 }
 
+TEST(VectorExpTest, LogMatchesStdLogWithinTwoUlp) {
+  // Every binade of the normal range, dense around 1 (the features' ratios and weights), the
+  // edges, and a tail of three lanes.
+  std::vector<double> x;
+  Random rng(5);
+  for (int e = -1022; e <= 1023; ++e) {
+    for (int i = 0; i < 40; ++i) x.push_back(std::ldexp(1 + rng.Uniform(), e));
+  }
+  for (int i = 0; i <= 200000; ++i) x.push_back(0.5 + i / 100000.0);
+  for (double v :
+       {1.0, 2.0, 0.5, 1.4142135623730951, 1.4142135623730949, 1.0000000000000002,
+        0.9999999999999999, 1e-6, 0.001, 2.2250738585072014e-308, 1.7976931348623157e308}) {
+    x.push_back(v);
+  }
+  while (x.size() % 4 != 3) x.push_back(3.0);
+  std::vector<double> out(x.size());
+  LogPositive(x.data(), out.data(), static_cast<uint32_t>(x.size()));
+  int64_t worst = 0;
+  double at = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::log(x[i]);
+    // Ulps are counted between values of one sign; a wrong sign is a failure.
+    const int64_t ulp = (want < 0) == (out[i] < 0) ? UlpDistance(out[i], want) : 1 << 30;
+    if (ulp > worst) {
+      worst = ulp;
+      at = x[i];
+    }
+  }
+  EXPECT_LE(worst, 2) << "at ln(" << at << ")";
+  const std::vector<double> one = {1.0};
+  std::vector<double> zero(1, 5);
+  LogPositive(one.data(), zero.data(), 1);
+  EXPECT_EQ(zero[0], 0.0);  // ln 1 exactly: a ratio of equals gives a feature of 0
+}
+
+TEST(VectorExpTest, LogAvx2AndPortableAgreeToTheBit) {
+  if (!internal::HasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+  Random rng(12);
+  for (uint32_t n = 1; n <= 67; ++n) {
+    std::vector<double> x(n), a(n), b(n);
+    for (double& v : x)
+      v = std::ldexp(1 + rng.Uniform(), static_cast<int>(60 * rng.Uniform()) - 30);
+    internal::LogPositivePortable(x.data(), a.data(), n);
+    internal::LogPositiveAvx2(x.data(), b.data(), n);
+    EXPECT_TRUE(SameBits(a, b)) << "n=" << n;
+  }
+}
+
 // Against the plain formula, in long double.
 TEST(VectorExpTest, SoftMinWeightsMatchTheFormula) {
   Random rng(5);
