@@ -92,12 +92,13 @@ const PolicyBatch& RealBatch() {
   return *batch;
 }
 
-// Arg: 1 INT8, 0 FP32.
+// Args: 1 INT8, 0 FP32; threads (INT8 only: the batch's halves side by side). Wall time.
 void BM_Inference(benchmark::State& state) {
   const PolicyBatch& batch = RealBatch();
   learn::LearnedPolicy policy(DefaultShapeModel(), "bench",
                               state.range(0) == 1 ? learn::LearnedPolicy::Precision::kInt8
-                                                  : learn::LearnedPolicy::Precision::kFloat);
+                                                  : learn::LearnedPolicy::Precision::kFloat,
+                              static_cast<int>(state.range(1)));
   std::vector<double> weights(batch.candidates.size());
   for (auto _ : state) {
     benchmark::DoNotOptimize(policy.Weigh(batch, absl::MakeSpan(weights)));
@@ -112,7 +113,12 @@ void BM_Inference(benchmark::State& state) {
   state.SetLabel(std::to_string(batch.decisions.size()) + " decisions, " +
                  std::to_string(batch.candidates.size()) + " candidates");
 }
-BENCHMARK(BM_Inference)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Inference)
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({0, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // The INT8 network alone on the same rows (no softmax): BatchLogits, the first layer's link
 // half once per link. Arg: the kernel (QuantizedPolicyModel::Kernel; 1 portable, 2 AVX2,
@@ -162,12 +168,14 @@ BENCHMARK(BM_Int8AgreesWithFloat)->Iterations(1)->Unit(benchmark::kMillisecond);
 // cycle's threads (RouteComputerConfig::threads; 2: the classes side by side). Wall time:
 // with 2 threads the CPU time of the benchmark's own thread says little.
 void BM_FullCycleK16(benchmark::State& state) {
-  std::unique_ptr<RouteComputer> rc = LoadedComputer(static_cast<int>(state.range(1)));
+  const int threads = static_cast<int>(state.range(1));
+  std::unique_ptr<RouteComputer> rc = LoadedComputer(threads);
   if (state.range(0) > 0) {
     rc->set_weight_policy(std::make_shared<learn::LearnedPolicy>(
         DefaultShapeModel(), "bench",
         state.range(0) == 1 ? learn::LearnedPolicy::Precision::kInt8
-                            : learn::LearnedPolicy::Precision::kFloat));
+                            : learn::LearnedPolicy::Precision::kFloat,
+        threads));
   }
   rc->Cycle(true);  // warm, as in a running controller
   for (auto _ : state) benchmark::DoNotOptimize(rc->Cycle(true));
@@ -185,10 +193,11 @@ BENCHMARK(BM_FullCycleK16)
 // timed), so that no row's inputs stay as they were: the cost under churn, where nothing
 // that depends on last cycle's inputs can be reused. Args: 0 no policy, 1 INT8; threads.
 void BM_FullCycleK16Moving(benchmark::State& state) {
-  std::unique_ptr<RouteComputer> rc = LoadedComputer(static_cast<int>(state.range(1)));
+  const int threads = static_cast<int>(state.range(1));
+  std::unique_ptr<RouteComputer> rc = LoadedComputer(threads);
   if (state.range(0) > 0) {
     rc->set_weight_policy(std::make_shared<learn::LearnedPolicy>(
-        DefaultShapeModel(), "bench", learn::LearnedPolicy::Precision::kInt8));
+        DefaultShapeModel(), "bench", learn::LearnedPolicy::Precision::kInt8, threads));
   }
   rc->Cycle(true);
   Random rng(8);

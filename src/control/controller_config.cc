@@ -445,8 +445,8 @@ absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> LoadLearnedPolicy(
     const ControllerConfig& config) {
-  absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> policy =
-      learn::LearnedPolicy::Load(config.policy.policy_model, config.policy.policy_precision);
+  absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> policy = learn::LearnedPolicy::Load(
+      config.policy.policy_model, config.policy.policy_precision, config.policy.routes.threads);
   if (!policy.ok()) {
     return absl::Status(policy.status().code(), fmt::format("{}: policy.policy_model: {}",
                                                             config.file, Msg(policy.status())));

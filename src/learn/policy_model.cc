@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/parallel.h"
 #include "core/status_macros.h"
 #include "core/vector_exp.h"
 #include "fmt/format.h"
@@ -950,6 +952,12 @@ void QuantizedPolicyModel::Logits(absl::Span<const float> features, absl::Span<f
 
 void QuantizedPolicyModel::BatchLogits(const PolicyBatch& batch, absl::Span<float> logits,
                                        Workspace& ws, Kernel kernel) const {
+  BatchLogits(batch, 0, logits, ws, kernel);
+}
+
+void QuantizedPolicyModel::BatchLogits(const PolicyBatch& batch, size_t begin,
+                                       absl::Span<float> logits, Workspace& ws,
+                                       Kernel kernel) const {
   // A new call number marks every link's slot stale (stamps restart when it wraps).
   if (++ws.call == 0) {
     for (Workspace::Link& l : ws.links) l.stamp = 0;
@@ -959,20 +967,20 @@ void QuantizedPolicyModel::BatchLogits(const PolicyBatch& batch, absl::Span<floa
   ws.partials.clear();
   struct Rows {
     const QuantizedPolicyModel* model;
-    const PolicyBatch* batch;
+    const PolicyCandidate* candidates;  // from `begin`
     Workspace* ws;
-  } rows{this, &batch, &ws};
+  } rows{this, batch.candidates.data() + begin, &ws};
   const LinkHalves halves{[](void* ctx, size_t first, int m, uint32_t* slot) -> const float* {
                             auto* rows = static_cast<Rows*>(ctx);
                             for (int r = 0; r < m; ++r) {
-                              slot[r] = rows->model->LinkSlot(rows->batch->candidates[first + r],
-                                                              *rows->ws);
+                              slot[r] =
+                                  rows->model->LinkSlot(rows->candidates[first + r], *rows->ws);
                             }
                             return rows->ws->partials.data();
                           },
                           &rows};
-  Run(reinterpret_cast<const char*>(batch.candidates.data()) + offsetof(PolicyCandidate, features),
-      sizeof(PolicyCandidate), batch.candidates.size(), halves, logits.data(), kernel);
+  Run(reinterpret_cast<const char*>(rows.candidates) + offsetof(PolicyCandidate, features),
+      sizeof(PolicyCandidate), logits.size(), halves, logits.data(), kernel);
 }
 
 uint32_t QuantizedPolicyModel::LinkSlot(const PolicyCandidate& c, Workspace& ws) const {
@@ -1045,13 +1053,20 @@ void QuantizedPolicyModel::Run(const char* rows, size_t stride, size_t n, const 
 
 void WeightsFromLogits(const PolicyBatch& batch, absl::Span<const float> logits, double min_weight,
                        absl::Span<double> weights) {
+  WeightsFromLogits(batch.decisions, logits, min_weight, weights);
+}
+
+void WeightsFromLogits(absl::Span<const PolicyDecision> decisions, absl::Span<const float> logits,
+                       double min_weight, absl::Span<double> weights) {
+  if (decisions.empty()) return;
   // The forwarders' validator refuses a zero weight, which softmax can underflow to.
   min_weight = std::max(min_weight, kSmallestWeight);
   // Each logit less its row's largest, then the exps (within 2 ulp) in one vector pass where
   // the rows tile the weights (as PolicyFeatureBuilder's do), else row by row.
   bool tiled = true;
-  uint32_t next = 0;
-  for (const PolicyDecision& d : batch.decisions) {
+  const uint32_t start = decisions.front().first;
+  uint32_t next = start;
+  for (const PolicyDecision& d : decisions) {
     double top = -std::numeric_limits<double>::infinity();
     for (uint32_t i = d.first; i < d.first + d.count; ++i) top = std::max<double>(top, logits[i]);
     for (uint32_t i = d.first; i < d.first + d.count; ++i) {
@@ -1061,13 +1076,13 @@ void WeightsFromLogits(const PolicyBatch& batch, absl::Span<const float> logits,
     next = d.first + d.count;
   }
   if (tiled) {
-    ExpNonPositive(weights.data(), weights.data(), next);
+    ExpNonPositive(weights.data() + start, weights.data() + start, next - start);
   } else {
-    for (const PolicyDecision& d : batch.decisions) {
+    for (const PolicyDecision& d : decisions) {
       ExpNonPositive(weights.data() + d.first, weights.data() + d.first, d.count);
     }
   }
-  for (const PolicyDecision& d : batch.decisions) {
+  for (const PolicyDecision& d : decisions) {
     double sum = 0;
     for (uint32_t i = d.first; i < d.first + d.count; ++i) sum += weights[i];
     double floored = 0;
@@ -1079,13 +1094,32 @@ void WeightsFromLogits(const PolicyBatch& batch, absl::Span<const float> logits,
   }
 }
 
-LearnedPolicy::LearnedPolicy(PolicyModel model, std::string path, Precision precision)
-    : model_(std::move(model)), path_(std::move(path)), precision_(precision), quantized_(model_) {}
+namespace {
+
+// Whether the batch's decisions cover its candidates one after the other, in order.
+bool TilesInOrder(const PolicyBatch& batch) {
+  uint32_t next = 0;
+  for (const PolicyDecision& d : batch.decisions) {
+    if (d.first != next) return false;
+    next += d.count;
+  }
+  return next == batch.candidates.size();
+}
+
+}  // namespace
+
+LearnedPolicy::LearnedPolicy(PolicyModel model, std::string path, Precision precision, int threads)
+    : model_(std::move(model)),
+      path_(std::move(path)),
+      precision_(precision),
+      threads_(threads),
+      quantized_(model_) {}
 
 absl::StatusOr<std::unique_ptr<LearnedPolicy>> LearnedPolicy::Load(const std::string& path,
-                                                                   Precision precision) {
+                                                                   Precision precision,
+                                                                   int threads) {
   ASSIGN_OR_RETURN(PolicyModel model, LoadPolicyModel(path));
-  return std::make_unique<LearnedPolicy>(std::move(model), path, precision);
+  return std::make_unique<LearnedPolicy>(std::move(model), path, precision, threads);
 }
 
 absl::Status LearnedPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> weights) {
@@ -1096,7 +1130,36 @@ absl::Status LearnedPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> w
   }
   logits_.resize(n);
   if (precision_ == Precision::kInt8) {
-    quantized_.BatchLogits(batch, absl::MakeSpan(logits_), workspace_);
+    // Half h is decisions [row[h], row[h + 1]) and their candidates [cut[h], cut[h + 1]):
+    // two halves where there are threads, the batch is large enough to be worth one, and its
+    // decisions tile its candidates in order (PolicyFeatureBuilder's do).
+    const std::vector<PolicyDecision>& decisions = batch.decisions;
+    std::array<size_t, 3> row = {0, decisions.size(), decisions.size()};
+    std::array<size_t, 3> cut = {0, n, n};
+    constexpr size_t kSmallestSplit = 4096;
+    if (threads_ >= 2 && n >= kSmallestSplit && TilesInOrder(batch)) {
+      const auto middle =
+          std::partition_point(decisions.begin(), decisions.end(),
+                               [n](const PolicyDecision& d) { return d.first < n / 2; });
+      if (middle != decisions.end()) {
+        row[1] = static_cast<size_t>(middle - decisions.begin());
+        cut[1] = middle->first;
+      }
+    }
+    const int halves = row[1] < decisions.size() ? 2 : 1;
+    std::atomic<bool> finite = true;
+    RunEach(halves, threads_, [&](int h) {
+      const absl::Span<float> logits = absl::MakeSpan(logits_).subspan(cut[h], cut[h + 1] - cut[h]);
+      quantized_.BatchLogits(batch, cut[h], logits, workspaces_[h]);
+      for (float x : logits) {
+        if (!std::isfinite(x)) finite = false;
+      }
+      if (!finite) return;
+      WeightsFromLogits(absl::MakeConstSpan(decisions).subspan(row[h], row[h + 1] - row[h]),
+                        logits_, model_.min_weight, weights);
+    });
+    if (!finite) return absl::InternalError("the network gave a non-finite logit");
+    return absl::OkStatus();
   } else {
     features_.resize(n * kPolicyFeatures);
     for (size_t i = 0; i < n; ++i) {

@@ -147,6 +147,10 @@ class QuantizedPolicyModel {
   // if a link's candidates differ in them). REQUIRES: logits.size() == batch.candidates.size().
   void BatchLogits(const PolicyBatch& batch, absl::Span<float> logits, Workspace& ws,
                    Kernel kernel = Kernel::kAuto) const;
+  // The same for candidates [begin, begin + logits.size()) only: logits[i] is candidate
+  // begin + i's. Calls on other threads with other workspaces may run at the same time.
+  void BatchLogits(const PolicyBatch& batch, size_t begin, absl::Span<float> logits, Workspace& ws,
+                   Kernel kernel = Kernel::kAuto) const;
 
  private:
   struct Layer {
@@ -185,15 +189,23 @@ class QuantizedPolicyModel {
 // the validator refuses a weight of 0), renormalised.
 void WeightsFromLogits(const PolicyBatch& batch, absl::Span<const float> logits, double min_weight,
                        absl::Span<double> weights);
+// The same for `decisions` only (a run of a batch's decisions; logits and weights indexed by
+// candidate as in the batch).
+void WeightsFromLogits(absl::Span<const PolicyDecision> decisions, absl::Span<const float> logits,
+                       double min_weight, absl::Span<double> weights);
 
-// The engine's learned policy: a loaded model run in INT8 (or FP32, for comparisons).
+// The engine's learned policy: a loaded model run in INT8 (or FP32, for comparisons). With
+// threads >= 2 (the controller's RouteComputerConfig::threads), INT8 inference and the
+// softmax run over the batch's two halves side by side (split at a decision), the same bit
+// for bit.
 class LearnedPolicy : public WeightPolicy {
  public:
   enum class Precision { kInt8, kFloat };
-  LearnedPolicy(PolicyModel model, std::string path, Precision precision = Precision::kInt8);
+  LearnedPolicy(PolicyModel model, std::string path, Precision precision = Precision::kInt8,
+                int threads = 1);
   // Loads `path`; the error says why the file was refused.
   static absl::StatusOr<std::unique_ptr<LearnedPolicy>> Load(const std::string& path,
-                                                             Precision precision);
+                                                             Precision precision, int threads = 1);
 
   absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override;
   // Inference needs the features only.
@@ -205,9 +217,10 @@ class LearnedPolicy : public WeightPolicy {
   PolicyModel model_;
   std::string path_;
   Precision precision_;
+  int threads_;
   QuantizedPolicyModel quantized_;
-  QuantizedPolicyModel::Workspace workspace_;
-  std::vector<float> features_, logits_;  // scratch
+  std::array<QuantizedPolicyModel::Workspace, 2> workspaces_;  // by half of a batch
+  std::vector<float> features_, logits_;                       // scratch
 };
 
 }  // namespace dar::learn

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -528,6 +529,39 @@ TEST(PolicyModelTest, LearnedPolicyWeighsOnlyTheBatchsCandidates) {
   }
   EXPECT_FALSE(LearnedPolicy::Load(path + ".missing", LearnedPolicy::Precision::kInt8).ok());
   std::filesystem::remove(path);
+}
+
+// Two threads weigh a batch's two halves side by side: the same weights bit for bit as one
+// thread, for batches split in two (large, tiled), and for those that are not (small, or
+// decisions not in candidate order); BatchLogits over a range is that range of the whole.
+TEST(PolicyModelTest, TwoThreadsWeighAsOneDoes) {
+  const PolicyModel model = RandomModel(6);
+  LearnedPolicy one(model, "one", LearnedPolicy::Precision::kInt8, 1);
+  LearnedPolicy two(model, "two", LearnedPolicy::Precision::kInt8, 2);
+  std::mt19937_64 rng(21);
+  PolicyBatch shuffled = SharedLinkBatch(rng, 300);
+  std::swap(shuffled.decisions[0], shuffled.decisions[299]);  // no longer in order
+  for (const PolicyBatch& batch :
+       {SharedLinkBatch(rng, 3000), RandomBatch(rng, 1500), RandomBatch(rng, 10), shuffled}) {
+    std::vector<double> w1(batch.candidates.size(), -1), w2(batch.candidates.size(), -2);
+    for (int round = 0; round < 2; ++round) {  // the second with the workspaces used
+      ASSERT_TRUE(one.Weigh(batch, absl::MakeSpan(w1)).ok());
+      ASSERT_TRUE(two.Weigh(batch, absl::MakeSpan(w2)).ok());
+      for (size_t i = 0; i < w1.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint64_t>(w1[i]), std::bit_cast<uint64_t>(w2[i]))
+            << "candidate " << i << " of " << w1.size();
+      }
+    }
+  }
+  const QuantizedPolicyModel q(model);
+  const PolicyBatch batch = SharedLinkBatch(rng, 500);
+  std::vector<float> whole(batch.candidates.size()), part(777);
+  QuantizedPolicyModel::Workspace ws, ws_part;
+  q.BatchLogits(batch, absl::MakeSpan(whole), ws);
+  q.BatchLogits(batch, 1001, absl::MakeSpan(part), ws_part);
+  for (size_t i = 0; i < part.size(); ++i) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(part[i]), std::bit_cast<uint32_t>(whole[1001 + i])) << i;
+  }
 }
 
 // A model whose logit is the analytic logit reproduces the engine's weights (softmax of
