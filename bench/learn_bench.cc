@@ -122,7 +122,8 @@ BENCHMARK(BM_Inference)
 
 // The INT8 network alone on the same rows (no softmax): BatchLogits, the first layer's link
 // half once per link. Arg: the kernel (QuantizedPolicyModel::Kernel; 1 portable, 2 AVX2,
-// 3 AVX2 + AVX-VNNI, 4 AVX2 + AVX512-VNNI), skipped where the processor lacks it.
+// 3 AVX2 + AVX-VNNI, 4 AVX2 + AVX512-VNNI on ymm, 5 AVX-512 with VNNI on zmm), skipped where
+// the processor lacks it.
 void BM_Int8Kernel(benchmark::State& state) {
   const auto kernel = static_cast<learn::QuantizedPolicyModel::Kernel>(state.range(0));
   if (!learn::QuantizedPolicyModel::Supports(kernel)) {
@@ -141,7 +142,7 @@ void BM_Int8Kernel(benchmark::State& state) {
       static_cast<double>(batch.candidates.size()) * 1e-9,
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_Int8Kernel)->DenseRange(1, 4)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Int8Kernel)->DenseRange(1, 5)->Unit(benchmark::kMillisecond);
 
 // Not a timing: INT8 against FP32 on the same real rows (counters: the share of rows whose
 // largest weight is on the same candidate, and the largest and mean weight differences).

@@ -41,7 +41,8 @@
 // kFeatLinkUtilisationNow) are the same in every row that uses the link, so their half of
 // the first layer is computed once per link and added per candidate
 // (QuantizedPolicyModel::BatchLogits). The kernels take rows in blocks; for hidden layers of
-// at most 32 (dar-train's default), the AVX2 one runs 8 rows at a time, one per lane.
+// at most 32 (dar-train's default), the AVX2 ones run 8 rows at a time, one per lane, and the
+// AVX-512 one 16.
 #ifndef DAR_LEARN_POLICY_MODEL_H_
 #define DAR_LEARN_POLICY_MODEL_H_
 
@@ -119,9 +120,12 @@ class QuantizedPolicyModel {
   explicit QuantizedPolicyModel(const PolicyModel& model);
 
   // The kernels, which give the same logits bit for bit: kAuto is the fastest this
-  // processor runs (AVX2 and FMA, with AVX-VNNI or AVX512-VNNI where it has them); the
-  // others are for tests and benchmarks.
-  enum class Kernel { kAuto, kPortable, kAvx2, kAvx2VnniVex, kAvx2VnniEvex };
+  // processor runs (kAvx512Vnni where it has AVX-512 F, BW, VL, DQ and VNNI; else AVX2 and
+  // FMA, with AVX-VNNI or AVX512-VNNI where it has them); the others are for tests and
+  // benchmarks. kAvx512Vnni runs 16 rows per zmm register for hidden layers of at most 32
+  // (about twice as fast as the AVX2 ones on a Sapphire Rapids Xeon) and the
+  // kAvx2VnniEvex kernel for wider ones.
+  enum class Kernel { kAuto, kPortable, kAvx2, kAvx2VnniVex, kAvx2VnniEvex, kAvx512Vnni };
   // Whether this processor runs `kernel`.
   static bool Supports(Kernel kernel);
 
@@ -159,7 +163,8 @@ class QuantizedPolicyModel {
     int in_padded = 0;   // `in` rounded up to a multiple of 32 (zeros past `in`)
     int out_padded = 0;  // `out` rounded up to 32, or 8 for the last layer (zeros past `out`)
     // The INT8 weights, widened to int16 (the kernels multiply int16 pairs).
-    std::vector<int16_t> weight;  // out x in_padded, row-major (portable kernel, last layer)
+    // out_padded x in_padded, row-major, zeros past `out` (portable and AVX-512 kernels).
+    std::vector<int16_t> weight;
     // The same weights for the AVX2 kernel: [out_padded / 8][in_padded / 2][8 outputs][2].
     std::vector<int16_t> packed;
     // And for the 8-rows-at-once kernel: [out][in_padded / 2][8 copies][2].

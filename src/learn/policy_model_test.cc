@@ -295,7 +295,7 @@ TEST(PolicyModelTest, Int8ActivationsLoseLittleOnGridWeights) {
 
 using Kernel = QuantizedPolicyModel::Kernel;
 constexpr Kernel kKernels[] = {Kernel::kAuto, Kernel::kAvx2, Kernel::kAvx2VnniVex,
-                               Kernel::kAvx2VnniEvex};
+                               Kernel::kAvx2VnniEvex, Kernel::kAvx512Vnni};
 
 // A model whose first layer outputs 1 in each of its `width` channels whatever the features
 // (zero weights, bias 1), so that every activation of the second layer quantises to 32767;
@@ -339,8 +339,8 @@ TEST(PolicyModelTest, Int8WidestLayerDoesNotOverflow) {
     // + bias.
     const float want = std::fma(static_cast<float>(sum) * (1.0f / 127), 1.0f / 32767, 0.25f);
     EXPECT_NEAR(want, sign * kMaxInt8LayerInput + 0.25f, 1e-3);
-    for (Kernel k :
-         {Kernel::kPortable, Kernel::kAvx2, Kernel::kAvx2VnniVex, Kernel::kAvx2VnniEvex}) {
+    for (Kernel k : {Kernel::kPortable, Kernel::kAvx2, Kernel::kAvx2VnniVex, Kernel::kAvx2VnniEvex,
+                     Kernel::kAvx512Vnni}) {
       if (!QuantizedPolicyModel::Supports(k)) continue;
       q.Logits(x, absl::MakeSpan(got), k);
       EXPECT_THAT(got, ::testing::Each(want)) << "kernel " << static_cast<int>(k);
@@ -480,10 +480,59 @@ TEST(PolicyModelTest, Int8HandlesAllZeroActivations) {
   const std::vector<float> x = RandomFeatures(rng, 37);
   std::vector<float> want(37), got(37);
   LogitsFloat(m, x, absl::MakeSpan(want));
-  for (Kernel k : {Kernel::kPortable, Kernel::kAvx2, Kernel::kAvx2VnniVex, Kernel::kAvx2VnniEvex}) {
+  for (Kernel k : {Kernel::kPortable, Kernel::kAvx2, Kernel::kAvx2VnniVex, Kernel::kAvx2VnniEvex,
+                   Kernel::kAvx512Vnni}) {
     if (!QuantizedPolicyModel::Supports(k)) continue;
     q.Logits(x, absl::MakeSpan(got), k);
     EXPECT_EQ(got, want) << "kernel " << static_cast<int>(k);
+  }
+}
+
+// Rows whose hidden layers are all 0 next to rows whose are not, in the same block of rows
+// (the 16-rows-at-once kernel quantises each lane with its own scale: a zero row must get
+// scale 0 without touching its neighbours), over a row count that leaves a partial block:
+// every kernel gives the portable kernel's logits, and a zero row's logit is the last bias.
+TEST(PolicyModelTest, Int8MixesZeroAndLiveRowsInABlock) {
+  PolicyModel m = RandomModel(14, 2);
+  std::fill(m.feature_mean.begin(), m.feature_mean.end(), 0.0f);
+  std::fill(m.feature_scale.begin(), m.feature_scale.end(), 1.0f);
+  // The first layer: previous_weight - 0.5 in every channel, so ReLU is off for every channel
+  // of a row with previous_weight < 0.5; the second: negative biases, so it is off there too.
+  DenseLayer& first = m.layers[0];
+  std::fill(first.weight.begin(), first.weight.end(), 0.0f);
+  for (int o = 0; o < first.out; ++o) {
+    first.weight[static_cast<size_t>(o) * kPolicyFeatures + kFeatPreviousWeight] =
+        1.0f + 0.01f * static_cast<float>(o);
+  }
+  std::fill(first.bias.begin(), first.bias.end(), -0.5f);
+  std::fill(m.layers[1].bias.begin(), m.layers[1].bias.end(), -0.05f);
+  ASSERT_TRUE(m.Validate().ok());
+  const QuantizedPolicyModel q(m);
+  std::mt19937_64 rng(15);
+  const int rows = 37;
+  std::vector<float> x = RandomFeatures(rng, rows);
+  for (int r = 0; r < rows; ++r) {
+    // Zero rows at 0, 2, 3, 5, 6, 8, ...: mixed in every block.
+    x[r * kPolicyFeatures + kFeatPreviousWeight] = r % 3 == 1 ? 0.9f + 0.001f * r : 0.1f;
+  }
+  std::vector<float> fp(rows), portable(rows), got(rows);
+  LogitsFloat(m, x, absl::MakeSpan(fp));
+  q.Logits(x, absl::MakeSpan(portable), Kernel::kPortable);
+  int live = 0;
+  for (int r = 0; r < rows; ++r) {
+    if (r % 3 != 1) {
+      EXPECT_EQ(portable[r], m.layers[2].bias[0]) << "row " << r;
+      EXPECT_EQ(fp[r], m.layers[2].bias[0]) << "row " << r;
+    } else {
+      live += portable[r] != m.layers[2].bias[0];
+    }
+  }
+  EXPECT_GT(live, 0) << "no row has a live hidden layer: the test tests nothing";
+  for (Kernel k : kKernels) {
+    if (!QuantizedPolicyModel::Supports(k)) continue;
+    std::fill(got.begin(), got.end(), 0.0f);
+    q.Logits(x, absl::MakeSpan(got), k);
+    EXPECT_EQ(got, portable) << "kernel " << static_cast<int>(k);
   }
 }
 
