@@ -28,6 +28,8 @@
 //     min_weight: 0.001
 //     min_cost_change: 0.05
 //     full_every: 50
+//     cycle_threads: 2                 # 1 | 2: the traffic classes side by side (2, the
+//                                      # default) or one after the other
 //     forwarding_mode: per_flowlet     # per_flow | per_flowlet | per_packet | per_packet_p2c
 //     reference_delay_ms: 1            # cost scale of delay (_us/_ms/_s)
 //     latency_weights: {hop: 1, latency: 0.3, loss: 1, utilisation: 0.3, capacity: 0}

@@ -153,6 +153,8 @@ void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int
   batch.decisions.resize(first[classes].first);
   batch.candidates.resize(first[classes].second);
   batch.rewards.resize(in.reward_terms ? first[classes].second : 0);
+  batch.link_features.resize(links_.size());
+  for (size_t l = 0; l < links_.size(); ++l) batch.link_features[l] = links_[l].features;
   RunEach(classes, threads, [&](int cls) {
     classes_[cls].Fill(in, cls, links_, first[cls].first, first[cls].second, batch);
   });
@@ -249,9 +251,15 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
         PolicyCandidate& c = batch.candidates[candidate++];
         c.link = h.link;
         c.analytic_weight = h.weight;
+        // Last cycle's row mostly has the same next hops in the same order: look there first.
+        const size_t k = static_cast<size_t>(&h - row.data());
         double prev = 0;
-        for (const NextHop& p : old) {
-          if (p.link == h.link) prev = p.weight;
+        if (k < old.size() && old[k].link == h.link) {
+          prev = old[k].weight;
+        } else {
+          for (const NextHop& p : old) {
+            if (p.link == h.link) prev = p.weight;
+          }
         }
         auto& f = c.features;
         logs_.push_back(std::max(h.weight, floor_weight));
@@ -265,8 +273,9 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
         f[kFeatLinkLoss] = t.features[2];
         f[kFeatLinkUtilisation] = t.features[3];
         f[kFeatLinkUtilisationNow] = t.features[4];
+        // (No division where it is known to give 1.)
         f[kFeatCapacityShare] =
-            widest > 0
+            widest > 0 && t.capacity != widest
                 ? static_cast<float>(static_cast<double>(t.capacity) / static_cast<double>(widest))
                 : 1.0f;
         f[kFeatDestinationLoad] = load;

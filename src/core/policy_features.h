@@ -66,7 +66,7 @@ class PolicyFeatureBuilder {
     double queue_s = 0;
     int64_t capacity = 0;  // bps
     NodeId to = kNoNode;
-    std::array<float, 5> features{};  // kFeatLinkDelay .. kFeatLinkUtilisationNow
+    std::array<float, kPolicyLinkFeatures> features{};  // kFeatLinkDelay .. kFeatLinkUtilisationNow
   };
   // One class's rows and the scratch of its walks: one per class, so that classes can be
   // built side by side.

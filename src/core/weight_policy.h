@@ -45,6 +45,10 @@ enum PolicyFeature : int {
   kPolicyFeatures
 };
 
+// The features of a candidate's link alone: kFeatLinkDelay .. kFeatLinkUtilisationNow.
+inline constexpr int kPolicyLinkFeatures = kFeatLinkUtilisationNow - kFeatLinkDelay + 1;
+static_assert(kPolicyLinkFeatures == 5);
+
 // The features' names, in PolicyFeature order, as a model file lists them.
 const std::array<const char*, kPolicyFeatures>& PolicyFeatureNames();
 
@@ -81,6 +85,10 @@ struct PolicyBatch {
   std::vector<PolicyCandidate> candidates;
   // By candidate if the policy wants them (WeightPolicy::wants_reward_terms), else empty.
   std::vector<PolicyRewardTerms> rewards;
+  // By link, kFeatLinkDelay .. kFeatLinkUtilisationNow: what every candidate on the link has
+  // for those features, bit for bit, so that what depends on them alone is computed once per
+  // link (PolicyFeatureBuilder fills it). Empty: no such promise (a batch made by hand).
+  std::vector<std::array<float, kPolicyLinkFeatures>> link_features;
 };
 
 class WeightPolicy {

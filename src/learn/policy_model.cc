@@ -407,6 +407,11 @@ constexpr int kLinkFeatures[] = {kFeatLinkDelay, kFeatLinkQueue, kFeatLinkLoss,
 constexpr int kRowFeatures[] = {kFeatAnalyticLogit,   kFeatPathDelayRatio, kFeatCapacityShare,
                                 kFeatDestinationLoad, kFeatPreviousWeight, kFeatInverseCount};
 static_assert(std::size(kLinkFeatures) + std::size(kRowFeatures) == kPolicyFeatures);
+// PolicyBatch::link_features holds them in this order.
+static_assert(std::size(kLinkFeatures) == kPolicyLinkFeatures &&
+              kLinkFeatures[0] == kFeatLinkDelay && kLinkFeatures[1] == kFeatLinkDelay + 1 &&
+              kLinkFeatures[2] == kFeatLinkDelay + 2 && kLinkFeatures[3] == kFeatLinkDelay + 3 &&
+              kLinkFeatures[4] == kFeatLinkDelay + 4);
 
 constexpr float kLevels = 32767.0f;  // activations are quantised to [0, 32767] (int16)
 
@@ -1145,7 +1150,41 @@ void QuantizedPolicyModel::BatchLogits(const PolicyBatch& batch, size_t begin,
     const QuantizedPolicyModel* model;
     const PolicyCandidate* candidates;  // from `begin`
     Workspace* ws;
-  } rows{this, batch.candidates.data() + begin, &ws};
+    size_t links;  // batch.link_features.size()
+  } rows{this, batch.candidates.data() + begin, &ws, batch.link_features.size()};
+  if (rows.links > 0) {
+    // The batch promises that its candidates' link features are their links': each link's
+    // half once, in slot = link id, and no check per candidate (a candidate without a link
+    // gets a slot of its own past them).
+    ws.partials.resize(rows.links * out1_padded_);
+    std::array<float, kPolicyFeatures> x{};
+    for (size_t l = 0; l < rows.links; ++l) {
+      std::copy(batch.link_features[l].begin(), batch.link_features[l].end(),
+                x.begin() + kFeatLinkDelay);
+      LinkPartial(x.data(), ws.partials.data() + l * out1_padded_);
+    }
+    const LinkHalves by_link{[](void* ctx, size_t first, int m, uint32_t* slot) -> const float* {
+                               auto* rows = static_cast<Rows*>(ctx);
+                               std::vector<float>& partials = rows->ws->partials;
+                               const size_t width = static_cast<size_t>(rows->model->out1_padded_);
+                               for (int r = 0; r < m; ++r) {
+                                 const PolicyCandidate& c = rows->candidates[first + r];
+                                 if (c.link >= 0 && static_cast<size_t>(c.link) < rows->links) {
+                                   slot[r] = static_cast<uint32_t>(c.link);
+                                 } else {
+                                   slot[r] = static_cast<uint32_t>(partials.size() / width);
+                                   partials.resize(partials.size() + width);
+                                   rows->model->LinkPartial(c.features.data(),
+                                                            partials.data() + slot[r] * width);
+                                 }
+                               }
+                               return partials.data();
+                             },
+                             &rows};
+    Run(reinterpret_cast<const char*>(rows.candidates) + offsetof(PolicyCandidate, features),
+        sizeof(PolicyCandidate), logits.size(), by_link, logits.data(), kernel);
+    return;
+  }
   const LinkHalves halves{[](void* ctx, size_t first, int m, uint32_t* slot) -> const float* {
                             auto* rows = static_cast<Rows*>(ctx);
                             for (int r = 0; r < m; ++r) {

@@ -147,8 +147,9 @@ class QuantizedPolicyModel {
     uint32_t call = 0;
   };
   // The logits of `batch`'s candidates, the same bit for bit as Logits over their features,
-  // with the first layer's link half computed once per link (once per distinct link features
-  // if a link's candidates differ in them). REQUIRES: logits.size() == batch.candidates.size().
+  // with the first layer's link half computed once per link: from batch.link_features where
+  // the batch has them, else once per distinct link features met (a link's candidates may
+  // differ in them). REQUIRES: logits.size() == batch.candidates.size().
   void BatchLogits(const PolicyBatch& batch, absl::Span<float> logits, Workspace& ws,
                    Kernel kernel = Kernel::kAuto) const;
   // The same for candidates [begin, begin + logits.size()) only: logits[i] is candidate

@@ -469,6 +469,38 @@ TEST(PolicyModelTest, BatchLogitsSharesALinkOnlyForTheSameFeatures) {
   EXPECT_EQ(got, want);
 }
 
+// A batch that gives its links' features (PolicyBatch::link_features, as
+// PolicyFeatureBuilder's do) is run with each link's half computed once, by link: the same
+// logits bit for bit, also over a range, for every kernel, and for a candidate without a link
+// or with one past the list.
+TEST(PolicyModelTest, BatchLogitsTakesTheBatchsLinkFeatures) {
+  std::mt19937_64 rng(13);
+  for (int hidden : {1, 2}) {
+    const QuantizedPolicyModel q(RandomModel(14, hidden));
+    PolicyBatch batch = SharedLinkBatch(rng, 400);  // links 0..7, the same features by link
+    batch.link_features.resize(8);
+    for (const PolicyCandidate& c : batch.candidates) {
+      std::copy(c.features.begin() + kFeatLinkDelay,
+                c.features.begin() + kFeatLinkDelay + kPolicyLinkFeatures,
+                batch.link_features[c.link].begin());
+    }
+    batch.candidates[5].link = kNoLink;
+    batch.candidates[6].link = 8;  // past link_features: its own features count
+    batch.candidates[6].features[kFeatLinkQueue] += 1;
+    std::vector<float> want(batch.candidates.size());
+    q.Logits(FeaturesOf(batch), absl::MakeSpan(want));
+    for (Kernel k : kKernels) {
+      if (!QuantizedPolicyModel::Supports(k)) continue;
+      QuantizedPolicyModel::Workspace ws;
+      std::vector<float> got(batch.candidates.size()), part(301);
+      q.BatchLogits(batch, absl::MakeSpan(got), ws, k);
+      EXPECT_EQ(got, want) << "hidden " << hidden << ", kernel " << static_cast<int>(k);
+      q.BatchLogits(batch, 3, absl::MakeSpan(part), ws, k);
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), want.begin() + 3));
+    }
+  }
+}
+
 // A layer whose inputs are all 0 (every ReLU off) quantises to 0 with scale 0: the logit is
 // then the last bias alone, in every kernel, as in FP32.
 TEST(PolicyModelTest, Int8HandlesAllZeroActivations) {
