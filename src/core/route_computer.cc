@@ -483,8 +483,24 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   if (batch_.decisions.empty()) return absl::OkStatus();
   policy_weights_.assign(batch_.candidates.size(), std::numeric_limits<double>::quiet_NaN());
   RETURN_IF_ERROR(policy_->Weigh(batch_, absl::MakeSpan(policy_weights_)));
+  // Each class's weights checked, then its tables refined, the classes side by side; any
+  // class's bad weight leaves every class the engine's tables.
+  std::array<absl::Status, kTrafficClasses> checked;
+  std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> refined;
+  RunEach(kTrafficClasses, config_.threads, [&](int cls) {
+    checked[cls] = CheckPolicyWeights(cls);
+    if (checked[cls].ok()) refined[cls] = RefinedTables(cls, *out.tables[cls]);
+  });
+  for (const absl::Status& s : checked) RETURN_IF_ERROR(s);
+  out.tables = refined;
+  stats_.policy_decisions += static_cast<int64_t>(batch_.decisions.size());
+  return absl::OkStatus();
+}
+
+absl::Status RouteComputer::CheckPolicyWeights(int cls) const {
   // The forwarders' validator refuses a table with a weight <= 0, so that is checked here too.
   for (const PolicyDecision& d : batch_.decisions) {
+    if (d.cls != cls) continue;
     double sum = 0;
     for (uint32_t i = d.first; i < d.first + d.count; ++i) {
       const double w = policy_weights_[i];
@@ -497,9 +513,6 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
       return absl::InvalidArgumentError("a row's weights do not sum to 1 (within 1e-6)");
     }
   }
-  RunEach(kTrafficClasses, config_.threads,
-          [&](int cls) { out.tables[cls] = RefinedTables(cls, *out.tables[cls]); });
-  stats_.policy_decisions += static_cast<int64_t>(batch_.decisions.size());
   return absl::OkStatus();
 }
 

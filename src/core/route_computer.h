@@ -268,6 +268,9 @@ class RouteComputer {
   // Runs the weight policy over `out`'s tables and replaces them with its weights; leaves
   // them and returns why if it fails.
   absl::Status ApplyPolicy(absl::Span<const LinkState> states, RouteCycle& out);
+  // OK if every weight the policy gave class `cls`'s rows (policy_weights_) is finite and
+  // > 0 and each row's sum to 1 (within 1e-6); else what is wrong.
+  absl::Status CheckPolicyWeights(int cls) const;
   // Class `cls`'s tables with the batch's weights (policy_weights_) in its rows.
   std::shared_ptr<const RoutingTables> RefinedTables(int cls, const RoutingTables& engine);
   // Class `cls`'s part of Cycle: its costs, its engine, its tables (version `version`) into
