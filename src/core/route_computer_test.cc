@@ -881,6 +881,41 @@ TEST(RouteComputerTest, FailingWeightPolicyLeavesTheEngineTables) {
   ExpectValid(rc, c);
 }
 
+// A bad weight in the second class's rows alone leaves the first class the engine's tables
+// too (the classes are checked side by side with 2 threads; either way, none is refined).
+TEST(RouteComputerTest, BadWeightInOneClassLeavesEveryClassTheEngines) {
+  class BadInBulk : public TestPolicy {
+   public:
+    absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override {
+      for (const PolicyDecision& d : batch.decisions) {
+        for (uint32_t i = 0; i < d.count; ++i) {
+          weights[d.first + i] = d.cls == 1 && i == 0 ? -1 : i == 0 ? 0.9 : 0.1 / (d.count - 1);
+        }
+      }
+      return absl::OkStatus();
+    }
+  };
+  Diamond g;
+  for (int threads : {1, 2}) {
+    RouteComputerConfig config;
+    config.threads = threads;
+    RouteComputer analytic(g.topo, config), rc(g.topo, config);
+    rc.set_weight_policy(std::make_shared<BadInBulk>());
+    const RouteCycle engine = analytic.Cycle(false);
+    const RouteCycle c = rc.Cycle(false);
+    EXPECT_THAT(c.policy_error, ::testing::HasSubstr("not finite or not > 0"));
+    EXPECT_EQ(rc.stats().policy_failures, 1);
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      EXPECT_EQ(WeightOf(*c.tables[cls], g.s, g.t, g.sa),
+                WeightOf(*engine.tables[cls], g.s, g.t, g.sa))
+          << "class " << cls << ", " << threads << " threads";
+    }
+    // The engine's weight is not the policy's 0.9 or 0.1: the check is not vacuous.
+    EXPECT_NE(WeightOf(*c.tables[0], g.s, g.t, g.sa), 0.9);
+    EXPECT_NE(WeightOf(*c.tables[0], g.s, g.t, g.sa), 0.1);
+  }
+}
+
 TEST(RouteComputerTest, WeightPolicyHysteresisKeepsSmallMoves) {
   Diamond g;
   RouteComputerConfig config;
