@@ -248,6 +248,10 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
           batch.rewards[candidate] = PolicyRewardTerms{
               path_delay, std::clamp(1 - t.delivered * (1 - loss_[t.to]), 0.0, 1.0), t.queue_s};
         }
+        // The batch is tens of MB: ask for the lines a few candidates ahead before writing.
+        if (candidate + 8 < batch.candidates.size()) {
+          __builtin_prefetch(&batch.candidates[candidate + 8], 1);
+        }
         PolicyCandidate& c = batch.candidates[candidate++];
         c.link = h.link;
         c.analytic_weight = h.weight;
