@@ -143,7 +143,8 @@ void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int
   LinkTerms(in);
   classes_.resize(classes);
   // Each class's share of the batch first, so that each can fill its own range.
-  std::vector<std::pair<size_t, size_t>> first(classes + 1);
+  std::vector<std::pair<size_t, size_t>>& first = class_first_;
+  first.assign(classes + 1, {0, 0});
   for (int cls = 0; cls < classes; ++cls) {
     const auto [decisions, candidates] = classes_[cls].Count(*in.tables[cls], nodes);
     first[cls + 1] = {first[cls].first + decisions, first[cls].second + candidates};
@@ -155,9 +156,8 @@ void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int
   batch.rewards.resize(in.reward_terms ? first[classes].second : 0);
   batch.link_features.resize(links_.size());
   for (size_t l = 0; l < links_.size(); ++l) batch.link_features[l] = links_[l].features;
-  RunEach(classes, threads, [&](int cls) {
-    classes_[cls].Fill(in, cls, links_, first[cls].first, first[cls].second, batch);
-  });
+  RunEach(classes, threads,
+          [&](int cls) { classes_[cls].Fill(in, cls, links_, first[cls], first[cls + 1], batch); });
 }
 
 std::pair<size_t, size_t> PolicyFeatureBuilder::ClassRows::Count(const RoutingTables& tables,
@@ -181,8 +181,10 @@ std::pair<size_t, size_t> PolicyFeatureBuilder::ClassRows::Count(const RoutingTa
 }
 
 void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
-                                           absl::Span<const LinkTerm> links, size_t decision,
-                                           size_t candidate, PolicyBatch& batch) {
+                                           absl::Span<const LinkTerm> links,
+                                           std::pair<size_t, size_t> begin,
+                                           std::pair<size_t, size_t> end, PolicyBatch& batch) {
+  auto [decision, candidate] = begin;
   const Topology& topo = *in.topology;
   const int nodes = topo.num_nodes();
   const double floor_weight = std::max(in.min_weight, kSmallestLogitWeight);
@@ -249,9 +251,7 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
               path_delay, std::clamp(1 - t.delivered * (1 - loss_[t.to]), 0.0, 1.0), t.queue_s};
         }
         // The batch is tens of MB: ask for the lines a few candidates ahead before writing.
-        if (candidate + 8 < batch.candidates.size()) {
-          __builtin_prefetch(&batch.candidates[candidate + 8], 1);
-        }
+        if (candidate + 8 < end.second) __builtin_prefetch(&batch.candidates[candidate + 8], 1);
         PolicyCandidate& c = batch.candidates[candidate++];
         c.link = h.link;
         c.analytic_weight = h.weight;
@@ -294,6 +294,15 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
       f[kFeatAnalyticLogit] = static_cast<float>(std::max(ln[0], floor));
       f[kFeatPathDelayRatio] = static_cast<float>(ln[1]);
     }
+  }
+  // Count and this walk must agree, or a class would write into another's range.
+  if (decision != end.first || candidate != end.second) {
+    std::fprintf(
+        stderr,
+        "PolicyFeatureBuilder: class %d filled %zu rows, %zu candidates; %zu, %zu counted\n", cls,
+        decision - begin.first, candidate - begin.second, end.first - begin.first,
+        end.second - begin.second);
+    std::abort();
   }
 }
 

@@ -52,10 +52,10 @@ struct PolicyInputs {
 
 class PolicyFeatureBuilder {
  public:
-  // Replaces `batch`'s decisions and candidates with this cycle's rows (batch.cycle is left
-  // as it is). threads >= 2: the classes' rows are built side by side (core/parallel.h), each
-  // into its own range of the batch, the same bit for bit. REQUIRES: every table and engine
-  // is over inputs.topology.
+  // Replaces `batch`'s decisions, candidates, rewards (empty unless inputs.reward_terms) and
+  // link features with this cycle's (batch.cycle is left as it is). threads >= 2: the
+  // classes' rows are built side by side (core/parallel.h), each into its own range of the
+  // batch, the same bit for bit. REQUIRES: every table and engine is over inputs.topology.
   void Build(const PolicyInputs& in, PolicyBatch& batch, int threads = 1);
 
  private:
@@ -77,10 +77,11 @@ class PolicyFeatureBuilder {
     const std::vector<NodeId>& NodesOfRows(const DestinationTable& table, int nodes);
     // Counts the class's rows with a choice and their candidates (decisions, candidates).
     std::pair<size_t, size_t> Count(const RoutingTables& tables, int nodes);
-    // Writes the class's rows from batch.decisions[decision] and batch.candidates[candidate]
-    // (and batch.rewards[candidate] if in.reward_terms) on, as Count counted them.
-    void Fill(const PolicyInputs& in, int cls, absl::Span<const LinkTerm> links, size_t decision,
-              size_t candidate, PolicyBatch& batch);
+    // Writes the class's rows into batch.decisions [begin.first, end.first) and
+    // batch.candidates (and batch.rewards if in.reward_terms) [begin.second, end.second), as
+    // Count counted them (aborts, saying so, if they do not fill those ranges exactly).
+    void Fill(const PolicyInputs& in, int cls, absl::Span<const LinkTerm> links,
+              std::pair<size_t, size_t> begin, std::pair<size_t, size_t> end, PolicyBatch& batch);
 
    private:
     // Starts the walks toward a new destination: every node becomes new (no clearing: the
@@ -107,6 +108,8 @@ class PolicyFeatureBuilder {
 
   std::vector<LinkTerm> links_;     // by link
   std::vector<ClassRows> classes_;  // by class
+  // By class, then one past the last: where its (decisions, candidates) start in the batch.
+  std::vector<std::pair<size_t, size_t>> class_first_;
 };
 
 }  // namespace dar

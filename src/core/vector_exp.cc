@@ -93,7 +93,7 @@ DAR_KERNEL V4d Exp4(const V4d& y) {
   return AS_DOUBLES(e);
 }
 
-// ln(x) for x positive, finite and normal. x = 2^e m with m in [sqrt(1/2), sqrt(2)); ln m =
+// ln(x) for x positive, finite and normal. x = 2^e m with m in (sqrt(1/2), sqrt(2)]; ln m =
 // 2 atanh(s) with s = (m - 1) / (m + 1), |s| <= 0.172, by its series to s^21 (truncation
 // error below 1e-17 relative); then e ln2 (Cody-Waite split) + ln m. Separate multiplies and
 // adds (no FMA), so every version rounds alike.

@@ -1233,7 +1233,8 @@ void QuantizedPolicyModel::Run(const char* rows, size_t stride, size_t n, const 
                                  l.broadcast.data(), l.scale.data(), l.bias.data()});
   }
   const KernelNet net{out1_padded_, relu1_, w1_.data(), b1_.data(), wide1_.data(), layers};
-  // Thread-local: the kernels run with no allocation after the first call on a thread.
+  // Thread-local: the kernels run with no allocation after the first call on a thread (a
+  // LearnedPolicy on two threads starts its second anew each call: a few KB each time).
   thread_local std::vector<float> a, b, sx;
   thread_local std::vector<int16_t> q;
   thread_local std::vector<uint32_t> slot;

@@ -119,7 +119,9 @@ class QuantizedPolicyModel {
   // REQUIRES: model.Validate().ok() (aborts on a layer wider than kMaxInt8LayerInput).
   explicit QuantizedPolicyModel(const PolicyModel& model);
 
-  // The kernels, which give the same logits bit for bit: kAuto is the fastest this
+  // The kernels, which give the same logits bit for bit for finite features (a NaN may go
+  // through the vector kernels' ReLU as 0, and through the portable one as NaN, which Weigh
+  // refuses; PolicyFeatureBuilder makes no such feature): kAuto is the fastest this
   // processor runs (kAvx512Vnni where it has AVX-512 F, BW, VL, DQ and VNNI; else AVX2 and
   // FMA, with AVX-VNNI or AVX512-VNNI where it has them); the others are for tests and
   // benchmarks. kAvx512Vnni runs 16 rows per zmm register for hidden layers of at most 32
@@ -154,6 +156,7 @@ class QuantizedPolicyModel {
                    Kernel kernel = Kernel::kAuto) const;
   // The same for candidates [begin, begin + logits.size()) only: logits[i] is candidate
   // begin + i's. Calls on other threads with other workspaces may run at the same time.
+  // REQUIRES: begin + logits.size() <= batch.candidates.size().
   void BatchLogits(const PolicyBatch& batch, size_t begin, absl::Span<float> logits, Workspace& ws,
                    Kernel kernel = Kernel::kAuto) const;
 

@@ -470,9 +470,10 @@ TEST(PolicyModelTest, BatchLogitsSharesALinkOnlyForTheSameFeatures) {
 }
 
 // A batch that gives its links' features (PolicyBatch::link_features, as
-// PolicyFeatureBuilder's do) is run with each link's half computed once, by link: the same
-// logits bit for bit, also over a range, for every kernel, and for a candidate without a link
-// or with one past the list.
+// PolicyFeatureBuilder's do) is run with each link's half computed once, from link_features
+// by link id: the logits of the candidates' features with their links' substituted, bit for
+// bit, also over a range, for every kernel; a candidate without a link or with one past the
+// list counts its own.
 TEST(PolicyModelTest, BatchLogitsTakesTheBatchsLinkFeatures) {
   std::mt19937_64 rng(13);
   for (int hidden : {1, 2}) {
@@ -484,11 +485,21 @@ TEST(PolicyModelTest, BatchLogitsTakesTheBatchsLinkFeatures) {
                 c.features.begin() + kFeatLinkDelay + kPolicyLinkFeatures,
                 batch.link_features[c.link].begin());
     }
+    // Link 3's list entry differs from its candidates': the list is what counts.
+    batch.link_features[3][kFeatLinkQueue - kFeatLinkDelay] += 0.5f;
     batch.candidates[5].link = kNoLink;
     batch.candidates[6].link = 8;  // past link_features: its own features count
     batch.candidates[6].features[kFeatLinkQueue] += 1;
-    std::vector<float> want(batch.candidates.size());
-    q.Logits(FeaturesOf(batch), absl::MakeSpan(want));
+    PolicyBatch substituted = batch;
+    for (PolicyCandidate& c : substituted.candidates) {
+      if (c.link < 0 || c.link >= 8) continue;
+      std::copy(batch.link_features[c.link].begin(), batch.link_features[c.link].end(),
+                c.features.begin() + kFeatLinkDelay);
+    }
+    std::vector<float> want(batch.candidates.size()), own(batch.candidates.size());
+    q.Logits(FeaturesOf(substituted), absl::MakeSpan(want));
+    q.Logits(FeaturesOf(batch), absl::MakeSpan(own));
+    ASSERT_NE(want, own);  // the test can tell which features were used
     for (Kernel k : kKernels) {
       if (!QuantizedPolicyModel::Supports(k)) continue;
       QuantizedPolicyModel::Workspace ws;
@@ -622,8 +633,17 @@ TEST(PolicyModelTest, TwoThreadsWeighAsOneDoes) {
   std::mt19937_64 rng(21);
   PolicyBatch shuffled = SharedLinkBatch(rng, 300);
   std::swap(shuffled.decisions[0], shuffled.decisions[299]);  // no longer in order
-  for (const PolicyBatch& batch :
-       {SharedLinkBatch(rng, 3000), RandomBatch(rng, 1500), RandomBatch(rng, 10), shuffled}) {
+  // As PolicyFeatureBuilder's batches are: large, tiled, with their links' features.
+  PolicyBatch built = SharedLinkBatch(rng, 3000);
+  ASSERT_GE(built.candidates.size(), 4096u);  // large enough to be split
+  built.link_features.resize(8);
+  for (const PolicyCandidate& c : built.candidates) {
+    std::copy(c.features.begin() + kFeatLinkDelay,
+              c.features.begin() + kFeatLinkDelay + kPolicyLinkFeatures,
+              built.link_features[c.link].begin());
+  }
+  for (const PolicyBatch& batch : {built, SharedLinkBatch(rng, 3000), RandomBatch(rng, 1500),
+                                   RandomBatch(rng, 10), shuffled}) {
     std::vector<double> w1(batch.candidates.size(), -1), w2(batch.candidates.size(), -2);
     for (int round = 0; round < 2; ++round) {  // the second with the workspaces used
       ASSERT_TRUE(one.Weigh(batch, absl::MakeSpan(w1)).ok());
