@@ -56,6 +56,13 @@ constexpr int64_t kUnderlayHeaderBytes = 28;
 // DSCP CS1 ("lower effort", RFC 8622): bulk.
 constexpr uint8_t kDscpBulk = 8;
 
+// Whether a send's errno says the link itself is gone (its interface down or its peer
+// unreachable): the link fails at once, whatever was being sent.
+bool LinkDownErrno(int err) {
+  return err == ENETDOWN || err == ENETUNREACH || err == EHOSTUNREACH || err == EHOSTDOWN ||
+         err == EADDRNOTAVAIL;
+}
+
 Time ReadClock(clockid_t id) {
   timespec ts;
   ::clock_gettime(id, &ts);
@@ -537,9 +544,10 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
     // measures it. (SO_PRIORITY, or a priority band, would have let them skip that queue.)
     static_assert(static_cast<uint8_t>(net::OverlayType::kProbe) + 1 ==
                   static_cast<uint8_t>(net::OverlayType::kProbeReply));
-    absl::StatusOr<net::SteeredSockets> socket = net::SteeredSockets::Bind(
-        n.local, c.batch_size, /*offset=*/2, static_cast<uint8_t>(net::OverlayType::kProbe),
-        static_cast<uint8_t>(net::OverlayType::kProbeReply));
+    absl::StatusOr<net::SteeredSockets> socket =
+        net::SteeredSockets::Bind(n.local, c.batch_size, net::kOverlayTypeOffset,
+                                  static_cast<uint8_t>(net::OverlayType::kProbe),
+                                  static_cast<uint8_t>(net::OverlayType::kProbeReply));
     if (!socket.ok()) {
       return absl::Status(
           socket.status().code(),
@@ -853,7 +861,8 @@ void Dataplane::Run() {
     }
     // Whatever was changed before these events arrived applies to them.
     ApplyControl();
-    // Probes and replies first: their timestamps should not wait for a data batch.
+    // Probes and replies first: their timestamps should not wait for a data batch. (A probe
+    // socket's tag matches nothing in the second loop.)
     for (int i = 0; i < n; ++i) {
       const uint32_t tag = events[i].data.u32;
       if ((tag & ~kTagProbeSocket) < ports_.size() && (tag & kTagProbeSocket) != 0) {
@@ -863,9 +872,7 @@ void Dataplane::Run() {
     }
     for (int i = 0; i < n; ++i) {
       const uint32_t tag = events[i].data.u32;
-      if ((tag & ~kTagProbeSocket) < ports_.size() && (tag & kTagProbeSocket) != 0) {
-        continue;
-      } else if (tag == kTagWake) {
+      if (tag == kTagWake) {
         uint64_t v;
         (void)!::read(wake_fd_.get(), &v, sizeof(v));
       } else if (tag == kTagTimer) {
@@ -966,8 +973,7 @@ void Dataplane::SendProbe(Port& port, const net::OverlayHeader& header,
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     const int err = errno;
-    if (err == ENETDOWN || err == ENETUNREACH || err == EHOSTUNREACH || err == EHOSTDOWN ||
-        err == EADDRNOTAVAIL) {
+    if (LinkDownErrno(err)) {
       Drop(DropReason::kSendError);
       LinkFailed(port);
     } else {
@@ -1395,8 +1401,7 @@ void Dataplane::Flush(Port& port) {
         SetWritableInterest(port, true);
         return;
       }
-      if (err == ENETDOWN || err == ENETUNREACH || err == EHOSTUNREACH || err == EHOSTDOWN ||
-          err == EADDRNOTAVAIL) {
+      if (LinkDownErrno(err)) {
         LinkFailed(port);
         return;
       }

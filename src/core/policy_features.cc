@@ -160,22 +160,32 @@ void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int
           [&](int cls) { classes_[cls].Fill(in, cls, links_, first[cls], first[cls + 1], batch); });
 }
 
+template <typename Fn>
+void PolicyFeatureBuilder::ClassRows::ForEachRowWithChoice(const DestinationTable& table, int nodes,
+                                                           Fn&& fn) {
+  // Row by row through the table's blocks (rows are in node order), not node by node: most
+  // nodes of a fabric are hosts, which have no row.
+  const std::vector<NodeId>& node_of_row = NodesOfRows(table, nodes);
+  const std::vector<DestinationTable::BlockPtr>& blocks = table.blocks();
+  for (size_t index = 0; index < node_of_row.size(); ++index) {
+    const DestinationTable::Block& block = *blocks[index / DestinationTable::kRowsPerBlock];
+    const size_t r = index % DestinationTable::kRowsPerBlock;
+    const uint32_t hops = block.offsets[r + 1] - block.offsets[r];
+    if (hops < 2) continue;
+    fn(node_of_row[index], absl::Span<const NextHop>(block.hops.data() + block.offsets[r], hops));
+  }
+}
+
 std::pair<size_t, size_t> PolicyFeatureBuilder::ClassRows::Count(const RoutingTables& tables,
                                                                  int nodes) {
   size_t decisions = 0, candidates = 0;
   for (NodeId d : tables.destinations()) {
     const DestinationTable* table = tables.Table(d);
     if (table == nullptr) continue;
-    const size_t rows = NodesOfRows(*table, nodes).size();
-    const std::vector<DestinationTable::BlockPtr>& blocks = table->blocks();
-    for (size_t index = 0; index < rows; ++index) {
-      const DestinationTable::Block& block = *blocks[index / DestinationTable::kRowsPerBlock];
-      const size_t r = index % DestinationTable::kRowsPerBlock;
-      const uint32_t hops = block.offsets[r + 1] - block.offsets[r];
-      if (hops < 2) continue;
+    ForEachRowWithChoice(*table, nodes, [&](NodeId, absl::Span<const NextHop> row) {
       ++decisions;
-      candidates += hops;
-    }
+      candidates += row.size();
+    });
   }
   return {decisions, candidates};
 }
@@ -203,17 +213,7 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
     // pass once d's rows are done: a scalar log per feature was a good share of a cycle.
     const size_t first_of_d = candidate;
     logs_.clear();
-    // Row by row through the table's blocks (rows are in node order), not node by node:
-    // most nodes of a fabric are hosts, which have no row.
-    const std::vector<NodeId>& node_of_row = NodesOfRows(*table, nodes);
-    const std::vector<DestinationTable::BlockPtr>& blocks = table->blocks();
-    for (size_t index = 0; index < node_of_row.size(); ++index) {
-      const DestinationTable::Block& block = *blocks[index / DestinationTable::kRowsPerBlock];
-      const size_t r = index % DestinationTable::kRowsPerBlock;
-      const uint32_t hops = block.offsets[r + 1] - block.offsets[r];
-      if (hops < 2) continue;
-      const absl::Span<const NextHop> row(block.hops.data() + block.offsets[r], hops);
-      const NodeId v = node_of_row[index];
+    ForEachRowWithChoice(*table, nodes, [&](NodeId v, absl::Span<const NextHop> row) {
       if (!started) {
         started = true;
         NewDestination(nodes);
@@ -286,7 +286,7 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
         f[kFeatPreviousWeight] = static_cast<float>(std::clamp(prev, 0.0, 1.0));
         f[kFeatInverseCount] = inverse_count;
       }
-    }
+    });
     LogPositive(logs_.data(), logs_.data(), static_cast<uint32_t>(logs_.size()));
     for (size_t k = first_of_d; k < candidate; ++k) {
       auto& f = batch.candidates[k].features;

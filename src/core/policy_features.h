@@ -75,6 +75,9 @@ class PolicyFeatureBuilder {
     // The node of each row of `table` (a table with no row map: every node, row = node),
     // worked out once per row map.
     const std::vector<NodeId>& NodesOfRows(const DestinationTable& table, int nodes);
+    // fn(node, row) for each row of `table` with two or more next hops, in node order.
+    template <typename Fn>
+    void ForEachRowWithChoice(const DestinationTable& table, int nodes, Fn&& fn);
     // Counts the class's rows with a choice and their candidates (decisions, candidates).
     std::pair<size_t, size_t> Count(const RoutingTables& tables, int nodes);
     // Writes the class's rows into batch.decisions [begin.first, end.first) and

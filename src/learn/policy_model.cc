@@ -1154,8 +1154,8 @@ void QuantizedPolicyModel::BatchLogits(const PolicyBatch& batch, size_t begin,
   } rows{this, batch.candidates.data() + begin, &ws, batch.link_features.size()};
   if (rows.links > 0) {
     // The batch promises that its candidates' link features are their links': each link's
-    // half once, in slot = link id, and no check per candidate (a candidate without a link
-    // gets a slot of its own past them).
+    // half once, in slot = link id, and no check per candidate (a candidate without a link,
+    // or with one past the list, gets a slot past them from LinkSlot).
     ws.partials.resize(rows.links * out1_padded_);
     std::array<float, kPolicyFeatures> x{};
     for (size_t l = 0; l < rows.links; ++l) {
@@ -1163,33 +1163,15 @@ void QuantizedPolicyModel::BatchLogits(const PolicyBatch& batch, size_t begin,
                 x.begin() + kFeatLinkDelay);
       LinkPartial(x.data(), ws.partials.data() + l * out1_padded_);
     }
-    const LinkHalves by_link{[](void* ctx, size_t first, int m, uint32_t* slot) -> const float* {
-                               auto* rows = static_cast<Rows*>(ctx);
-                               std::vector<float>& partials = rows->ws->partials;
-                               const size_t width = static_cast<size_t>(rows->model->out1_padded_);
-                               for (int r = 0; r < m; ++r) {
-                                 const PolicyCandidate& c = rows->candidates[first + r];
-                                 if (c.link >= 0 && static_cast<size_t>(c.link) < rows->links) {
-                                   slot[r] = static_cast<uint32_t>(c.link);
-                                 } else {
-                                   slot[r] = static_cast<uint32_t>(partials.size() / width);
-                                   partials.resize(partials.size() + width);
-                                   rows->model->LinkPartial(c.features.data(),
-                                                            partials.data() + slot[r] * width);
-                                 }
-                               }
-                               return partials.data();
-                             },
-                             &rows};
-    Run(reinterpret_cast<const char*>(rows.candidates) + offsetof(PolicyCandidate, features),
-        sizeof(PolicyCandidate), logits.size(), by_link, logits.data(), kernel);
-    return;
+    ws.slots = static_cast<uint32_t>(rows.links);
   }
   const LinkHalves halves{[](void* ctx, size_t first, int m, uint32_t* slot) -> const float* {
                             auto* rows = static_cast<Rows*>(ctx);
                             for (int r = 0; r < m; ++r) {
-                              slot[r] =
-                                  rows->model->LinkSlot(rows->candidates[first + r], *rows->ws);
+                              const PolicyCandidate& c = rows->candidates[first + r];
+                              slot[r] = c.link >= 0 && static_cast<size_t>(c.link) < rows->links
+                                            ? static_cast<uint32_t>(c.link)
+                                            : rows->model->LinkSlot(c, *rows->ws);
                             }
                             return rows->ws->partials.data();
                           },
@@ -1348,51 +1330,46 @@ absl::Status LearnedPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> w
         fmt::format("{} weights for {} candidates", weights.size(), n));
   }
   logits_.resize(n);
-  if (precision_ == Precision::kInt8) {
-    // Half h is decisions [row[h], row[h + 1]) and their candidates [cut[h], cut[h + 1]):
-    // two halves where there are threads, the batch is large enough to be worth one, and its
-    // decisions tile its candidates in order (PolicyFeatureBuilder's do).
-    const std::vector<PolicyDecision>& decisions = batch.decisions;
-    std::array<size_t, 3> row = {0, decisions.size(), decisions.size()};
-    std::array<size_t, 3> cut = {0, n, n};
-    constexpr size_t kSmallestSplit = 4096;
-    if (threads_ >= 2 && n >= kSmallestSplit && TilesInOrder(batch)) {
-      const auto middle =
-          std::partition_point(decisions.begin(), decisions.end(),
-                               [n](const PolicyDecision& d) { return d.first < n / 2; });
-      if (middle != decisions.end()) {
-        row[1] = static_cast<size_t>(middle - decisions.begin());
-        cut[1] = middle->first;
-      }
+  // Half h is decisions [row[h], row[h + 1]) and their candidates [cut[h], cut[h + 1]): two
+  // halves for INT8 where there are threads, the batch is large enough to be worth one, and
+  // its decisions tile its candidates in order (PolicyFeatureBuilder's do); FP32, the
+  // reference, runs whole.
+  const std::vector<PolicyDecision>& decisions = batch.decisions;
+  std::array<size_t, 3> row = {0, decisions.size(), decisions.size()};
+  std::array<size_t, 3> cut = {0, n, n};
+  constexpr size_t kSmallestSplit = 4096;
+  if (precision_ == Precision::kInt8 && threads_ >= 2 && n >= kSmallestSplit &&
+      TilesInOrder(batch)) {
+    const auto middle =
+        std::partition_point(decisions.begin(), decisions.end(),
+                             [n](const PolicyDecision& d) { return d.first < n / 2; });
+    if (middle != decisions.end()) {
+      row[1] = static_cast<size_t>(middle - decisions.begin());
+      cut[1] = middle->first;
     }
-    const int halves = row[1] < decisions.size() ? 2 : 1;
-    std::atomic<bool> finite = true;
-    RunEach(halves, threads_, [&](int h) {
-      const absl::Span<float> logits = absl::MakeSpan(logits_).subspan(cut[h], cut[h + 1] - cut[h]);
+  }
+  const int halves = row[1] < decisions.size() ? 2 : 1;
+  std::atomic<bool> finite = true;
+  RunEach(halves, threads_, [&](int h) {
+    const absl::Span<float> logits = absl::MakeSpan(logits_).subspan(cut[h], cut[h + 1] - cut[h]);
+    if (precision_ == Precision::kInt8) {
       quantized_.BatchLogits(batch, cut[h], logits, workspaces_[h]);
-      for (float x : logits) {
-        if (!std::isfinite(x)) finite = false;
+    } else {
+      features_.resize(n * kPolicyFeatures);
+      for (size_t i = 0; i < n; ++i) {
+        std::copy(batch.candidates[i].features.begin(), batch.candidates[i].features.end(),
+                  features_.begin() + static_cast<std::ptrdiff_t>(i * kPolicyFeatures));
       }
-      if (!finite) return;
-      WeightsFromLogits(absl::MakeConstSpan(decisions).subspan(row[h], row[h + 1] - row[h]),
-                        logits_, model_.min_weight, weights);
-    });
-    if (!finite) return absl::InternalError("the network gave a non-finite logit");
-    return absl::OkStatus();
-  } else {
-    features_.resize(n * kPolicyFeatures);
-    for (size_t i = 0; i < n; ++i) {
-      std::copy(batch.candidates[i].features.begin(), batch.candidates[i].features.end(),
-                features_.begin() + static_cast<std::ptrdiff_t>(i * kPolicyFeatures));
+      LogitsFloat(model_, features_, logits);
     }
-    LogitsFloat(model_, features_, absl::MakeSpan(logits_));
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(logits_[i])) {
-      return absl::InternalError("the network gave a non-finite logit");
+    for (float x : logits) {
+      if (!std::isfinite(x)) finite = false;
     }
-  }
-  WeightsFromLogits(batch, logits_, model_.min_weight, weights);
+    if (!finite) return;
+    WeightsFromLogits(absl::MakeConstSpan(decisions).subspan(row[h], row[h + 1] - row[h]), logits_,
+                      model_.min_weight, weights);
+  });
+  if (!finite) return absl::InternalError("the network gave a non-finite logit");
   return absl::OkStatus();
 }
 

@@ -17,7 +17,7 @@ namespace {
 // Byte offsets in the header.
 constexpr size_t kHopLimitAt = 0;
 constexpr size_t kVersionAt = 1;
-constexpr size_t kTypeAt = 2;
+constexpr size_t kTypeAt = kOverlayTypeOffset;
 constexpr size_t kClassAt = 3;
 // The tag covers the datagram from here (after the hop limit) to the tag.
 constexpr size_t kCoveredFrom = 1;

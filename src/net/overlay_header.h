@@ -52,6 +52,8 @@ namespace dar::net {
 
 inline constexpr uint8_t kOverlayVersion = 2;
 inline constexpr size_t kOverlayHeaderBytes = 24;
+// Where the header's type byte is (OverlayType): what a socket filter steers by.
+inline constexpr size_t kOverlayTypeOffset = 2;
 inline constexpr size_t kOverlayTagBytes = 16;
 inline constexpr size_t kOverlayOverheadBytes = kOverlayHeaderBytes + kOverlayTagBytes;
 // The largest payload whose overlay datagram still fits a UDP datagram over IPv4.

@@ -241,11 +241,14 @@ TEST_F(OverlayTest, KeyRotation) {
 }
 
 // MakeTags is MakeTag, several at once: every count (vector lanes full and partial) and
-// lengths around the 8-byte words.
+// lengths around the 8-byte words, both below the length where lanes start (kMinLaneBytes,
+// 256: one at a time) and above it (every remainder of 8 in the lanes' tail).
 TEST_F(OverlayTest, MakeTagsIsMakeTagSideBySide) {
   const OverlayKey& key = *ring_.Find(2);
-  for (const size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63},
-                         size_t{1383}, size_t{1400}}) {
+  for (const size_t n :
+       {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{256}, size_t{257},
+        size_t{258}, size_t{259}, size_t{260}, size_t{261}, size_t{262}, size_t{263}, size_t{264},
+        size_t{265}, size_t{1383}, size_t{1400}}) {
     std::vector<std::vector<uint8_t>> messages;
     for (int i = 0; i < 19; ++i) messages.push_back(Bytes(n, static_cast<uint8_t>(i)));
     for (size_t count = 1; count <= messages.size(); ++count) {
