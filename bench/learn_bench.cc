@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "core/diffusion.h"
+#include "core/link_cost.h"
+#include "core/policy_features.h"
 #include "core/random.h"
 #include "core/route_computer.h"
 #include "core/topology_gen.h"
@@ -91,6 +94,75 @@ const PolicyBatch& RealBatch() {
   }();
   return *batch;
 }
+
+// The policy's features alone (PolicyFeatureBuilder::Build, no rewards, as for inference) on a
+// k=16 fat-tree whose links carry random load, with last cycle's tables under other loads.
+// Arg: threads.
+void BM_BuildFeatures(benchmark::State& state) {
+  FatTreeParams p;
+  p.k = 16;
+  const Topology topo = FatTree(p);
+  const int links = topo.num_links();
+  const RouteComputerConfig config;
+  Random rng(11);
+  std::vector<LinkState> states(links);
+  std::vector<double> present(links);
+  const auto load = [&] {
+    for (LinkId l = 0; l < links; ++l) {
+      LinkState& s = states[l];
+      s.utilisation = 0.8 * rng.Uniform();
+      s.present_utilisation = present[l] = s.utilisation * rng.Uniform();
+      s.queueing = rng.Uniform() < 0.1 ? Microseconds(20 * rng.Uniform()) : Duration(0);
+      s.loss = rng.Uniform() < 0.05 ? 0.01 * rng.Uniform() : 0;
+    }
+  };
+  std::array<std::unique_ptr<DiffusionEngine>, kTrafficClasses> engines;
+  std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> previous, tables;
+  for (int round = 0; round < 2; ++round) {
+    load();
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      if (engines[cls] == nullptr) {
+        engines[cls] = std::make_unique<DiffusionEngine>(topo, config.diffusion);
+      }
+      std::vector<double> costs(links);
+      for (LinkId l = 0; l < links; ++l) {
+        costs[l] = LinkCost(states[l], cls == 0 ? config.latency : config.bulk, config.scales);
+      }
+      engines[cls]->ComputeAll(costs);
+      previous[cls] = tables[cls];
+      tables[cls] = std::make_shared<const RoutingTables>(engines[cls]->Tables(round + 1));
+    }
+  }
+  std::array<const RoutingTables*, kTrafficClasses> now{}, before{};
+  std::array<std::vector<const DiffusionEngine*>, kTrafficClasses> potentials;
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    now[cls] = tables[cls].get();
+    before[cls] = previous[cls].get();
+    potentials[cls] = {engines[cls].get()};
+  }
+  PolicyInputs in;
+  in.topology = &topo;
+  in.states = states;
+  in.present_utilisation = present;
+  in.tables = now;
+  in.engines = potentials;
+  in.previous = before;
+  in.scales = config.scales;
+  in.reward_terms = false;
+  PolicyFeatureBuilder builder;
+  PolicyBatch batch;
+  const int threads = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    builder.Build(in, batch, threads);
+    benchmark::DoNotOptimize(batch.candidates.data());
+  }
+  state.counters["ns_per_candidate"] = benchmark::Counter(
+      static_cast<double>(batch.candidates.size()) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.SetLabel(std::to_string(batch.candidates.size()) + " candidates, " +
+                 std::to_string(threads) + (threads == 1 ? " thread" : " threads"));
+}
+BENCHMARK(BM_BuildFeatures)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Args: 1 INT8, 0 FP32; threads (INT8 only: the batch's halves side by side). Wall time.
 void BM_Inference(benchmark::State& state) {

@@ -74,9 +74,10 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
     std::vector<double>& p = s->potentials[cls];
     p.resize(static_cast<size_t>(n) * n);
-    const DiffusionEngine& engine = computer.engine(cls);
     for (NodeId d = 0; d < n; ++d) {
-      for (NodeId v = 0; v < n; ++v) p[static_cast<size_t>(d) * n + v] = engine.Potential(d, v);
+      for (NodeId v = 0; v < n; ++v) {
+        p[static_cast<size_t>(d) * n + v] = computer.Potential(cls, d, v);
+      }
     }
   }
   s->overlay = std::move(overlay);

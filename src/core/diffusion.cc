@@ -110,6 +110,10 @@ class DiffusionEngine::MinHeap {
 DiffusionEngine::~DiffusionEngine() = default;
 
 DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& config)
+    : DiffusionEngine(topo, config, topo.Destinations()) {}
+
+DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& config,
+                                 absl::Span<const NodeId> destinations)
     : topo_(topo), config_(config), kernels_(ChosenKernels()) {
   const int n = topo.num_nodes();
   core_of_.assign(n, -1);
@@ -162,8 +166,8 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
     in_begin_[c + 1] = static_cast<uint32_t>(in_.size());
   }
   dest_index_.assign(n, -1);
-  for (NodeId d : topo.Destinations()) {
-    assert(core_of_[d] >= 0);
+  for (NodeId d : destinations) {
+    assert(d >= 0 && d < n && core_of_[d] >= 0 && dest_index_[d] < 0);
     dest_index_[d] = static_cast<int32_t>(dests_.size());
     DestState s;
     s.node = d;

@@ -92,6 +92,12 @@ class DiffusionEngine {
   // The topology fixes the graph (nodes, links, which links exist); link state comes in as
   // costs. `topo` must outlive the engine.
   DiffusionEngine(const Topology& topo, const DiffusionConfig& config);
+  // An engine for some of topo's destinations only: `destinations`, each one of
+  // topo.Destinations(). Its tables list just them, and its potential toward any other is
+  // +infinity. Destinations are computed one by one, each from its own state, so engines over
+  // the parts of a split, side by side, compute what one engine over all computes, bit for bit.
+  DiffusionEngine(const Topology& topo, const DiffusionConfig& config,
+                  absl::Span<const NodeId> destinations);
   ~DiffusionEngine();
 
   // Recomputes every destination. `costs` has one entry per link: finite and > 0 for a usable
@@ -110,6 +116,10 @@ class DiffusionEngine {
   // Potential of `node` toward `dest` (+infinity if it cannot reach it). A stub host reads
   // its switch's potential.
   double Potential(NodeId dest, NodeId node) const;
+  // Whether this engine computes routes toward `dest`.
+  bool Computes(NodeId dest) const {
+    return dest >= 0 && static_cast<size_t>(dest) < dest_index_.size() && dest_index_[dest] >= 0;
+  }
 
   const DiffusionStats& stats() const { return stats_; }
   const DiffusionConfig& config() const { return config_; }

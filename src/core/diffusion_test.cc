@@ -1,6 +1,7 @@
 #include "core/diffusion.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/link_cost.h"
@@ -250,6 +251,61 @@ TEST(DiffusionTest, IncrementalUpdateMatchesFullRecompute) {
       for (size_t i = 0; i < x.size(); ++i) {
         EXPECT_EQ(x[i].link, y[i].link);
         EXPECT_NEAR(x[i].weight, y[i].weight, 1e-12);
+      }
+    }
+  }
+}
+
+// Engines over the parts of a split of the destinations compute what one engine over all
+// computes, bit for bit, whole and in part; toward another part's destination an engine has
+// no table and an infinite potential.
+TEST(DiffusionTest, EnginesOverPartsComputeWhatOneComputes) {
+  FatTreeParams p;
+  p.k = 4;
+  const Topology topo = FatTree(p);
+  const DiffusionConfig config;
+  const std::vector<NodeId> all = topo.Destinations();
+  ASSERT_GE(all.size(), 3u);
+  const std::vector<NodeId> front(all.begin(), all.begin() + 3), back(all.begin() + 3, all.end());
+  DiffusionEngine whole(topo, config), first(topo, config, front), second(topo, config, back);
+  Random rng(17);
+  std::vector<double> costs(topo.num_links());
+  for (double& c : costs) c = 1 + rng.Uniform();
+  std::vector<LinkId> changed;
+  for (int round = 0; round < 4; ++round) {
+    if (round == 0) {
+      for (DiffusionEngine* e : {&whole, &first, &second}) e->ComputeAll(costs);
+    } else {
+      changed.clear();
+      for (LinkId l = 0; l < topo.num_links(); ++l) {
+        if (rng.Uniform() < 0.2) {
+          costs[l] = rng.Uniform() < 0.1 ? kUnusable : 1 + rng.Uniform();
+          changed.push_back(l);
+        }
+      }
+      for (DiffusionEngine* e : {&whole, &first, &second}) e->Update(costs, changed);
+    }
+    const RoutingTables w = whole.Tables(round + 1);
+    const RoutingTables f = first.Tables(round + 1), s = second.Tables(round + 1);
+    EXPECT_EQ(f.destinations(), front);
+    EXPECT_EQ(s.destinations(), back);
+    EXPECT_EQ(whole.stats().route_changes,
+              first.stats().route_changes + second.stats().route_changes);
+    for (NodeId d : all) {
+      const bool in_first = first.Computes(d);
+      EXPECT_NE(in_first, second.Computes(d));
+      const DiffusionEngine& part = in_first ? first : second;
+      const DiffusionEngine& other = in_first ? second : first;
+      const RoutingTables& t = in_first ? f : s;
+      for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+        EXPECT_EQ(whole.Potential(d, v), part.Potential(d, v)) << "round " << round;
+        EXPECT_EQ(other.Potential(d, v), std::numeric_limits<double>::infinity());
+        const auto x = w.Lookup(v, d), y = t.Lookup(v, d);
+        ASSERT_EQ(x.size(), y.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          EXPECT_EQ(x[i].link, y[i].link);
+          EXPECT_EQ(x[i].weight, y[i].weight);
+        }
       }
     }
   }

@@ -140,24 +140,49 @@ void PolicyFeatureBuilder::ClassRows::Onward(const DestinationTable& table,
 void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int threads) {
   const int classes = static_cast<int>(in.tables.size());
   const int nodes = in.topology->num_nodes();
+  const size_t per_class = static_cast<size_t>(std::max(threads, 1));
   LinkTerms(in);
-  classes_.resize(classes);
-  // Each class's share of the batch first, so that each can fill its own range.
-  std::vector<std::pair<size_t, size_t>>& first = class_first_;
-  first.assign(classes + 1, {0, 0});
+  rows_.resize(static_cast<size_t>(classes) * per_class);
+  counts_.resize(classes);
+  // Each share's rows and candidates first, so that each can fill its own range: a class's
+  // destinations are cut where its candidates so far pass the next equal share of them.
+  shares_.clear();
+  std::pair<size_t, size_t> at = {0, 0};
   for (int cls = 0; cls < classes; ++cls) {
-    const auto [decisions, candidates] = classes_[cls].Count(*in.tables[cls], nodes);
-    first[cls + 1] = {first[cls].first + decisions, first[cls].second + candidates};
+    std::vector<std::pair<size_t, size_t>>& counts = counts_[cls];
+    rows_[static_cast<size_t>(cls) * per_class].Count(*in.tables[cls], nodes, counts);
+    size_t candidates = 0;
+    for (const auto& c : counts) candidates += c.second;
+    size_t d = 0, so_far = 0;
+    for (size_t k = 1; k <= per_class; ++k) {
+      Share share;
+      share.cls = cls;
+      share.first = d;
+      share.begin = at;
+      // Up to the k-th equal share of the class's candidates (all of them for the last).
+      while (d < counts.size() && (k == per_class || so_far < candidates * k / per_class)) {
+        at.first += counts[d].first;
+        at.second += counts[d].second;
+        so_far += counts[d].second;
+        ++d;
+      }
+      share.last = d;
+      share.end = at;
+      shares_.push_back(share);
+    }
   }
   // Fill writes every field of every element, so the vectors are only resized: a steady
   // cycle neither allocates nor clears.
-  batch.decisions.resize(first[classes].first);
-  batch.candidates.resize(first[classes].second);
-  batch.rewards.resize(in.reward_terms ? first[classes].second : 0);
+  batch.decisions.resize(at.first);
+  batch.candidates.resize(at.second);
+  batch.rewards.resize(in.reward_terms ? at.second : 0);
   batch.link_features.resize(links_.size());
   for (size_t l = 0; l < links_.size(); ++l) batch.link_features[l] = links_[l].features;
-  RunEach(classes, threads,
-          [&](int cls) { classes_[cls].Fill(in, cls, links_, first[cls], first[cls + 1], batch); });
+  RunEach(static_cast<int>(shares_.size()), threads, [&](int i) {
+    const Share& share = shares_[static_cast<size_t>(i)];
+    rows_[static_cast<size_t>(i)].Fill(in, share.cls, share.first, share.last, links_, share.begin,
+                                       share.end, batch);
+  });
 }
 
 template <typename Fn>
@@ -176,22 +201,21 @@ void PolicyFeatureBuilder::ClassRows::ForEachRowWithChoice(const DestinationTabl
   }
 }
 
-std::pair<size_t, size_t> PolicyFeatureBuilder::ClassRows::Count(const RoutingTables& tables,
-                                                                 int nodes) {
-  size_t decisions = 0, candidates = 0;
-  for (NodeId d : tables.destinations()) {
-    const DestinationTable* table = tables.Table(d);
+void PolicyFeatureBuilder::ClassRows::Count(const RoutingTables& tables, int nodes,
+                                            std::vector<std::pair<size_t, size_t>>& counts) {
+  counts.assign(tables.destinations().size(), {0, 0});
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const DestinationTable* table = tables.Table(tables.destinations()[i]);
     if (table == nullptr) continue;
     ForEachRowWithChoice(*table, nodes, [&](NodeId, absl::Span<const NextHop> row) {
-      ++decisions;
-      candidates += row.size();
+      ++counts[i].first;
+      counts[i].second += row.size();
     });
   }
-  return {decisions, candidates};
 }
 
-void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
-                                           absl::Span<const LinkTerm> links,
+void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls, size_t first,
+                                           size_t last, absl::Span<const LinkTerm> links,
                                            std::pair<size_t, size_t> begin,
                                            std::pair<size_t, size_t> end, PolicyBatch& batch) {
   auto [decision, candidate] = begin;
@@ -201,10 +225,19 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
   const double floor = std::log(floor_weight);
   const RoutingTables& tables = *in.tables[cls];
   const RoutingTables* previous = in.previous[cls];
-  const DiffusionEngine& engine = *in.engines[cls];
-  for (NodeId d : tables.destinations()) {
+  const std::vector<const DiffusionEngine*>& engines = in.engines[cls];
+  for (size_t index = first; index < last; ++index) {
+    const NodeId d = tables.destinations()[index];
     const DestinationTable* table = tables.Table(d);
     if (table == nullptr) continue;
+    const auto computes = std::find_if(engines.begin(), engines.end(),
+                                       [d](const DiffusionEngine* e) { return e->Computes(d); });
+    if (computes == engines.end()) {
+      std::fprintf(stderr, "PolicyFeatureBuilder: no engine of class %d computes destination %d\n",
+                   cls, d);
+      std::abort();
+    }
+    const DiffusionEngine& engine = **computes;
     const DestinationTable* before =
         previous != nullptr && previous->IsDestination(d) ? previous->Table(d) : nullptr;
     bool started = false;  // the walks toward d (on its first row with a choice)
@@ -299,8 +332,9 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls,
   if (decision != end.first || candidate != end.second) {
     std::fprintf(
         stderr,
-        "PolicyFeatureBuilder: class %d filled %zu rows, %zu candidates; %zu, %zu counted\n", cls,
-        decision - begin.first, candidate - begin.second, end.first - begin.first,
+        "PolicyFeatureBuilder: a share of class %d filled %zu rows, %zu candidates; %zu, %zu "
+        "counted\n",
+        cls, decision - begin.first, candidate - begin.second, end.first - begin.first,
         end.second - begin.second);
     std::abort();
   }

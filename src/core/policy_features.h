@@ -40,9 +40,11 @@ struct PolicyInputs {
   // Present (measured) utilisation by link, [0, 1]: LinkState's present_utilisation is only
   // set for measured links, so the caller gives it from the links' last samples.
   absl::Span<const double> present_utilisation;
-  absl::Span<const RoutingTables* const> tables;     // the engines' tables of this cycle
-  absl::Span<const DiffusionEngine* const> engines;  // their potentials
-  absl::Span<const RoutingTables* const> previous;   // last cycle's output; null: none
+  absl::Span<const RoutingTables* const> tables;  // the engines' tables of this cycle
+  // Their potentials: by class, its engines, each computing some of the destinations
+  // (DiffusionEngine::Computes), together every destination of its tables.
+  absl::Span<const std::vector<const DiffusionEngine*>> engines;
+  absl::Span<const RoutingTables* const> previous;  // last cycle's output; null: none
   CostScales scales;
   double min_weight = 0.001;  // DiffusionConfig::min_weight: floors kFeatAnalyticLogit
   // Whether to fill PolicyBatch::rewards (WeightPolicy::wants_reward_terms); without them the
@@ -53,9 +55,10 @@ struct PolicyInputs {
 class PolicyFeatureBuilder {
  public:
   // Replaces `batch`'s decisions, candidates, rewards (empty unless inputs.reward_terms) and
-  // link features with this cycle's (batch.cycle is left as it is). threads >= 2: the
-  // classes' rows are built side by side (core/parallel.h), each into its own range of the
-  // batch, the same bit for bit. REQUIRES: every table and engine is over inputs.topology.
+  // link features with this cycle's (batch.cycle is left as it is). threads >= 2: each
+  // class's destinations are cut into `threads` shares of about equal candidates, built side
+  // by side (core/parallel.h), each into its own range of the batch, the same bit for bit.
+  // REQUIRES: every table and engine is over inputs.topology.
   void Build(const PolicyInputs& in, PolicyBatch& batch, int threads = 1);
 
  private:
@@ -68,8 +71,8 @@ class PolicyFeatureBuilder {
     NodeId to = kNoNode;
     std::array<float, kPolicyLinkFeatures> features{};  // kFeatLinkDelay .. kFeatLinkUtilisationNow
   };
-  // One class's rows and the scratch of its walks: one per class, so that classes can be
-  // built side by side.
+  // The rows of a share of one class's destinations, and the scratch of their walks: one per
+  // share, so that shares can be built side by side.
   class ClassRows {
    public:
     // The node of each row of `table` (a table with no row map: every node, row = node),
@@ -78,13 +81,17 @@ class PolicyFeatureBuilder {
     // fn(node, row) for each row of `table` with two or more next hops, in node order.
     template <typename Fn>
     void ForEachRowWithChoice(const DestinationTable& table, int nodes, Fn&& fn);
-    // Counts the class's rows with a choice and their candidates (decisions, candidates).
-    std::pair<size_t, size_t> Count(const RoutingTables& tables, int nodes);
-    // Writes the class's rows into batch.decisions [begin.first, end.first) and
-    // batch.candidates (and batch.rewards if in.reward_terms) [begin.second, end.second), as
-    // Count counted them (aborts, saying so, if they do not fill those ranges exactly).
-    void Fill(const PolicyInputs& in, int cls, absl::Span<const LinkTerm> links,
-              std::pair<size_t, size_t> begin, std::pair<size_t, size_t> end, PolicyBatch& batch);
+    // Counts the rows with a choice of each destination of `tables` and their candidates:
+    // (decisions, candidates) by destination, in the tables' order, into `counts`.
+    void Count(const RoutingTables& tables, int nodes,
+               std::vector<std::pair<size_t, size_t>>& counts);
+    // Writes the rows toward destinations [first, last) of class `cls`'s tables (by index in
+    // their order) into batch.decisions [begin.first, end.first) and batch.candidates (and
+    // batch.rewards if in.reward_terms) [begin.second, end.second), as Count counted them
+    // (aborts, saying so, if they do not fill those ranges exactly).
+    void Fill(const PolicyInputs& in, int cls, size_t first, size_t last,
+              absl::Span<const LinkTerm> links, std::pair<size_t, size_t> begin,
+              std::pair<size_t, size_t> end, PolicyBatch& batch);
 
    private:
     // Starts the walks toward a new destination: every node becomes new (no clearing: the
@@ -109,10 +116,19 @@ class PolicyFeatureBuilder {
   };
   void LinkTerms(const PolicyInputs& in);
 
-  std::vector<LinkTerm> links_;     // by link
-  std::vector<ClassRows> classes_;  // by class
-  // By class, then one past the last: where its (decisions, candidates) start in the batch.
-  std::vector<std::pair<size_t, size_t>> class_first_;
+  // A share of a class's destinations [first, last) (by index in its tables' order), and
+  // where its rows and candidates start in the batch (and the next share's start).
+  struct Share {
+    int cls = 0;
+    size_t first = 0, last = 0;
+    std::pair<size_t, size_t> begin, end;  // (decision, candidate)
+  };
+
+  std::vector<LinkTerm> links_;  // by link
+  std::vector<ClassRows> rows_;  // by share
+  std::vector<Share> shares_;    // in the batch's order: classes ascending, destinations
+  // By class, by destination (in its tables' order): (decisions, candidates), from Count.
+  std::vector<std::vector<std::pair<size_t, size_t>>> counts_;
 };
 
 }  // namespace dar

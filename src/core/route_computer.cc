@@ -49,6 +49,13 @@ bool SameDiffusion(const DiffusionConfig& a, const DiffusionConfig& b) {
          a.hysteresis == b.hysteresis;
 }
 
+// How many engines share a class's destinations on `threads` threads: one per thread, so that
+// the engines' parts can be shared out evenly (RouteComputerConfig::threads).
+size_t EngineShares(int threads, size_t destinations) {
+  return std::clamp<size_t>(static_cast<size_t>(std::max(threads, 1)), 1,
+                            std::max<size_t>(destinations, 1));
+}
+
 bool SameHolt(const HoltConfig& a, const HoltConfig& b) {
   return a.alpha == b.alpha && a.beta == b.beta && a.phi == b.phi &&
          a.residual_gain == b.residual_gain;
@@ -134,6 +141,7 @@ RouteComputer::RouteComputer(Topology topology, const RouteComputerConfig& confi
   costs_.assign(kTrafficClasses, std::vector<double>(links, kUnusable));
   held_.assign(kTrafficClasses, std::vector<double>(links, kUnusable));
   changed_.assign(kTrafficClasses, {});
+  destinations_ = topology_.Destinations();
   ResetForecasts();
   ResetEngines();
 }
@@ -145,11 +153,32 @@ void RouteComputer::ResetForecasts() {
 }
 
 void RouteComputer::ResetEngines() {
+  const std::vector<NodeId>& destinations = destinations_;
+  const size_t shares = EngineShares(config_.threads, destinations.size());
   engines_.clear();
-  for (int cls = 0; cls < kTrafficClasses; ++cls) {
-    engines_.push_back(std::make_unique<DiffusionEngine>(topology_, config_.diffusion));
+  engines_.resize(kTrafficClasses);
+  engine_of_destination_.assign(topology_.num_nodes(), 0);
+  for (size_t e = 0; e < shares; ++e) {
+    const size_t first = e * destinations.size() / shares;
+    const size_t last = (e + 1) * destinations.size() / shares;
+    const absl::Span<const NodeId> share =
+        absl::MakeConstSpan(destinations).subspan(first, last - first);
+    for (NodeId d : share) engine_of_destination_[d] = static_cast<int32_t>(e);
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      engines_[cls].push_back(
+          std::make_unique<DiffusionEngine>(topology_, config_.diffusion, share));
+    }
   }
   force_full_ = true;
+}
+
+const DiffusionEngine& RouteComputer::EngineFor(int cls, NodeId dest) const {
+  const bool known = dest >= 0 && dest < topology_.num_nodes();
+  return *engines_[cls][known ? engine_of_destination_[dest] : 0];
+}
+
+double RouteComputer::Potential(int cls, NodeId dest, NodeId node) const {
+  return EngineFor(cls, dest).Potential(dest, node);
 }
 
 void RouteComputer::WindowedMin::Update(int64_t t, Duration v, int64_t window) {
@@ -271,7 +300,9 @@ void RouteComputer::SetKnownDown(LinkId link, bool down) { known_down_[link] = d
 void RouteComputer::SetDrained(LinkId link, bool drained) { drained_[link] = drained; }
 
 void RouteComputer::SetConfig(const RouteComputerConfig& config) {
-  const bool engines = !SameDiffusion(config.diffusion, config_.diffusion);
+  const bool engines = !SameDiffusion(config.diffusion, config_.diffusion) ||
+                       EngineShares(config.threads, destinations_.size()) !=
+                           EngineShares(config_.threads, destinations_.size());
   const bool forecasts = !SameHolt(config.forecast, config_.forecast);
   config_ = config;
   if (engines) ResetEngines();
@@ -365,14 +396,52 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
   }
   const uint64_t first_version = version_ + 1;
   version_ += kTrafficClasses;
-  std::array<int64_t, kTrafficClasses> changes{};
-  std::array<bool, kTrafficClasses> recomputed{};
-  RunEach(kTrafficClasses, config_.threads, [&](int cls) {
-    changes[cls] = CycleClass(cls, full, states, slow, first_version + cls, out, recomputed[cls]);
+  std::array<bool, kTrafficClasses> whole{}, run{};
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    whole[cls] = ClassCosts(cls, full, states, slow);
+    run[cls] = whole[cls] || !changed_[cls].empty();
+  }
+  // Every engine of a class with something to do, those that recompute every destination
+  // first (they take the longest), shared out among the threads.
+  std::vector<std::pair<int, size_t>> parts;  // (class, engine)
+  for (const bool longest : {true, false}) {
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      if (!run[cls] || whole[cls] != longest) continue;
+      for (size_t e = 0; e < engines_[cls].size(); ++e) parts.push_back({cls, e});
+    }
+  }
+  RunEach(static_cast<int>(parts.size()), config_.threads, [&](int p) {
+    const auto [cls, e] = parts[static_cast<size_t>(p)];
+    DiffusionEngine& engine = *engines_[cls][e];
+    if (whole[cls]) {
+      engine.ComputeAll(costs_[cls]);
+    } else {
+      engine.Update(costs_[cls], changed_[cls]);
+    }
   });
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
-    out.route_changes += changes[cls];
-    if (recomputed[cls]) ++out.classes_recomputed;
+    const uint64_t version = first_version + static_cast<uint64_t>(cls);
+    out.changed_links[cls] = static_cast<int>(changed_[cls].size());
+    if (engines_[cls].size() == 1) {
+      out.tables[cls] = std::make_shared<const RoutingTables>(engines_[cls][0]->Tables(version));
+    } else {
+      // The engines' tables in one, in the topology's order of destinations.
+      auto tables = std::make_shared<RoutingTables>(topology_.num_nodes(), destinations_);
+      for (const std::unique_ptr<DiffusionEngine>& engine : engines_[cls]) {
+        const RoutingTables share = engine->Tables(version);
+        for (NodeId d : share.destinations()) {
+          if (share.Table(d) != nullptr) tables->Set(share.SharedTable(d));
+        }
+      }
+      tables->set_version(version);
+      out.tables[cls] = std::move(tables);
+    }
+    if (run[cls]) {
+      for (const std::unique_ptr<DiffusionEngine>& engine : engines_[cls]) {
+        out.route_changes += engine->stats().route_changes;
+      }
+    }
+    if (whole[cls]) ++out.classes_recomputed;
   }
   stats_.route_changes += out.route_changes;
   if (policy_ != nullptr) {
@@ -386,9 +455,8 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
   return out;
 }
 
-int64_t RouteComputer::CycleClass(int cls, bool full, absl::Span<const LinkState> states,
-                                  const std::vector<char>& slow_links, uint64_t version,
-                                  RouteCycle& out, bool& recomputed) {
+bool RouteComputer::ClassCosts(int cls, bool full, absl::Span<const LinkState> states,
+                               const std::vector<char>& slow_links) {
   const int links = topology_.num_links();
   const ClassWeights& w = cls == 0 ? config_.latency : config_.bulk;
   std::vector<double>& costs = costs_[cls];
@@ -422,18 +490,8 @@ int64_t RouteComputer::CycleClass(int cls, bool full, absl::Span<const LinkState
       changed.push_back(l);
     }
   }
-  DiffusionEngine& engine = *engines_[cls];
-  recomputed = false;
-  if (full || static_cast<double>(changed.size()) >
-                  config_.full_above_changed_fraction * static_cast<double>(links)) {
-    engine.ComputeAll(costs);
-    recomputed = true;
-  } else if (!changed.empty()) {
-    engine.Update(costs, changed);
-  }
-  out.changed_links[cls] = static_cast<int>(changed.size());
-  out.tables[cls] = std::make_shared<const RoutingTables>(engine.Tables(version));
-  return full || !changed.empty() ? engine.stats().route_changes : 0;
+  return full || static_cast<double>(changed.size()) >
+                     config_.full_above_changed_fraction * static_cast<double>(links);
 }
 
 namespace {
@@ -462,11 +520,11 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
         config_.measured_links ? states[l].present_utilisation : last_[l].utilisation, 0.0, 1.0);
   }
   std::array<const RoutingTables*, kTrafficClasses> tables{}, previous{};
-  std::array<const DiffusionEngine*, kTrafficClasses> engines{};
+  std::array<std::vector<const DiffusionEngine*>, kTrafficClasses> engines;
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
     tables[cls] = out.tables[cls].get();
     previous[cls] = previous_[cls].get();
-    engines[cls] = engines_[cls].get();
+    for (const std::unique_ptr<DiffusionEngine>& e : engines_[cls]) engines[cls].push_back(e.get());
   }
   PolicyInputs in;
   in.topology = &topology_;

@@ -120,10 +120,12 @@ struct RouteComputerConfig {
   // decides liveness from both ends itself (SetKnownDown).
   bool down_from_samples = true;
   // Threads a cycle runs on. 1 (the default, and the simulator's, which runs policies side by
-  // side itself): all on the caller's. 2: the traffic classes side by side, each on a thread
-  // of its own (its costs and engine, its rows of the policy's features, its refined tables);
-  // the policy's Weigh is one call over both. A class's work does not depend on the other's,
-  // so the cycle's output is the same bit for bit. More than kTrafficClasses run as that many.
+  // side itself): all on the caller's. 2 or more: the cycle's parts side by side, shared out
+  // as threads come free: each class's destinations are split in two, an engine for each half
+  // (a class recomputed whole costs several times one updated in part, so the classes alone
+  // would leave a thread idle); each class's rows of the policy's features in two shares of
+  // its candidates; each class's refined tables; the policy's Weigh is one call over all. No
+  // part's work depends on another's, so the cycle's output is the same bit for bit.
   int threads = 1;
 
   // OK, or InvalidArgument naming the first bad field.
@@ -223,8 +225,10 @@ class RouteComputer {
   const LinkSample& last_sample(LinkId link) const { return last_[link]; }
   bool known_down(LinkId link) const { return known_down_[link]; }
   bool drained(LinkId link) const { return drained_[link]; }
-  // The engine of class `cls`, for potentials (DiffusionEngine::Potential).
-  const DiffusionEngine& engine(int cls) const { return *engines_[cls]; }
+  // The potential of `node` toward `dest` in class `cls`'s engine (DiffusionEngine::Potential).
+  double Potential(int cls, NodeId dest, NodeId node) const;
+  // The diffusion settings the engines run with.
+  const DiffusionConfig& engine_config() const { return engines_[0].front()->config(); }
 
   const Topology& topology() const { return topology_; }
   const RouteComputerConfig& config() const { return config_; }
@@ -273,29 +277,34 @@ class RouteComputer {
   absl::Status CheckPolicyWeights(int cls) const;
   // Class `cls`'s tables with the batch's weights (policy_weights_) in its rows.
   std::shared_ptr<const RoutingTables> RefinedTables(int cls, const RoutingTables& engine);
-  // Class `cls`'s part of Cycle: its costs, its engine, its tables (version `version`) into
-  // out.tables[cls] and out.changed_links[cls]; returns the engine's route changes (0 if
-  // nothing changed). Whether it recomputed the class whole goes to `recomputed`.
-  int64_t CycleClass(int cls, bool full, absl::Span<const LinkState> states,
-                     const std::vector<char>& slow, uint64_t version, RouteCycle& out,
-                     bool& recomputed);
+  // Class `cls`'s costs for this cycle into costs_[cls], the links whose cost moved into
+  // changed_[cls]; whether its engines must recompute every destination (full, or too many
+  // links moved).
+  bool ClassCosts(int cls, bool full, absl::Span<const LinkState> states,
+                  const std::vector<char>& slow);
+  // The engine of class `cls` that computes toward `dest`.
+  const DiffusionEngine& EngineFor(int cls, NodeId dest) const;
 
   Topology topology_;
   RouteComputerConfig config_;
-  std::vector<HoltForecaster> forecasts_;                  // utilisation, by link
-  std::vector<LinkSample> last_;                           // latest sample, by link
-  std::vector<WindowedMin> base_rtt_;                      // by link
-  std::vector<int64_t> rtt_samples_;                       // samples with an RTT, by link
-  std::vector<int64_t> samples_;                           // samples, by link
-  std::vector<Delivery> delivery_;                         // by link
-  std::vector<DataRate> capacity_;                         // by link
-  std::vector<Duration> propagation_;                      // by link
-  std::vector<bool> known_down_;                           // by link
-  std::vector<bool> drained_;                              // by link
-  std::vector<std::unique_ptr<DiffusionEngine>> engines_;  // by class
-  std::vector<std::vector<double>> costs_;    // by class, by link: what the engine last saw
-  std::vector<std::vector<double>> held_;     // by class, by link: cost after decay damping
-  std::vector<std::vector<LinkId>> changed_;  // by class: scratch of CycleClass
+  std::vector<HoltForecaster> forecasts_;  // utilisation, by link
+  std::vector<LinkSample> last_;           // latest sample, by link
+  std::vector<WindowedMin> base_rtt_;      // by link
+  std::vector<int64_t> rtt_samples_;       // samples with an RTT, by link
+  std::vector<int64_t> samples_;           // samples, by link
+  std::vector<Delivery> delivery_;         // by link
+  std::vector<DataRate> capacity_;         // by link
+  std::vector<Duration> propagation_;      // by link
+  std::vector<bool> known_down_;           // by link
+  std::vector<bool> drained_;              // by link
+  // By class: its engines, each computing a share of the destinations (one share, all of
+  // them, on one thread; halves on two or more), in the topology's order of destinations.
+  std::vector<std::vector<std::unique_ptr<DiffusionEngine>>> engines_;
+  std::vector<int32_t> engine_of_destination_;  // by node: index into a class's engines
+  std::vector<NodeId> destinations_;            // topology_.Destinations()
+  std::vector<std::vector<double>> costs_;      // by class, by link: what the engine last saw
+  std::vector<std::vector<double>> held_;       // by class, by link: cost after decay damping
+  std::vector<std::vector<LinkId>> changed_;    // by class: scratch of CycleClass
   bool force_full_ = true;
   uint64_t version_ = 0;
   int cycles_since_full_ = 0;
