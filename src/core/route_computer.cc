@@ -624,8 +624,12 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
         bool keep = old.size() == decision.count;
         double diff = 0;
         for (uint32_t c = 0; c < decision.count && keep; ++c) {
-          auto it = std::find_if(old.begin(), old.end(),
-                                 [&](const NextHop& o) { return o.link == row[c].link; });
+          // A row's links are distinct, and last cycle's row mostly has them in this order.
+          const NextHop* it = old[c].link == row[c].link
+                                  ? &old[c]
+                                  : std::find_if(old.begin(), old.end(), [&](const NextHop& o) {
+                                      return o.link == row[c].link;
+                                    });
           if (it == old.end()) {
             keep = false;
           } else {
