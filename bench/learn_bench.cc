@@ -2,8 +2,9 @@
 // cycle, and a full RouteComputer cycle on a k=16 fat-tree without a policy, with the INT8
 // one and with the FP32 one (features, inference, checks and the new tables included), with
 // the links' load held (what is unchanged can be shared) and moving (a new sample on every
-// link before each cycle), on one thread and on two (the classes side by side). The model is
-// random with dar-train's default shape: 11 features -> 32 -> 32 -> 1 (ReLU).
+// link before each cycle), on one thread and on two. The model is random with dar-train's
+// default shape, 11 features -> 32 -> 32 -> 1 (ReLU); BM_Inference also runs one hidden layer,
+// 11 -> 32 -> 1.
 //   ./build/bench/learn_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <algorithm>
 #include <cmath>
@@ -25,15 +26,18 @@
 namespace dar {
 namespace {
 
-learn::PolicyModel DefaultShapeModel() {
+// A random model of dar-train's default shape, or with `hidden_layers` hidden layers of 32.
+learn::PolicyModel DefaultShapeModel(int hidden_layers = 2) {
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0, 1);
   learn::PolicyModel m;
   m.name = "bench";
   m.feature_mean.assign(kPolicyFeatures, 0);
   m.feature_scale.assign(kPolicyFeatures, 1);
+  std::vector<int> widths(static_cast<size_t>(hidden_layers), 32);
+  widths.push_back(1);
   int in = kPolicyFeatures;
-  for (int out : {32, 32, 1}) {
+  for (int out : widths) {
     learn::DenseLayer l;
     l.in = in;
     l.out = out;
@@ -164,10 +168,11 @@ void BM_BuildFeatures(benchmark::State& state) {
 }
 BENCHMARK(BM_BuildFeatures)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// Args: 1 INT8, 0 FP32; threads (INT8 only: the batch's halves side by side). Wall time.
+// Args: 1 INT8, 0 FP32; threads (INT8 only: the batch's halves side by side); hidden layers
+// of 32 (2: the default shape). Wall time.
 void BM_Inference(benchmark::State& state) {
   const PolicyBatch& batch = RealBatch();
-  learn::LearnedPolicy policy(DefaultShapeModel(), "bench",
+  learn::LearnedPolicy policy(DefaultShapeModel(static_cast<int>(state.range(2))), "bench",
                               state.range(0) == 1 ? learn::LearnedPolicy::Precision::kInt8
                                                   : learn::LearnedPolicy::Precision::kFloat,
                               static_cast<int>(state.range(1)));
@@ -186,9 +191,11 @@ void BM_Inference(benchmark::State& state) {
                  std::to_string(batch.candidates.size()) + " candidates");
 }
 BENCHMARK(BM_Inference)
-    ->Args({1, 1})
-    ->Args({1, 2})
-    ->Args({0, 1})
+    ->Args({1, 1, 2})
+    ->Args({1, 2, 2})
+    ->Args({0, 1, 2})
+    ->Args({1, 1, 1})
+    ->Args({1, 2, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -128,7 +128,7 @@ absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& r
                                                          Bounds::InRange(1, 1000000))));
   ASSIGN_OR_RETURN(c.threads, loc.Key(node, "cycle_threads",
                                       r.Optional<int>("cycle_threads", c.threads,
-                                                      Bounds::InRange(1, kTrafficClasses))));
+                                                      Bounds::InRange(1, kMaxCycleThreads))));
   ASSIGN_OR_RETURN(
       c.scales.reference_delay,
       loc.Key(node, "reference_delay",

@@ -28,8 +28,9 @@
 //     min_weight: 0.001
 //     min_cost_change: 0.05
 //     full_every: 50
-//     cycle_threads: 2                 # 1 | 2: the traffic classes side by side (2, the
-//                                      # default) or one after the other
+//     cycle_threads: 2                 # 1..64: the cycle's parts (each class's engines,
+//                                      # policy features, refined tables) on up to this many
+//                                      # threads (2, the default), or all on one
 //     forwarding_mode: per_flowlet     # per_flow | per_flowlet | per_packet | per_packet_p2c
 //     reference_delay_ms: 1            # cost scale of delay (_us/_ms/_s)
 //     latency_weights: {hop: 1, latency: 0.3, loss: 1, utilisation: 0.3, capacity: 0}
@@ -60,6 +61,9 @@
 #include "learn/policy_model.h"
 
 namespace dar::control {
+
+// policy.cycle_threads at most (RouteComputerConfig::threads).
+inline constexpr int kMaxCycleThreads = 64;
 
 struct ControllerNodeConfig {
   uint32_t id = 0;  // > 0; the agent's certificate says spiffe://<domain>/node/<id>
