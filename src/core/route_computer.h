@@ -121,11 +121,12 @@ struct RouteComputerConfig {
   bool down_from_samples = true;
   // Threads a cycle runs on. 1 (the default, and the simulator's, which runs policies side by
   // side itself): all on the caller's. 2 or more: the cycle's parts side by side, shared out
-  // as threads come free: each class's destinations are split in two, an engine for each half
-  // (a class recomputed whole costs several times one updated in part, so the classes alone
-  // would leave a thread idle); each class's rows of the policy's features in two shares of
-  // its candidates; each class's refined tables; the policy's Weigh is one call over all. No
-  // part's work depends on another's, so the cycle's output is the same bit for bit.
+  // as threads come free: each class's destinations are split into one share per thread, an
+  // engine for each share (a class recomputed whole costs several times one updated in part,
+  // so the classes alone would leave a thread idle); each class's rows of the policy's
+  // features in one share of its candidates per thread; each class's refined tables; the
+  // policy's Weigh is one call over all. No part's work depends on another's, so the cycle's
+  // output is the same bit for bit.
   int threads = 1;
 
   // OK, or InvalidArgument naming the first bad field.
