@@ -256,7 +256,9 @@ struct LoopbackLab {
 };
 
 // A plain UDP socket standing in for a neighbour: sends sealed datagrams, receives what the
-// data plane sends it.
+// data plane sends it. SendRaw may be called from several threads (a test's responder answers
+// probes while the test sends data): a UdpSocket's batch scratch is not thread-safe, so sends
+// take turns (two at once once sent a datagram with another's length: EMSGSIZE in CI).
 class FakePeer {
  public:
   FakePeer(const net::Ipv4Endpoint& local, uint8_t key_fill = 7, uint32_t key_id = 1) {
@@ -266,6 +268,7 @@ class FakePeer {
     EXPECT_TRUE(keys_.Add(key_id, TestKey(key_fill)).ok());
   }
   void SendRaw(absl::Span<const uint8_t> bytes, const net::Ipv4Endpoint& to) {
+    std::lock_guard<std::mutex> lock(send_mu_);
     const net::SendItem item{bytes, to};
     absl::StatusOr<int> n = socket_->SendBatch(absl::MakeConstSpan(&item, 1));
     ASSERT_TRUE(n.ok()) << n.status();
@@ -293,6 +296,7 @@ class FakePeer {
  private:
   std::optional<net::UdpSocket> socket_;
   net::OverlayKeyRing keys_;
+  std::mutex send_mu_;
 };
 
 net::OverlayHeader DataHeader(NodeId src, NodeId dst, uint8_t hop_limit) {
