@@ -5,10 +5,12 @@
 // (median, p99, max, from the controller's JSON log) and what gRPC carried.
 //
 //   controller_bench [--nodes 200] [--degree 6] [--seconds 10] [--rate_hz 10] [--seed 1]
+//                    [--policy_model models/dar-policy.json [--precision int8|float]]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -44,6 +46,9 @@ struct Flags {
   // Hand the samples to the controller's core directly, without agents or gRPC: the decision
   // time without the agents' load on the same cores.
   bool direct = false;
+  // The learned policy's model (policy.policy_model); empty: the analytic engine alone.
+  std::string policy_model;
+  std::string precision = "int8";
 };
 
 // A ring (connected) plus random chords until the mean degree is reached; no parallel links.
@@ -88,6 +93,12 @@ int Run(const Flags& flags) {
   ControllerConfig config =
       testing::MakeTestConfig(**pki, flags.nodes, links, dir.File("controller.jsonl"));
   config.log_level = "debug";  // a line per cycle, with its decision time
+  if (!flags.policy_model.empty()) {
+    config.policy.policy_model = std::filesystem::absolute(flags.policy_model).string();
+    config.policy.policy_precision = flags.precision == "float"
+                                         ? learn::LearnedPolicy::Precision::kFloat
+                                         : learn::LearnedPolicy::Precision::kInt8;
+  }
   absl::StatusOr<std::unique_ptr<Controller>> controller = Controller::Start(config);
   if (!controller.ok()) {
     std::fprintf(stderr, "controller: %s\n", std::string(controller.status().message()).c_str());
@@ -131,6 +142,9 @@ int Run(const Flags& flags) {
   const double messages_before = c.metrics().sample_messages->Value();
   const int64_t tables_before = tables.load();
   const double cycles_before = c.metrics().cycles->Value();
+  const double policy_cycles_before = c.metrics().policy_cycles->Value();
+  const double policy_failures_before = c.metrics().policy_failures->Value();
+  const double policy_decisions_before = c.metrics().policy_decisions->Value();
   const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(1.0 / flags.rate_hz));
   const auto start = std::chrono::steady_clock::now();
@@ -179,6 +193,9 @@ int Run(const Flags& flags) {
   const double messages = c.metrics().sample_messages->Value() - messages_before;
   const double cycles = c.metrics().cycles->Value() - cycles_before;
   const int64_t tables_received = tables.load() - tables_before;
+  const double policy_cycles = c.metrics().policy_cycles->Value() - policy_cycles_before;
+  const double policy_failures = c.metrics().policy_failures->Value() - policy_failures_before;
+  const double policy_decisions = c.metrics().policy_decisions->Value() - policy_decisions_before;
   agents.clear();
   c.Shutdown();
 
@@ -214,6 +231,15 @@ int Run(const Flags& flags) {
       "  cycles: %.0f; per cycle: %.0f link cost changes, %.2f classes recomputed whole, "
       "%.0f route changes\n",
       cycles, changed / logged, recomputed / logged, route_changes / logged);
+  if (flags.policy_model.empty()) {
+    std::printf("  policy: the analytic engine alone\n");
+  } else {
+    std::printf(
+        "  policy: %s, %s; %.0f cycles asked it (%.0f kept the engine's weights), %.0f rows "
+        "a cycle\n",
+        flags.policy_model.c_str(), flags.precision.c_str(), policy_cycles, policy_failures,
+        policy_decisions / std::max(1.0, policy_cycles));
+  }
   std::printf("  decision ms: median %.2f  p99 %.2f  max %.2f\n", Percentile(decision, 0.5),
               Percentile(decision, 0.99), Percentile(decision, 1.0));
   std::printf("  publish ms:  median %.2f  p99 %.2f  max %.2f\n", Percentile(publish, 0.5),
@@ -241,6 +267,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.5));
   app.add_option("--noise", flags.noise, "Width of the per-sample utilisation noise")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--policy_model", flags.policy_model,
+                 "The learned policy's model file (default: the analytic engine alone)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--precision", flags.precision, "How the model runs")
+      ->check(CLI::IsMember({"int8", "float"}));
   app.add_flag("--direct", flags.direct, "Samples straight into the core: no agents, no gRPC");
   CLI11_PARSE(app, argc, argv);
   return dar::control::Run(flags);

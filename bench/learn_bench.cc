@@ -20,6 +20,7 @@
 #include "core/random.h"
 #include "core/route_computer.h"
 #include "core/topology_gen.h"
+#include "fmt/format.h"
 #include "learn/policy_audit.h"
 #include "learn/policy_model.h"
 
@@ -63,12 +64,14 @@ void ObserveRandomLoad(RouteComputer& rc, Random& rng) {
   }
 }
 
-// A k=16 fat-tree route computer whose links carry random load, its cycle on `threads`.
-std::unique_ptr<RouteComputer> LoadedComputer(int threads = 1) {
+// A k=16 fat-tree route computer whose links carry random load, its cycle on `threads`, a
+// policy weighing each destination at least every `policy_refresh_cycles` cycles.
+std::unique_ptr<RouteComputer> LoadedComputer(int threads = 1, int policy_refresh_cycles = 1) {
   FatTreeParams p;
   p.k = 16;
   RouteComputerConfig config;
   config.threads = threads;
+  config.policy_refresh_cycles = policy_refresh_cycles;
   auto rc = std::make_unique<RouteComputer>(FatTree(p), config);
   Random rng(7);
   ObserveRandomLoad(*rc, rng);
@@ -247,9 +250,20 @@ BENCHMARK(BM_Int8AgreesWithFloat)->Iterations(1)->Unit(benchmark::kMillisecond);
 // A full cycle (both classes, every destination). Args: 0 no policy, 1 INT8, 2 FP32; the
 // cycle's threads (RouteComputerConfig::threads; 2: the classes side by side). Wall time:
 // with 2 threads the CPU time of the benchmark's own thread says little.
+// With a policy refreshed in turns: the share of destinations it weighed per cycle.
+std::string RefreshLabel(const RouteComputer& rc) {
+  const RouteComputerStats& s = rc.stats();
+  const int64_t all = s.policy_destinations_weighed + s.policy_destinations_held;
+  if (rc.config().policy_refresh_cycles == 1 || all == 0) return "";
+  return fmt::format(", refresh every {} cycles ({:.0f}% weighed a cycle)",
+                     rc.config().policy_refresh_cycles,
+                     100.0 * static_cast<double>(s.policy_destinations_weighed) / all);
+}
+
+// Args: 0 no policy, 1 INT8, 2 FP32; threads; RouteComputerConfig::policy_refresh_cycles.
 void BM_FullCycleK16(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(1));
-  std::unique_ptr<RouteComputer> rc = LoadedComputer(threads);
+  std::unique_ptr<RouteComputer> rc = LoadedComputer(threads, static_cast<int>(state.range(2)));
   if (state.range(0) > 0) {
     rc->set_weight_policy(std::make_shared<learn::LearnedPolicy>(
         DefaultShapeModel(), "bench",
@@ -262,10 +276,12 @@ void BM_FullCycleK16(benchmark::State& state) {
   state.counters["policy_failures"] = static_cast<double>(rc->stats().policy_failures);
   static const char* kNames[] = {"analytic", "int8", "float"};
   state.SetLabel(std::string(kNames[state.range(0)]) + ", " + std::to_string(state.range(1)) +
-                 (state.range(1) == 1 ? " thread" : " threads"));
+                 (state.range(1) == 1 ? " thread" : " threads") + RefreshLabel(*rc));
 }
 BENCHMARK(BM_FullCycleK16)
-    ->ArgsProduct({{0, 1, 2}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {1, 2}, {1}})
+    ->Args({1, 1, kDeployedPolicyRefreshCycles})
+    ->Args({1, 2, kDeployedPolicyRefreshCycles})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
@@ -274,7 +290,7 @@ BENCHMARK(BM_FullCycleK16)
 // that depends on last cycle's inputs can be reused. Args: 0 no policy, 1 INT8; threads.
 void BM_FullCycleK16Moving(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(1));
-  std::unique_ptr<RouteComputer> rc = LoadedComputer(threads);
+  std::unique_ptr<RouteComputer> rc = LoadedComputer(threads, static_cast<int>(state.range(2)));
   if (state.range(0) > 0) {
     rc->set_weight_policy(std::make_shared<learn::LearnedPolicy>(
         DefaultShapeModel(), "bench", learn::LearnedPolicy::Precision::kInt8, threads));
@@ -289,10 +305,13 @@ void BM_FullCycleK16Moving(benchmark::State& state) {
   }
   state.counters["policy_failures"] = static_cast<double>(rc->stats().policy_failures);
   state.SetLabel(std::string(state.range(0) == 0 ? "analytic" : "int8") + ", " +
-                 std::to_string(state.range(1)) + (state.range(1) == 1 ? " thread" : " threads"));
+                 std::to_string(state.range(1)) + (state.range(1) == 1 ? " thread" : " threads") +
+                 RefreshLabel(*rc));
 }
 BENCHMARK(BM_FullCycleK16Moving)
-    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgsProduct({{0, 1}, {1, 2}, {1}})
+    ->Args({1, 1, kDeployedPolicyRefreshCycles})
+    ->Args({1, 2, kDeployedPolicyRefreshCycles})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

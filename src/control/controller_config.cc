@@ -129,6 +129,10 @@ absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& r
   ASSIGN_OR_RETURN(c.threads, loc.Key(node, "cycle_threads",
                                       r.Optional<int>("cycle_threads", c.threads,
                                                       Bounds::InRange(1, kMaxCycleThreads))));
+  ASSIGN_OR_RETURN(c.policy_refresh_cycles,
+                   loc.Key(node, "policy_refresh_cycles",
+                           r.Optional<int>("policy_refresh_cycles", c.policy_refresh_cycles,
+                                           Bounds::InRange(1, 1000))));
   ASSIGN_OR_RETURN(
       c.scales.reference_delay,
       loc.Key(node, "reference_delay",
@@ -299,6 +303,9 @@ RouteComputerConfig DefaultControllerRoutes() {
   // The two traffic classes side by side: a controller has the cores, and a cycle with the
   // learned policy on a large fabric needs them (README, "The learned policy").
   c.threads = 2;
+  // A learned policy weighs each destination at least every 4 cycles, at once where its next
+  // hops change: a quarter of its work where the fabric is steady.
+  c.policy_refresh_cycles = kDeployedPolicyRefreshCycles;
   return c;
 }
 

@@ -38,6 +38,9 @@
 //     policy_model: dar-policy.json    # optional: the learned policy's model, relative to
 //                                      # the file; absent: the analytic engine alone
 //     policy_precision: int8           # int8 | float: how the model runs
+//     policy_refresh_cycles: 4         # 1..1000: the model weighs each destination at least
+//                                      # every this many cycles, and at once where its next
+//                                      # hops change (RouteComputerConfig)
 //
 // The model file is not read here (a refused model must not stop a controller from starting):
 // LoadLearnedPolicy reads it, at start, on reload and for --check-config.

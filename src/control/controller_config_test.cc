@@ -40,6 +40,7 @@ policy:
   min_cost_change: 0.1
   full_every: 20
   cycle_threads: 1
+  policy_refresh_cycles: 2
   forwarding_mode: per_packet
   reference_delay_us: 300
   latency_weights: {utilisation: 0.7}
@@ -94,6 +95,7 @@ TEST(ControllerConfigTest, ParsesEveryField) {
   EXPECT_EQ(r.min_cost_change, 0.1);
   EXPECT_EQ(r.full_every, 20);
   EXPECT_EQ(r.threads, 1);
+  EXPECT_EQ(r.policy_refresh_cycles, 2);
   EXPECT_EQ(r.scales.reference_delay, Microseconds(300));
   EXPECT_EQ(r.latency.utilisation, 0.7);
   EXPECT_EQ(r.latency.loss, 1);  // default kept
@@ -115,6 +117,7 @@ TEST(ControllerConfigTest, DefaultsForOptionalFields) {
   EXPECT_EQ(c->policy.forwarding_mode, ForwardingMode::kPerFlowlet);
   EXPECT_EQ(c->policy.routes.horizon_periods, 300);
   EXPECT_EQ(c->policy.routes.threads, 2);  // the classes side by side
+  EXPECT_EQ(c->policy.routes.policy_refresh_cycles, kDeployedPolicyRefreshCycles);
   EXPECT_TRUE(c->http.empty());
   EXPECT_TRUE(c->trust_domain.empty());
   EXPECT_EQ(c->tls.cert_file, "c");
@@ -155,13 +158,15 @@ TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
        "give only one of capacity_bps"},
       {With("delay_us: 500", "delay_us: 0"), "ctl.yaml:20: links[1].delay_us"},
       {With("forwarding_mode: per_packet", "forwarding_mode: sprinkle"),
-       "ctl.yaml:29: policy.forwarding_mode"},
+       "ctl.yaml:30: policy.forwarding_mode"},
       {With("temperature: 0.2", "temperature: -1"), "ctl.yaml:24: policy.temperature"},
       {With("cycle_threads: 1", "cycle_threads: 0"), "ctl.yaml:28: policy.cycle_threads"},
       {With("cycle_threads: 1", "cycle_threads: 65"), "ctl.yaml:28: policy.cycle_threads"},
+      {With("policy_refresh_cycles: 2", "policy_refresh_cycles: 0"),
+       "ctl.yaml:29: policy.policy_refresh_cycles"},
       {With("latency_weights: {utilisation: 0.7}",
             "latency_weights: {utilisation: 0.7, colour: 1}"),
-       "ctl.yaml:31: policy.latency_weights.colour: unknown key"},
+       "ctl.yaml:32: policy.latency_weights.colour: unknown key"},
       {With("bulk_weights: {capacity: 2}", "bulk_weights: {hop: 0}"),
        "policy.bulk_weights.hop: must be > 0"},
       {With("log_level: debug", "log_level: loud"), "ctl.yaml:7: log_level"},

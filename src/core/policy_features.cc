@@ -150,7 +150,8 @@ void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int
   std::pair<size_t, size_t> at = {0, 0};
   for (int cls = 0; cls < classes; ++cls) {
     std::vector<std::pair<size_t, size_t>>& counts = counts_[cls];
-    rows_[static_cast<size_t>(cls) * per_class].Count(*in.tables[cls], nodes, counts);
+    const std::vector<char>* weigh = in.weigh.empty() ? nullptr : &in.weigh[cls];
+    rows_[static_cast<size_t>(cls) * per_class].Count(*in.tables[cls], nodes, weigh, counts);
     size_t candidates = 0;
     for (const auto& c : counts) candidates += c.second;
     size_t d = 0, so_far = 0;
@@ -202,11 +203,12 @@ void PolicyFeatureBuilder::ClassRows::ForEachRowWithChoice(const DestinationTabl
 }
 
 void PolicyFeatureBuilder::ClassRows::Count(const RoutingTables& tables, int nodes,
+                                            const std::vector<char>* weigh,
                                             std::vector<std::pair<size_t, size_t>>& counts) {
   counts.assign(tables.destinations().size(), {0, 0});
   for (size_t i = 0; i < counts.size(); ++i) {
     const DestinationTable* table = tables.Table(tables.destinations()[i]);
-    if (table == nullptr) continue;
+    if (table == nullptr || (weigh != nullptr && !(*weigh)[i])) continue;
     ForEachRowWithChoice(*table, nodes, [&](NodeId, absl::Span<const NextHop> row) {
       ++counts[i].first;
       counts[i].second += row.size();
@@ -226,10 +228,11 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls, size
   const RoutingTables& tables = *in.tables[cls];
   const RoutingTables* previous = in.previous[cls];
   const std::vector<const DiffusionEngine*>& engines = in.engines[cls];
+  const std::vector<char>* weigh = in.weigh.empty() ? nullptr : &in.weigh[cls];
   for (size_t index = first; index < last; ++index) {
     const NodeId d = tables.destinations()[index];
     const DestinationTable* table = tables.Table(d);
-    if (table == nullptr) continue;
+    if (table == nullptr || (weigh != nullptr && !(*weigh)[index])) continue;
     const auto computes = std::find_if(engines.begin(), engines.end(),
                                        [d](const DiffusionEngine* e) { return e->Computes(d); });
     if (computes == engines.end()) {

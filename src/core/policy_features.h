@@ -2,9 +2,10 @@
 // in one cycle: the predicted state of every link, the engines' new tables and potentials,
 // and the tables the previous cycle handed out.
 //
-// One row per (class, destination, node) whose engine row has two or more next hops, in that
-// order (classes ascending, destinations in the tables' order, nodes ascending); a row's
-// candidates are its next hops in the engine's order. Besides the features, if asked, every
+// One row per (class, destination, node) whose engine row has two or more next hops, of the
+// destinations PolicyInputs::weigh names, in that order (classes ascending, destinations in
+// the tables' order, nodes ascending); a row's candidates are its next hops in the engine's
+// order. Besides the features, if asked, every
 // candidate gets what a decision's reward is made of (PolicyRewardTerms): the expected delay
 // and loss from the row's node to the destination via the candidate, its link first, then
 // onward as the engine's tables split traffic. Those come from a depth-first walk per (class,
@@ -47,6 +48,9 @@ struct PolicyInputs {
   absl::Span<const RoutingTables* const> previous;  // last cycle's output; null: none
   CostScales scales;
   double min_weight = 0.001;  // DiffusionConfig::min_weight: floors kFeatAnalyticLogit
+  // By class, by destination in its tables' order: whether to build its rows (non-zero) or
+  // leave them out; empty: every destination's (RouteComputerConfig::policy_refresh_cycles).
+  absl::Span<const std::vector<char>> weigh;
   // Whether to fill PolicyBatch::rewards (WeightPolicy::wants_reward_terms); without them the
   // expected loss onward is not computed either.
   bool reward_terms = true;
@@ -82,8 +86,9 @@ class PolicyFeatureBuilder {
     template <typename Fn>
     void ForEachRowWithChoice(const DestinationTable& table, int nodes, Fn&& fn);
     // Counts the rows with a choice of each destination of `tables` and their candidates:
-    // (decisions, candidates) by destination, in the tables' order, into `counts`.
-    void Count(const RoutingTables& tables, int nodes,
+    // (decisions, candidates) by destination, in the tables' order, into `counts`; (0, 0) for
+    // a destination `weigh` leaves out (PolicyInputs::weigh; empty: none).
+    void Count(const RoutingTables& tables, int nodes, const std::vector<char>* weigh,
                std::vector<std::pair<size_t, size_t>>& counts);
     // Writes the rows toward destinations [first, last) of class `cls`'s tables (by index in
     // their order) into batch.decisions [begin.first, end.first) and batch.candidates (and

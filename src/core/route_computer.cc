@@ -100,6 +100,10 @@ absl::Status RouteComputerConfig::Validate() const {
   if (threads < 1) {
     return absl::InvalidArgumentError(fmt::format("threads: must be >= 1, got {}", threads));
   }
+  if (policy_refresh_cycles < 1) {
+    return absl::InvalidArgumentError(
+        fmt::format("policy_refresh_cycles: must be >= 1, got {}", policy_refresh_cycles));
+  }
   RETURN_IF_ERROR(CheckNonNegative(diffusion.temperature, "diffusion.temperature"));
   RETURN_IF_ERROR(CheckNonNegative(diffusion.hysteresis, "diffusion.hysteresis"));
   if (!(diffusion.min_weight >= 0 && diffusion.min_weight <= 1)) {
@@ -445,7 +449,9 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
   }
   stats_.route_changes += out.route_changes;
   if (policy_ != nullptr) {
-    if (absl::Status s = ApplyPolicy(states, out); !s.ok()) {
+    absl::Status s = ApplyPolicy(states, out);
+    policy_held_ = s.ok();
+    if (!s.ok()) {
       ++stats_.policy_failures;
       out.policy_error = fmt::format("{}: {}; the engine's weights stand", policy_->Describe(),
                                      std::string(s.message()));
@@ -496,6 +502,23 @@ bool RouteComputer::ClassCosts(int cls, bool full, absl::Span<const LinkState> s
 
 namespace {
 
+// Whether two tables toward one destination have the same next hops in every row, in the same
+// order, whatever their weights. Tables laid out differently (row maps, blocks) count as
+// different.
+bool SameNextHops(const DestinationTable& a, const DestinationTable& b) {
+  if (a.row_map() != b.row_map() || a.blocks().size() != b.blocks().size()) return false;
+  for (size_t i = 0; i < a.blocks().size(); ++i) {
+    const DestinationTable::Block& x = *a.blocks()[i];
+    const DestinationTable::Block& y = *b.blocks()[i];
+    if (&x == &y) continue;
+    if (x.offsets != y.offsets || x.hops.size() != y.hops.size()) return false;
+    for (size_t k = 0; k < x.hops.size(); ++k) {
+      if (x.hops[k].link != y.hops[k].link) return false;
+    }
+  }
+  return true;
+}
+
 // Whether two blocks hold the same rows, bit for bit.
 bool SameBlock(const DestinationTable::Block& a, const DestinationTable::Block& b) {
   if (a.offsets != b.offsets || a.hops.size() != b.hops.size()) return false;
@@ -526,8 +549,15 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
     previous[cls] = previous_[cls].get();
     for (const std::unique_ptr<DiffusionEngine>& e : engines_[cls]) engines[cls].push_back(e.get());
   }
+  // The destinations to weigh: all of them unless last cycle's tables are the policy's.
+  const int every = policy_held_ ? config_.policy_refresh_cycles : 1;
+  const int turn = static_cast<int>(stats_.policy_cycles % every);
+  std::array<size_t, kTrafficClasses> weighed{};
+  RunEach(kTrafficClasses, config_.threads,
+          [&](int cls) { weighed[cls] = ChooseWeighed(cls, *tables[cls], every, turn); });
   PolicyInputs in;
   in.topology = &topology_;
+  in.weigh = weigh_;
   in.states = states;
   in.present_utilisation = present;
   in.tables = tables;
@@ -538,9 +568,10 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   in.reward_terms = policy_->wants_reward_terms();
   batch_.cycle = stats_.cycles;
   features_.Build(in, batch_, config_.threads);
-  if (batch_.decisions.empty()) return absl::OkStatus();
   policy_weights_.assign(batch_.candidates.size(), std::numeric_limits<double>::quiet_NaN());
-  RETURN_IF_ERROR(policy_->Weigh(batch_, absl::MakeSpan(policy_weights_)));
+  if (!batch_.decisions.empty()) {
+    RETURN_IF_ERROR(policy_->Weigh(batch_, absl::MakeSpan(policy_weights_)));
+  }
   // Each class's weights checked, then its tables refined, the classes side by side; any
   // class's bad weight leaves every class the engine's tables.
   std::array<absl::Status, kTrafficClasses> checked;
@@ -552,7 +583,29 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   for (const absl::Status& s : checked) RETURN_IF_ERROR(s);
   out.tables = refined;
   stats_.policy_decisions += static_cast<int64_t>(batch_.decisions.size());
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    stats_.policy_destinations_weighed += static_cast<int64_t>(weighed[cls]);
+    stats_.policy_destinations_held += static_cast<int64_t>(weigh_[cls].size() - weighed[cls]);
+  }
   return absl::OkStatus();
+}
+
+size_t RouteComputer::ChooseWeighed(int cls, const RoutingTables& engine, int every, int turn) {
+  const std::vector<NodeId>& destinations = engine.destinations();
+  std::vector<char>& weigh = weigh_[cls];
+  weigh.assign(destinations.size(), 1);
+  const RoutingTables* previous = previous_[cls].get();
+  if (every == 1 || previous == nullptr) return destinations.size();
+  size_t weighed = 0;
+  for (size_t i = 0; i < destinations.size(); ++i) {
+    const NodeId d = destinations[i];
+    const DestinationTable* now = engine.Table(d);
+    const DestinationTable* before = previous->IsDestination(d) ? previous->Table(d) : nullptr;
+    weigh[i] = static_cast<int>(i % static_cast<size_t>(every)) == turn || now == nullptr ||
+               before == nullptr || !SameNextHops(*now, *before);
+    weighed += weigh[i];
+  }
+  return weighed;
 }
 
 absl::Status RouteComputer::CheckPolicyWeights(int cls) const {
@@ -586,7 +639,14 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
   size_t i = 0;
   while (i < decisions.size() && decisions[i].cls != cls) ++i;
   DestinationTable::Block scratch;  // the block being refined
-  for (NodeId d : engine.destinations()) {
+  const std::vector<char>& weighed = weigh_[cls];
+  for (size_t index = 0; index < engine.destinations().size(); ++index) {
+    const NodeId d = engine.destinations()[index];
+    if (!weighed[index]) {
+      // Not weighed this cycle: last cycle's rows, which have the engine's next hops.
+      refined->Set(previous->SharedTable(d));
+      continue;
+    }
     DestinationTablePtr table = engine.SharedTable(d);
     if (i == decisions.size() || decisions[i].cls != cls || decisions[i].destination != d) {
       refined->Set(std::move(table));  // no choice anywhere toward d

@@ -128,10 +128,26 @@ struct RouteComputerConfig {
   // policy's Weigh is one call over all. No part's work depends on another's, so the cycle's
   // output is the same bit for bit.
   int threads = 1;
+  // With a weight policy: at most how many cycles apart it weighs a destination's rows. Each
+  // cycle it weighs every destination whose engine rows have other next hops than last
+  // cycle's tables (a link lost, a neighbour newly downhill), and a turn of the others: those
+  // whose index in the tables' order is the cycle's count modulo this. The others keep last
+  // cycle's rows, which have the engine's next hops and the policy's weights of at most this
+  // many cycles ago. The first cycle with a policy, and the first after it failed, weigh
+  // every destination. 1 (the default, and the trainer's): every destination every cycle.
+  // The controller and the simulator's dar-learned default to kDeployedPolicyRefreshCycles.
+  int policy_refresh_cycles = 1;
 
   // OK, or InvalidArgument naming the first bad field.
   absl::Status Validate() const;
 };
+
+// RouteComputerConfig::policy_refresh_cycles where a learned policy is deployed (the
+// controller, the simulator's dar-learned): every destination's rows weighed at least every
+// 4 cycles (400 ms at the 100 ms cycle), those that change next hops at once. It cuts a
+// cycle's policy work to about a quarter where few next hops change (README, "The learned
+// policy").
+inline constexpr int kDeployedPolicyRefreshCycles = 4;
 
 // What one Cycle produced.
 struct RouteCycle {
@@ -161,6 +177,10 @@ struct RouteComputerStats {
   int64_t policy_cycles = 0;
   int64_t policy_failures = 0;
   int64_t policy_decisions = 0;
+  // Destinations (per class) whose rows it weighed, and those that kept last cycle's rows
+  // (RouteComputerConfig::policy_refresh_cycles), in the cycles it did not fail.
+  int64_t policy_destinations_weighed = 0;
+  int64_t policy_destinations_held = 0;
 };
 
 class RouteComputer {
@@ -193,7 +213,11 @@ class RouteComputer {
   // config.diffusion.hysteresis (sum of absolute differences), as the engine does, so learned
   // weights do not flap. If the policy fails or its weights break those rules, the cycle's
   // tables are the engines' (counted in stats(), said in RouteCycle::policy_error).
-  void set_weight_policy(std::shared_ptr<WeightPolicy> policy) { policy_ = std::move(policy); }
+  // Every `config.policy_refresh_cycles` cycles at most, each destination (see there).
+  void set_weight_policy(std::shared_ptr<WeightPolicy> policy) {
+    policy_ = std::move(policy);
+    policy_held_ = false;
+  }
   const std::shared_ptr<WeightPolicy>& weight_policy() const { return policy_; }
 
   // Computes the tables of the next cycle. The first cycle is always full.
@@ -273,6 +297,10 @@ class RouteComputer {
   // Runs the weight policy over `out`'s tables and replaces them with its weights; leaves
   // them and returns why if it fails.
   absl::Status ApplyPolicy(absl::Span<const LinkState> states, RouteCycle& out);
+  // Which of class `cls`'s destinations the policy weighs this cycle (weigh_[cls], by index in
+  // `engine`'s order), and how many: those in `turn` of `every`, and those whose rows in
+  // `engine` have other next hops than in previous_[cls].
+  size_t ChooseWeighed(int cls, const RoutingTables& engine, int every, int turn);
   // OK if every weight the policy gave class `cls`'s rows (policy_weights_) is finite and
   // > 0 and each row's sum to 1 (within 1e-6); else what is wrong.
   absl::Status CheckPolicyWeights(int cls) const;
@@ -316,6 +344,10 @@ class RouteComputer {
   PolicyFeatureBuilder features_;
   PolicyBatch batch_;
   std::vector<double> policy_weights_;  // by candidate of batch_
+  // By class, by destination in its tables' order: whether the policy weighs it this cycle.
+  std::array<std::vector<char>, kTrafficClasses> weigh_;
+  // Whether previous_ holds the policy's tables (it weighed last cycle, and did not fail).
+  bool policy_held_ = false;
 };
 
 }  // namespace dar

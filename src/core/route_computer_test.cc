@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include "core/topology_gen.h"
@@ -940,25 +941,143 @@ TEST(RouteComputerTest, WeightPolicyHysteresisKeepsSmallMoves) {
 // threads: 2 runs the classes side by side: the same batches, tables and counts as one
 // thread, bit for bit, cycle after cycle, with every link moving, a link down and a policy
 // whose weights depend on every feature.
-TEST(RouteComputerTest, TwoThreadsGiveWhatOneGives) {
-  // Softmax of the sum of a candidate's features: any feature out of place moves a weight.
-  class FeatureSum : public TestPolicy {
-   public:
-    absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override {
-      last = batch;
-      for (const PolicyDecision& d : batch.decisions) {
-        double sum = 0;
-        for (uint32_t i = d.first; i < d.first + d.count; ++i) {
-          double x = 0;
-          for (float f : batch.candidates[i].features) x += f;
-          weights[i] = std::exp(x / 4);
-          sum += weights[i];
-        }
-        for (uint32_t i = d.first; i < d.first + d.count; ++i) weights[i] /= sum;
+// Softmax of the sum of a candidate's features: any feature out of place moves a weight.
+class FeatureSum : public TestPolicy {
+ public:
+  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override {
+    last = batch;
+    ++calls;
+    if (!error.ok()) return error;
+    for (const PolicyDecision& d : batch.decisions) {
+      double sum = 0;
+      for (uint32_t i = d.first; i < d.first + d.count; ++i) {
+        double x = 0;
+        for (float f : batch.candidates[i].features) x += f;
+        weights[i] = std::exp(x / 4);
+        sum += weights[i];
       }
-      return absl::OkStatus();
+      for (uint32_t i = d.first; i < d.first + d.count; ++i) weights[i] /= sum;
     }
-  };
+    return absl::OkStatus();
+  }
+};
+
+// A fat-tree's links, all moving: cycle i's sample of every link.
+void ObserveFabric(const Topology& topo, int i, std::initializer_list<RouteComputer*> rcs) {
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const LinkSample x =
+        Measured(0.4 + 0.4 * std::sin(0.7 * l + 1.3 * i), Microseconds(300 + (l * 37 + i) % 500),
+                 (l + i) % 7 == 0 ? 0.02 : 0, (l + 2 * i) % 5 == 0 ? 30'000 : 0);
+    for (RouteComputer* rc : rcs) rc->Observe(l, x);
+  }
+}
+
+// Whether two tables have the same next hops toward `d` from every node.
+bool SameNextHopsToward(const RoutingTables& a, const RoutingTables& b, NodeId d, int nodes) {
+  for (NodeId v = 0; v < nodes; ++v) {
+    const auto x = a.Lookup(v, d);
+    const auto y = b.Lookup(v, d);
+    if (x.size() != y.size()) return false;
+    for (size_t h = 0; h < x.size(); ++h) {
+      if (x[h].link != y[h].link) return false;
+    }
+  }
+  return true;
+}
+
+// policy_refresh_cycles 3: each cycle the policy weighs a turn of the destinations (index
+// modulo 3) and every destination whose next hops changed; the others keep last cycle's
+// tables. The first cycle, and the first after the policy failed, weigh every destination.
+TEST(RouteComputerTest, PolicyWeighsEachDestinationInTurnAndAtOnceOnNewNextHops) {
+  const Topology topo = FatTree(FatTreeParams{.k = 4});
+  const int nodes = topo.num_nodes();
+  for (const int threads : {1, 2}) {
+    SCOPED_TRACE(testing::Message() << threads << " threads");
+    RouteComputerConfig config = LabConfig();
+    config.threads = threads;
+    config.policy_refresh_cycles = 3;
+    // The engine alone, in step: its tables are the next hops the refined ones must have.
+    RouteComputer engine(topo, config), rc(topo, config);
+    auto policy = std::make_shared<FeatureSum>();
+    rc.set_weight_policy(policy);
+    RouteCycle last;
+    int held = 0, out_of_turn = 0;
+    // Destinations weighed, by class: every one within any 3 cycles in a row.
+    std::vector<std::array<std::set<NodeId>, kTrafficClasses>> weighed;
+    for (int i = 0; i < 12; ++i) {
+      ObserveFabric(topo, i, {&engine, &rc});
+      if (i == 4 || i == 8) {
+        // A link down (i 4) and up again (i 8): next hops change toward some destinations.
+        engine.SetKnownDown(5, i == 4);
+        rc.SetKnownDown(5, i == 4);
+      }
+      policy->error = i == 9 ? absl::InternalError("boom") : absl::OkStatus();
+      const RouteCycle e = engine.Cycle(false);
+      const RouteCycle c = rc.Cycle(false);
+      if (i == 9) {
+        EXPECT_FALSE(c.policy_error.empty());
+        weighed.emplace_back();
+        last = c;
+        continue;
+      }
+      ASSERT_TRUE(c.policy_error.empty()) << c.policy_error;
+      ExpectValid(rc, c);
+      std::array<std::set<NodeId>, kTrafficClasses> now;
+      for (const PolicyDecision& d : policy->last.decisions) now[d.cls].insert(d.destination);
+      for (int cls = 0; cls < kTrafficClasses; ++cls) {
+        const std::vector<NodeId>& dests = c.tables[cls]->destinations();
+        for (size_t k = 0; k < dests.size(); ++k) {
+          const NodeId d = dests[k];
+          SCOPED_TRACE(testing::Message() << "cycle " << i << " class " << cls << " dest " << d);
+          // The refined tables have the engine's next hops, weighed or not.
+          EXPECT_TRUE(SameNextHopsToward(*c.tables[cls], *e.tables[cls], d, nodes));
+          const bool first = i == 0 || i == 10;  // no policy tables before these cycles
+          const bool in_turn = static_cast<int64_t>(k % 3) == rc.stats().policy_cycles % 3;
+          const bool moved =
+              !first && !SameNextHopsToward(*last.tables[cls], *e.tables[cls], d, nodes);
+          if (now[cls].count(d) != 0) {
+            // Weighed: in turn, new next hops, or a cycle that weighs everything.
+            EXPECT_TRUE(first || in_turn || moved);
+            out_of_turn += !first && !in_turn;
+          } else if (!first && !in_turn) {
+            // Held: last cycle's table itself.
+            EXPECT_EQ(c.tables[cls]->SharedTable(d), last.tables[cls]->SharedTable(d));
+            EXPECT_FALSE(moved);
+            ++held;
+          }
+          // A destination with a choice in turn, or in a cycle that weighs everything, is
+          // weighed.
+          if (first || in_turn || moved) {
+            bool choice = false;
+            for (NodeId v = 0; v < nodes; ++v)
+              choice = choice || e.tables[cls]->Lookup(v, d).size() >= 2;
+            EXPECT_EQ(now[cls].count(d), choice ? 1u : 0u);
+          }
+        }
+      }
+      weighed.push_back(now);
+      last = c;
+    }
+    EXPECT_GT(held, 0);
+    EXPECT_GT(out_of_turn, 0) << "no destination was weighed for new next hops";
+    // Every destination with a choice was weighed at least once in any 3 cycles in a row
+    // (from the first to the failed one).
+    for (size_t i = 0; i + 3 <= 9; ++i) {
+      for (int cls = 0; cls < kTrafficClasses; ++cls) {
+        std::set<NodeId> seen;
+        for (size_t j = i; j < i + 3; ++j)
+          seen.insert(weighed[j][cls].begin(), weighed[j][cls].end());
+        EXPECT_EQ(seen, weighed[0][cls]) << "cycles " << i << ".." << i + 2;
+      }
+    }
+    const RouteComputerStats& s = rc.stats();
+    EXPECT_EQ(s.policy_destinations_weighed + s.policy_destinations_held,
+              11 * kTrafficClasses * static_cast<int64_t>(topo.Destinations().size()));
+    EXPECT_GT(s.policy_destinations_held, 0);
+  }
+}
+
+TEST(RouteComputerTest, TwoThreadsGiveWhatOneGives) {
   const Topology topo = FatTree(FatTreeParams{.k = 4});
   // Two threads: each class's destinations in halves; three: in thirds of unequal size.
   for (const int threads : {2, 3}) {

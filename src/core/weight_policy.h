@@ -4,7 +4,8 @@
 // the downhill neighbours the engine chose — and nothing else, so no policy output can add a
 // next hop, create a loop or leave a node without a way on; the validator still checks every
 // table. The route computer (core/route_computer.h) calls it once per cycle with every such
-// row and falls back to the engine's own weights when it fails (counted, logged).
+// row of the destinations it weighs that cycle (RouteComputerConfig::policy_refresh_cycles)
+// and falls back to the engine's own weights when it fails (counted, logged).
 //
 // Features are local and size-independent (no node ids, no counts of nodes or links), so one
 // trained policy applies to topologies of any size. They are computed here, in core, so the

@@ -199,6 +199,9 @@ absl::Status ReadDarConfig(YamlReader& p, DarConfig& c) {
   ASSIGN_OR_RETURN(
       r.scales.reference_delay,
       p.OptionalDuration("reference_delay", r.scales.reference_delay, Bounds::Positive()));
+  ASSIGN_OR_RETURN(
+      r.policy_refresh_cycles,
+      p.Optional<int>("policy_refresh_cycles", r.policy_refresh_cycles, Bounds::AtLeast(1)));
   ASSIGN_OR_RETURN(c.tables.stale_after,
                    p.OptionalDuration("stale_after", c.tables.stale_after, Bounds::Positive()));
   RETURN_IF_ERROR(ReadWeights(p, "latency_weights", r.latency));
@@ -215,6 +218,9 @@ absl::StatusOr<ControlPlanePtr> MakeDar(YamlReader& p, const ConfigContext& ctx)
 
 absl::StatusOr<ControlPlanePtr> MakeDarLearned(YamlReader& p, const ConfigContext& ctx) {
   DarConfig c;
+  // As the controller deploys the policy; a policy handed in (the trainer's) weighs every
+  // row every cycle.
+  if (ctx.weight_policy == nullptr) c.routes.policy_refresh_cycles = kDeployedPolicyRefreshCycles;
   RETURN_IF_ERROR(ReadDarConfig(p, c));
   c.learned = true;
   ASSIGN_OR_RETURN(std::string model, p.Optional<std::string>("model", ""));
