@@ -257,18 +257,21 @@ void RouteComputer::ObserveDelivery(LinkId l, const LinkSample& previous) {
   d.queue_limited = standing ? d.queue_limited + 1 : 0;
   const DataRate tput = std::min(last.throughput, configured);
   const int64_t now = samples_[l];
-  if (d.queue_limited >= config_.queue_limited_periods) {
+  if (d.queue_limited > 0) {
     // Queue-limited: the link delivers what it carries. The largest such rate of the last
     // queue_limited_window samples (a sender's pause lowers one interval's rate), as BBR
     // keeps a windowed max of the delivery rate. A simple window: the best is replaced when
-    // it expires, not by the next best; a new stretch starts afresh.
-    const bool fresh = d.at != now - 1;
-    if (fresh || tput >= d.best || now - d.best_at > config_.queue_limited_window) {
+    // it expires, not by the next best; a new stretch starts afresh, from its first sample:
+    // the samples that confirm a stretch count too, or traffic leaving a full link (its
+    // smoothed RTT still rising for a sample) would leave its last trickle as the estimate.
+    if (d.queue_limited == 1 || tput >= d.best || now - d.best_at > config_.queue_limited_window) {
       d.best = tput;
       d.best_at = now;
     }
-    d.estimate = d.best;
-    d.at = now;
+    if (d.queue_limited >= config_.queue_limited_periods) {
+      d.estimate = d.best;
+      d.at = now;
+    }
   } else if (d.clear >= 2 && tput > DeliveryCapacity(l)) {
     // More than we thought got through, and no queue built (twice: an overload shows within
     // a sample or two; the agent counts what it sends, not what the link delivers).

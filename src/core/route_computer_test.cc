@@ -465,6 +465,26 @@ TEST(RouteComputerTest, LoadLeavingAFullLinkIsNotASlowLink) {
   EXPECT_EQ(plain.DeliveryCapacity(g.at), DataRate::Mbps(100));
 }
 
+// The lab's flap under CPU load: the transfer fills a -> t (the agent's queue stands) and
+// leaves it within the next sample, whose smoothed RTT still rises from the queue. Those two
+// samples are a queue-limited stretch; the link delivered 99 Mb/s in it, not the 26 of the
+// sample the traffic left in. (Taken as 26, a -> t was slow, held for tens of seconds, and
+// the lab's transfer went back to a congested branch and stayed there.)
+TEST(RouteComputerTest, TrafficLeavingAFullLinkLeavesItsRateNotItsTail) {
+  Diamond g(DataRate::Mbps(100), Microseconds(50));
+  RouteComputer rc(g.topo, LabConfig());
+  const DataRate configured = DataRate::Mbps(100);
+  for (int i = 0; i < 20; ++i) {
+    rc.Observe(g.at, Delivering(DataRate(), configured, Microseconds(100)));
+  }
+  LinkSample full = Delivering(DataRate::Mbps(99), configured, Microseconds(8100));
+  full.queue_bytes = 330000;  // 26 ms at 100 Mb/s
+  rc.Observe(g.at, full);
+  rc.Observe(g.at, Delivering(DataRate::Mbps(26), configured, Microseconds(8700)));
+  EXPECT_EQ(rc.DeliveryCapacity(g.at), DataRate::Mbps(99));
+  EXPECT_FALSE(rc.Slow(g.at));
+}
+
 // A flow arriving is a step, as the agent's throughput average shows it: a new level, not a
 // trend to extrapolate 30 s ahead. A slow ramp still is one.
 TEST(RouteComputerTest, ForecastRestartsAtAStepButFollowsARamp) {
