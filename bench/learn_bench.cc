@@ -250,14 +250,14 @@ BENCHMARK(BM_Int8AgreesWithFloat)->Iterations(1)->Unit(benchmark::kMillisecond);
 // A full cycle (both classes, every destination). Args: 0 no policy, 1 INT8, 2 FP32; the
 // cycle's threads (RouteComputerConfig::threads; 2: the classes side by side). Wall time:
 // with 2 threads the CPU time of the benchmark's own thread says little.
-// With a policy refreshed in turns: the share of destinations it weighed per cycle.
+// With a policy refreshed in turns: the share of the rows with a choice it weighed.
 std::string RefreshLabel(const RouteComputer& rc) {
   const RouteComputerStats& s = rc.stats();
-  const int64_t all = s.policy_destinations_weighed + s.policy_destinations_held;
+  const double all = static_cast<double>(s.policy_decisions + s.policy_rows_held);
   if (rc.config().policy_refresh_cycles == 1 || all == 0) return "";
-  return fmt::format(", refresh every {} cycles ({:.0f}% weighed a cycle)",
+  return fmt::format(", refresh every {} cycles ({:.0f}% of rows weighed)",
                      rc.config().policy_refresh_cycles,
-                     100.0 * static_cast<double>(s.policy_destinations_weighed) / all);
+                     100.0 * static_cast<double>(s.policy_decisions) / all);
 }
 
 // Args: 0 no policy, 1 INT8, 2 FP32; threads; RouteComputerConfig::policy_refresh_cycles.

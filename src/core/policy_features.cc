@@ -139,7 +139,6 @@ void PolicyFeatureBuilder::ClassRows::Onward(const DestinationTable& table,
 
 void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int threads) {
   const int classes = static_cast<int>(in.tables.size());
-  const int nodes = in.topology->num_nodes();
   const size_t per_class = static_cast<size_t>(std::max(threads, 1));
   LinkTerms(in);
   rows_.resize(static_cast<size_t>(classes) * per_class);
@@ -150,8 +149,7 @@ void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int
   std::pair<size_t, size_t> at = {0, 0};
   for (int cls = 0; cls < classes; ++cls) {
     std::vector<std::pair<size_t, size_t>>& counts = counts_[cls];
-    const std::vector<char>* weigh = in.weigh.empty() ? nullptr : &in.weigh[cls];
-    rows_[static_cast<size_t>(cls) * per_class].Count(*in.tables[cls], nodes, weigh, counts);
+    rows_[static_cast<size_t>(cls) * per_class].Count(in, cls, counts);
     size_t candidates = 0;
     for (const auto& c : counts) candidates += c.second;
     size_t d = 0, so_far = 0;
@@ -188,28 +186,57 @@ void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int
 
 template <typename Fn>
 void PolicyFeatureBuilder::ClassRows::ForEachRowWithChoice(const DestinationTable& table, int nodes,
+                                                           const DestinationTable* unless_as,
                                                            Fn&& fn) {
   // Row by row through the table's blocks (rows are in node order), not node by node: most
   // nodes of a fabric are hosts, which have no row.
   const std::vector<NodeId>& node_of_row = NodesOfRows(table, nodes);
   const std::vector<DestinationTable::BlockPtr>& blocks = table.blocks();
   for (size_t index = 0; index < node_of_row.size(); ++index) {
-    const DestinationTable::Block& block = *blocks[index / DestinationTable::kRowsPerBlock];
+    const size_t b = index / DestinationTable::kRowsPerBlock;
+    const DestinationTable::Block& block = *blocks[b];
     const size_t r = index % DestinationTable::kRowsPerBlock;
     const uint32_t hops = block.offsets[r + 1] - block.offsets[r];
     if (hops < 2) continue;
-    fn(node_of_row[index], absl::Span<const NextHop>(block.hops.data() + block.offsets[r], hops));
+    const NextHop* row = block.hops.data() + block.offsets[r];
+    if (unless_as != nullptr) {
+      const DestinationTable::Block& old = *unless_as->blocks()[b];
+      if (&old == &block) continue;
+      if (old.offsets[r + 1] - old.offsets[r] == hops) {
+        const NextHop* was = old.hops.data() + old.offsets[r];
+        bool same = true;
+        for (uint32_t c = 0; c < hops && same; ++c) same = row[c].link == was[c].link;
+        if (same) continue;
+      }
+    }
+    fn(node_of_row[index], absl::Span<const NextHop>(row, hops));
   }
 }
 
-void PolicyFeatureBuilder::ClassRows::Count(const RoutingTables& tables, int nodes,
-                                            const std::vector<char>* weigh,
+template <typename Fn>
+void PolicyFeatureBuilder::ClassRows::ForEachRowWeighed(const PolicyInputs& in, int cls,
+                                                        size_t index, Fn&& fn) {
+  const RoutingTables& tables = *in.tables[cls];
+  const NodeId d = tables.destinations()[index];
+  const DestinationTable* table = tables.Table(d);
+  if (table == nullptr) return;
+  const DestinationTable* unless_as = nullptr;
+  if (!in.weigh.empty() && !in.weigh[cls][index]) {
+    unless_as = in.previous[cls]->Table(d);
+    if (unless_as->row_map() != table->row_map() ||
+        unless_as->blocks().size() != table->blocks().size()) {
+      std::fprintf(stderr, "PolicyFeatureBuilder: rows asked by their change, laid out anew\n");
+      std::abort();
+    }
+  }
+  ForEachRowWithChoice(*table, in.topology->num_nodes(), unless_as, fn);
+}
+
+void PolicyFeatureBuilder::ClassRows::Count(const PolicyInputs& in, int cls,
                                             std::vector<std::pair<size_t, size_t>>& counts) {
-  counts.assign(tables.destinations().size(), {0, 0});
+  counts.assign(in.tables[cls]->destinations().size(), {0, 0});
   for (size_t i = 0; i < counts.size(); ++i) {
-    const DestinationTable* table = tables.Table(tables.destinations()[i]);
-    if (table == nullptr || (weigh != nullptr && !(*weigh)[i])) continue;
-    ForEachRowWithChoice(*table, nodes, [&](NodeId, absl::Span<const NextHop> row) {
+    ForEachRowWeighed(in, cls, i, [&](NodeId, absl::Span<const NextHop> row) {
       ++counts[i].first;
       counts[i].second += row.size();
     });
@@ -228,11 +255,10 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls, size
   const RoutingTables& tables = *in.tables[cls];
   const RoutingTables* previous = in.previous[cls];
   const std::vector<const DiffusionEngine*>& engines = in.engines[cls];
-  const std::vector<char>* weigh = in.weigh.empty() ? nullptr : &in.weigh[cls];
   for (size_t index = first; index < last; ++index) {
     const NodeId d = tables.destinations()[index];
     const DestinationTable* table = tables.Table(d);
-    if (table == nullptr || (weigh != nullptr && !(*weigh)[index])) continue;
+    if (table == nullptr) continue;
     const auto computes = std::find_if(engines.begin(), engines.end(),
                                        [d](const DiffusionEngine* e) { return e->Computes(d); });
     if (computes == engines.end()) {
@@ -249,7 +275,7 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls, size
     // pass once d's rows are done: a scalar log per feature was a good share of a cycle.
     const size_t first_of_d = candidate;
     logs_.clear();
-    ForEachRowWithChoice(*table, nodes, [&](NodeId v, absl::Span<const NextHop> row) {
+    ForEachRowWeighed(in, cls, index, [&](NodeId v, absl::Span<const NextHop> row) {
       if (!started) {
         started = true;
         NewDestination(nodes);

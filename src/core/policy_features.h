@@ -2,13 +2,13 @@
 // in one cycle: the predicted state of every link, the engines' new tables and potentials,
 // and the tables the previous cycle handed out.
 //
-// One row per (class, destination, node) whose engine row has two or more next hops, of the
-// destinations PolicyInputs::weigh names, in that order (classes ascending, destinations in
-// the tables' order, nodes ascending); a row's candidates are its next hops in the engine's
-// order. Besides the features, if asked, every
-// candidate gets what a decision's reward is made of (PolicyRewardTerms): the expected delay
-// and loss from the row's node to the destination via the candidate, its link first, then
-// onward as the engine's tables split traffic. Those come from a depth-first walk per (class,
+// One row per (class, destination, node) whose engine row has two or more next hops (and
+// that PolicyInputs::weigh asks for), in that order (classes ascending, destinations in the
+// tables' order, nodes ascending); a row's candidates are its next hops in the engine's
+// order. Besides the features, if asked, every candidate gets what a decision's reward is
+// made of (PolicyRewardTerms): the expected delay and loss from the row's node to the
+// destination via the candidate, its link first, then onward as the engine's tables split
+// traffic. Those come from a depth-first walk per (class,
 // destination) from the candidates' next hops: every next hop has a lower potential than its
 // node, so the next hops form no cycle, and a node is done once all its next hops are. Each
 // link's own terms (its features, delay, loss) are computed once per Build, not per row. The
@@ -48,8 +48,9 @@ struct PolicyInputs {
   absl::Span<const RoutingTables* const> previous;  // last cycle's output; null: none
   CostScales scales;
   double min_weight = 0.001;  // DiffusionConfig::min_weight: floors kFeatAnalyticLogit
-  // By class, by destination in its tables' order: whether to build its rows (non-zero) or
-  // leave them out; empty: every destination's (RouteComputerConfig::policy_refresh_cycles).
+  // By class, by destination in its tables' order: non-zero, every row with a choice; zero,
+  // only the rows whose next hops are not those of `previous` (which must have a table toward
+  // the destination). Empty: every row (RouteComputerConfig::policy_refresh_cycles).
   absl::Span<const std::vector<char>> weigh;
   // Whether to fill PolicyBatch::rewards (WeightPolicy::wants_reward_terms); without them the
   // expected loss onward is not computed either.
@@ -82,14 +83,19 @@ class PolicyFeatureBuilder {
     // The node of each row of `table` (a table with no row map: every node, row = node),
     // worked out once per row map.
     const std::vector<NodeId>& NodesOfRows(const DestinationTable& table, int nodes);
-    // fn(node, row) for each row of `table` with two or more next hops, in node order.
+    // fn(node, row) for each row of `table` with two or more next hops, in node order; with
+    // `unless_as` (same layout as `table`), only the rows whose next hops differ from its.
     template <typename Fn>
-    void ForEachRowWithChoice(const DestinationTable& table, int nodes, Fn&& fn);
-    // Counts the rows with a choice of each destination of `tables` and their candidates:
-    // (decisions, candidates) by destination, in the tables' order, into `counts`; (0, 0) for
-    // a destination `weigh` leaves out (PolicyInputs::weigh; empty: none).
-    void Count(const RoutingTables& tables, int nodes, const std::vector<char>* weigh,
-               std::vector<std::pair<size_t, size_t>>& counts);
+    void ForEachRowWithChoice(const DestinationTable& table, int nodes,
+                              const DestinationTable* unless_as, Fn&& fn);
+    // ForEachRowWithChoice over the rows of class `cls`'s table toward the destination of
+    // index `index` that in.weigh asks for.
+    template <typename Fn>
+    void ForEachRowWeighed(const PolicyInputs& in, int cls, size_t index, Fn&& fn);
+    // Counts the rows with a choice of each destination of class `cls`'s tables, and their
+    // candidates, that in.weigh asks for: (decisions, candidates) by destination, in the
+    // tables' order, into `counts`.
+    void Count(const PolicyInputs& in, int cls, std::vector<std::pair<size_t, size_t>>& counts);
     // Writes the rows toward destinations [first, last) of class `cls`'s tables (by index in
     // their order) into batch.decisions [begin.first, end.first) and batch.candidates (and
     // batch.rewards if in.reward_terms) [begin.second, end.second), as Count counted them

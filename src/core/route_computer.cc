@@ -505,23 +505,6 @@ bool RouteComputer::ClassCosts(int cls, bool full, absl::Span<const LinkState> s
 
 namespace {
 
-// Whether two tables toward one destination have the same next hops in every row, in the same
-// order, whatever their weights. Tables laid out differently (row maps, blocks) count as
-// different.
-bool SameNextHops(const DestinationTable& a, const DestinationTable& b) {
-  if (a.row_map() != b.row_map() || a.blocks().size() != b.blocks().size()) return false;
-  for (size_t i = 0; i < a.blocks().size(); ++i) {
-    const DestinationTable::Block& x = *a.blocks()[i];
-    const DestinationTable::Block& y = *b.blocks()[i];
-    if (&x == &y) continue;
-    if (x.offsets != y.offsets || x.hops.size() != y.hops.size()) return false;
-    for (size_t k = 0; k < x.hops.size(); ++k) {
-      if (x.hops[k].link != y.hops[k].link) return false;
-    }
-  }
-  return true;
-}
-
 // Whether two blocks hold the same rows, bit for bit.
 bool SameBlock(const DestinationTable::Block& a, const DestinationTable::Block& b) {
   if (a.offsets != b.offsets || a.hops.size() != b.hops.size()) return false;
@@ -555,9 +538,7 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   // The destinations to weigh: all of them unless last cycle's tables are the policy's.
   const int every = policy_held_ ? config_.policy_refresh_cycles : 1;
   const int turn = static_cast<int>(stats_.policy_cycles % every);
-  std::array<size_t, kTrafficClasses> weighed{};
-  RunEach(kTrafficClasses, config_.threads,
-          [&](int cls) { weighed[cls] = ChooseWeighed(cls, *tables[cls], every, turn); });
+  for (int cls = 0; cls < kTrafficClasses; ++cls) ChooseWeighed(cls, *tables[cls], every, turn);
   PolicyInputs in;
   in.topology = &topology_;
   in.weigh = weigh_;
@@ -579,36 +560,34 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   // class's bad weight leaves every class the engine's tables.
   std::array<absl::Status, kTrafficClasses> checked;
   std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> refined;
+  std::array<int64_t, kTrafficClasses> held{};
   RunEach(kTrafficClasses, config_.threads, [&](int cls) {
     checked[cls] = CheckPolicyWeights(cls);
-    if (checked[cls].ok()) refined[cls] = RefinedTables(cls, *out.tables[cls]);
+    if (checked[cls].ok()) refined[cls] = RefinedTables(cls, *out.tables[cls], held[cls]);
   });
   for (const absl::Status& s : checked) RETURN_IF_ERROR(s);
   out.tables = refined;
   stats_.policy_decisions += static_cast<int64_t>(batch_.decisions.size());
-  for (int cls = 0; cls < kTrafficClasses; ++cls) {
-    stats_.policy_destinations_weighed += static_cast<int64_t>(weighed[cls]);
-    stats_.policy_destinations_held += static_cast<int64_t>(weigh_[cls].size() - weighed[cls]);
-  }
+  for (int64_t h : held) stats_.policy_rows_held += h;
   return absl::OkStatus();
 }
 
-size_t RouteComputer::ChooseWeighed(int cls, const RoutingTables& engine, int every, int turn) {
+void RouteComputer::ChooseWeighed(int cls, const RoutingTables& engine, int every, int turn) {
   const std::vector<NodeId>& destinations = engine.destinations();
   std::vector<char>& weigh = weigh_[cls];
   weigh.assign(destinations.size(), 1);
   const RoutingTables* previous = previous_[cls].get();
-  if (every == 1 || previous == nullptr) return destinations.size();
-  size_t weighed = 0;
+  if (every == 1 || previous == nullptr) return;
   for (size_t i = 0; i < destinations.size(); ++i) {
     const NodeId d = destinations[i];
     const DestinationTable* now = engine.Table(d);
     const DestinationTable* before = previous->IsDestination(d) ? previous->Table(d) : nullptr;
+    // Out of turn, and laid out as last cycle (its rows found where they were): only the
+    // rows whose next hops changed.
     weigh[i] = static_cast<int>(i % static_cast<size_t>(every)) == turn || now == nullptr ||
-               before == nullptr || !SameNextHops(*now, *before);
-    weighed += weigh[i];
+               before == nullptr || now->row_map() != before->row_map() ||
+               now->blocks().size() != before->blocks().size();
   }
-  return weighed;
 }
 
 absl::Status RouteComputer::CheckPolicyWeights(int cls) const {
@@ -631,50 +610,68 @@ absl::Status RouteComputer::CheckPolicyWeights(int cls) const {
 }
 
 std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
-                                                                  const RoutingTables& engine) {
+                                                                  const RoutingTables& engine,
+                                                                  int64_t& held) {
   constexpr uint32_t kRows = DestinationTable::kRowsPerBlock;
   const int nodes = topology_.num_nodes();
   auto refined = std::make_shared<RoutingTables>(nodes, engine.destinations());
   refined->set_version(engine.version());
   const RoutingTables* previous = previous_[cls].get();
   const std::vector<PolicyDecision>& decisions = batch_.decisions;
+  const std::vector<char>& whole = weigh_[cls];
   // Decisions are by class, then destination in the tables' order, then node.
   size_t i = 0;
   while (i < decisions.size() && decisions[i].cls != cls) ++i;
+  const auto toward = [&](NodeId d) {
+    return i < decisions.size() && decisions[i].cls == cls && decisions[i].destination == d;
+  };
   DestinationTable::Block scratch;  // the block being refined
-  const std::vector<char>& weighed = weigh_[cls];
   for (size_t index = 0; index < engine.destinations().size(); ++index) {
     const NodeId d = engine.destinations()[index];
-    if (!weighed[index]) {
-      // Not weighed this cycle: last cycle's rows, which have the engine's next hops.
-      refined->Set(previous->SharedTable(d));
-      continue;
-    }
     DestinationTablePtr table = engine.SharedTable(d);
-    if (i == decisions.size() || decisions[i].cls != cls || decisions[i].destination != d) {
+    if (whole[index] && !toward(d)) {
       refined->Set(std::move(table));  // no choice anywhere toward d
       continue;
     }
+    // Out of turn (ChooseWeighed): last cycle's table is laid out as this one, and its rows
+    // with the same next hops were not weighed: they keep last cycle's weights.
+    const bool in_part = !whole[index];
     const DestinationTable* before =
         previous != nullptr && previous->IsDestination(d) ? previous->Table(d) : nullptr;
     // The engine's layout (row map, blocks) stands: a refined row has the engine row's next
-    // hops, in its order, with other weights. Blocks without a decision are the engine's; the
-    // others are copied and their decisions' weights written over, and where that gives last
-    // cycle's block (its rows kept), last cycle's block is shared instead of a new one.
+    // hops, in its order, with other weights. Blocks without a decision are the engine's (or,
+    // out of turn, last cycle's where their next hops are); the others are copied and their
+    // decisions' weights written over, and where that gives last cycle's block (its rows
+    // kept), last cycle's block is shared instead of a new one.
     const std::shared_ptr<const DestinationTable::RowMap>& row_of = table->row_map();
     std::vector<DestinationTable::BlockPtr> blocks = table->blocks();
     const bool same_layout = before != nullptr && before->row_map() == row_of &&
                              before->blocks().size() == blocks.size();
-    while (i < decisions.size() && decisions[i].cls == cls && decisions[i].destination == d) {
-      const auto block_of = [&](NodeId v) {
-        return static_cast<uint32_t>(row_of == nullptr ? v : (*row_of)[v]) / kRows;
-      };
-      const uint32_t b = block_of(decisions[i].node);
+    const auto block_of = [&](NodeId v) {
+      return static_cast<uint32_t>(row_of == nullptr ? v : (*row_of)[v]) / kRows;
+    };
+    for (uint32_t b = 0; b < blocks.size(); ++b) {
+      const bool decided = toward(d) && block_of(decisions[i].node) == b;
+      if (!decided && !in_part) continue;
+      const DestinationTable::BlockPtr* last = same_layout ? &before->blocks()[b] : nullptr;
       scratch.offsets = blocks[b]->offsets;
       scratch.hops.assign(blocks[b]->hops.begin(), blocks[b]->hops.end());
-      for (; i < decisions.size() && decisions[i].cls == cls && decisions[i].destination == d &&
-             block_of(decisions[i].node) == b;
-           ++i) {
+      if (in_part && last != nullptr) {
+        for (uint32_t r = 0; r < kRows; ++r) {
+          const uint32_t n = scratch.offsets[r + 1] - scratch.offsets[r];
+          const DestinationTable::Block& old = **last;
+          if (n < 2 || old.offsets[r + 1] - old.offsets[r] != n) continue;
+          NextHop* row = scratch.hops.data() + scratch.offsets[r];
+          const NextHop* kept = old.hops.data() + old.offsets[r];
+          bool same = true;
+          for (uint32_t c = 0; c < n && same; ++c) same = row[c].link == kept[c].link;
+          if (same) {
+            std::copy(kept, kept + n, row);
+            ++held;
+          }
+        }
+      }
+      for (; toward(d) && block_of(decisions[i].node) == b; ++i) {
         const PolicyDecision& decision = decisions[i];
         const NodeId v = decision.node;
         const uint32_t r = static_cast<uint32_t>(row_of == nullptr ? v : (*row_of)[v]) % kRows;
@@ -706,7 +703,6 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
           for (uint32_t c = 0; c < decision.count; ++c) row[c].weight = weights[c];
         }
       }
-      const DestinationTable::BlockPtr* last = same_layout ? &before->blocks()[b] : nullptr;
       if (last != nullptr && SameBlock(**last, scratch)) {
         blocks[b] = *last;
       } else {

@@ -128,14 +128,14 @@ struct RouteComputerConfig {
   // policy's Weigh is one call over all. No part's work depends on another's, so the cycle's
   // output is the same bit for bit.
   int threads = 1;
-  // With a weight policy: at most how many cycles apart it weighs a destination's rows. Each
-  // cycle it weighs every destination whose engine rows have other next hops than last
-  // cycle's tables (a link lost, a neighbour newly downhill), and a turn of the others: those
-  // whose index in the tables' order is the cycle's count modulo this. The others keep last
-  // cycle's rows, which have the engine's next hops and the policy's weights of at most this
-  // many cycles ago. The first cycle with a policy, and the first after it failed, weigh
-  // every destination. 1 (the default, and the trainer's): every destination every cycle.
-  // The controller and the simulator's dar-learned default to kDeployedPolicyRefreshCycles.
+  // With a weight policy: at most how many cycles apart it weighs a row. Each cycle it weighs
+  // every row of a turn of the destinations (those whose index in the tables' order is the
+  // cycle's count modulo this) and, toward the others, every row whose next hops are not
+  // last cycle's (a link lost, a neighbour newly downhill). The other rows keep last cycle's
+  // weights, the policy's of at most this many cycles ago, on the same next hops. The first
+  // cycle with a policy, and the first after it failed, weigh every row. 1 (the default, and
+  // the trainer's): every row every cycle. The controller and the simulator's dar-learned
+  // default to kDeployedPolicyRefreshCycles.
   int policy_refresh_cycles = 1;
 
   // OK, or InvalidArgument naming the first bad field.
@@ -143,10 +143,9 @@ struct RouteComputerConfig {
 };
 
 // RouteComputerConfig::policy_refresh_cycles where a learned policy is deployed (the
-// controller, the simulator's dar-learned): every destination's rows weighed at least every
-// 4 cycles (400 ms at the 100 ms cycle), those that change next hops at once. It cuts a
-// cycle's policy work to about a quarter where few next hops change (README, "The learned
-// policy").
+// controller, the simulator's dar-learned): every row weighed at least every 4 cycles (400 ms
+// at the 100 ms cycle), a row whose next hops change at once. It cuts a cycle's policy work
+// to about a quarter where few next hops change (README, "The learned policy").
 inline constexpr int kDeployedPolicyRefreshCycles = 4;
 
 // What one Cycle produced.
@@ -177,10 +176,9 @@ struct RouteComputerStats {
   int64_t policy_cycles = 0;
   int64_t policy_failures = 0;
   int64_t policy_decisions = 0;
-  // Destinations (per class) whose rows it weighed, and those that kept last cycle's rows
+  // Rows with a choice that it did not weigh and that kept last cycle's weights
   // (RouteComputerConfig::policy_refresh_cycles), in the cycles it did not fail.
-  int64_t policy_destinations_weighed = 0;
-  int64_t policy_destinations_held = 0;
+  int64_t policy_rows_held = 0;
 };
 
 class RouteComputer {
@@ -297,15 +295,18 @@ class RouteComputer {
   // Runs the weight policy over `out`'s tables and replaces them with its weights; leaves
   // them and returns why if it fails.
   absl::Status ApplyPolicy(absl::Span<const LinkState> states, RouteCycle& out);
-  // Which of class `cls`'s destinations the policy weighs this cycle (weigh_[cls], by index in
-  // `engine`'s order), and how many: those in `turn` of `every`, and those whose rows in
-  // `engine` have other next hops than in previous_[cls].
-  size_t ChooseWeighed(int cls, const RoutingTables& engine, int every, int turn);
+  // How the policy weighs class `cls`'s destinations this cycle (weigh_[cls], by index in
+  // `engine`'s order): every row of those in `turn` of `every` (and of those laid out
+  // otherwise than in previous_[cls], or new); of the others, the rows whose next hops
+  // changed (PolicyInputs::weigh).
+  void ChooseWeighed(int cls, const RoutingTables& engine, int every, int turn);
   // OK if every weight the policy gave class `cls`'s rows (policy_weights_) is finite and
   // > 0 and each row's sum to 1 (within 1e-6); else what is wrong.
   absl::Status CheckPolicyWeights(int cls) const;
-  // Class `cls`'s tables with the batch's weights (policy_weights_) in its rows.
-  std::shared_ptr<const RoutingTables> RefinedTables(int cls, const RoutingTables& engine);
+  // Class `cls`'s tables with the batch's weights (policy_weights_) in its rows, and last
+  // cycle's in the rows with a choice it did not weigh (counted into `held`).
+  std::shared_ptr<const RoutingTables> RefinedTables(int cls, const RoutingTables& engine,
+                                                     int64_t& held);
   // Class `cls`'s costs for this cycle into costs_[cls], the links whose cost moved into
   // changed_[cls]; whether its engines must recompute every destination (full, or too many
   // links moved).
@@ -344,7 +345,8 @@ class RouteComputer {
   PolicyFeatureBuilder features_;
   PolicyBatch batch_;
   std::vector<double> policy_weights_;  // by candidate of batch_
-  // By class, by destination in its tables' order: whether the policy weighs it this cycle.
+  // By class, by destination in its tables' order: whether the policy weighs every row of it
+  // this cycle, or only those whose next hops changed (PolicyInputs::weigh).
   std::array<std::vector<char>, kTrafficClasses> weigh_;
   // Whether previous_ holds the policy's tables (it weighed last cycle, and did not fail).
   bool policy_held_ = false;
