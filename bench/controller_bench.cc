@@ -5,7 +5,8 @@
 // (median, p99, max, from the controller's JSON log) and what gRPC carried.
 //
 //   controller_bench [--nodes 200] [--degree 6] [--seconds 10] [--rate_hz 10] [--seed 1]
-//                    [--policy_model models/dar-policy.json [--precision int8|float]]
+//                    [--policy_model models/dar-policy.json [--precision int8|float]
+//                     [--policy_refresh_cycles 4]]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -49,6 +50,7 @@ struct Flags {
   // The learned policy's model (policy.policy_model); empty: the analytic engine alone.
   std::string policy_model;
   std::string precision = "int8";
+  int policy_refresh_cycles = kDeployedPolicyRefreshCycles;  // the controller's default
 };
 
 // A ring (connected) plus random chords until the mean degree is reached; no parallel links.
@@ -95,6 +97,7 @@ int Run(const Flags& flags) {
   config.log_level = "debug";  // a line per cycle, with its decision time
   if (!flags.policy_model.empty()) {
     config.policy.policy_model = std::filesystem::absolute(flags.policy_model).string();
+    config.policy.routes.policy_refresh_cycles = flags.policy_refresh_cycles;
     config.policy.policy_precision = flags.precision == "float"
                                          ? learn::LearnedPolicy::Precision::kFloat
                                          : learn::LearnedPolicy::Precision::kInt8;
@@ -235,10 +238,10 @@ int Run(const Flags& flags) {
     std::printf("  policy: the analytic engine alone\n");
   } else {
     std::printf(
-        "  policy: %s, %s; %.0f cycles asked it (%.0f kept the engine's weights), %.0f rows "
-        "a cycle\n",
-        flags.policy_model.c_str(), flags.precision.c_str(), policy_cycles, policy_failures,
-        policy_decisions / std::max(1.0, policy_cycles));
+        "  policy: %s, %s, refresh every %d cycles; %.0f cycles asked it (%.0f kept the "
+        "engine's weights), %.0f rows weighed a cycle\n",
+        flags.policy_model.c_str(), flags.precision.c_str(), flags.policy_refresh_cycles,
+        policy_cycles, policy_failures, policy_decisions / std::max(1.0, policy_cycles));
   }
   std::printf("  decision ms: median %.2f  p99 %.2f  max %.2f\n", Percentile(decision, 0.5),
               Percentile(decision, 0.99), Percentile(decision, 1.0));
@@ -272,6 +275,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--precision", flags.precision, "How the model runs")
       ->check(CLI::IsMember({"int8", "float"}));
+  app.add_option("--policy_refresh_cycles", flags.policy_refresh_cycles,
+                 "Each row weighed at least every this many cycles (policy.policy_refresh_cycles)")
+      ->check(CLI::Range(1, 1000));
   app.add_flag("--direct", flags.direct, "Samples straight into the core: no agents, no gRPC");
   CLI11_PARSE(app, argc, argv);
   return dar::control::Run(flags);
