@@ -145,11 +145,13 @@ void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int
   counts_.resize(classes);
   // Each share's rows and candidates first, so that each can fill its own range: a class's
   // destinations are cut where its candidates so far pass the next equal share of them.
+  RunEach(classes, threads, [&](int cls) {
+    rows_[static_cast<size_t>(cls) * per_class].Count(in, cls, counts_[cls]);
+  });
   shares_.clear();
   std::pair<size_t, size_t> at = {0, 0};
   for (int cls = 0; cls < classes; ++cls) {
     std::vector<std::pair<size_t, size_t>>& counts = counts_[cls];
-    rows_[static_cast<size_t>(cls) * per_class].Count(in, cls, counts);
     size_t candidates = 0;
     for (const auto& c : counts) candidates += c.second;
     size_t d = 0, so_far = 0;
@@ -179,37 +181,40 @@ void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int
   for (size_t l = 0; l < links_.size(); ++l) batch.link_features[l] = links_[l].features;
   RunEach(static_cast<int>(shares_.size()), threads, [&](int i) {
     const Share& share = shares_[static_cast<size_t>(i)];
-    rows_[static_cast<size_t>(i)].Fill(in, share.cls, share.first, share.last, links_, share.begin,
-                                       share.end, batch);
+    rows_[static_cast<size_t>(i)].Fill(in, share.cls, share.first, share.last, counts_[share.cls],
+                                       links_, share.begin, share.end, batch);
   });
 }
 
 template <typename Fn>
 void PolicyFeatureBuilder::ClassRows::ForEachRowWithChoice(const DestinationTable& table, int nodes,
                                                            const DestinationTable* unless_as,
+                                                           const DestinationTable* same_as,
                                                            Fn&& fn) {
+  constexpr size_t kRows = DestinationTable::kRowsPerBlock;
   // Row by row through the table's blocks (rows are in node order), not node by node: most
   // nodes of a fabric are hosts, which have no row.
   const std::vector<NodeId>& node_of_row = NodesOfRows(table, nodes);
   const std::vector<DestinationTable::BlockPtr>& blocks = table.blocks();
-  for (size_t index = 0; index < node_of_row.size(); ++index) {
-    const size_t b = index / DestinationTable::kRowsPerBlock;
+  for (size_t b = 0; b * kRows < node_of_row.size(); ++b) {
     const DestinationTable::Block& block = *blocks[b];
-    const size_t r = index % DestinationTable::kRowsPerBlock;
-    const uint32_t hops = block.offsets[r + 1] - block.offsets[r];
-    if (hops < 2) continue;
-    const NextHop* row = block.hops.data() + block.offsets[r];
-    if (unless_as != nullptr) {
-      const DestinationTable::Block& old = *unless_as->blocks()[b];
-      if (&old == &block) continue;
-      if (old.offsets[r + 1] - old.offsets[r] == hops) {
-        const NextHop* was = old.hops.data() + old.offsets[r];
+    if (same_as != nullptr && same_as->blocks()[b].get() == &block) continue;
+    const DestinationTable::Block* old =
+        unless_as != nullptr ? unless_as->blocks()[b].get() : nullptr;
+    if (old == &block) continue;
+    const size_t rows = std::min(kRows, node_of_row.size() - b * kRows);
+    for (size_t r = 0; r < rows; ++r) {
+      const uint32_t hops = block.offsets[r + 1] - block.offsets[r];
+      if (hops < 2) continue;
+      const NextHop* row = block.hops.data() + block.offsets[r];
+      if (old != nullptr && old->offsets[r + 1] - old->offsets[r] == hops) {
+        const NextHop* was = old->hops.data() + old->offsets[r];
         bool same = true;
         for (uint32_t c = 0; c < hops && same; ++c) same = row[c].link == was[c].link;
         if (same) continue;
       }
+      fn(node_of_row[b * kRows + r], absl::Span<const NextHop>(row, hops));
     }
-    fn(node_of_row[index], absl::Span<const NextHop>(row, hops));
   }
 }
 
@@ -220,16 +225,25 @@ void PolicyFeatureBuilder::ClassRows::ForEachRowWeighed(const PolicyInputs& in, 
   const NodeId d = tables.destinations()[index];
   const DestinationTable* table = tables.Table(d);
   if (table == nullptr) return;
+  const WeighRows weigh = in.weigh.empty() ? WeighRows::kAll : in.weigh[cls][index];
+  if (weigh == WeighRows::kNone) return;
   const DestinationTable* unless_as = nullptr;
-  if (!in.weigh.empty() && !in.weigh[cls][index]) {
+  const DestinationTable* same_as = nullptr;
+  if (weigh == WeighRows::kChanged) {
     unless_as = in.previous[cls]->Table(d);
     if (unless_as->row_map() != table->row_map() ||
         unless_as->blocks().size() != table->blocks().size()) {
       std::fprintf(stderr, "PolicyFeatureBuilder: rows asked by their change, laid out anew\n");
       std::abort();
     }
+    const RoutingTables* engine = in.previous_engine.empty() ? nullptr : in.previous_engine[cls];
+    same_as = engine != nullptr && engine->IsDestination(d) ? engine->Table(d) : nullptr;
+    if (same_as != nullptr && (same_as->row_map() != table->row_map() ||
+                               same_as->blocks().size() != table->blocks().size())) {
+      same_as = nullptr;
+    }
   }
-  ForEachRowWithChoice(*table, in.topology->num_nodes(), unless_as, fn);
+  ForEachRowWithChoice(*table, in.topology->num_nodes(), unless_as, same_as, fn);
 }
 
 void PolicyFeatureBuilder::ClassRows::Count(const PolicyInputs& in, int cls,
@@ -244,7 +258,9 @@ void PolicyFeatureBuilder::ClassRows::Count(const PolicyInputs& in, int cls,
 }
 
 void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls, size_t first,
-                                           size_t last, absl::Span<const LinkTerm> links,
+                                           size_t last,
+                                           absl::Span<const std::pair<size_t, size_t>> counts,
+                                           absl::Span<const LinkTerm> links,
                                            std::pair<size_t, size_t> begin,
                                            std::pair<size_t, size_t> end, PolicyBatch& batch) {
   auto [decision, candidate] = begin;
@@ -258,7 +274,7 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls, size
   for (size_t index = first; index < last; ++index) {
     const NodeId d = tables.destinations()[index];
     const DestinationTable* table = tables.Table(d);
-    if (table == nullptr) continue;
+    if (table == nullptr || counts[index].first == 0) continue;
     const auto computes = std::find_if(engines.begin(), engines.end(),
                                        [d](const DiffusionEngine* e) { return e->Computes(d); });
     if (computes == engines.end()) {

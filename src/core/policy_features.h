@@ -34,6 +34,14 @@
 
 namespace dar {
 
+// Which rows toward a destination PolicyFeatureBuilder builds (PolicyInputs::weigh).
+enum class WeighRows : char {
+  kNone,     // none (their weights from last cycle stand)
+  kChanged,  // those whose next hops are not PolicyInputs::previous's, which has a table
+             // toward the destination laid out as this cycle's (row map, blocks)
+  kAll,      // every row with a choice
+};
+
 // The view of one cycle. Every span is by class (the same number of classes in each).
 struct PolicyInputs {
   const Topology* topology = nullptr;
@@ -46,12 +54,14 @@ struct PolicyInputs {
   // (DiffusionEngine::Computes), together every destination of its tables.
   absl::Span<const std::vector<const DiffusionEngine*>> engines;
   absl::Span<const RoutingTables* const> previous;  // last cycle's output; null: none
+  // The engines' tables of last cycle, or empty (or null): a block of a table in `tables` that
+  // is the same object here has the same rows (WeighRows::kChanged skips it).
+  absl::Span<const RoutingTables* const> previous_engine;
   CostScales scales;
   double min_weight = 0.001;  // DiffusionConfig::min_weight: floors kFeatAnalyticLogit
-  // By class, by destination in its tables' order: non-zero, every row with a choice; zero,
-  // only the rows whose next hops are not those of `previous` (which must have a table toward
-  // the destination). Empty: every row (RouteComputerConfig::policy_refresh_cycles).
-  absl::Span<const std::vector<char>> weigh;
+  // By class, by destination in its tables' order: which of its rows with a choice to build.
+  // Empty: every row (RouteComputerConfig::policy_refresh_cycles).
+  absl::Span<const std::vector<WeighRows>> weigh;
   // Whether to fill PolicyBatch::rewards (WeightPolicy::wants_reward_terms); without them the
   // expected loss onward is not computed either.
   bool reward_terms = true;
@@ -84,10 +94,12 @@ class PolicyFeatureBuilder {
     // worked out once per row map.
     const std::vector<NodeId>& NodesOfRows(const DestinationTable& table, int nodes);
     // fn(node, row) for each row of `table` with two or more next hops, in node order; with
-    // `unless_as` (same layout as `table`), only the rows whose next hops differ from its.
+    // `unless_as` (same layout as `table`), only the rows whose next hops differ from its,
+    // and none of a block that is the same object in `same_as` (null: none).
     template <typename Fn>
     void ForEachRowWithChoice(const DestinationTable& table, int nodes,
-                              const DestinationTable* unless_as, Fn&& fn);
+                              const DestinationTable* unless_as, const DestinationTable* same_as,
+                              Fn&& fn);
     // ForEachRowWithChoice over the rows of class `cls`'s table toward the destination of
     // index `index` that in.weigh asks for.
     template <typename Fn>
@@ -99,10 +111,10 @@ class PolicyFeatureBuilder {
     // Writes the rows toward destinations [first, last) of class `cls`'s tables (by index in
     // their order) into batch.decisions [begin.first, end.first) and batch.candidates (and
     // batch.rewards if in.reward_terms) [begin.second, end.second), as Count counted them
-    // (aborts, saying so, if they do not fill those ranges exactly).
+    // into `counts` (aborts, saying so, if they do not fill those ranges exactly).
     void Fill(const PolicyInputs& in, int cls, size_t first, size_t last,
-              absl::Span<const LinkTerm> links, std::pair<size_t, size_t> begin,
-              std::pair<size_t, size_t> end, PolicyBatch& batch);
+              absl::Span<const std::pair<size_t, size_t>> counts, absl::Span<const LinkTerm> links,
+              std::pair<size_t, size_t> begin, std::pair<size_t, size_t> end, PolicyBatch& batch);
 
    private:
     // Starts the walks toward a new destination: every node becomes new (no clearing: the

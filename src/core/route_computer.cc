@@ -505,6 +505,32 @@ bool RouteComputer::ClassCosts(int cls, bool full, absl::Span<const LinkState> s
 
 namespace {
 
+// Whether two blocks have the same next hops in every row, in the same order, whatever their
+// weights.
+bool SameNextHops(const DestinationTable::Block& a, const DestinationTable::Block& b) {
+  if (a.offsets != b.offsets || a.hops.size() != b.hops.size()) return false;
+  for (size_t k = 0; k < a.hops.size(); ++k) {
+    if (a.hops[k].link != b.hops[k].link) return false;
+  }
+  return true;
+}
+
+// The rows of a block: its offsets past the last row are 0.
+uint32_t RowsOf(const DestinationTable::Block& block) {
+  uint32_t r = 0;
+  while (r < DestinationTable::kRowsPerBlock && block.offsets[r + 1] >= block.offsets[r]) ++r;
+  return r;
+}
+
+// The rows of a block with two or more next hops.
+int64_t RowsWithChoice(const DestinationTable::Block& block) {
+  int64_t n = 0;
+  for (uint32_t r = 0, rows = RowsOf(block); r < rows; ++r) {
+    n += block.offsets[r + 1] - block.offsets[r] >= 2;
+  }
+  return n;
+}
+
 // Whether two blocks hold the same rows, bit for bit.
 bool SameBlock(const DestinationTable::Block& a, const DestinationTable::Block& b) {
   if (a.offsets != b.offsets || a.hops.size() != b.hops.size()) return false;
@@ -538,7 +564,13 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   // The destinations to weigh: all of them unless last cycle's tables are the policy's.
   const int every = policy_held_ ? config_.policy_refresh_cycles : 1;
   const int turn = static_cast<int>(stats_.policy_cycles % every);
-  for (int cls = 0; cls < kTrafficClasses; ++cls) ChooseWeighed(cls, *tables[cls], every, turn);
+  std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> engine_before;
+  std::array<const RoutingTables*, kTrafficClasses> engine_previous{};
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    engine_before[cls] = std::exchange(previous_engine_[cls], out.tables[cls]);
+    engine_previous[cls] = engine_before[cls].get();
+    ChooseWeighed(cls, *tables[cls], engine_previous[cls], every, turn);
+  }
   PolicyInputs in;
   in.topology = &topology_;
   in.weigh = weigh_;
@@ -547,6 +579,7 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   in.tables = tables;
   in.engines = engines;
   in.previous = previous;
+  in.previous_engine = engine_previous;
   in.scales = config_.scales;
   in.min_weight = config_.diffusion.min_weight;
   in.reward_terms = policy_->wants_reward_terms();
@@ -563,7 +596,9 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   std::array<int64_t, kTrafficClasses> held{};
   RunEach(kTrafficClasses, config_.threads, [&](int cls) {
     checked[cls] = CheckPolicyWeights(cls);
-    if (checked[cls].ok()) refined[cls] = RefinedTables(cls, *out.tables[cls], held[cls]);
+    if (checked[cls].ok()) {
+      refined[cls] = RefinedTables(cls, *out.tables[cls], engine_previous[cls], held[cls]);
+    }
   });
   for (const absl::Status& s : checked) RETURN_IF_ERROR(s);
   out.tables = refined;
@@ -572,21 +607,27 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   return absl::OkStatus();
 }
 
-void RouteComputer::ChooseWeighed(int cls, const RoutingTables& engine, int every, int turn) {
+void RouteComputer::ChooseWeighed(int cls, const RoutingTables& engine,
+                                  const RoutingTables* engine_before, int every, int turn) {
   const std::vector<NodeId>& destinations = engine.destinations();
-  std::vector<char>& weigh = weigh_[cls];
-  weigh.assign(destinations.size(), 1);
+  std::vector<WeighRows>& weigh = weigh_[cls];
+  weigh.assign(destinations.size(), WeighRows::kAll);
   const RoutingTables* previous = previous_[cls].get();
   if (every == 1 || previous == nullptr) return;
   for (size_t i = 0; i < destinations.size(); ++i) {
     const NodeId d = destinations[i];
     const DestinationTable* now = engine.Table(d);
     const DestinationTable* before = previous->IsDestination(d) ? previous->Table(d) : nullptr;
-    // Out of turn, and laid out as last cycle (its rows found where they were): only the
-    // rows whose next hops changed.
-    weigh[i] = static_cast<int>(i % static_cast<size_t>(every)) == turn || now == nullptr ||
-               before == nullptr || now->row_map() != before->row_map() ||
-               now->blocks().size() != before->blocks().size();
+    if (static_cast<int>(i % static_cast<size_t>(every)) == turn || now == nullptr ||
+        before == nullptr || now->row_map() != before->row_map() ||
+        now->blocks().size() != before->blocks().size()) {
+      continue;  // in turn, or laid out anew: every row
+    }
+    // Out of turn, and laid out as last cycle (its rows found where they were): the rows
+    // whose next hops changed, none if the engine changed no row.
+    const bool same_engine_table = engine_before != nullptr && engine_before->IsDestination(d) &&
+                                   engine_before->Table(d) == now;
+    weigh[i] = same_engine_table ? WeighRows::kNone : WeighRows::kChanged;
   }
 }
 
@@ -609,16 +650,15 @@ absl::Status RouteComputer::CheckPolicyWeights(int cls) const {
   return absl::OkStatus();
 }
 
-std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
-                                                                  const RoutingTables& engine,
-                                                                  int64_t& held) {
+std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(
+    int cls, const RoutingTables& engine, const RoutingTables* engine_before, int64_t& held) {
   constexpr uint32_t kRows = DestinationTable::kRowsPerBlock;
   const int nodes = topology_.num_nodes();
   auto refined = std::make_shared<RoutingTables>(nodes, engine.destinations());
   refined->set_version(engine.version());
   const RoutingTables* previous = previous_[cls].get();
   const std::vector<PolicyDecision>& decisions = batch_.decisions;
-  const std::vector<char>& whole = weigh_[cls];
+  const std::vector<WeighRows>& weigh = weigh_[cls];
   // Decisions are by class, then destination in the tables' order, then node.
   size_t i = 0;
   while (i < decisions.size() && decisions[i].cls != cls) ++i;
@@ -628,14 +668,21 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
   DestinationTable::Block scratch;  // the block being refined
   for (size_t index = 0; index < engine.destinations().size(); ++index) {
     const NodeId d = engine.destinations()[index];
+    if (weigh[index] == WeighRows::kNone) {
+      // The engine changed no row toward d: last cycle's table, weights and all.
+      DestinationTablePtr kept = previous->SharedTable(d);
+      for (const DestinationTable::BlockPtr& block : kept->blocks()) held += RowsWithChoice(*block);
+      refined->Set(std::move(kept));
+      continue;
+    }
     DestinationTablePtr table = engine.SharedTable(d);
-    if (whole[index] && !toward(d)) {
+    if (weigh[index] == WeighRows::kAll && !toward(d)) {
       refined->Set(std::move(table));  // no choice anywhere toward d
       continue;
     }
     // Out of turn (ChooseWeighed): last cycle's table is laid out as this one, and its rows
     // with the same next hops were not weighed: they keep last cycle's weights.
-    const bool in_part = !whole[index];
+    const bool in_part = weigh[index] == WeighRows::kChanged;
     const DestinationTable* before =
         previous != nullptr && previous->IsDestination(d) ? previous->Table(d) : nullptr;
     // The engine's layout (row map, blocks) stands: a refined row has the engine row's next
@@ -650,16 +697,34 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(int cls,
     const auto block_of = [&](NodeId v) {
       return static_cast<uint32_t>(row_of == nullptr ? v : (*row_of)[v]) / kRows;
     };
+    // Out of turn, the engine's table of last cycle where laid out as this one: a block that
+    // is the same object there has the same next hops.
+    const DestinationTable* engine_was =
+        in_part && engine_before != nullptr && engine_before->IsDestination(d)
+            ? engine_before->Table(d)
+            : nullptr;
+    if (engine_was != nullptr &&
+        (engine_was->row_map() != row_of || engine_was->blocks().size() != blocks.size())) {
+      engine_was = nullptr;
+    }
     for (uint32_t b = 0; b < blocks.size(); ++b) {
       const bool decided = toward(d) && block_of(decisions[i].node) == b;
       if (!decided && !in_part) continue;
       const DestinationTable::BlockPtr* last = same_layout ? &before->blocks()[b] : nullptr;
+      if (!decided && last != nullptr &&
+          ((engine_was != nullptr && engine_was->blocks()[b] == blocks[b]) ||
+           SameNextHops(*blocks[b], **last))) {
+        // No row of it weighed, and last cycle's next hops: last cycle's block.
+        held += RowsWithChoice(**last);
+        blocks[b] = *last;
+        continue;
+      }
       scratch.offsets = blocks[b]->offsets;
       scratch.hops.assign(blocks[b]->hops.begin(), blocks[b]->hops.end());
       if (in_part && last != nullptr) {
-        for (uint32_t r = 0; r < kRows; ++r) {
+        const DestinationTable::Block& old = **last;
+        for (uint32_t r = 0, rows = std::min(RowsOf(scratch), RowsOf(old)); r < rows; ++r) {
           const uint32_t n = scratch.offsets[r + 1] - scratch.offsets[r];
-          const DestinationTable::Block& old = **last;
           if (n < 2 || old.offsets[r + 1] - old.offsets[r] != n) continue;
           NextHop* row = scratch.hops.data() + scratch.offsets[r];
           const NextHop* kept = old.hops.data() + old.offsets[r];

@@ -295,17 +295,22 @@ class RouteComputer {
   // Runs the weight policy over `out`'s tables and replaces them with its weights; leaves
   // them and returns why if it fails.
   absl::Status ApplyPolicy(absl::Span<const LinkState> states, RouteCycle& out);
-  // How the policy weighs class `cls`'s destinations this cycle (weigh_[cls], by index in
-  // `engine`'s order): every row of those in `turn` of `every` (and of those laid out
-  // otherwise than in previous_[cls], or new); of the others, the rows whose next hops
-  // changed (PolicyInputs::weigh).
-  void ChooseWeighed(int cls, const RoutingTables& engine, int every, int turn);
+  // Which rows of class `cls`'s destinations the policy weighs this cycle (weigh_[cls], by
+  // index in `engine`'s order): every row of those in `turn` of `every` (and of those laid
+  // out otherwise than in previous_[cls], or new); of the others, the rows whose next hops
+  // changed, none where the engine's table is the one in `engine_before` (the engines' tables
+  // of the last cycle that asked the policy; null: none).
+  void ChooseWeighed(int cls, const RoutingTables& engine, const RoutingTables* engine_before,
+                     int every, int turn);
   // OK if every weight the policy gave class `cls`'s rows (policy_weights_) is finite and
   // > 0 and each row's sum to 1 (within 1e-6); else what is wrong.
   absl::Status CheckPolicyWeights(int cls) const;
   // Class `cls`'s tables with the batch's weights (policy_weights_) in its rows, and last
-  // cycle's in the rows with a choice it did not weigh (counted into `held`).
+  // cycle's in the rows with a choice it did not weigh (counted into `held`). A block of
+  // `engine` that is the same object in `engine_before` (as ChooseWeighed) has last cycle's
+  // next hops.
   std::shared_ptr<const RoutingTables> RefinedTables(int cls, const RoutingTables& engine,
+                                                     const RoutingTables* engine_before,
                                                      int64_t& held);
   // Class `cls`'s costs for this cycle into costs_[cls], the links whose cost moved into
   // changed_[cls]; whether its engines must recompute every destination (full, or too many
@@ -345,9 +350,12 @@ class RouteComputer {
   PolicyFeatureBuilder features_;
   PolicyBatch batch_;
   std::vector<double> policy_weights_;  // by candidate of batch_
-  // By class, by destination in its tables' order: whether the policy weighs every row of it
-  // this cycle, or only those whose next hops changed (PolicyInputs::weigh).
-  std::array<std::vector<char>, kTrafficClasses> weigh_;
+  // By class, by destination in its tables' order: which of its rows the policy weighs this
+  // cycle (PolicyInputs::weigh).
+  std::array<std::vector<WeighRows>, kTrafficClasses> weigh_;
+  // The engines' tables of the last cycle that asked the policy, by class: a table toward a
+  // destination that is the same object this cycle has the same rows.
+  std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> previous_engine_;
   // Whether previous_ holds the policy's tables (it weighed last cycle, and did not fail).
   bool policy_held_ = false;
 };
