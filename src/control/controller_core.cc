@@ -193,6 +193,8 @@ void ControllerCore::CountPolicy(const RouteCycle& cycle, Time now) {
       static_cast<double>(s.policy_failures - policy_counted_.policy_failures));
   metrics_.policy_decisions->Increment(
       static_cast<double>(s.policy_decisions - policy_counted_.policy_decisions));
+  metrics_.policy_rows_held->Increment(
+      static_cast<double>(s.policy_rows_held - policy_counted_.policy_rows_held));
   policy_counted_ = s;
   if (cycle.policy_error.empty()) return;
   ++policy_failures_unlogged_;

@@ -522,6 +522,9 @@ TEST_F(CoreTest, LearnedPolicyRunsAndIsCounted) {
   }
   EXPECT_EQ(metrics_.policy_cycles->Value(), 3);
   EXPECT_GT(metrics_.policy_decisions->Value(), 0);
+  // Each row weighed at least every 4 cycles (the controller's default): after the first
+  // cycle, most of the diamond's rows keep their weights.
+  EXPECT_GT(metrics_.policy_rows_held->Value(), 0);
   EXPECT_EQ(metrics_.policy_failures->Value(), 0);
   EXPECT_EQ(metrics_.policy_model_refusals->Value(), 0);
   const std::string text = metrics_.Serialize();

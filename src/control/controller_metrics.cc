@@ -79,6 +79,9 @@ ControllerMetrics::ControllerMetrics() : registry(std::make_shared<prometheus::R
                                "policy failed");
   policy_decisions = NewCounter(r, "dar_controller_policy_decisions_total",
                                 "(node, destination, class) rows the learned policy weighed");
+  policy_rows_held = NewCounter(r, "dar_controller_policy_rows_held_total",
+                                "Rows with a choice that kept the learned policy's last weights "
+                                "(policy_refresh_cycles)");
   auto& active = prometheus::BuildGauge()
                      .Name("dar_controller_policy_active")
                      .Help("1 for the policy that makes the tables: learned or analytic")

@@ -61,6 +61,7 @@ struct ControllerMetrics {
   prometheus::Counter* policy_cycles;
   prometheus::Counter* policy_failures;
   prometheus::Counter* policy_decisions;
+  prometheus::Counter* policy_rows_held;      // RouteComputerStats::policy_rows_held
   prometheus::Gauge* policy_learned_active;   // policy_active{policy="learned"}
   prometheus::Gauge* policy_analytic_active;  // policy_active{policy="analytic"}
   prometheus::Gauge* agents_connected;

@@ -635,10 +635,11 @@ class TestPolicy : public WeightPolicy {
     last = batch;
     ++calls;
     if (!error.ok()) return error;
-    for (const PolicyDecision& d : batch.decisions) {
-      for (uint32_t i = 0; i < d.count; ++i) weights[d.first + i] = weight(i, d.count);
-    }
+    for (const PolicyDecision& d : batch.decisions) WeighRow(batch, d, weights);
     return absl::OkStatus();
+  }
+  virtual void WeighRow(const PolicyBatch&, const PolicyDecision& d, absl::Span<double> weights) {
+    for (uint32_t i = 0; i < d.count; ++i) weights[d.first + i] = weight(i, d.count);
   }
   std::string Describe() const override { return "test policy"; }
 
@@ -959,27 +960,19 @@ TEST(RouteComputerTest, WeightPolicyHysteresisKeepsSmallMoves) {
   EXPECT_DOUBLE_EQ(WeightOf(*c.tables[0], g.s, g.t, first), 0.7);
 }
 
-// threads: 2 runs the classes side by side: the same batches, tables and counts as one
-// thread, bit for bit, cycle after cycle, with every link moving, a link down and a policy
-// whose weights depend on every feature.
 // Softmax of the sum of a candidate's features: any feature out of place moves a weight.
 class FeatureSum : public TestPolicy {
  public:
-  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override {
-    last = batch;
-    ++calls;
-    if (!error.ok()) return error;
-    for (const PolicyDecision& d : batch.decisions) {
-      double sum = 0;
-      for (uint32_t i = d.first; i < d.first + d.count; ++i) {
-        double x = 0;
-        for (float f : batch.candidates[i].features) x += f;
-        weights[i] = std::exp(x / 4);
-        sum += weights[i];
-      }
-      for (uint32_t i = d.first; i < d.first + d.count; ++i) weights[i] /= sum;
+  void WeighRow(const PolicyBatch& batch, const PolicyDecision& d,
+                absl::Span<double> weights) override {
+    double sum = 0;
+    for (uint32_t i = d.first; i < d.first + d.count; ++i) {
+      double x = 0;
+      for (float f : batch.candidates[i].features) x += f;
+      weights[i] = std::exp(x / 4);
+      sum += weights[i];
     }
-    return absl::OkStatus();
+    for (uint32_t i = d.first; i < d.first + d.count; ++i) weights[i] /= sum;
   }
 };
 
@@ -1093,6 +1086,9 @@ TEST(RouteComputerTest, PolicyWeighsEachRowInTurnAndAtOnceOnNewNextHops) {
   }
 }
 
+// threads: 2 runs the classes side by side: the same batches, tables and counts as one
+// thread, bit for bit, cycle after cycle, with every link moving, a link down and a policy
+// whose weights depend on every feature.
 TEST(RouteComputerTest, TwoThreadsGiveWhatOneGives) {
   const Topology topo = FatTree(FatTreeParams{.k = 4});
   // Two threads: each class's destinations in halves; three: in thirds of unequal size.

@@ -143,6 +143,7 @@ void DarRouting::Report(nlohmann::json& metrics) const {
     metrics["policy_cycles"] = stats.policy_cycles;
     metrics["policy_failures"] = stats.policy_failures;
     metrics["policy_decisions"] = stats.policy_decisions;
+    metrics["policy_rows_held"] = stats.policy_rows_held;
   }
   if (config_.audit != nullptr) {
     const learn::PolicyAgreement& a = config_.audit->agreement();
