@@ -225,8 +225,9 @@ TEST(DarLearnedTest, InjectedPolicyReturningNanKeepsTheAnalyticTables) {
   EXPECT_EQ(m["policy_failures"], m["policy_cycles"]);
   EXPECT_EQ(m["policy_fallbacks"], m["policy_cycles"]);
   EXPECT_EQ(m["policy_decisions"], 0);
+  EXPECT_EQ(m["policy_rows_held"], 0);  // a failing policy's cycles keep nothing of it
   for (const char* key : {"learned_policy", "policy_fallbacks", "policy_cycles", "policy_failures",
-                          "policy_decisions"}) {
+                          "policy_decisions", "policy_rows_held"}) {
     m.erase(key);
   }
   nlohmann::json a = (*analytic)["policies"][0]["metrics"];
