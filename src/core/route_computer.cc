@@ -249,11 +249,19 @@ void RouteComputer::ObserveDelivery(LinkId l, const LinkSample& previous) {
   // RTT while this direction carries traffic, more than the reverse (a round trip crosses
   // both; the lighter direction, e.g. a transfer's ACKs, is not the one that queues) and the
   // smoothed RTT is not falling (its memory of a queue that drained when the traffic left).
+  // A queue seen in the RTT alone must also be one this direction's traffic could hold: at
+  // its throughput, the extra delay is at least two full-size packets (Little's law). A probe
+  // answered late by a busy CPU inflates the RTT too, and on a link carrying a trickle that
+  // is no queue of its own (it would make the trickle the link's capacity).
   const LinkId r = topology_.link(l).reverse;
   const DataRate reverse = r == kNoLink ? DataRate() : last_[r].throughput;
-  const bool standing = queued && (configured.TransmitTime(last.queue_bytes) >= threshold ||
-                                   (last.throughput.bps() > 0 && last.throughput >= reverse &&
-                                    last.rtt_smoothed >= previous.rtt_smoothed));
+  constexpr int64_t kLeastInferredQueueBytes = 3000;
+  const bool standing =
+      queued &&
+      (configured.TransmitTime(last.queue_bytes) >= threshold ||
+       (last.throughput.bps() > 0 && last.throughput >= reverse &&
+        last.rtt_smoothed >= previous.rtt_smoothed &&
+        last.throughput.BytesIn(MeasuredQueueing(l, configured)) >= kLeastInferredQueueBytes));
   d.queue_limited = standing ? d.queue_limited + 1 : 0;
   const DataRate tput = std::min(last.throughput, configured);
   const int64_t now = samples_[l];

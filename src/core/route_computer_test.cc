@@ -486,6 +486,32 @@ TEST(RouteComputerTest, TrafficLeavingAFullLinkLeavesItsRateNotItsTail) {
   EXPECT_FALSE(rc.Slow(g.at));
 }
 
+// A link carrying a trickle whose probes come back late (a busy CPU answering them): the RTT
+// rises by 10 ms with no queue reported. At 0.2 Mb/s that is 250 bytes, no queue the link's
+// own traffic could hold, so the trickle is not taken for what the link can deliver. The same
+// inflation under 20 Mb/s (25 KB) is a queue, and the link is found slow.
+TEST(RouteComputerTest, RttInflationUnderATrickleIsNoQueueOfItsOwn) {
+  for (const DataRate carried : {DataRate::Mbps(0.2), DataRate::Mbps(20)}) {
+    SCOPED_TRACE(testing::Message() << carried.bps() << " bit/s");
+    Diamond g(DataRate::Mbps(100), Microseconds(50));
+    RouteComputer rc(g.topo, LabConfig());
+    const DataRate configured = DataRate::Mbps(100);
+    for (int i = 0; i < 20; ++i) {
+      rc.Observe(g.at, Delivering(DataRate(), configured, Microseconds(100)));
+    }
+    for (int i = 0; i < 5; ++i) {
+      rc.Observe(g.at, Delivering(carried, configured, Microseconds(10'100 + 100 * i)));
+    }
+    if (carried < DataRate::Mbps(1)) {
+      EXPECT_EQ(rc.DeliveryCapacity(g.at), configured);
+      EXPECT_FALSE(rc.Slow(g.at));
+    } else {
+      EXPECT_EQ(rc.DeliveryCapacity(g.at), carried);
+      EXPECT_TRUE(rc.Slow(g.at));
+    }
+  }
+}
+
 // A flow arriving is a step, as the agent's throughput average shows it: a new level, not a
 // trend to extrapolate 30 s ahead. A slow ramp still is one.
 TEST(RouteComputerTest, ForecastRestartsAtAStepButFollowsARamp) {
