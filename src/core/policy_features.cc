@@ -206,14 +206,13 @@ void PolicyFeatureBuilder::ClassRows::ForEachRowWithChoice(const DestinationTabl
     for (size_t r = 0; r < rows; ++r) {
       const uint32_t hops = block.offsets[r + 1] - block.offsets[r];
       if (hops < 2) continue;
-      const NextHop* row = block.hops.data() + block.offsets[r];
-      if (old != nullptr && old->offsets[r + 1] - old->offsets[r] == hops) {
-        const NextHop* was = old->hops.data() + old->offsets[r];
-        bool same = true;
-        for (uint32_t c = 0; c < hops && same; ++c) same = row[c].link == was[c].link;
-        if (same) continue;
+      const absl::Span<const NextHop> row(block.hops.data() + block.offsets[r], hops);
+      if (old != nullptr &&
+          SameLinks(row, absl::Span<const NextHop>(old->hops.data() + old->offsets[r],
+                                                   old->offsets[r + 1] - old->offsets[r]))) {
+        continue;
       }
-      fn(node_of_row[b * kRows + r], absl::Span<const NextHop>(row, hops));
+      fn(node_of_row[b * kRows + r], row);
     }
   }
 }
@@ -231,17 +230,13 @@ void PolicyFeatureBuilder::ClassRows::ForEachRowWeighed(const PolicyInputs& in, 
   const DestinationTable* same_as = nullptr;
   if (weigh == WeighRows::kChanged) {
     unless_as = in.previous[cls]->Table(d);
-    if (unless_as->row_map() != table->row_map() ||
-        unless_as->blocks().size() != table->blocks().size()) {
+    if (!unless_as->SameLayoutAs(*table)) {
       std::fprintf(stderr, "PolicyFeatureBuilder: rows asked by their change, laid out anew\n");
       std::abort();
     }
     const RoutingTables* engine = in.previous_engine.empty() ? nullptr : in.previous_engine[cls];
     same_as = engine != nullptr && engine->IsDestination(d) ? engine->Table(d) : nullptr;
-    if (same_as != nullptr && (same_as->row_map() != table->row_map() ||
-                               same_as->blocks().size() != table->blocks().size())) {
-      same_as = nullptr;
-    }
+    if (same_as != nullptr && !same_as->SameLayoutAs(*table)) same_as = nullptr;
   }
   ForEachRowWithChoice(*table, in.topology->num_nodes(), unless_as, same_as, fn);
 }

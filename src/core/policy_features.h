@@ -8,11 +8,11 @@
 // order. Besides the features, if asked, every candidate gets what a decision's reward is
 // made of (PolicyRewardTerms): the expected delay and loss from the row's node to the
 // destination via the candidate, its link first, then onward as the engine's tables split
-// traffic. Those come from a depth-first walk per (class,
-// destination) from the candidates' next hops: every next hop has a lower potential than its
-// node, so the next hops form no cycle, and a node is done once all its next hops are. Each
-// link's own terms (its features, delay, loss) are computed once per Build, not per row. The
-// expected delay is needed anyway (kFeatPathDelayRatio); the loss only for the rewards.
+// traffic. Those come from a depth-first walk per (class, destination) from the candidates'
+// next hops: every next hop has a lower potential than its node, so the next hops form no
+// cycle, and a node is done once all its next hops are. Each link's own terms (its features,
+// delay, loss) are computed once per Build, not per row. The expected delay is needed anyway
+// (kFeatPathDelayRatio); the loss only for the rewards.
 //
 // Not thread-safe (scratch is reused between calls, so that a steady cycle allocates
 // nothing). Pure computation.

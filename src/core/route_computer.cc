@@ -516,11 +516,7 @@ namespace {
 // Whether two blocks have the same next hops in every row, in the same order, whatever their
 // weights.
 bool SameNextHops(const DestinationTable::Block& a, const DestinationTable::Block& b) {
-  if (a.offsets != b.offsets || a.hops.size() != b.hops.size()) return false;
-  for (size_t k = 0; k < a.hops.size(); ++k) {
-    if (a.hops[k].link != b.hops[k].link) return false;
-  }
-  return true;
+  return a.offsets == b.offsets && SameLinks(a.hops, b.hops);
 }
 
 // The rows of a block: its offsets past the last row are 0.
@@ -627,8 +623,7 @@ void RouteComputer::ChooseWeighed(int cls, const RoutingTables& engine,
     const DestinationTable* now = engine.Table(d);
     const DestinationTable* before = previous->IsDestination(d) ? previous->Table(d) : nullptr;
     if (static_cast<int>(i % static_cast<size_t>(every)) == turn || now == nullptr ||
-        before == nullptr || now->row_map() != before->row_map() ||
-        now->blocks().size() != before->blocks().size()) {
+        before == nullptr || !now->SameLayoutAs(*before)) {
       continue;  // in turn, or laid out anew: every row
     }
     // Out of turn, and laid out as last cycle (its rows found where they were): the rows
@@ -700,8 +695,7 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(
     // kept), last cycle's block is shared instead of a new one.
     const std::shared_ptr<const DestinationTable::RowMap>& row_of = table->row_map();
     std::vector<DestinationTable::BlockPtr> blocks = table->blocks();
-    const bool same_layout = before != nullptr && before->row_map() == row_of &&
-                             before->blocks().size() == blocks.size();
+    const bool same_layout = before != nullptr && before->SameLayoutAs(*table);
     const auto block_of = [&](NodeId v) {
       return static_cast<uint32_t>(row_of == nullptr ? v : (*row_of)[v]) / kRows;
     };
@@ -711,10 +705,7 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(
         in_part && engine_before != nullptr && engine_before->IsDestination(d)
             ? engine_before->Table(d)
             : nullptr;
-    if (engine_was != nullptr &&
-        (engine_was->row_map() != row_of || engine_was->blocks().size() != blocks.size())) {
-      engine_was = nullptr;
-    }
+    if (engine_was != nullptr && !engine_was->SameLayoutAs(*table)) engine_was = nullptr;
     for (uint32_t b = 0; b < blocks.size(); ++b) {
       const bool decided = toward(d) && block_of(decisions[i].node) == b;
       if (!decided && !in_part) continue;
@@ -733,13 +724,11 @@ std::shared_ptr<const RoutingTables> RouteComputer::RefinedTables(
         const DestinationTable::Block& old = **last;
         for (uint32_t r = 0, rows = std::min(RowsOf(scratch), RowsOf(old)); r < rows; ++r) {
           const uint32_t n = scratch.offsets[r + 1] - scratch.offsets[r];
-          if (n < 2 || old.offsets[r + 1] - old.offsets[r] != n) continue;
           NextHop* row = scratch.hops.data() + scratch.offsets[r];
-          const NextHop* kept = old.hops.data() + old.offsets[r];
-          bool same = true;
-          for (uint32_t c = 0; c < n && same; ++c) same = row[c].link == kept[c].link;
-          if (same) {
-            std::copy(kept, kept + n, row);
+          const absl::Span<const NextHop> kept(old.hops.data() + old.offsets[r],
+                                               old.offsets[r + 1] - old.offsets[r]);
+          if (n >= 2 && SameLinks(absl::Span<const NextHop>(row, n), kept)) {
+            std::copy(kept.begin(), kept.end(), row);
             ++held;
           }
         }

@@ -72,6 +72,11 @@ class DestinationTable {
   const std::vector<BlockPtr>& blocks() const { return blocks_; }
   // The row map; null: row = node id.
   const std::shared_ptr<const RowMap>& row_map() const { return row_of_node_; }
+  // Whether `other` has the same row map (the same object) and as many blocks: a node's row
+  // is at the same place, in the same block, in both.
+  bool SameLayoutAs(const DestinationTable& other) const {
+    return row_of_node_ == other.row_of_node_ && blocks_.size() == other.blocks_.size();
+  }
 
  private:
   NodeId destination_;
@@ -81,6 +86,15 @@ class DestinationTable {
 };
 
 using DestinationTablePtr = std::shared_ptr<const DestinationTable>;
+
+// Whether two rows have the same next hops in the same order, whatever their weights.
+inline bool SameLinks(absl::Span<const NextHop> a, absl::Span<const NextHop> b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].link != b[i].link) return false;
+  }
+  return true;
+}
 
 // A versioned set of destination tables covering Topology::Destinations().
 // Thread-compatible: const methods may be called concurrently.
