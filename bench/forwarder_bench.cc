@@ -541,6 +541,8 @@ int Main(int argc, char** argv) {
   app.add_option("--runs", runs, "runs per workload (the median is reported)")
       ->check(CLI::Range(1, 99));
   app.add_flag("--no-tcp", no_tcp, "skip the iperf3 TCP workload");
+  bool no_udp = false;
+  app.add_flag("--no-udp", no_udp, "skip the end-to-end UDP workloads");
   int streams = 1;
   app.add_option("--tcp-streams", streams, "parallel iperf3 TCP streams")->check(CLI::Range(1, 16));
   app.add_flag("--no-gso", no_gso, "data planes send without UDP GSO");
@@ -563,7 +565,8 @@ int Main(int argc, char** argv) {
     bool tcp;
     size_t payload;
   };
-  std::vector<Workload> workloads = {{"UDP 1400 B", false, 1400}, {"UDP 64 B", false, 64}};
+  std::vector<Workload> workloads;
+  if (!no_udp) workloads = {{"UDP 1400 B", false, 1400}, {"UDP 64 B", false, 64}};
   if (!no_tcp) workloads.push_back({"TCP iperf3", true, 0});
 
   std::printf(

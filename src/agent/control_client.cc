@@ -88,16 +88,41 @@ v1::Hello ControlClient::MakeHello() const {
     caps->add_forwarding_modes(std::string(ForwardingModeName(m)));
   caps->set_delta_tables(true);
   hello.set_installed_version(store_.installed_version());
+  *hello.mutable_table_status() = table_status();
   return hello;
+}
+
+v1::TableStatus ControlClient::table_status() const {
+  std::lock_guard<std::mutex> lock(install_mu_);
+  return table_status_;
 }
 
 void ControlClient::Maintain() {
   // Held across taking and installing, so that two threads cannot install out of order.
   std::lock_guard<std::mutex> lock(install_mu_);
   std::shared_ptr<const AgentTables> t = store_.TakeChange(Now());
-  if (t == nullptr) return;
-  dataplane_.InstallTables(t);
-  log_.Debug("tables installed", {{"version", t->version}, {"static", t->is_static}});
+  if (t != nullptr) {
+    dataplane_.InstallTables(t);
+    log_.Debug("tables installed", {{"version", t->version}, {"static", t->is_static}});
+    table_status_.set_static_table(t->is_static);
+  }
+  const uint64_t fallbacks = static_cast<uint64_t>(store_.counters().fallbacks_to_static);
+  if (fallbacks != table_status_.fallbacks()) {
+    table_status_.set_fallbacks(fallbacks);
+    table_status_.set_last_fallback_unix_ns(UnixNow());
+  }
+}
+
+bool ControlClient::SendTableStatus(Stream& stream, v1::TableStatus* sent) {
+  const v1::TableStatus now = table_status();
+  if (now.static_table() == sent->static_table() && now.fallbacks() == sent->fallbacks()) {
+    return true;
+  }
+  v1::AgentMessage m;
+  *m.mutable_status() = now;
+  if (!Send(stream, m)) return false;
+  *sent = now;
+  return true;
 }
 
 bool ControlClient::WaitWithMaintenance(std::chrono::steady_clock::time_point deadline) {
@@ -183,6 +208,7 @@ bool ControlClient::RunSession() {
 
   v1::AgentMessage hello;
   *hello.mutable_hello() = MakeHello();
+  v1::TableStatus status_sent = hello.hello().table_status();
   log_.Debug("hello", {{"controller", config_.controller},
                        {"installed_version", hello.hello().installed_version()}});
   bool healthy = Send(*stream, hello);
@@ -214,8 +240,8 @@ bool ControlClient::RunSession() {
       if (reader_done_) break;
     }
     Maintain();
-    if (!SendSamples(*stream)) {
-      why = "cannot send samples";
+    if (!SendSamples(*stream) || !SendTableStatus(*stream, &status_sent)) {
+      why = "cannot send samples or table status";
       break;
     }
     if (Now().count() - last_heard_ns_.load() > options_.silence_timeout.count()) {

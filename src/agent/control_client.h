@@ -14,7 +14,9 @@
 // backoff_max; each wait drawn uniformly from the upper half of the step). The backoff starts
 // over after a stream on which the controller answered. The loop also keeps the data plane's
 // table current while disconnected: every probe interval it installs what the table store
-// serves (e.g. the static table once the controller's goes stale).
+// serves (e.g. the static table once the controller's goes stale). Which table that is goes up
+// in the Hello and as a TableStatus whenever it changes, so that the controller hears of a
+// fallback to static, also of one made while the agent could not reach it.
 #ifndef DAR_AGENT_CONTROL_CLIENT_H_
 #define DAR_AGENT_CONTROL_CLIENT_H_
 
@@ -76,9 +78,11 @@ class DataplaneBridge final : public DataplaneControl {
 };
 
 struct ControlClientOptions {
-  // Reconnection backoff. REQUIRES: 0 < backoff_min <= backoff_max.
+  // Reconnection backoff. REQUIRES: 0 < backoff_min <= backoff_max. The longest wait is well
+  // inside the tables' staleness timeout (3 s by default): an agent is back within about a
+  // second of a restarted controller, before its table goes stale and it falls back to static.
   Duration backoff_min = Milliseconds(100);
-  Duration backoff_max = Seconds(5);
+  Duration backoff_max = Seconds(1);
   // A stream on which the controller sends nothing for this long is given up (the controller
   // sends a table every cycle, 100 ms by default). REQUIRES: > 0.
   Duration silence_timeout = Seconds(15);
@@ -125,6 +129,8 @@ class ControlClient {
 
   // The Hello this agent sends now. Exposed for tests.
   v1::Hello MakeHello() const;
+  // Which table the data plane forwards with, as of the last Maintain.
+  v1::TableStatus table_status() const;
 
  private:
   using Stream = grpc::ClientReaderWriter<v1::AgentMessage, v1::ControllerMessage>;
@@ -137,8 +143,11 @@ class ControlClient {
   void HandleTable(Stream& stream, const v1::RouteTable& table);
   bool Send(Stream& stream, const v1::AgentMessage& message);
   bool SendSamples(Stream& stream);
-  // Installs what the table store serves now, if it changed.
+  // Installs what the table store serves now, if it changed, and notes a fallback to static.
   void Maintain();
+  // Sends table_status() if it differs from `*sent` (what this stream was last told), and
+  // records it there. False if the stream failed.
+  bool SendTableStatus(Stream& stream, v1::TableStatus* sent);
   // Waits until `deadline` (steady std::chrono time) or Stop, running Maintain every probe
   // interval. False if stopping.
   bool WaitWithMaintenance(std::chrono::steady_clock::time_point deadline);
@@ -169,7 +178,8 @@ class ControlClient {
   std::thread thread_;
 
   std::mutex write_mu_;                    // one writer at a time on the stream
-  std::mutex install_mu_;                  // Maintain
+  mutable std::mutex install_mu_;          // Maintain, and the table status it keeps
+  v1::TableStatus table_status_;           // guarded by install_mu_
   std::atomic<int64_t> last_heard_ns_{0};  // steady time of the last message received
   std::atomic<bool> answered_{false};      // on the current stream
 };

@@ -469,6 +469,68 @@ TEST_F(ControlClientTest, AppliesTheControllersConfig) {
   EXPECT_TRUE(Logged("key 0 has 5 bytes, not 32"));
 }
 
+// The controller hears which table the agent forwards with: in the hello, and again when its
+// table goes stale (a fallback to static) and when a new one replaces the static table.
+TEST_F(ControlClientTest, ReportsItsTableAndEveryFallbackToStatic) {
+  StartClient();
+  size_t cursor = 0;
+  const v1::Hello hello = controller_->NextHello(cursor);
+  EXPECT_TRUE(hello.table_status().static_table());  // nothing accepted yet
+  EXPECT_EQ(hello.table_status().fallbacks(), 0u);
+  EXPECT_EQ(hello.table_status().last_fallback_unix_ns(), 0);
+  const auto next_status = [&] {
+    return controller_->Next(cursor, [](const v1::AgentMessage& m) { return m.has_status(); })
+        .status();
+  };
+
+  ASSERT_TRUE(controller_->SendTable(FullTable(3)));
+  EXPECT_TRUE(controller_->NextAck(cursor).accepted());
+  v1::TableStatus status = next_status();
+  EXPECT_FALSE(status.static_table());
+  EXPECT_EQ(status.fallbacks(), 0u);
+
+  // A short staleness timeout, and no refresh: the agent falls back and says so.
+  v1::ControllerMessage m;
+  m.mutable_config()->set_table_stale_ms(150);
+  const int64_t before_ns = absl::ToUnixNanos(absl::Now());
+  ASSERT_TRUE(controller_->Send(m));
+  status = next_status();
+  EXPECT_TRUE(status.static_table());
+  EXPECT_EQ(status.fallbacks(), 1u);
+  EXPECT_GE(status.last_fallback_unix_ns(), before_ns);
+  EXPECT_LE(status.last_fallback_unix_ns(), absl::ToUnixNanos(absl::Now()));
+
+  ASSERT_TRUE(controller_->SendTable(FullTable(4)));
+  EXPECT_TRUE(controller_->NextAck(cursor).accepted());
+  status = next_status();
+  EXPECT_FALSE(status.static_table());
+  EXPECT_EQ(status.fallbacks(), 1u);
+  EXPECT_EQ(client_->table_status().fallbacks(), 1u);
+}
+
+// A fallback made while the controller was away is in the next hello.
+TEST_F(ControlClientTest, AFallbackWhileDisconnectedIsInTheNextHello) {
+  StartClient();
+  size_t cursor = 0;
+  controller_->NextHello(cursor);
+  v1::ControllerMessage m;
+  m.mutable_config()->set_table_stale_ms(150);
+  ASSERT_TRUE(controller_->Send(m));
+  ASSERT_TRUE(controller_->SendTable(FullTable(5)));
+  EXPECT_TRUE(controller_->NextAck(cursor).accepted());
+  const int port = port_;
+  StopServer();
+  ASSERT_TRUE(Eventually([&] { return client_->table_status().static_table(); }));
+  StartServer(port);
+  ASSERT_EQ(port_, port);
+  cursor = 0;
+  const v1::Hello hello = controller_->NextHello(cursor);
+  EXPECT_EQ(hello.installed_version(), 5u);
+  EXPECT_TRUE(hello.table_status().static_table());
+  EXPECT_EQ(hello.table_status().fallbacks(), 1u);
+  EXPECT_GT(hello.table_status().last_fallback_unix_ns(), 0);
+}
+
 TEST_F(ControlClientTest, ReconnectsAfterTheControllerRestarts) {
   StartClient();
   size_t cursor = 0;

@@ -110,12 +110,14 @@ std::string Age(int64_t unix_ns) {
 }
 
 void PrintNodes(const google::protobuf::RepeatedPtrField<dar::v1::NodeView>& nodes) {
-  std::cout << fmt::format("{:<6}{:<14}{:<16}{:<11}{:>10}{:>9}{:>10}\n", "id", "name", "overlay",
-                           "connected", "version", "refused", "seen");
+  std::cout << fmt::format("{:<6}{:<14}{:<16}{:<11}{:>10}{:>9}{:>12}{:>11}{:>10}\n", "id", "name",
+                           "overlay", "connected", "version", "refused", "table", "fallbacks",
+                           "seen");
   for (const auto& n : nodes) {
-    std::cout << fmt::format("{:<6}{:<14}{:<16}{:<11}{:>10}{:>9}{:>10}\n", n.node_id(), n.name(),
-                             n.overlay_address(), n.connected() ? "yes" : "no", n.acked_version(),
-                             n.refused_tables(), Age(n.last_seen_unix_ns()));
+    std::cout << fmt::format(
+        "{:<6}{:<14}{:<16}{:<11}{:>10}{:>9}{:>12}{:>11}{:>10}\n", n.node_id(), n.name(),
+        n.overlay_address(), n.connected() ? "yes" : "no", n.acked_version(), n.refused_tables(),
+        n.static_table() ? "static" : "controller", n.fallbacks(), Age(n.last_seen_unix_ns()));
   }
 }
 

@@ -326,6 +326,7 @@ absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const SpiffeId& 
       int connected = 0;
       for (const auto& [wire, a] : agents_) connected += a.link != nullptr;
       metrics_.agents_connected->Set(connected);
+      OnTableStatusLocked(id, hello.table_status());
     }
   }
   if (!refusal.ok()) {
@@ -418,6 +419,33 @@ void ControllerCore::CloseAll(const absl::Status& status) {
     links = ConnectedLinksLocked();
   }
   for (const auto& link : links) link->Close(status);
+}
+
+void ControllerCore::OnTableStatus(uint32_t wire_id, const v1::TableStatus& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  OnTableStatusLocked(wire_id, status);
+}
+
+void ControllerCore::OnTableStatusLocked(uint32_t wire_id, const v1::TableStatus& status) {
+  Agent& agent = agents_[wire_id];
+  const v1::TableStatus before = agent.table_status;
+  agent.table_status = status;
+  agent.last_seen_unix_ns = clock_.UnixNanos();
+  const NodeId v = overlay_->Find(wire_id);
+  const std::string name = v == kNoNode ? std::to_string(wire_id) : overlay_->name(v);
+  if (status.last_fallback_unix_ns() > before.last_fallback_unix_ns()) {
+    const double ago_s =
+        static_cast<double>(clock_.UnixNanos() - status.last_fallback_unix_ns()) * 1e-9;
+    RecordEventLocked(
+        "fallback", name,
+        fmt::format("its controller table went stale {:.1f} s ago and it forwarded "
+                    "on its static table; {} ({} fallbacks since the agent started)",
+                    std::max(0.0, ago_s),
+                    status.static_table() ? "still does" : "back on a controller table",
+                    status.fallbacks()));
+  } else if (before.static_table() && !status.static_table() && before.fallbacks() > 0) {
+    RecordEventLocked("fallback_recovered", name, "forwards on a controller table again");
+  }
 }
 
 void ControllerCore::OnAck(uint32_t wire_id, const v1::TableAck& ack, AckOutcome outcome) {
@@ -671,6 +699,8 @@ v1::NodeView ControllerCore::NodeViewLocked(NodeId n) const {
     view.set_acked_version(it->second.acked_version);
     view.set_refused_tables(it->second.refused_tables);
     view.set_last_seen_unix_ns(it->second.last_seen_unix_ns);
+    view.set_static_table(it->second.table_status.static_table());
+    view.set_fallbacks(it->second.table_status.fallbacks());
   }
   return view;
 }

@@ -124,6 +124,10 @@ class ControllerCore {
   absl::Status OnSamples(uint32_t wire_id, const v1::LinkSamples& samples);
   // Closes every agent's stream with `status` (the controller is stopping).
   void CloseAll(const absl::Status& status);
+  // Which table node `wire_id` forwards with (also in its Hello). A fallback to static newer
+  // than the last one heard of is an event "fallback"; back on a controller table after
+  // one, "fallback_recovered".
+  void OnTableStatus(uint32_t wire_id, const v1::TableStatus& status);
   // An acknowledgement from node `wire_id` and what its session made of it.
   void OnAck(uint32_t wire_id, const v1::TableAck& ack, AckOutcome outcome);
   // A table went out to node `wire_id`.
@@ -199,6 +203,7 @@ class ControllerCore {
     uint64_t acked_version = 0;
     uint64_t refused_tables = 0;
     int64_t last_seen_unix_ns = 0;
+    v1::TableStatus table_status;  // as last reported
   };
   struct PendingSample {
     LinkId link;
@@ -213,6 +218,8 @@ class ControllerCore {
     int64_t heard_unix_ns = 0;  // 0 until a real sample
   };
 
+  // REQUIRES: mu_ held.
+  void OnTableStatusLocked(uint32_t wire_id, const v1::TableStatus& status);
   // REQUIRES: mu_ held.
   void RecordEventLocked(const std::string& kind, const std::string& node,
                          const std::string& detail);

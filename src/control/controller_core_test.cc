@@ -468,6 +468,60 @@ TEST_F(CoreTest, AcksAreRecorded) {
   EXPECT_EQ(metrics_.tables_refused->Value(), 1);
 }
 
+// Which table an agent forwards with, from its hello and its TableStatus messages: the node
+// view shows it, and each new fallback to static is one event.
+TEST_F(CoreTest, AgentFallbacksToStaticAreShownAndEachIsAnEvent) {
+  const auto count = [&](const std::string& kind) {
+    int n = 0;
+    for (const v1::Event& e : core_->ListEvents(0)) n += e.kind() == kind && e.node() == "n2";
+    return n;
+  };
+  // A hello from an agent that fell back while it could not reach the controller, 2 s ago.
+  v1::Hello hello = Hello(2, {1, 4}, 9);
+  hello.mutable_table_status()->set_static_table(true);
+  hello.mutable_table_status()->set_fallbacks(1);
+  hello.mutable_table_status()->set_last_fallback_unix_ns(clock_.UnixNanos() - 2'000'000'000);
+  auto link = std::make_shared<FakeLink>();
+  ASSERT_TRUE(core_->Admit(Node(2), hello, link).ok());
+  v1::NodeView v = core_->ListNodes()[1];
+  EXPECT_TRUE(v.static_table());
+  EXPECT_EQ(v.fallbacks(), 1u);
+  EXPECT_EQ(count("fallback"), 1);
+  EXPECT_TRUE(HasEvent("fallback", "went stale 2.0 s ago"));
+  EXPECT_TRUE(HasEvent("fallback", "still does (1 fallbacks"));
+
+  // The same status again is no new event; back on a controller table is one.
+  core_->OnTableStatus(2, hello.table_status());
+  EXPECT_EQ(count("fallback"), 1);
+  v1::TableStatus status = hello.table_status();
+  status.set_static_table(false);
+  core_->OnTableStatus(2, status);
+  EXPECT_EQ(count("fallback_recovered"), 1);
+  v = core_->ListNodes()[1];
+  EXPECT_FALSE(v.static_table());
+  EXPECT_EQ(v.fallbacks(), 1u);
+
+  // A second fallback, heard of after it ended: one event, none for a recovery.
+  clock_.Advance(Seconds(5));
+  status.set_fallbacks(2);
+  status.set_last_fallback_unix_ns(clock_.UnixNanos() - 500'000'000);
+  core_->OnTableStatus(2, status);
+  EXPECT_EQ(count("fallback"), 2);
+  EXPECT_EQ(count("fallback_recovered"), 1);
+  EXPECT_TRUE(HasEvent("fallback", "back on a controller table (2 fallbacks"));
+  EXPECT_EQ(core_->ListNodes()[1].fallbacks(), 2u);
+
+  // An agent that starts on its static table (no table yet) and takes one made no fallback.
+  auto link3 = std::make_shared<FakeLink>();
+  v1::Hello fresh = Hello(3, {1, 4});
+  fresh.mutable_table_status()->set_static_table(true);
+  ASSERT_TRUE(core_->Admit(Node(3), fresh, link3).ok());
+  core_->OnTableStatus(3, v1::TableStatus());
+  for (const v1::Event& e : core_->ListEvents(0)) {
+    EXPECT_FALSE(e.node() == "n3" && e.kind().starts_with("fallback")) << e.ShortDebugString();
+  }
+}
+
 TEST_F(CoreTest, RoutesEventsHealthAndMetrics) {
   EXPECT_EQ(core_->GetRoutes({}).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(core_->HealthProblem(), HasSubstr("no decision cycle"));

@@ -113,10 +113,14 @@ class AgentStream final : public Reactor,
         core_.OnAck(*wire_id_, m.ack(), outcome);
         return absl::OkStatus();
       }
+      case v1::AgentMessage::kStatus:
+        if (!wire_id_) return Refuse("a table status before hello");
+        core_.OnTableStatus(*wire_id_, m.status());
+        return absl::OkStatus();
       case v1::AgentMessage::KIND_NOT_SET:
         break;
     }
-    return Refuse("an empty message (no hello, samples or ack)");
+    return Refuse("an empty message (no hello, samples, ack or table status)");
   }
 
   absl::Status Refuse(const std::string& what) {

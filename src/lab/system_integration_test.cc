@@ -522,9 +522,16 @@ TEST_F(SystemTest, ControllerKilledAndRestartedUnderTraffic) {
   // Nothing is lost; a pause in delivery without loss is the scheduler of a busy machine (the
   // bound only catches an outage that the buffers hid).
   EXPECT_LT(r.longest_gap_ms, 1000);
-  // No agent refused a table of the new controller.
+  // No agent refused a table of the new controller, and none fell back to its static table on
+  // the way: they forwarded on the last tables until the new controller's came (each agent
+  // says so in its hello, and the controller shows it).
   const nlohmann::json nodes = Darctl({"show", "nodes"});
-  for (const nlohmann::json& n : nodes["nodes"]) EXPECT_EQ(U64(n["refused_tables"]), 0u);
+  ASSERT_EQ(nodes["nodes"].size(), 4u) << nodes.dump(1);
+  for (const nlohmann::json& n : nodes["nodes"]) {
+    EXPECT_EQ(U64(n["refused_tables"]), 0u) << n.dump();
+    EXPECT_FALSE(n.value("static_table", true)) << n.dump();
+    EXPECT_EQ(U64(n["fallbacks"]), 0u) << n.dump();
+  }
   std::printf(
       "controller killed for 1.5 s under a 1 ms stream from A to D, then restarted: %u of %u "
       "datagrams lost, longest gap in delivery %lld ms, every agent on a new table %lld ms "
