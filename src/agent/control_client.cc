@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "agent/saved_keys.h"
 #include "control/tls.h"
 #include "fmt/format.h"
 #include "grpcpp/client_context.h"
@@ -369,29 +370,16 @@ void ControlClient::HandleConfig(const v1::AgentConfig& c) {
     }
   }
   if (!c.keys().empty()) {
-    std::vector<KeyUpdate> keys;
-    std::string problem;
-    for (const v1::OverlayKey& k : c.keys()) {
-      if (k.key().size() != net::kOverlayKeyBytes) {
-        problem = fmt::format("key {} has {} bytes, not {}", k.key_id(), k.key().size(),
-                              net::kOverlayKeyBytes);
-        break;
-      }
-      KeyUpdate u;
-      u.id = k.key_id();
-      u.active = k.active();
-      std::copy(k.key().begin(), k.key().end(), u.key.begin());
-      keys.push_back(u);
-    }
-    absl::Status s =
-        problem.empty() ? dataplane_.SetKeys(keys) : absl::InvalidArgumentError(problem);
+    absl::StatusOr<std::vector<KeyUpdate>> keys = ToKeyUpdates(c.keys());
+    absl::Status s = keys.ok() ? dataplane_.SetKeys(*keys) : keys.status();
     if (!s.ok()) {
       log_.Error("config: data-plane keys not applied", {{"error", std::string(s.message())}});
     } else {
-      nlohmann::json ids = nlohmann::json::array();
-      for (const KeyUpdate& k : keys)
-        ids.push_back(k.active ? fmt::format("{}*", k.id) : std::to_string(k.id));
-      applied["keys"] = ids;  // ids only, never key bytes; * marks the active one
+      applied["keys"] = KeyIds(*keys);
+      // For a restart before the controller is back (saved_keys.h).
+      if (absl::Status saved = SaveKeys(config_.state_dir, c.keys()); !saved.ok()) {
+        log_.Error("config: data-plane keys not saved", {{"error", std::string(saved.message())}});
+      }
     }
   }
   // Probe settings: the controller's word, from the next probe on (0 keeps the current one).

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/saved_keys.h"
 #include "control/certs.h"
 #include "control/identity.h"
 #include "control/tls.h"
@@ -448,6 +449,13 @@ TEST_F(ControlClientTest, AppliesTheControllersConfig) {
   EXPECT_TRUE(keys[1].active);
   ASSERT_TRUE(Eventually([&] { return !dataplane_.forwarding().empty(); }));
   EXPECT_EQ(dataplane_.forwarding()[0].mode, ForwardingMode::kPerPacket);
+  // Saved for a restart before the controller is back.
+  absl::StatusOr<std::vector<KeyUpdate>> saved = LoadKeys(config_.state_dir);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_EQ(saved->size(), 2u);
+  EXPECT_EQ((*saved)[1].id, 2u);
+  EXPECT_TRUE((*saved)[1].active);
+  EXPECT_EQ((*saved)[1].key[0], 'c');
   // The controller's probe settings apply at once, not after a restart.
   ASSERT_EQ(dataplane_.probes().size(), 1u);
   EXPECT_EQ(dataplane_.probes()[0], std::make_pair(Duration(Milliseconds(50)), 5));
@@ -467,6 +475,9 @@ TEST_F(ControlClientTest, AppliesTheControllersConfig) {
   ASSERT_TRUE(Eventually([&] { return Logged("data-plane keys not applied"); }));
   EXPECT_EQ(dataplane_.keys().size(), 2u);
   EXPECT_TRUE(Logged("key 0 has 5 bytes, not 32"));
+  saved = LoadKeys(config_.state_dir);  // nor saved
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->size(), 2u);
 }
 
 // The controller hears which table the agent forwards with: in the hello, and again when its

@@ -16,6 +16,7 @@
 #include "agent/agent_config.h"
 #include "agent/control_client.h"
 #include "agent/dataplane.h"
+#include "agent/saved_keys.h"
 #include "agent/table_store.h"
 #include "control/json_log.h"
 #include "control/tls.h"
@@ -91,6 +92,19 @@ int Run(const std::string& path, const std::string& log_path) {
   if (!dataplane_config.ok()) {
     out.Error("cannot start", {{"error", std::string(dataplane_config.status().message())}});
     return 1;
+  }
+  // The keys the controller handed out last win over the config's initial key, which a
+  // rotation retires (agent/saved_keys.h).
+  if (absl::StatusOr<std::vector<agent::KeyUpdate>> saved = agent::LoadKeys(config->state_dir);
+      saved.ok()) {
+    dataplane_config->initial_keys = *std::move(saved);
+    out.Info("data-plane keys read from the state dir",
+             {{"keys", agent::KeyIds(dataplane_config->initial_keys)}});
+  } else if (!absl::IsNotFound(saved.status())) {
+    out.Warn(
+        "saved data-plane keys not used",
+        {{"error", std::string(saved.status().message())},
+         {"instead", config->initial_key ? "the initial key" : "none until the controller's"}});
   }
   absl::StatusOr<std::unique_ptr<agent::Dataplane>> dataplane =
       agent::Dataplane::Create(*dataplane_config);

@@ -69,6 +69,41 @@ absl::StatusOr<KeyPhase> ParsePhase(const std::string& name) {
 
 }  // namespace
 
+nlohmann::json KeysToJson(const std::vector<v1::OverlayKey>& keys) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const v1::OverlayKey& k : keys) {
+    out.push_back({{"id", k.key_id()}, {"key", Hex(k.key())}, {"active", k.active()}});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::OverlayKey>> KeysFromJson(const nlohmann::json& keys) {
+  if (!keys.is_array() || keys.empty() || keys.size() > 2) {
+    return absl::InvalidArgumentError("keys: must be a list of one or two keys");
+  }
+  std::vector<v1::OverlayKey> out;
+  int active = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const nlohmann::json& k = keys[i];
+    if (!k.is_object() || !k.contains("id") || !k["id"].is_number_unsigned() ||
+        k["id"].get<uint64_t>() > UINT32_MAX || !k.contains("key") || !k["key"].is_string() ||
+        !k.contains("active") || !k["active"].is_boolean()) {
+      return absl::InvalidArgumentError(
+          fmt::format("keys[{}]: needs id (0..2^32-1), key (hex) and active", i));
+    }
+    ASSIGN_OR_RETURN(const net::OverlayKeyBytes bytes,
+                     ParseHexKey(k["key"].get<std::string>(), fmt::format("keys[{}].key", i)));
+    const bool is_active = k["active"].get<bool>();
+    active += is_active;
+    out.push_back(MakeKey(k["id"].get<uint32_t>(), bytes.data(), is_active));
+  }
+  if (active != 1) return absl::InvalidArgumentError("keys: exactly one key must be active");
+  if (out.size() == 2 && out[0].key_id() == out[1].key_id()) {
+    return absl::InvalidArgumentError("keys: the two keys have the same id");
+  }
+  return out;
+}
+
 absl::StatusOr<net::OverlayKeyBytes> LoadKeyFile(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string text, ReadFile(path, 4096));
   return ParseHexKey(text, path);
@@ -109,29 +144,10 @@ absl::StatusOr<KeyRing> KeyRing::Load(const KeyRingOptions& options, int64_t now
         return bad("since_unix_ns: must be an integer");
       }
       ring.since_unix_ns_ = j["since_unix_ns"].get<int64_t>();
-      const nlohmann::json keys = j.value("keys", nlohmann::json());
-      if (!keys.is_array() || keys.empty() || keys.size() > 2) {
-        return bad("keys: must be a list of one or two keys");
-      }
-      int active = 0;
-      for (size_t i = 0; i < keys.size(); ++i) {
-        const nlohmann::json& k = keys[i];
-        if (!k.is_object() || !k.contains("id") || !k["id"].is_number_unsigned() ||
-            k["id"].get<uint64_t>() > UINT32_MAX || !k.contains("key") || !k["key"].is_string() ||
-            !k.contains("active") || !k["active"].is_boolean()) {
-          return bad(fmt::format("keys[{}]: needs id (0..2^32-1), key (hex) and active", i));
-        }
-        absl::StatusOr<net::OverlayKeyBytes> bytes =
-            ParseHexKey(k["key"].get<std::string>(), fmt::format("keys[{}].key", i));
-        if (!bytes.ok()) return bad(std::string(bytes.status().message()));
-        const bool is_active = k["active"].get<bool>();
-        active += is_active;
-        ring.keys_.push_back(MakeKey(k["id"].get<uint32_t>(), bytes->data(), is_active));
-      }
-      if (active != 1) return bad("exactly one key must be active");
-      if (ring.keys_.size() == 2 && ring.keys_[0].key_id() == ring.keys_[1].key_id()) {
-        return bad("the two keys have the same id");
-      }
+      absl::StatusOr<std::vector<v1::OverlayKey>> keys =
+          KeysFromJson(j.value("keys", nlohmann::json()));
+      if (!keys.ok()) return bad(std::string(keys.status().message()));
+      ring.keys_ = *std::move(keys);
       if ((ring.phase_ == KeyPhase::kSteady) != (ring.keys_.size() == 1)) {
         return bad(fmt::format("phase {} does not fit {} keys", KeyPhaseName(ring.phase_),
                                ring.keys_.size()));
@@ -162,10 +178,7 @@ absl::Status KeyRing::Save() const {
   j["format"] = kFormat;
   j["phase"] = KeyPhaseName(phase_);
   j["since_unix_ns"] = since_unix_ns_;
-  j["keys"] = nlohmann::json::array();
-  for (const v1::OverlayKey& k : keys_) {
-    j["keys"].push_back({{"id", k.key_id()}, {"key", Hex(k.key())}, {"active", k.active()}});
-  }
+  j["keys"] = KeysToJson(keys_);
   const std::filesystem::path dir = std::filesystem::path(options_.file).parent_path();
   std::error_code ec;
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);

@@ -31,11 +31,18 @@
 #include "core/units.h"
 #include "dar/v1/agent.pb.h"
 #include "net/overlay_header.h"
+#include "nlohmann/json.hpp"
 
 namespace dar::control {
 
 // A 32-byte key file: 64 hexadecimal digits, whitespace ignored. Errors name the file.
 absl::StatusOr<net::OverlayKeyBytes> LoadKeyFile(const std::string& path);
+
+// A key set as JSON, [{"id": 1, "key": "<64 hex digits>", "active": true}, ...], as the ring
+// file and the agent's saved keys hold it; and back, checked: one or two keys of 32 bytes,
+// exactly one active, different ids. Errors name the entry ("keys[1].key: ...").
+nlohmann::json KeysToJson(const std::vector<v1::OverlayKey>& keys);
+absl::StatusOr<std::vector<v1::OverlayKey>> KeysFromJson(const nlohmann::json& keys);
 
 struct KeyRingOptions {
   std::string file;          // empty: kept in memory only

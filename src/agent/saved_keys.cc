@@ -1,0 +1,82 @@
+#include "agent/saved_keys.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "control/certs.h"
+#include "control/key_ring.h"
+#include "core/status_macros.h"
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+
+namespace dar::agent {
+namespace {
+
+constexpr char kFormat[] = "dar-agent-keys/1";
+constexpr size_t kMaxFileBytes = 64 * 1024;
+
+std::string KeysPath(const std::string& state_dir) {
+  return (std::filesystem::path(state_dir) / kKeysFileName).string();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<KeyUpdate>> ToKeyUpdates(
+    const google::protobuf::RepeatedPtrField<v1::OverlayKey>& keys) {
+  std::vector<KeyUpdate> out;
+  for (const v1::OverlayKey& k : keys) {
+    if (k.key().size() != net::kOverlayKeyBytes) {
+      return absl::InvalidArgumentError(fmt::format("key {} has {} bytes, not {}", k.key_id(),
+                                                    k.key().size(), net::kOverlayKeyBytes));
+    }
+    KeyUpdate u;
+    u.id = k.key_id();
+    u.active = k.active();
+    std::copy(k.key().begin(), k.key().end(), u.key.begin());
+    out.push_back(u);
+  }
+  return out;
+}
+
+nlohmann::json KeyIds(const std::vector<KeyUpdate>& keys) {
+  nlohmann::json ids = nlohmann::json::array();
+  for (const KeyUpdate& k : keys) {
+    ids.push_back(k.active ? fmt::format("{}*", k.id) : std::to_string(k.id));
+  }
+  return ids;
+}
+
+absl::Status SaveKeys(const std::string& state_dir,
+                      const google::protobuf::RepeatedPtrField<v1::OverlayKey>& keys) {
+  const std::string path = KeysPath(state_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        fmt::format("{}: cannot create {}: {}", path, state_dir, ec.message()));
+  }
+  const nlohmann::json j = {
+      {"format", kFormat},
+      {"keys", control::KeysToJson(std::vector<v1::OverlayKey>(keys.begin(), keys.end()))}};
+  return control::WriteFileAtomically(path, j.dump(1) + "\n", 0600);
+}
+
+absl::StatusOr<std::vector<KeyUpdate>> LoadKeys(const std::string& state_dir) {
+  const std::string path = KeysPath(state_dir);
+  ASSIGN_OR_RETURN(const std::string text, control::ReadFile(path, kMaxFileBytes));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.value("format", "") != kFormat) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: not a key file (a JSON object with format \"{}\")", path, kFormat));
+  }
+  absl::StatusOr<std::vector<v1::OverlayKey>> keys =
+      control::KeysFromJson(j.value("keys", nlohmann::json()));
+  if (!keys.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: {}", path, std::string(keys.status().message())));
+  }
+  google::protobuf::RepeatedPtrField<v1::OverlayKey> field(keys->begin(), keys->end());
+  return ToKeyUpdates(field);
+}
+
+}  // namespace dar::agent
