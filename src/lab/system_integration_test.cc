@@ -24,6 +24,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -250,6 +251,16 @@ class SystemTest : public LabTest {
     absl::StatusOr<CommandResult> r = SubprocessRunner(Seconds(20)).Execute(argv);
     if (!r.ok() || r->exit_code != 0) return nullptr;
     return nlohmann::json::parse(r->out, nullptr, /*allow_exceptions=*/false);
+  }
+
+  // darctl as an operator types it (no -j unless in `args`): exit code, output, errors.
+  CommandResult DarctlRun(std::vector<std::string> args) {
+    std::vector<std::string> argv = {"ip", "netns", "exec", Netns("ctl"), Bin("darctl")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--controller", "10.255.255.1:50051", "--tls-dir", dir_ + "/certs"});
+    absl::StatusOr<CommandResult> r = SubprocessRunner(Seconds(20)).Execute(argv);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : CommandResult{};
   }
 
   static uint64_t U64(const nlohmann::json& v) {
@@ -615,6 +626,106 @@ TEST_F(SystemTest, KeyRotationUnderTrafficLosesNothing) {
       "D restarted with the controller down: delivering again %lld ms after its start (the rotated "
       "keys from its state dir)\n",
       static_cast<long long>(back_ms));
+}
+
+// The operator's commands, through the darctl binary against the lab's controller: every view
+// in JSON and as text, a policy change (and bad ones refused with the reason), a link drained
+// (A's routes to D leave it) and undrained.
+TEST_F(SystemTest, DarctlShowsAndChangesWhatTheControllerRuns) {
+  Up('o');
+  if (IsSkipped() || HasFatalFailure()) return;
+  const nlohmann::json topology = Darctl({"show", "topology"});
+  ASSERT_TRUE(topology.is_object()) << "darctl show topology -j failed";
+  EXPECT_EQ(topology["nodes"].size(), 4u);
+  ASSERT_EQ(topology["links"].size(), 8u);  // both directions of the diamond's 4 links
+  std::set<std::string> names;
+  for (const nlohmann::json& l : topology["links"]) {
+    names.insert(l.value("src_name", "") + "->" + l.value("dst_name", ""));
+  }
+  EXPECT_THAT(names, ::testing::ElementsAre("A->B", "A->C", "B->A", "B->D", "C->A", "C->D", "D->B",
+                                            "D->C"));
+  // Every link measured by its agent: up, with an RTT.
+  ASSERT_TRUE(WaitFor([&] {
+    const nlohmann::json links = Darctl({"show", "links"});
+    if (!links.is_object() || links["links"].size() != 8) return false;
+    return std::all_of(links["links"].begin(), links["links"].end(), [](const nlohmann::json& l) {
+      return l.value("up", false) && l.value("rtt_ms", 0.0) > 0;
+    });
+  })) << Darctl({"show", "links"}).dump(1);
+
+  // The text views name what the JSON has.
+  const CommandResult nodes_text = DarctlRun({"show", "nodes"});
+  ASSERT_EQ(nodes_text.exit_code, 0) << nodes_text.err;
+  EXPECT_THAT(nodes_text.out, HasSubstr("fallbacks"));
+  for (const std::string n : {"A", "B", "C", "D"}) EXPECT_THAT(nodes_text.out, HasSubstr(n));
+  EXPECT_THAT(nodes_text.out, HasSubstr("controller"));  // each forwards on the controller's
+  const CommandResult links_text = DarctlRun({"show", "links"});
+  ASSERT_EQ(links_text.exit_code, 0) << links_text.err;
+  EXPECT_THAT(links_text.out, HasSubstr("B->D"));
+  const CommandResult routes_text = DarctlRun({"show", "routes", "--node", "A", "--dest", "D"});
+  ASSERT_EQ(routes_text.exit_code, 0) << routes_text.err;
+  EXPECT_THAT(routes_text.out, HasSubstr("table version"));
+  const nlohmann::json events = Darctl({"show", "events"});
+  ASSERT_TRUE(events.is_object());
+  std::set<std::string> connected;
+  for (const nlohmann::json& e : events["events"]) {
+    if (e.value("kind", "") == "agent_connected") connected.insert(e.value("node", ""));
+  }
+  EXPECT_EQ(connected, (std::set<std::string>{"A", "B", "C", "D"}));
+
+  // Policy: a change is applied and shown; an unknown key and a bad value are refused.
+  const CommandResult set = DarctlRun({"policy", "set", "temperature=0.25", "hysteresis=0.1"});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  const nlohmann::json policy = Darctl({"policy", "show"});
+  ASSERT_TRUE(policy.is_object());
+  EXPECT_DOUBLE_EQ(policy.value("temperature", 0.0), 0.25);
+  EXPECT_DOUBLE_EQ(policy.value("hysteresis", 0.0), 0.1);
+  const CommandResult unknown = DarctlRun({"policy", "set", "tempreature=1"});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown setting 'tempreature'"));
+  const CommandResult bad = DarctlRun({"policy", "set", "temperature=warm"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("'warm' is not a valid value for temperature"));
+  const CommandResult refused = DarctlRun({"policy", "set", "temperature=-1"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("temperature"));
+  EXPECT_DOUBLE_EQ(Darctl({"policy", "show"}).value("temperature", 0.0), 0.25);
+
+  // Drain B-D: both directions show it, and A's routes to D go through C only.
+  const CommandResult drain = DarctlRun({"link", "drain", "B", "D"});
+  ASSERT_EQ(drain.exit_code, 0) << drain.err;
+  EXPECT_THAT(drain.out, HasSubstr("link B-D drained"));
+  int drained = 0;
+  const nlohmann::json links = Darctl({"show", "links"});
+  ASSERT_TRUE(links.is_object());
+  for (const nlohmann::json& l : links["links"]) {
+    const std::string name = l.value("src_name", "") + "->" + l.value("dst_name", "");
+    EXPECT_EQ(l.value("drained", false), name == "B->D" || name == "D->B") << name;
+    drained += l.value("drained", false);
+  }
+  EXPECT_EQ(drained, 2);
+  ASSERT_TRUE(WaitFor([&] { return NextHopsAToD() == std::vector<std::string>{"C"}; }))
+      << Darctl({"show", "routes", "--node", "A", "--dest", "D"}).dump(1);
+  const CommandResult again = DarctlRun({"link", "drain", "D", "B"});
+  EXPECT_THAT(again.out, HasSubstr("(no change)"));
+  const CommandResult undrain = DarctlRun({"link", "undrain", "B", "D"});
+  ASSERT_EQ(undrain.exit_code, 0) << undrain.err;
+  EXPECT_THAT(undrain.out, HasSubstr("link B-D undrained"));
+  const nlohmann::json undrained = Darctl({"show", "links"});
+  ASSERT_TRUE(undrained.is_object());
+  for (const nlohmann::json& l : undrained["links"]) EXPECT_FALSE(l.value("drained", true)) << l;
+  const CommandResult nowhere = DarctlRun({"link", "drain", "A", "D"});
+  EXPECT_NE(nowhere.exit_code, 0);
+  EXPECT_THAT(nowhere.err, HasSubstr("no link A-D in the configuration"));
+  std::set<std::string> kinds;
+  const nlohmann::json later = Darctl({"show", "events"});
+  ASSERT_TRUE(later.is_object());
+  for (const nlohmann::json& e : later["events"]) {
+    kinds.insert(e.value("kind", ""));
+  }
+  for (const std::string k : {"policy_changed", "link_drained", "link_undrained"}) {
+    EXPECT_TRUE(kinds.contains(k)) << k;
+  }
 }
 
 // Impostors against the real controller: an agent with another CA's certificate, an agent
