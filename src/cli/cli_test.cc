@@ -22,8 +22,9 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result RunDarSim(const std::string& args) {
-  const std::string cmd = fmt::format("{}/src/cli/dar-sim {} 2>&1", DAR_BINARY_DIR, args);
+// One of this build's binaries (src/cli/<binary>) with `args`, as a shell runs it.
+Result RunBinary(const std::string& binary, const std::string& args) {
+  const std::string cmd = fmt::format("{}/src/cli/{} {} 2>&1", DAR_BINARY_DIR, binary, args);
   Result r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -34,6 +35,8 @@ Result RunDarSim(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+Result RunDarSim(const std::string& args) { return RunBinary("dar-sim", args); }
 
 std::string TempDir(const std::string& name) {
   const auto dir =
@@ -187,6 +190,88 @@ TEST(DarSimCliTest, RunRejectsABadScenarioWithTheKey) {
   EXPECT_THAT(r.output, HasSubstr("bad.yaml"));
   EXPECT_THAT(r.output, HasSubstr("size_mb"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/out/results.json"));
+  std::filesystem::remove_all(dir);
+}
+
+// A new user's first steps, through the binaries: a CA and certificates in two darctl
+// commands, then the controller's and an agent's configuration checked against them; a bad
+// file is refused with the file, the line or the field, and what is wrong.
+TEST(DaemonsCliTest, CertsInTwoCommandsThenEachDaemonChecksItsConfig) {
+  const std::string dir = TempDir("daemons");
+  const Result init =
+      RunBinary("darctl", fmt::format("certs init --dir {}/certs --domain cli.test", dir));
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  const Result issue = RunBinary("darctl", fmt::format("certs issue --dir {}/certs --node 1", dir));
+  ASSERT_EQ(issue.exit_code, 0) << issue.output;
+  EXPECT_THAT(issue.output, HasSubstr("spiffe://cli.test/node/1"));
+  for (const char* f : {"ca.crt", "controller.crt", "controller.key", "node-1.crt", "node-1.key"}) {
+    EXPECT_TRUE(std::filesystem::exists(fmt::format("{}/certs/{}", dir, f))) << f;
+  }
+  const Result again = RunBinary("darctl", fmt::format("certs issue --dir {}/certs --node 1", dir));
+  EXPECT_NE(again.exit_code, 0) << "an existing certificate is replaced only with --force";
+
+  const std::string topology = R"(nodes:
+  - {id: 1, name: A, overlay: 10.77.0.1}
+  - {id: 2, name: B, overlay: 10.77.0.2}
+links:
+  - {a: A, b: B, capacity_mbps: 100}
+)";
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  const std::string ctl = write("controller.yaml",
+                                "listen: 127.0.0.1:50051\n"
+                                "tls: {cert: certs/controller.crt, key: certs/controller.key, "
+                                "ca: certs/ca.crt}\n"
+                                "trust_domain: cli.test\n" +
+                                    topology);
+  Result r = RunBinary("dar-controller", "--check-config " + ctl);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("OK"));
+  const std::string bad_ctl = write("bad-controller.yaml",
+                                    "listen: 127.0.0.1:50051\n"
+                                    "tls: {cert: certs/controller.crt, key: certs/controller.key, "
+                                    "ca: certs/ca.crt}\n"
+                                    "cycle_ms: -5\n" +
+                                        topology);
+  r = RunBinary("dar-controller", "--check-config " + bad_ctl);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("bad-controller.yaml:3"));
+  EXPECT_THAT(r.output, HasSubstr("cycle"));
+  // A node's certificate is not a controller's.
+  const std::string wrong_cert =
+      write("node-cert-controller.yaml",
+            "listen: 127.0.0.1:50051\n"
+            "tls: {cert: certs/node-1.crt, key: certs/node-1.key, ca: certs/ca.crt}\n" +
+                topology);
+  r = RunBinary("dar-controller", "--check-config " + wrong_cert);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("not of a controller"));
+
+  const std::string agent_text =
+      "node: {id: 1, name: A}\n"
+      "controller: 127.0.0.1:50051\n"
+      "tls: {cert: certs/node-1.crt, key: certs/node-1.key, ca: "
+      "certs/ca.crt}\n"
+      "state_dir: state/A\n"
+      "nodes:\n"
+      "  - {id: 1, name: A}\n"
+      "  - {id: 2, name: B}\n"
+      "links:\n"
+      "  - {a: A, b: B, capacity_bps: 100000000}\n"
+      "neighbours:\n"
+      "  - {id: 2, link: 0, interface: a-b, address: 10.1.0.1/30, "
+      "peer_address: 10.1.0.2}\n";
+  r = RunBinary("dar-agent", "--config " + write("A.yaml", agent_text) + " --check-config");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("OK (node 1 'A', 2 nodes, 1 links, 1 neighbours)"));
+  std::string bad_agent = agent_text;
+  bad_agent.replace(bad_agent.find("link: 0"), 7, "link: 3");
+  r = RunBinary("dar-agent", "--config " + write("bad-A.yaml", bad_agent) + " --check-config");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("bad-A.yaml"));
+  EXPECT_THAT(r.output, HasSubstr("neighbours[0].link"));
   std::filesystem::remove_all(dir);
 }
 
