@@ -68,6 +68,14 @@ void ControlClient::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void ControlClient::NotifyLinkChange() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    link_changed_ = true;
+  }
+  cv_.notify_all();
+}
+
 ControlClientStatus ControlClient::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
@@ -231,14 +239,17 @@ bool ControlClient::RunSession() {
       Duration(probe_interval_ns_.load()));
   auto next = std::chrono::steady_clock::now() + period;
   while (healthy) {
+    bool early = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_until(lock, next, [this] { return stop_ || reader_done_; });
+      cv_.wait_until(lock, next, [this] { return stop_ || reader_done_ || link_changed_; });
       if (stop_) {
         why = "stopped";
         break;
       }
       if (reader_done_) break;
+      early = link_changed_ && std::chrono::steady_clock::now() < next;
+      link_changed_ = false;
     }
     Maintain();
     if (!SendSamples(*stream) || !SendTableStatus(*stream, &status_sent)) {
@@ -250,6 +261,7 @@ bool ControlClient::RunSession() {
                         Millis(options_.silence_timeout));
       break;
     }
+    if (early) continue;  // a link changed: sent now, and again on the usual tick
     next += period;
     const auto now = std::chrono::steady_clock::now();
     if (next < now) next = now + period;

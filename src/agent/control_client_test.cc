@@ -449,9 +449,12 @@ TEST_F(ControlClientTest, AppliesTheControllersConfig) {
   EXPECT_TRUE(keys[1].active);
   ASSERT_TRUE(Eventually([&] { return !dataplane_.forwarding().empty(); }));
   EXPECT_EQ(dataplane_.forwarding()[0].mode, ForwardingMode::kPerPacket);
-  // Saved for a restart before the controller is back.
-  absl::StatusOr<std::vector<KeyUpdate>> saved = LoadKeys(config_.state_dir);
-  ASSERT_TRUE(saved.ok()) << saved.status();
+  // Saved for a restart before the controller is back (just after they are applied).
+  absl::StatusOr<std::vector<KeyUpdate>> saved;
+  ASSERT_TRUE(Eventually([&] {
+    saved = LoadKeys(config_.state_dir);
+    return saved.ok();
+  })) << saved.status();
   ASSERT_EQ(saved->size(), 2u);
   EXPECT_EQ((*saved)[1].id, 2u);
   EXPECT_TRUE((*saved)[1].active);
@@ -517,6 +520,22 @@ TEST_F(ControlClientTest, ReportsItsTableAndEveryFallbackToStatic) {
   EXPECT_FALSE(status.static_table());
   EXPECT_EQ(status.fallbacks(), 1u);
   EXPECT_EQ(client_->table_status().fallbacks(), 1u);
+}
+
+// A link's liveness change sends the samples at once, not at the next probe interval (here
+// 30 s away, so a samples message within the test's timeout can only be the early one).
+TEST_F(ControlClientTest, SendsSamplesAtOnceWhenALinkChanges) {
+  config_.probe_interval = Seconds(30);
+  StartClient();
+  size_t cursor = 0;
+  controller_->NextHello(cursor);
+  client_->NotifyLinkChange();
+  const v1::LinkSamples samples =
+      controller_->Next(cursor, [](const v1::AgentMessage& m) { return m.has_samples(); })
+          .samples();
+  ASSERT_EQ(samples.samples_size(), 2);
+  EXPECT_FALSE(samples.samples(1).up());  // what the data plane says of the link to 4
+  EXPECT_EQ(client_->status().samples_sent, 1);
 }
 
 // A fallback made while the controller was away is in the next hello.

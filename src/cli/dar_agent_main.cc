@@ -123,8 +123,15 @@ int Run(const std::string& path, const std::string& log_path) {
   agent::TableStore store(*config, topology, config->table_stale, &out);
   store.LoadFromDisk(SteadyNow()).IgnoreError();  // logged by the store
   (*dataplane)->InstallTables(store.TakeChange(SteadyNow()));
-  (*dataplane)->SetLivenessCallback([&store, &out, &config](NodeId neighbour, bool up) {
+  agent::DataplaneBridge bridge(**dataplane);
+  agent::ControlClientOptions options;
+  options.forwarding = dataplane_config->forwarding;
+  options.seed = seed;
+  agent::ControlClient client(*config, store, bridge, out, options);
+  // A link's liveness changes: the static table follows, and the controller hears at once.
+  (*dataplane)->SetLivenessCallback([&store, &out, &config, &client](NodeId neighbour, bool up) {
     store.SetNeighbourUp(neighbour, up);
+    client.NotifyLinkChange();
     out.Info(up ? "neighbour up" : "neighbour down",
              {{"neighbour", config->nodes[neighbour].id}, {"name", config->nodes[neighbour].name}});
   });
@@ -132,12 +139,6 @@ int Run(const std::string& path, const std::string& log_path) {
     out.Error("cannot start the data plane", {{"error", std::string(s.message())}});
     return 1;
   }
-
-  agent::DataplaneBridge bridge(**dataplane);
-  agent::ControlClientOptions options;
-  options.forwarding = dataplane_config->forwarding;
-  options.seed = seed;
-  agent::ControlClient client(*config, store, bridge, out, options);
   if (absl::Status s = client.Start(); !s.ok()) {
     out.Error("cannot start the control client", {{"error", std::string(s.message())}});
     (*dataplane)->Stop();  // before the store its callback uses goes away

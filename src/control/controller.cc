@@ -51,6 +51,15 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   c->core_ =
       std::make_unique<ControllerCore>(config, *c->clock_, *c->log_, *c->metrics_,
                                        /*publish_thread=*/options.cycle_thread, std::move(keys));
+  // A link end newly reported down: the cycle thread runs a cycle at once (before the server
+  // starts, so that no agent's samples race the setting).
+  c->core_->SetEarlyCycleRequest([p = c.get()] {
+    {
+      std::lock_guard<std::mutex> lock(p->thread_mu_);
+      p->wake_ = true;
+    }
+    p->thread_cv_.notify_all();
+  });
   RETURN_IF_ERROR(c->core_->RestoreOperatorState());
   c->agent_service_ = std::make_unique<AgentServiceImpl>(*c->core_, *c->clock_, *c->log_);
   c->admin_service_ = std::make_unique<AdminServiceImpl>(*c->core_, *c->log_);

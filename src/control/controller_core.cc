@@ -391,11 +391,21 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
                                   unix_now, s.rtt_ms()});
   }
   size_t dropped = 0;
+  bool newly_down = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (overlay != overlay_) return absl::OkStatus();  // a reload raced: these ids are stale
     auto it = agents_.find(wire_id);
     if (it != agents_.end()) it->second.last_seen_unix_ns = unix_now;
+    if (reported_overlay_ != overlay) {
+      reported_.assign(static_cast<size_t>(topo.num_links()), Reported::kUnheard);
+      reported_overlay_ = overlay;
+    }
+    for (const PendingSample& p : batch) {
+      Reported& r = reported_[static_cast<size_t>(p.link)];
+      newly_down |= !p.sample.up && r != Reported::kDown;
+      r = p.sample.up ? Reported::kUp : Reported::kDown;
+    }
     // Bounded: a stalled cycle must not let memory grow; 64 samples a link is 6 s at 10 Hz.
     const size_t limit = 64 * static_cast<size_t>(topo.num_links()) + 1024;
     for (PendingSample& p : batch) {
@@ -409,6 +419,10 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
   metrics_.sample_messages->Increment();
   metrics_.samples->Increment(static_cast<double>(batch.size() - dropped));
   if (dropped > 0) metrics_.samples_dropped->Increment(static_cast<double>(dropped));
+  if (newly_down && early_cycle_) {
+    metrics_.early_cycles->Increment();
+    early_cycle_();
+  }
   return absl::OkStatus();
 }
 

@@ -117,11 +117,17 @@ class ControllerCore {
                                   std::shared_ptr<AgentLink> link);
   // The stream `link` of node `wire_id` ended.
   void Detach(uint32_t wire_id, const AgentLink* link);
-  // Samples from node `wire_id`, queued for the next cycle. All or nothing.
+  // Samples from node `wire_id`, queued for the next cycle. All or nothing. A link end newly
+  // reported down (its last sample said up, or none came yet) asks for a cycle at once
+  // (SetEarlyCycleRequest), so that routes leave a failed link within milliseconds, not at the
+  // next tick.
   // Errors: PermissionDenied for a link that is not the node's own, InvalidArgument for a bad
   // value (naming the sample and field), FailedPrecondition if the node is no longer
   // configured.
   absl::Status OnSamples(uint32_t wire_id, const v1::LinkSamples& samples);
+  // Called (outside the core's locks) when samples ask for a cycle at once; the cycle thread's
+  // owner runs one. Set before agents connect. Null: no early cycles.
+  void SetEarlyCycleRequest(std::function<void()> request) { early_cycle_ = std::move(request); }
   // Closes every agent's stream with `status` (the controller is stopping).
   void CloseAll(const absl::Status& status);
   // Which table node `wire_id` forwards with (also in its Hello). A fallback to static newer
@@ -290,6 +296,12 @@ class ControllerCore {
   KeyRing keys_;
   std::map<uint32_t, Agent> agents_;  // by wire id; entries stay after a disconnect
   std::vector<PendingSample> pending_;
+  // What each link end's newest sample said (kUnheard, kUp, kDown), by LinkId of
+  // `reported_overlay_`; reset when the overlay changes.
+  enum class Reported : uint8_t { kUnheard, kUp, kDown };
+  std::vector<Reported> reported_;
+  std::shared_ptr<const Overlay> reported_overlay_;
+  std::function<void()> early_cycle_;
   std::set<std::pair<std::string, std::string>> drained_;  // (name, name), ordered pair
   std::deque<v1::Event> events_;                           // newest at the back
   std::shared_ptr<const RouteSnapshot> latest_;

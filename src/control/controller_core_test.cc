@@ -468,6 +468,32 @@ TEST_F(CoreTest, AcksAreRecorded) {
   EXPECT_EQ(metrics_.tables_refused->Value(), 1);
 }
 
+// A link end newly reported down asks for a cycle at once; an end that stays down, or comes
+// up, does not.
+TEST_F(CoreTest, ALinkEndNewlyReportedDownAsksForACycleAtOnce) {
+  int requests = 0;
+  core_->SetEarlyCycleRequest([&] { ++requests; });
+  ReportAll();  // every end up: nothing urgent
+  EXPECT_EQ(requests, 0);
+  ASSERT_TRUE(core_->OnSamples(2, Samples({{1, true}, {4, false}})).ok());
+  EXPECT_EQ(requests, 1);
+  ASSERT_TRUE(core_->OnSamples(2, Samples({{1, true}, {4, false}})).ok());  // still down
+  EXPECT_EQ(requests, 1);
+  ASSERT_TRUE(core_->OnSamples(4, Samples({{2, false}, {3, true}})).ok());  // the other end
+  EXPECT_EQ(requests, 2);
+  ASSERT_TRUE(core_->OnSamples(2, Samples({{1, true}, {4, true}})).ok());  // back up
+  EXPECT_EQ(requests, 2);
+  ASSERT_TRUE(core_->OnSamples(2, Samples({{1, true}, {4, false}})).ok());  // down again
+  EXPECT_EQ(requests, 3);
+  EXPECT_EQ(metrics_.early_cycles->Value(), 3);
+  // A node whose first word on a link is "down" (a restarted agent) asks too.
+  ControllerCore fresh(config_, clock_, *log_, metrics_);
+  int fresh_requests = 0;
+  fresh.SetEarlyCycleRequest([&] { ++fresh_requests; });
+  ASSERT_TRUE(fresh.OnSamples(3, Samples({{1, false}, {4, true}})).ok());
+  EXPECT_EQ(fresh_requests, 1);
+}
+
 // Which table an agent forwards with, from its hello and its TableStatus messages: the node
 // view shows it, and each new fallback to static is one event.
 TEST_F(CoreTest, AgentFallbacksToStaticAreShownAndEachIsAnEvent) {

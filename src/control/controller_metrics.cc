@@ -52,6 +52,8 @@ ControllerMetrics::ControllerMetrics() : registry(std::make_shared<prometheus::R
   samples = NewCounter(r, "dar_controller_samples_total", "Link samples accepted from agents");
   samples_dropped = NewCounter(r, "dar_controller_samples_dropped_total",
                                "Link samples dropped because the ingest buffer was full");
+  early_cycles = NewCounter(r, "dar_controller_early_cycles_total",
+                            "Cycles run at once because a link end was newly reported down");
   tables_sent_full =
       NewCounter(r, "dar_controller_tables_sent_full_total", "Full route tables sent to agents");
   tables_sent_delta =

@@ -398,6 +398,9 @@ TEST_F(SystemTest, TransferSurvivesAFarLinkGoingDown) {
   const DatagramStream::Report r = (*stream)->Analyse(failed_seq, (*stream)->sent());
   const DatagramStream::Report tail = (*stream)->Analyse(r.sent - 1000, r.sent);
   EXPECT_EQ(tail.lost, 0u);
+  // The goal, under 300 ms of outage with 100 ms probes, as datagrams lost (one a ms):
+  // a loaded machine that delays the stream's threads stretches the gap, not the loss.
+  EXPECT_LT(r.lost, 300u);
   EXPECT_LT(r.longest_gap_ms, 2000);
   const nlohmann::json events = Darctl({"show", "events"});
   EXPECT_THAT(events.dump(), HasSubstr("link_down"));
