@@ -224,6 +224,65 @@ std::vector<std::vector<uint8_t>> ReceiveAll(net::UdpSocket& s, size_t want,
   return out;
 }
 
+// The forwarding modes on real packets: A's table sends D's traffic to B and C, half each.
+// Per flow, one flow stays on one branch (no reordering) while many flows use both; per packet,
+// one flow is spread over both.
+TEST(DataplaneNamespaceTest, ForwardingModesSpreadFlowsOrPackets) {
+  SKIP_UNLESS_ROOT();
+  // Edges: 0 A-B, 1 A-C, 2 B-D, 3 C-D.
+  NamespaceLab lab("m", 4, {{0, 1}, {0, 2}, {1, 3}, {2, 3}});
+  ASSERT_TRUE(lab.Build().ok());
+  ASSERT_TRUE(lab.StartDataplanes().ok());
+  lab.InstallRouting(ComputeEcmpTables(lab.topology()));
+  ASSERT_TRUE(lab.WaitForProbes());
+  absl::StatusOr<net::UdpSocket> d = lab.OverlaySocket(3, 9000);
+  ASSERT_TRUE(d.ok()) << d.status();
+
+  // Sends `per_flow` datagrams from each of `flows` source ports; the share B carried, once
+  // all arrived.
+  const auto b_share = [&](ForwardingMode mode, int flows, int per_flow) -> double {
+    ForwardingConfig f;
+    f.mode = mode;
+    EXPECT_TRUE(lab.dp(0).SetForwarding(f).ok());
+    const uint64_t b0 = lab.dp(1).counters().forwarded, c0 = lab.dp(2).counters().forwarded;
+    const uint8_t payload[32] = {};
+    size_t sent = 0, received = 0;
+    // Takes what was sent so far, so that no socket buffer on the way overflows.
+    const auto drain = [&] {
+      received += ReceiveAll(*d, sent - received, std::chrono::seconds(2)).size();
+    };
+    for (int flow = 0; flow < flows; ++flow) {
+      absl::StatusOr<net::UdpSocket> a = lab.OverlaySocket(0, 0);  // a new source port
+      EXPECT_TRUE(a.ok()) << a.status();
+      if (!a.ok()) return -1;
+      for (int i = 0; i < per_flow; ++i) {
+        SendTo(*a, payload, d->local());
+        if (++sent % 50 == 0) drain();
+      }
+      drain();
+    }
+    const size_t want = static_cast<size_t>(flows * per_flow);
+    EXPECT_EQ(received, want);
+    const double b = static_cast<double>(lab.dp(1).counters().forwarded - b0);
+    const double c = static_cast<double>(lab.dp(2).counters().forwarded - c0);
+    EXPECT_EQ(b + c, static_cast<double>(want));
+    return b / std::max(1.0, b + c);
+  };
+  const double one_flow = b_share(ForwardingMode::kPerFlow, 1, 400);
+  EXPECT_TRUE(one_flow == 0 || one_flow == 1) << one_flow;
+  // 32 flows: the chance that a fair hash puts all on one branch is 2^-31.
+  const double many_flows = b_share(ForwardingMode::kPerFlow, 32, 20);
+  EXPECT_GT(many_flows, 0.1);
+  EXPECT_LT(many_flows, 0.9);
+  const double sprayed = b_share(ForwardingMode::kPerPacket, 1, 400);
+  EXPECT_GT(sprayed, 0.3);
+  EXPECT_LT(sprayed, 0.7);
+  std::printf(
+      "share of A's traffic to D through B: one flow per flow %.2f, 32 flows %.2f, one "
+      "flow per packet %.2f\n",
+      one_flow, many_flows, sprayed);
+}
+
 // A link shaped below the agent (tbf at 4 Mbit/s on A's veth) and offered about 12: the
 // rate A reports is what the shaper lets through, not what A sent into it.
 TEST(DataplaneNamespaceTest, ShapedLinkReportsWhatItDelivers) {
