@@ -731,6 +731,58 @@ TEST_F(SystemTest, DarctlShowsAndChangesWhatTheControllerRuns) {
   }
 }
 
+// A reload through the real signal: a bad file is refused with the file and the key, and the
+// running configuration stays (the agents keep their tables); a good one applies.
+TEST_F(SystemTest, SighupReloadRefusesABadFileAndAppliesAGoodOne) {
+  Up('r');
+  if (IsSkipped() || HasFatalFailure()) return;
+  const nlohmann::json state =
+      nlohmann::json::parse(ReadFile(dir_ + "/state.json"), nullptr, false);
+  ASSERT_TRUE(state.is_object());
+  int pid = 0;
+  for (const nlohmann::json& p : state.value("processes", nlohmann::json::array())) {
+    if (p.value("role", "") == "controller") pid = p.value("pid", 0);
+  }
+  ASSERT_GT(pid, 0) << state.dump(1);
+  const std::string file = dir_ + "/controller.yaml";
+  const std::string good = ReadFile(file);
+  ASSERT_THAT(good, Not(HasSubstr("cycle_ms")));
+  const auto reload_with = [&](const std::string& text, const std::string& kind) {
+    std::ofstream(file) << text;
+    EXPECT_EQ(::kill(pid, SIGHUP), 0);
+    nlohmann::json found;
+    WaitFor([&] {
+      const nlohmann::json events = Darctl({"show", "events"});
+      if (!events.is_object()) return false;
+      for (const nlohmann::json& e : events["events"]) {
+        if (e.value("kind", "") == kind) found = e;
+      }
+      return !found.is_null();
+    });
+    return found;
+  };
+
+  const nlohmann::json refused = reload_with(good + "cycle_ms: -5\n", "config_refused");
+  ASSERT_FALSE(refused.is_null()) << "no config_refused event";
+  EXPECT_THAT(refused.value("detail", ""), HasSubstr("controller.yaml"));
+  EXPECT_THAT(refused.value("detail", ""), HasSubstr("cycle"));
+  // Still running, on the configuration it had: every agent connected, the cycle 100 ms.
+  EXPECT_EQ(AckedVersions().size(), 4u);
+  EXPECT_EQ(Darctl({"policy", "show"}).value("cycle_ms", 0u), 100u);
+
+  const nlohmann::json reloaded = reload_with(good + "cycle_ms: 50\n", "config_reloaded");
+  ASSERT_FALSE(reloaded.is_null()) << "no config_reloaded event";
+  EXPECT_EQ(Darctl({"policy", "show"}).value("cycle_ms", 0u), 50u);
+  const uint64_t newest = [&] {
+    uint64_t v = 0;
+    for (const auto& [node, version] : AckedVersions()) v = std::max(v, version);
+    return v;
+  }();
+  EXPECT_TRUE(WaitFor([&] { return AllAgentsHaveTables(newest); }))
+      << "tables stopped after the reload";
+  std::ofstream(file) << good;
+}
+
 // Impostors against the real controller: an agent with another CA's certificate, an agent
 // whose certificate names another node than its config, and a TLS 1.2 client are refused; the
 // genuine agent then joins again.
