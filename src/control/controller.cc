@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   c->core_->SetEarlyCycleRequest([p = c.get()] {
     {
       std::lock_guard<std::mutex> lock(p->thread_mu_);
-      p->wake_ = true;
+      p->early_ = true;
     }
     p->thread_cv_.notify_all();
   });
@@ -130,14 +130,25 @@ void Controller::CycleLoop() {
   using SteadyClock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(thread_mu_);
   SteadyClock::time_point next = SteadyClock::now();
+  SteadyClock::time_point last = next - core_->cycle_period();
   while (!stopping_) {
     next += core_->cycle_period();
     const SteadyClock::time_point now = SteadyClock::now();
     if (next < now) next = now;  // after a stall, do not run cycles back to back
-    thread_cv_.wait_until(lock, next, [this] { return stopping_ || wake_; });
+    thread_cv_.wait_until(lock, next, [this] { return stopping_ || wake_ || early_; });
     if (stopping_) break;
-    if (wake_) next = SteadyClock::now();  // the period may have changed: start afresh
+    if (early_ && !wake_) {
+      // A link went down: a cycle now, but not sooner than a fifth of a period after the last
+      // one, so that a storm of failures cannot keep the cycle thread busy back to back.
+      const SteadyClock::time_point earliest = last + core_->cycle_period() / 5;
+      thread_cv_.wait_until(lock, std::min(earliest, next), [this] { return stopping_ || wake_; });
+      if (stopping_) break;
+    }
+    // Afresh from now: the period may have changed (a reload), or this cycle came early.
+    if (wake_ || early_) next = SteadyClock::now();
     wake_ = false;
+    early_ = false;
+    last = SteadyClock::now();
     lock.unlock();
     core_->RunCycle();
     lock.lock();

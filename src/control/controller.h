@@ -93,7 +93,8 @@ class Controller {
   std::mutex thread_mu_;
   std::condition_variable thread_cv_;
   bool stopping_ = false;
-  bool wake_ = false;
+  bool wake_ = false;   // the configuration changed: a cycle now, then the (new) period
+  bool early_ = false;  // a link end was newly reported down (SetEarlyCycleRequest)
   std::thread cycle_thread_;
   std::once_flag shutdown_once_;
 };

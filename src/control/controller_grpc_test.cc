@@ -480,6 +480,53 @@ TEST_F(ControllerGrpcTest, CycleThreadPushesTablesAndHttpServesMetricsAndHealth)
   EXPECT_GT(lines, cycles);
 }
 
+// With the real cycle thread on a 60 s period, a sample saying a link went down brings a table
+// without that link at once: only the early cycle can have made it.
+TEST_F(ControllerGrpcTest, ALinkReportedDownGetsACycleAtOnce) {
+  ControllerConfig config = testing::MakeTestConfig(*pki_, 4, kDiamond);
+  config.policy.cycle = Seconds(60);
+  config.table_stale = Seconds(120);
+  absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  controller_ = std::move(*c);
+  auto agent = Agent(Node(1), [](const v1::RouteTable& t) {
+    v1::TableAck ack;
+    ack.set_version(t.version());
+    ack.set_accepted(true);
+    return ack;
+  });
+  agent->SendHello(1, {2, 3}, /*delta_tables=*/false);
+  size_t cursor = 0;
+  std::optional<v1::ControllerMessage> first = agent->WaitFor(IsTable, &cursor);
+  ASSERT_TRUE(first.has_value());
+  const auto sample = [&](bool n2_up) {
+    v1::AgentMessage m;
+    for (uint32_t nb : {2u, 3u}) {
+      v1::LinkSample* s = m.mutable_samples()->add_samples();
+      s->set_neighbor_id(nb);
+      s->set_up(nb == 2 ? n2_up : true);
+      s->set_rtt_ms(0.3);
+    }
+    agent->Send(m);
+  };
+  sample(true);  // up: no cycle
+  sample(false);
+  std::optional<v1::ControllerMessage> moved = agent->WaitFor(
+      [&](const v1::ControllerMessage& m) {
+        if (!m.has_table() || m.table().version() <= first->table().version()) return false;
+        for (const v1::Route& r : m.table().routes()) {
+          for (const v1::NextHop& h : r.next_hops()) {
+            if (h.neighbor_id() == 2) return false;
+          }
+        }
+        return true;
+      },
+      &cursor);
+  ASSERT_TRUE(moved.has_value()) << "no table without n1-n2 before the next 60 s tick";
+  EXPECT_EQ(controller_->metrics().early_cycles->Value(), 1);
+  EXPECT_TRUE(HasEvent("link_down"));
+}
+
 TEST_F(ControllerGrpcTest, StartFailsClearlyOnABadCertificateOrAddress) {
   ControllerConfig config = testing::MakeTestConfig(*pki_, 4, kDiamond);
   config.tls.cert_file = "/nonexistent/controller.crt";
