@@ -220,31 +220,26 @@ links:
     std::ofstream(dir + "/" + name) << text;
     return dir + "/" + name;
   };
-  const std::string ctl = write("controller.yaml",
-                                "listen: 127.0.0.1:50051\n"
-                                "tls: {cert: certs/controller.crt, key: certs/controller.key, "
-                                "ca: certs/ca.crt}\n"
-                                "trust_domain: cli.test\n" +
-                                    topology);
+  // A controller configuration with the certificate `cert` (controller or node-1) and `extra`.
+  const auto controller_yaml = [&](const std::string& cert, const std::string& extra) {
+    return fmt::format(
+        "listen: 127.0.0.1:50051\ntls: {{cert: certs/{0}.crt, key: certs/{0}.key, ca: "
+        "certs/ca.crt}}\n{1}{2}",
+        cert, extra, topology);
+  };
+  const std::string ctl =
+      write("controller.yaml", controller_yaml("controller", "trust_domain: cli.test\n"));
   Result r = RunBinary("dar-controller", "--check-config " + ctl);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("OK"));
-  const std::string bad_ctl = write("bad-controller.yaml",
-                                    "listen: 127.0.0.1:50051\n"
-                                    "tls: {cert: certs/controller.crt, key: certs/controller.key, "
-                                    "ca: certs/ca.crt}\n"
-                                    "cycle_ms: -5\n" +
-                                        topology);
+  const std::string bad_ctl =
+      write("bad-controller.yaml", controller_yaml("controller", "cycle_ms: -5\n"));
   r = RunBinary("dar-controller", "--check-config " + bad_ctl);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("bad-controller.yaml:3"));
   EXPECT_THAT(r.output, HasSubstr("cycle"));
   // A node's certificate is not a controller's.
-  const std::string wrong_cert =
-      write("node-cert-controller.yaml",
-            "listen: 127.0.0.1:50051\n"
-            "tls: {cert: certs/node-1.crt, key: certs/node-1.key, ca: certs/ca.crt}\n" +
-                topology);
+  const std::string wrong_cert = write("node-cert-controller.yaml", controller_yaml("node-1", ""));
   r = RunBinary("dar-controller", "--check-config " + wrong_cert);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("not of a controller"));
