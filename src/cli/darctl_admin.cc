@@ -12,6 +12,7 @@
 #include "control/tls.h"
 #include "dar/v1/admin.grpc.pb.h"
 #include "fmt/format.h"
+#include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 
@@ -202,11 +203,41 @@ struct PolicyFlags {
   std::vector<std::string> set;  // key=value
 };
 
+// `m`'s fields one per line ("temperature: 0.5"), zero values too, a message's fields
+// indented under its name.
+void PrintFields(const google::protobuf::Message& m, int indent) {
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->is_repeated()) continue;  // none in the policy views
+    std::string value;
+    switch (f->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE:
+        std::cout << fmt::format("{:{}}{}:\n", "", indent, f->name());
+        PrintFields(r->GetMessage(m, f), indent + 2);
+        continue;
+      case google::protobuf::FieldDescriptor::CPPTYPE_STRING:
+        value = r->GetString(m, f);
+        break;
+      default:
+        google::protobuf::TextFormat::PrintFieldValueToString(m, f, -1, &value);
+    }
+    std::cout << fmt::format("{:{}}{}: {}\n", "", indent, f->name(), value);
+  }
+}
+
+// The settings as text, or with -j as JSON.
+void PrintPolicy(const Connection& c, const dar::v1::PolicySettings& p) {
+  if (c.json) return PrintJson(p);
+  PrintFields(p, 0);
+}
+
 void Policy(const Connection& c, const PolicyFlags& f) {
   if (f.set.empty()) {
     const auto r = Call<dar::v1::GetPolicyRequest, dar::v1::PolicySettings>(
         c, &dar::v1::AdminService::Stub::GetPolicy, dar::v1::GetPolicyRequest());
-    return PrintJson(r);
+    return PrintPolicy(c, r);
   }
   auto current = Call<dar::v1::GetPolicyRequest, dar::v1::PolicySettings>(
       c, &dar::v1::AdminService::Stub::GetPolicy, dar::v1::GetPolicyRequest());
@@ -252,7 +283,7 @@ void Policy(const Connection& c, const PolicyFlags& f) {
   }
   const auto r = Call<dar::v1::PolicySettings, dar::v1::PolicySettings>(
       c, &dar::v1::AdminService::Stub::SetPolicy, next);
-  PrintJson(r);
+  PrintPolicy(c, r);
 }
 
 void Drain(const Connection& c, const std::string& a, const std::string& b, bool drain) {

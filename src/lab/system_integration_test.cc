@@ -683,6 +683,11 @@ TEST_F(SystemTest, DarctlShowsAndChangesWhatTheControllerRuns) {
   ASSERT_TRUE(policy.is_object());
   EXPECT_DOUBLE_EQ(policy.value("temperature", 0.0), 0.25);
   EXPECT_DOUBLE_EQ(policy.value("hysteresis", 0.0), 0.1);
+  const CommandResult policy_text = DarctlRun({"policy", "show"});
+  ASSERT_EQ(policy_text.exit_code, 0) << policy_text.err;
+  EXPECT_THAT(policy_text.out, HasSubstr("temperature: 0.25\n"));
+  EXPECT_THAT(policy_text.out, HasSubstr("cycle_ms: 100\n"));
+  EXPECT_THAT(policy_text.out, HasSubstr("learned:\n  active: analytic\n"));
   const CommandResult unknown = DarctlRun({"policy", "set", "tempreature=1"});
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_THAT(unknown.err, HasSubstr("unknown setting 'tempreature'"));
