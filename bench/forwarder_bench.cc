@@ -551,6 +551,10 @@ int Main(int argc, char** argv) {
   app.add_option("--only", only, "measure one side only (for profiling)")
       ->check(CLI::IsMember({"kernel", "dar"}));
   CLI11_PARSE(app, argc, argv);
+  if (no_udp && no_tcp && no_transit) {
+    std::fprintf(stderr, "forwarder_bench: --no-udp, --no-tcp and --no-transit leave nothing\n");
+    return 2;
+  }
   if (::geteuid() != 0) {
     std::fprintf(stderr, "forwarder_bench: needs root (network namespaces, veths, TUN)\n");
     return 2;

@@ -109,12 +109,15 @@ v1::TableStatus ControlClient::table_status() const {
 void ControlClient::Maintain() {
   // Held across taking and installing, so that two threads cannot install out of order.
   std::lock_guard<std::mutex> lock(install_mu_);
-  std::shared_ptr<const AgentTables> t = store_.TakeChange(Now());
+  const Time now = Now();
+  std::shared_ptr<const AgentTables> t = store_.TakeChange(now);
   if (t != nullptr) {
     dataplane_.InstallTables(t);
     log_.Debug("tables installed", {{"version", t->version}, {"static", t->is_static}});
-    table_status_.set_static_table(t->is_static);
   }
+  // From the store, not from `t`: whoever installed the first table (the agent's main does,
+  // before the client starts), this says what the data plane has.
+  table_status_.set_static_table(store_.Source(now) == TableSource::kStatic);
   const uint64_t fallbacks = static_cast<uint64_t>(store_.counters().fallbacks_to_static);
   if (fallbacks != table_status_.fallbacks()) {
     table_status_.set_fallbacks(fallbacks);

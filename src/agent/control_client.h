@@ -78,11 +78,13 @@ class DataplaneBridge final : public DataplaneControl {
 };
 
 struct ControlClientOptions {
-  // Reconnection backoff. REQUIRES: 0 < backoff_min <= backoff_max. The longest wait is well
-  // inside the tables' staleness timeout (3 s by default): an agent is back within about a
-  // second of a restarted controller, before its table goes stale and it falls back to static.
+  // Reconnection backoff. REQUIRES: 0 < backoff_min <= backoff_max. The longest wait is a
+  // small part of the tables' staleness timeout (3 s by default): an agent is back within half
+  // a second of a restarted controller, so a controller away for up to about 2 s finds its
+  // agents still on its predecessor's tables, not fallen back to static. (A connection
+  // attempt a second or two from every agent is nothing for a controller to refuse.)
   Duration backoff_min = Milliseconds(100);
-  Duration backoff_max = Seconds(1);
+  Duration backoff_max = Milliseconds(500);
   // A stream on which the controller sends nothing for this long is given up (the controller
   // sends a table every cycle, 100 ms by default). REQUIRES: > 0.
   Duration silence_timeout = Seconds(15);

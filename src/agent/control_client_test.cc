@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -123,6 +124,11 @@ class FakeController final : public v1::AgentService::Service {
   bool connected() {
     std::lock_guard<std::mutex> lock(send_mu_);
     return stream_ != nullptr;
+  }
+  // How many messages received so far satisfy `match` (no waiting).
+  int Count(const std::function<bool(const v1::AgentMessage&)>& match) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(std::count_if(received_.begin(), received_.end(), match));
   }
   std::vector<std::string> peers() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -486,6 +492,9 @@ TEST_F(ControlClientTest, AppliesTheControllersConfig) {
 // The controller hears which table the agent forwards with: in the hello, and again when its
 // table goes stale (a fallback to static) and when a new one replaces the static table.
 TEST_F(ControlClientTest, ReportsItsTableAndEveryFallbackToStatic) {
+  // As the agent's main does: the static table is taken (and installed) before the client
+  // starts; the hello must still say static.
+  ASSERT_NE(store_->TakeChange(Time(std::chrono::steady_clock::now().time_since_epoch())), nullptr);
   StartClient();
   size_t cursor = 0;
   const v1::Hello hello = controller_->NextHello(cursor);
@@ -514,6 +523,8 @@ TEST_F(ControlClientTest, ReportsItsTableAndEveryFallbackToStatic) {
   EXPECT_GE(status.last_fallback_unix_ns(), before_ns);
   EXPECT_LE(status.last_fallback_unix_ns(), absl::ToUnixNanos(absl::Now()));
 
+  m.mutable_config()->set_table_stale_ms(60'000);  // no second fallback while the test runs
+  ASSERT_TRUE(controller_->Send(m));
   ASSERT_TRUE(controller_->SendTable(FullTable(4)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
   status = next_status();
@@ -544,13 +555,18 @@ TEST_F(ControlClientTest, AFallbackWhileDisconnectedIsInTheNextHello) {
   size_t cursor = 0;
   controller_->NextHello(cursor);
   v1::ControllerMessage m;
-  m.mutable_config()->set_table_stale_ms(150);
+  m.mutable_config()->set_table_stale_ms(2000);  // long enough to be disconnected first
   ASSERT_TRUE(controller_->Send(m));
   ASSERT_TRUE(controller_->SendTable(FullTable(5)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
   const int port = port_;
   StopServer();
   ASSERT_TRUE(Eventually([&] { return client_->table_status().static_table(); }));
+  // The old stream never heard of it: it happened while disconnected.
+  EXPECT_EQ(controller_->Count([](const v1::AgentMessage& x) {
+    return x.has_status() && x.status().static_table();
+  }),
+            0);
   StartServer(port);
   ASSERT_EQ(port_, port);
   cursor = 0;

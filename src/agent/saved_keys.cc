@@ -65,7 +65,8 @@ absl::StatusOr<std::vector<KeyUpdate>> LoadKeys(const std::string& state_dir) {
   const std::string path = KeysPath(state_dir);
   ASSIGN_OR_RETURN(const std::string text, control::ReadFile(path, kMaxFileBytes));
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("format", "") != kFormat) {
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != kFormat) {
     return absl::InvalidArgumentError(
         fmt::format("{}: not a key file (a JSON object with format \"{}\")", path, kFormat));
   }

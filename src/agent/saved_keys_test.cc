@@ -84,6 +84,9 @@ TEST_F(SavedKeysTest, ABadFileIsRefusedNamingItAndTheProblem) {
   };
   refused("", "not a key file");
   refused("{\"format\": \"dar-key-ring/1\", \"keys\": []}", "not a key file");
+  refused("{\"format\": 1}", "not a key file");
+  refused("{\"format\": null}", "not a key file");
+  refused("[1, 2]", "not a key file");
   refused("{\"format\": \"dar-agent-keys/1\"}", "one or two keys");
   refused(R"({"format": "dar-agent-keys/1", "keys": [{"id": 1, "key": "00", "active": true}]})",
           "keys[0].key: must hold 64 hexadecimal digits");

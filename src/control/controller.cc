@@ -146,6 +146,7 @@ void Controller::CycleLoop() {
     }
     // Afresh from now: the period may have changed (a reload), or this cycle came early.
     if (wake_ || early_) next = SteadyClock::now();
+    if (early_ && !wake_) metrics_->early_cycles->Increment();
     wake_ = false;
     early_ = false;
     last = SteadyClock::now();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -419,10 +420,7 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
   metrics_.sample_messages->Increment();
   metrics_.samples->Increment(static_cast<double>(batch.size() - dropped));
   if (dropped > 0) metrics_.samples_dropped->Increment(static_cast<double>(dropped));
-  if (newly_down && early_cycle_) {
-    metrics_.early_cycles->Increment();
-    early_cycle_();
-  }
+  if (newly_down && early_cycle_) early_cycle_();
   return absl::OkStatus();
 }
 
@@ -448,6 +446,7 @@ void ControllerCore::OnTableStatusLocked(uint32_t wire_id, const v1::TableStatus
   const NodeId v = overlay_->Find(wire_id);
   const std::string name = v == kNoNode ? std::to_string(wire_id) : overlay_->name(v);
   if (status.last_fallback_unix_ns() > before.last_fallback_unix_ns()) {
+    SaveOperatorStateLocked();  // heard of: not an event again after a restart
     const double ago_s =
         static_cast<double>(clock_.UnixNanos() - status.last_fallback_unix_ns()) * 1e-9;
     RecordEventLocked(
@@ -1104,6 +1103,14 @@ void ControllerCore::SaveOperatorStateLocked() {
   } else {
     j["policy"] = nullptr;
   }
+  // The newest fallback to static each agent has reported, so that a restarted controller does
+  // not make events again of the ones its predecessor had (an agent's hello repeats its last).
+  j["fallbacks_heard"] = nlohmann::json::object();
+  for (const auto& [wire, agent] : agents_) {
+    if (agent.table_status.last_fallback_unix_ns() > 0) {
+      j["fallbacks_heard"][std::to_string(wire)] = agent.table_status.last_fallback_unix_ns();
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(config_.state_dir, ec);
   const absl::Status s =
@@ -1133,8 +1140,20 @@ absl::Status ControllerCore::RestoreOperatorState() {
                     path, why));
   };
   const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-  if (!j.is_object() || j.value("format", "") != kOperatorStateFormat) {
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != kOperatorStateFormat) {
     return bad(fmt::format("not a JSON object with format \"{}\"", kOperatorStateFormat));
+  }
+  const nlohmann::json heard = j.value("fallbacks_heard", nlohmann::json::object());
+  std::vector<std::pair<uint32_t, int64_t>> fallbacks_heard;
+  if (!heard.is_object()) return bad("fallbacks_heard: must be an object");
+  for (const auto& [key, value] : heard.items()) {
+    uint32_t wire = 0;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), wire);
+    if (ec != std::errc() || end != key.data() + key.size() || !value.is_number_integer()) {
+      return bad(fmt::format("fallbacks_heard.{}: must be a node id and a time in ns", key));
+    }
+    fallbacks_heard.emplace_back(wire, value.get<int64_t>());
   }
   const nlohmann::json drained = j.value("drained", nlohmann::json::array());
   if (!drained.is_array()) return bad("drained: must be a list of [a, b] pairs");
@@ -1172,6 +1191,9 @@ absl::Status ControllerCore::RestoreOperatorState() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [wire, at] : fallbacks_heard) {
+      agents_[wire].table_status.set_last_fallback_unix_ns(at);
+    }
     restoring_ = false;
     SaveOperatorStateLocked();
   }

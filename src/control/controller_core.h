@@ -183,11 +183,13 @@ class ControllerCore {
 
   // --- Configuration ---
 
-  // The operator's changes (drains, SetPolicy) are kept in <state_dir>/operator.json, written
-  // on every change, so they survive a restart; a reload drops the policy override (the file's
-  // policy wins), as it does in memory. RestoreOperatorState applies that file at start-up:
-  // drains of links no longer configured, or a policy the core refuses, are skipped with a
-  // warning. Errors: an unreadable or malformed file (naming it; it is not replaced).
+  // The operator's changes (drains, SetPolicy), and the newest fallback to static each agent
+  // reported (so that a restarted controller does not report it again), are kept in
+  // <state_dir>/operator.json, written on every change, so they survive a restart; a reload drops
+  // the policy override (the file's policy wins), as it does in memory. RestoreOperatorState
+  // applies that file at start-up: drains of links no longer configured, or a policy the core
+  // refuses, are skipped with a warning. Errors: an unreadable or malformed file (naming it; it is
+  // not replaced).
   absl::Status RestoreOperatorState();
 
   // Applies a new, valid configuration: nodes, links, policy (SetPolicy changes are

@@ -485,8 +485,8 @@ TEST_F(CoreTest, ALinkEndNewlyReportedDownAsksForACycleAtOnce) {
   EXPECT_EQ(requests, 2);
   ASSERT_TRUE(core_->OnSamples(2, Samples({{1, true}, {4, false}})).ok());  // down again
   EXPECT_EQ(requests, 3);
-  EXPECT_EQ(metrics_.early_cycles->Value(), 3);
-  // A node whose first word on a link is "down" (a restarted agent) asks too.
+  // A link end whose first word to a controller is "down" (as after a controller restart)
+  // asks too.
   ControllerCore fresh(config_, clock_, *log_, metrics_);
   int fresh_requests = 0;
   fresh.SetEarlyCycleRequest([&] { ++fresh_requests; });
@@ -546,6 +546,41 @@ TEST_F(CoreTest, AgentFallbacksToStaticAreShownAndEachIsAnEvent) {
   for (const v1::Event& e : core_->ListEvents(0)) {
     EXPECT_FALSE(e.node() == "n3" && e.kind().starts_with("fallback")) << e.ShortDebugString();
   }
+}
+
+// A fallback heard of before a restart is not an event again when the agent's hello repeats
+// it to the restarted controller; a newer one is.
+TEST_F(CoreTest, AFallbackHeardOfIsNotAnEventAgainAfterARestart) {
+  testing::TempDir state;
+  config_.state_dir = state.File("ctl");
+  const auto fallbacks = [&] {
+    int n = 0;
+    for (const v1::Event& e : core_->ListEvents(0)) n += e.kind() == "fallback";
+    return n;
+  };
+  const auto hello = [&](int64_t fallback_at) {
+    v1::Hello h = Hello(2, {1, 4});
+    h.mutable_table_status()->set_fallbacks(1);
+    h.mutable_table_status()->set_last_fallback_unix_ns(fallback_at);
+    return h;
+  };
+  const int64_t first = clock_.UnixNanos() - 1'000'000'000;
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  ASSERT_TRUE(core_->RestoreOperatorState().ok());
+  ASSERT_TRUE(core_->Admit(Node(2), hello(first), std::make_shared<FakeLink>()).ok());
+  EXPECT_EQ(fallbacks(), 1);
+
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  ASSERT_TRUE(core_->RestoreOperatorState().ok());
+  ASSERT_TRUE(core_->Admit(Node(2), hello(first), std::make_shared<FakeLink>()).ok());
+  EXPECT_EQ(fallbacks(), 0);
+  ASSERT_TRUE(core_->Admit(Node(2), hello(first + 1), std::make_shared<FakeLink>()).ok());
+  EXPECT_EQ(fallbacks(), 1);
+
+  // A malformed entry is refused, naming the file and the key.
+  const std::string file = config_.state_dir + "/operator.json";
+  std::ofstream(file) << R"({"format": "dar-operator-state/1", "fallbacks_heard": {"x": 1}})";
+  EXPECT_THAT(std::string(core_->RestoreOperatorState().message()), HasSubstr("fallbacks_heard.x"));
 }
 
 TEST_F(CoreTest, RoutesEventsHealthAndMetrics) {

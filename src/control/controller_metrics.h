@@ -46,7 +46,7 @@ struct ControllerMetrics {
   prometheus::Counter* sample_messages;  // LinkSamples messages accepted
   prometheus::Counter* samples;          // LinkSample entries accepted
   prometheus::Counter* samples_dropped;  // accepted but dropped: the ingest buffer was full
-  prometheus::Counter* early_cycles;     // run at once: a link end newly reported down
+  prometheus::Counter* early_cycles;     // run before their tick: a link end newly down
   prometheus::Counter* tables_sent_full;
   prometheus::Counter* tables_sent_delta;
   prometheus::Counter* tables_accepted;

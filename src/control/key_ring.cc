@@ -134,10 +134,12 @@ absl::StatusOr<KeyRing> KeyRing::Load(const KeyRingOptions& options, int64_t now
       };
       const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
       if (!j.is_object()) return bad("not a JSON object");
-      if (j.value("format", "") != kFormat) {
+      if (!j.contains("format") || !j["format"].is_string() ||
+          j["format"].get<std::string>() != kFormat) {
         return bad(fmt::format("format is not \"{}\"", kFormat));
       }
-      absl::StatusOr<KeyPhase> phase = ParsePhase(j.value("phase", ""));
+      absl::StatusOr<KeyPhase> phase = ParsePhase(
+          j.contains("phase") && j["phase"].is_string() ? j["phase"].get<std::string>() : "");
       if (!phase.ok()) return bad(std::string(phase.status().message()));
       ring.phase_ = *phase;
       if (!j.contains("since_unix_ns") || !j["since_unix_ns"].is_number_integer()) {

@@ -183,6 +183,8 @@ TEST_F(KeyRingTest, ABadFileIsRefusedAndKept) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"not json", "not a JSON object"},
       {R"({"format": "other"})", "format is not"},
+      {R"({"format": 1})", "format is not"},
+      {R"({"format": "dar-key-ring/1", "phase": 7})", "unknown phase"},
       {R"({"format": "dar-key-ring/1", "phase": "steady", "since_unix_ns": 1, "keys": []})",
        "keys: must be a list of one or two keys"},
       {R"({"format": "dar-key-ring/1", "phase": "steady", "since_unix_ns": 1,
