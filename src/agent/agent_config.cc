@@ -112,8 +112,7 @@ absl::Status ReadLinks(YamlReader& top, AgentConfig& c) {
     ASSIGN_OR_RETURN(l.a, NodeByName(c, e, "a"));
     ASSIGN_OR_RETURN(l.b, NodeByName(c, e, "b"));
     if (l.a == l.b) return e.Error("b", "a link must join two different nodes");
-    ASSIGN_OR_RETURN(const int64_t bps, e.Optional<int64_t>("capacity_bps", 0, Bounds::AtLeast(1)));
-    l.capacity = DataRate::BitsPerSecond(bps);
+    ASSIGN_OR_RETURN(l.capacity, e.OptionalRate("capacity", DataRate()));
     RETURN_IF_ERROR(e.CheckNoUnknownKeys());
     c.links.push_back(l);
   }

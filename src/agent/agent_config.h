@@ -26,7 +26,8 @@
 //   nodes:
 //     - {id: 1, name: A, overlay: 10.77.0.1}   # overlay optional: 10.77.0.<id> for id <= 254
 //   links:
-//     - {a: A, b: B, capacity_bps: 100000000}  # capacity optional (unknown)
+//     - {a: A, b: B, capacity_mbps: 100}       # capacity optional (unknown): capacity_bps,
+//                                              # _kbps, _mbps or _gbps, as the controller's
 //   neighbours:                       # exactly one per link of this node
 //     - {id: 2, name: B, link: 0, interface: dmd-0a, address: 10.1.0.1/30,
 //        peer_interface: dmd-0b, peer_address: 10.1.0.2, rate_bps: 100000000}

@@ -35,7 +35,7 @@ nodes:
 links:
   - {a: A, b: B, capacity_bps: 100000000}
   - {a: A, b: C}
-  - {a: B, b: D}
+  - {a: B, b: D, capacity_gbps: 2.5}
   - {a: C, b: D}
 neighbours:
   - {id: 1, name: A, link: 0, interface: dmd-0b, address: 10.1.0.2/30, peer_interface: dmd-0a, peer_address: 10.1.0.1, rate_bps: 100000000}
@@ -79,6 +79,7 @@ TEST(AgentConfigTest, ParsesANodeConfig) {
   ASSERT_EQ(c->links.size(), 4u);
   EXPECT_EQ(c->links[0].capacity, DataRate::Mbps(100));
   EXPECT_TRUE(c->links[1].capacity.is_zero());
+  EXPECT_EQ(c->links[2].capacity, DataRate::Mbps(2500));  // the controller's units too
 
   ASSERT_EQ(c->neighbours.size(), 2u);
   const NeighbourConfig& a = c->neighbours[0];
@@ -135,8 +136,12 @@ TEST(AgentConfigTest, ErrorsNameFileAndField) {
               HasSubstr("nodes[2].overlay: duplicate address 10.77.0.1"));
   EXPECT_THAT(ErrorOf(Replace(kNodeB, "{id: 3, name: C,", "{id: 1, name: C,")),
               HasSubstr("nodes[2].id: duplicate id 1"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "{a: B, b: D}", "{a: B, b: E}")),
+  EXPECT_THAT(ErrorOf(Replace(kNodeB, "{a: B, b: D,", "{a: B, b: E,")),
               HasSubstr("links[2].b: unknown node 'E'"));
+  EXPECT_THAT(ErrorOf(Replace(kNodeB, "capacity_gbps: 2.5", "capacity_gbps: 2.5, capacity_bps: 1")),
+              HasSubstr("links[2].capacity_gbps: give only one of capacity_{bps,kbps,mbps,gbps}"));
+  EXPECT_THAT(ErrorOf(Replace(kNodeB, "capacity_gbps: 2.5", "capacity_mbps: -1")),
+              HasSubstr("links[2].capacity_mbps"));
   EXPECT_THAT(ErrorOf(Replace(kNodeB, "address: 10.1.0.2/30", "address: 10.1.0.2/33")),
               HasSubstr("neighbours[0].address: bad prefix length"));
   EXPECT_THAT(ErrorOf(Replace(kNodeB, "{id: 4, name: D, link: 2", "{id: 4, name: D, link: 3")),

@@ -255,6 +255,13 @@ absl::StatusOr<double> YamlReader::ReadScaled(const UnitKey& key, const Bounds& 
   return scaled;
 }
 
+std::vector<YamlReader::UnitKey> YamlReader::RateKeys(std::string_view name) {
+  return {{fmt::format("{}_bps", name), 1},
+          {fmt::format("{}_kbps", name), 1e3},
+          {fmt::format("{}_mbps", name), 1e6},
+          {fmt::format("{}_gbps", name), 1e9}};
+}
+
 std::string YamlReader::DurationDisplay(std::string_view name) {
   return fmt::format("{}_{{s,ms,us,ns}}", name);
 }
@@ -288,6 +295,17 @@ absl::StatusOr<Duration> YamlReader::RequiredDuration(std::string_view name, con
                  fmt::format("required (or {}_s, {}_us, {}_ns)", name, name, name));
   }
   return OptionalDuration(name, Duration(0), bounds);
+}
+
+absl::StatusOr<DataRate> YamlReader::OptionalRate(std::string_view name, DataRate default_value,
+                                                  const Bounds& bounds) {
+  absl::StatusOr<std::optional<UnitKey>> key =
+      FindUnitKey(RateKeys(name), fmt::format("{}_{{bps,kbps,mbps,gbps}}", name));
+  if (!key.ok()) return key.status();
+  if (!key->has_value()) return default_value;
+  absl::StatusOr<double> bps = ReadScaled(**key, bounds, 1e15);
+  if (!bps.ok()) return bps.status();
+  return DataRate::BitsPerSecond(std::llround(*bps));
 }
 
 absl::StatusOr<int64_t> YamlReader::OptionalSize(std::string_view name, int64_t default_value,

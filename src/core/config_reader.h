@@ -121,6 +121,12 @@ class YamlReader {
   absl::StatusOr<int64_t> OptionalSize(std::string_view name, int64_t default_value,
                                        const Bounds& bounds = Bounds::Positive());
 
+  // A data rate given as exactly one of <name>_bps, <name>_kbps, <name>_mbps, <name>_gbps
+  // (decimal units, bits per second). `bounds` apply to the number as written (default: > 0).
+  // Rounded to the nearest bit per second.
+  absl::StatusOr<DataRate> OptionalRate(std::string_view name, DataRate default_value,
+                                        const Bounds& bounds = Bounds::Positive());
+
   // A host named by its node name: a node of `topo` of kind host with exactly one link (what
   // the transport can send from).
   absl::StatusOr<NodeId> RequiredHost(std::string_view key, const Topology& topo);
@@ -151,6 +157,7 @@ class YamlReader {
   static std::vector<UnitKey> SizeKeys(std::string_view name);
   static std::string DurationDisplay(std::string_view name);
   static std::string SizeDisplay(std::string_view name);
+  static std::vector<UnitKey> RateKeys(std::string_view name);
   bool Present(std::string_view key) const;
   // Marks `key` as known; `display` (if not empty) is how the known-keys list shows it.
   void MarkKnown(std::string_view key, std::string_view display = {});
