@@ -15,7 +15,8 @@ namespace dar::agent {
 namespace {
 
 constexpr ForwardingMode kAllModes[] = {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet,
-                                        ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C};
+                                        ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C,
+                                        ForwardingMode::kDrill};
 
 double Millis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }
 

@@ -138,17 +138,19 @@ TEST(DarSimCliTest, RunWritesResultsAndPrintsTheTable) {
   std::filesystem::remove_all(dir);
 }
 
-// --seeds runs once per seed into DIR/seed-N and writes the mean of their metrics to DIR.
+// --seeds runs once per seed into DIR/seed-N and writes the mean of their metrics, with 95%
+// intervals and the paired differences against the baseline, to DIR.
 TEST(DarSimCliTest, SeedsRunOncePerSeedAndWriteTheMean) {
   const std::string dir = TempDir("seeds");
   std::string text = kScenario;  // with traffic that the seed draws
   text.insert(text.find("policies:"), "  - {type: background, cdf: websearch, load: 0.3}\n");
   { std::ofstream(dir + "/s.yaml") << text; }
-  const Result r = RunDarSim(fmt::format("run {0}/s.yaml --out {0}/out --seeds 3,4", dir));
+  const Result r = RunDarSim(fmt::format("run {0}/s.yaml --out {0}/out --seeds 3..4", dir));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("seed 3,"));
   EXPECT_THAT(r.output, HasSubstr("seed 4,"));
-  EXPECT_THAT(r.output, HasSubstr("mean over seeds 3, 4"));
+  EXPECT_THAT(r.output, HasSubstr("mean over 2 seeds"));
+  EXPECT_THAT(r.output, HasSubstr("paired difference against ecmp"));
   auto read = [](const std::string& path) {
     std::ifstream in(path);
     return nlohmann::json::parse(in);
@@ -171,12 +173,24 @@ TEST(DarSimCliTest, SeedsRunOncePerSeedAndWriteTheMean) {
     EXPECT_DOUBLE_EQ(m["events"].get<double>(),
                      (ma["events"].get<double>() + mb["events"].get<double>()) / 2);
     EXPECT_EQ(m["completed"], true);
+    const auto& ci = mean["policies"][i]["ci95"]["completion_mean_s"];
+    EXPECT_LE(ci[0].get<double>(), m["completion_mean_s"].get<double>());
+    EXPECT_GE(ci[1].get<double>(), m["completion_mean_s"].get<double>());
   }
+  EXPECT_EQ(mean["baseline"], "ecmp");
+  EXPECT_TRUE(mean["policies"][0]["vs_baseline"].contains("completion_mean_s"));
+  EXPECT_FALSE(mean["policies"][1].contains("vs_baseline"));
   // The two seeds are two different runs.
   EXPECT_NE(a["policies"][1]["metrics"]["events"], b["policies"][1]["metrics"]["events"]);
   const Result both = RunDarSim(fmt::format("run {0}/s.yaml --seeds 3 --seed 4", dir));
   EXPECT_NE(both.exit_code, 0);
   EXPECT_THAT(both.output, HasSubstr("excludes"));
+  const Result no_such = RunDarSim(fmt::format("run {0}/s.yaml --seeds 3,4 --baseline dar", dir));
+  EXPECT_EQ(no_such.exit_code, 2);
+  EXPECT_THAT(no_such.output, HasSubstr("--baseline dar: the scenario has no such policy"));
+  const Result bad_list = RunDarSim(fmt::format("run {0}/s.yaml --seeds 4..3", dir));
+  EXPECT_EQ(bad_list.exit_code, 2);
+  EXPECT_THAT(bad_list.output, HasSubstr("'4..3'"));
   std::filesystem::remove_all(dir);
 }
 

@@ -15,6 +15,7 @@
 #include "fmt/ranges.h"
 #include "sim/runner.h"
 #include "sim/scenario.h"
+#include "sim/seed_summary.h"
 #include "spdlog/spdlog.h"
 
 namespace dar::cli {
@@ -24,7 +25,8 @@ struct RunFlags {
   std::string scenario;
   std::string out = "out";
   int64_t seed = -1;
-  std::vector<int64_t> seeds;  // run once per seed, then the mean
+  std::string seeds;     // run once per seed, then the summary (sim/seed_summary.h)
+  std::string baseline;  // the reference of the paired differences; default ecmp
   std::vector<std::string> policies;
   bool quiet = false;
   int jobs = 0;  // 0: one per core
@@ -66,8 +68,10 @@ class ProgressLine {
   Clock::time_point last_;
 };
 
-// Writes `results` to `dir`/results.json and, unless quiet, prints its table.
-bool WriteResults(const nlohmann::json& results, const std::string& dir, bool quiet) {
+// Writes `results` to `dir`/results.json and, unless quiet, prints `table` (default: the
+// results' comparison table).
+bool WriteResults(const nlohmann::json& results, const std::string& dir, bool quiet,
+                  const std::string& table = "") {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   const std::string path = (std::filesystem::path(dir) / "results.json").string();
@@ -77,7 +81,9 @@ bool WriteResults(const nlohmann::json& results, const std::string& dir, bool qu
     fmt::print(stderr, "dar-sim: cannot write {}\n", path);
     return false;
   }
-  if (!quiet) fmt::print("{}\nwrote {}\n", sim::FormatComparison(results), path);
+  if (!quiet) {
+    fmt::print("{}\nwrote {}\n", table.empty() ? sim::FormatComparison(results) : table, path);
+  }
   return true;
 }
 
@@ -93,10 +99,10 @@ bool Unfinished(const nlohmann::json& results) {
   return false;
 }
 
-// Runs every policy of `scenario` and writes `out`/results.json; prints the table unless quiet.
-// Returns the exit code (see README) and the results.
+// Runs every policy of `scenario` and writes `out`/results.json; prints the table unless
+// quiet or `brief` (one line then). Returns the exit code (see README) and the results.
 int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::string& out,
-            nlohmann::json& results) {
+            bool brief, nlohmann::json& results) {
   if (!flags.quiet) {
     fmt::print("scenario {}: {}, seed {}, {} policies\n", scenario.name,
                scenario.topology.Summary(), scenario.seed, scenario.policies.size());
@@ -114,7 +120,8 @@ int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::str
     return 1;
   }
   results = std::move(*run);
-  if (!WriteResults(results, out, flags.quiet)) return 1;
+  if (!WriteResults(results, out, flags.quiet || brief)) return 1;
+  if (brief && !flags.quiet) fmt::print("wrote {}/results.json\n", out);
   return Unfinished(results) ? 3 : 0;
 }
 
@@ -139,21 +146,49 @@ int Run(const RunFlags& flags) {
     scenario->policies = std::move(chosen);
   }
   nlohmann::json results;
-  if (flags.seeds.empty()) return RunOnce(*scenario, flags, flags.out, results);
+  if (flags.seeds.empty()) {
+    if (!flags.baseline.empty()) {
+      fmt::print(stderr, "dar-sim: --baseline compares over seeds: give --seeds too\n");
+      return 2;
+    }
+    return RunOnce(*scenario, flags, flags.out, /*brief=*/false, results);
+  }
 
-  // One run per seed, each in DIR/seed-N, then their mean in DIR.
+  absl::StatusOr<std::vector<uint64_t>> seeds = sim::ParseSeedList(flags.seeds);
+  if (!seeds.ok()) {
+    fmt::print(stderr, "dar-sim: --seeds: {}\n", std::string(seeds.status().message()));
+    return 2;
+  }
+  // The reference policy: --baseline, else ecmp where the scenario has it, else its first.
+  std::string baseline = flags.baseline;
+  auto has = [&](const std::string& name) {
+    return std::any_of(scenario->policies.begin(), scenario->policies.end(),
+                       [&](const sim::PolicySpec& p) { return p.name == name; });
+  };
+  if (baseline.empty()) baseline = has("ecmp") ? "ecmp" : scenario->policies.front().name;
+  if (!has(baseline)) {
+    fmt::print(stderr, "dar-sim: --baseline {}: the scenario has no such policy\n", baseline);
+    return 2;
+  }
+
+  // One run per seed, each in DIR/seed-N, then their summary in DIR.
   int code = 0;
   std::vector<nlohmann::json> runs;
-  for (int64_t seed : flags.seeds) {
-    scenario->seed = static_cast<uint64_t>(seed);
+  for (uint64_t seed : *seeds) {
+    scenario->seed = seed;
     const std::string dir = (std::filesystem::path(flags.out) / fmt::format("seed-{}", seed));
-    const int c = RunOnce(*scenario, flags, dir, results);
+    const int c = RunOnce(*scenario, flags, dir, /*brief=*/true, results);
     if (c == 1) return 1;
     code = std::max(code, c);
     runs.push_back(std::move(results));
   }
-  if (!flags.quiet) fmt::print("mean over seeds {}:\n", fmt::join(flags.seeds, ", "));
-  if (!WriteResults(sim::MeanOfRuns(runs), flags.out, flags.quiet)) return 1;
+  absl::StatusOr<nlohmann::json> summary = sim::SummarizeSeeds(runs, baseline);
+  if (!summary.ok()) {
+    fmt::print(stderr, "dar-sim: {}\n", std::string(summary.status().message()));
+    return 1;
+  }
+  if (!flags.quiet) fmt::print("\nseeds {}:\n", fmt::join(*seeds, ", "));
+  if (!WriteResults(*summary, flags.out, flags.quiet, sim::FormatSeedSummary(*summary))) return 1;
   return code;
 }
 
@@ -166,10 +201,12 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--out", flags->out, "Directory for results.json");
   cmd->add_option("--seed", flags->seed, "Override the scenario's seed");
   cmd->add_option("--seeds", flags->seeds,
-                  "Run once per seed (results in DIR/seed-N) and write their mean to DIR")
-      ->delimiter(',')
-      ->check(CLI::NonNegativeNumber)
+                  "Run once per seed, e.g. 1..10 or 1,4,7..9 (results in DIR/seed-N); write the "
+                  "means with 95% intervals and the paired differences to DIR")
       ->excludes("--seed");
+  cmd->add_option("--baseline", flags->baseline,
+                  "With --seeds: the policy the others are compared with, seed by seed "
+                  "(default: ecmp, else the scenario's first)");
   cmd->add_option("--policy", flags->policies, "Run only these policies (repeatable)");
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing but errors");
   cmd->add_option("-j,--jobs", flags->jobs,

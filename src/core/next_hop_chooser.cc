@@ -11,9 +11,10 @@ absl::StatusOr<ForwardingMode> ParseForwardingMode(std::string_view name) {
   if (name == "per_flowlet") return ForwardingMode::kPerFlowlet;
   if (name == "per_packet") return ForwardingMode::kPerPacket;
   if (name == "per_packet_p2c") return ForwardingMode::kPerPacketP2C;
+  if (name == "drill") return ForwardingMode::kDrill;
   return absl::InvalidArgumentError(
-      fmt::format("unknown forwarding mode '{}' (expected per_flow, per_flowlet, per_packet or "
-                  "per_packet_p2c)",
+      fmt::format("unknown forwarding mode '{}' (expected per_flow, per_flowlet, per_packet, "
+                  "per_packet_p2c or drill)",
                   name));
 }
 
@@ -27,6 +28,8 @@ std::string_view ForwardingModeName(ForwardingMode mode) {
       return "per_packet";
     case ForwardingMode::kPerPacketP2C:
       return "per_packet_p2c";
+    case ForwardingMode::kDrill:
+      return "drill";
   }
   return "?";
 }
@@ -44,6 +47,14 @@ absl::Status ForwardingConfig::Validate() const {
     return absl::InvalidArgumentError(fmt::format(
         "forwarding config: flowlet_table_size is {}, must be >= 1", flowlet_table_size));
   }
+  if (drill_samples < 1 || drill_samples > 16) {
+    return absl::InvalidArgumentError(
+        fmt::format("forwarding config: drill_samples is {}, must be in [1, 16]", drill_samples));
+  }
+  if (drill_memory < 0 || drill_memory > 1) {
+    return absl::InvalidArgumentError(
+        fmt::format("forwarding config: drill_memory is {}, must be 0 or 1", drill_memory));
+  }
   return absl::OkStatus();
 }
 
@@ -57,6 +68,8 @@ void NextHopChooser::set_config(const ForwardingConfig& config) {
   config_ = config;
   flowlets_.clear();
   flowlets_.shrink_to_fit();
+  drill_memory_.clear();
+  drill_memory_.shrink_to_fit();
 }
 
 }  // namespace dar

@@ -26,12 +26,14 @@ namespace dar {
 
 // How a forwarder spreads traffic over the next hops of one (node, destination).
 enum class ForwardingMode : uint8_t {
-  kPerFlow,      // a hash of the flow id picks a next hop by weight; sticky
-  kPerFlowlet,   // re-pick by weight after the flow has been idle for flowlet_gap
-  kPerPacket,    // weighted random per packet
-  kPerPacketP2C  // two weighted-random candidates, the one with the shorter queue wins
+  kPerFlow,       // a hash of the flow id picks a next hop by weight; sticky
+  kPerFlowlet,    // re-pick by weight after the flow has been idle for flowlet_gap
+  kPerPacket,     // weighted random per packet
+  kPerPacketP2C,  // two weighted-random candidates, the one with the shorter queue wins
+  kDrill          // DRILL(d, m): d weighted-random candidates and the m last best, per packet
 };
-// "per_flow", "per_flowlet", "per_packet" or "per_packet_p2c"; InvalidArgument otherwise.
+// "per_flow", "per_flowlet", "per_packet", "per_packet_p2c" or "drill"; InvalidArgument
+// otherwise.
 absl::StatusOr<ForwardingMode> ParseForwardingMode(std::string_view name);
 std::string_view ForwardingModeName(ForwardingMode mode);
 
@@ -43,6 +45,11 @@ struct ForwardingConfig {
   int64_t queue_bias_bytes = 0;
   Duration flowlet_gap = Microseconds(100);
   int flowlet_table_size = 4096;  // entries per forwarder, indexed by flow hash (as in hardware)
+  // DRILL (Ghorbani et al., SIGCOMM 2017): per packet, the shortest local queue among
+  // `drill_samples` next hops drawn by weight and the `drill_memory` (0 or 1) next hop that
+  // won the previous choice toward the same destination. The paper's default is DRILL(2, 1).
+  int drill_samples = 2;
+  int drill_memory = 1;
 
   // OK, or InvalidArgument naming the first bad field.
   absl::Status Validate() const;
@@ -71,6 +78,11 @@ concept LocalPortState = requires(const P& ports, LinkId link) {
 // Per packet: a draw by queue-corrected weight for every packet.
 // Power of two choices: two draws by plain weight, the one with fewer queued bytes wins (the
 // first on a tie).
+// DRILL: drill_samples draws by plain weight plus, with drill_memory, the next hop that won
+// last time toward this destination (if still offered and forwardable); the one with fewer
+// queued bytes wins (the remembered one on a tie, then the earliest draw) and is remembered.
+// The memory is a table of destinations indexed by hash; colliding destinations share an
+// entry.
 //
 // Not thread-safe; give each forwarding thread its own chooser.
 class NextHopChooser {
@@ -113,9 +125,16 @@ class NextHopChooser {
   LinkId ChooseFlowlet(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination, Time now,
                        Random& rng, const Ports& ports);
 
+  template <LocalPortState Ports>
+  LinkId ChooseDrill(absl::Span<const NextHop> hops, NodeId destination, Random& rng,
+                     const Ports& ports);
+
+  static constexpr size_t kDrillMemorySize = 1024;
+
   ForwardingConfig config_;
   uint64_t salt_;
   std::vector<FlowletEntry> flowlets_;  // empty until the first per-flowlet choice
+  std::vector<LinkId> drill_memory_;    // by destination hash; empty until the first DRILL choice
 };
 
 // Implementation -----------------------------------------------------------------------------
@@ -169,6 +188,30 @@ LinkId NextHopChooser::ChooseFlowlet(absl::Span<const NextHop> hops, uint64_t fl
 }
 
 template <LocalPortState Ports>
+LinkId NextHopChooser::ChooseDrill(absl::Span<const NextHop> hops, NodeId destination, Random& rng,
+                                   const Ports& ports) {
+  LinkId best = kNoLink;
+  LinkId* memory = nullptr;
+  if (config_.drill_memory > 0) {
+    if (drill_memory_.empty()) drill_memory_.assign(kDrillMemorySize, kNoLink);
+    memory =
+        &drill_memory_[Random::Hash(static_cast<uint64_t>(destination) ^ salt_) % kDrillMemorySize];
+    if (*memory != kNoLink && ports.forwardable(*memory)) {
+      for (const NextHop& h : hops) {
+        if (h.link == *memory && h.weight > 0) best = *memory;
+      }
+    }
+  }
+  for (int i = 0; i < config_.drill_samples; ++i) {
+    const LinkId c = PickByWeight(hops, rng.Uniform(), /*by_queue=*/false, ports);
+    if (c == kNoLink) break;  // nothing forwardable
+    if (best == kNoLink || ports.queued_bytes(c) < ports.queued_bytes(best)) best = c;
+  }
+  if (memory != nullptr && best != kNoLink) *memory = best;
+  return best;
+}
+
+template <LocalPortState Ports>
 LinkId NextHopChooser::Choose(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination,
                               Time now, Random& rng, const Ports& ports) {
   if (hops.empty()) return kNoLink;
@@ -189,6 +232,8 @@ LinkId NextHopChooser::Choose(absl::Span<const NextHop> hops, uint64_t flow, Nod
       if (a == kNoLink || b == kNoLink) return a == kNoLink ? b : a;
       return ports.queued_bytes(b) < ports.queued_bytes(a) ? b : a;
     }
+    case ForwardingMode::kDrill:
+      return ChooseDrill(hops, destination, rng, ports);
   }
   return kNoLink;
 }

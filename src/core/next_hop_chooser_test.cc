@@ -44,8 +44,9 @@ std::array<int, 4> Histogram(int n, F choose) {
 }
 
 TEST(ForwardingModeTest, NamesRoundTrip) {
-  for (ForwardingMode m : {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet,
-                           ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C}) {
+  for (ForwardingMode m :
+       {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet, ForwardingMode::kPerPacket,
+        ForwardingMode::kPerPacketP2C, ForwardingMode::kDrill}) {
     absl::StatusOr<ForwardingMode> parsed = ParseForwardingMode(ForwardingModeName(m));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, m);
@@ -66,6 +67,12 @@ TEST(ForwardingConfigTest, ValidateNamesTheBadField) {
   c = ForwardingConfig();
   c.flowlet_table_size = 0;
   EXPECT_THAT(c.Validate().message(), HasSubstr("flowlet_table_size"));
+  c = ForwardingConfig();
+  c.drill_samples = 0;
+  EXPECT_THAT(c.Validate().message(), HasSubstr("drill_samples"));
+  c = ForwardingConfig();
+  c.drill_memory = 2;
+  EXPECT_THAT(c.Validate().message(), HasSubstr("drill_memory"));
 }
 
 TEST(NextHopChooserTest, PerPacketFollowsWeights) {
@@ -122,12 +129,15 @@ TEST(NextHopChooserTest, SaltDecorrelatesForwarders) {
 
 TEST(NextHopChooserTest, SkipsLinksThatAreNotForwardableInEveryMode) {
   const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.3}, {2, 0.2}};
-  for (ForwardingMode mode : {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet,
-                              ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C}) {
+  for (ForwardingMode mode :
+       {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet, ForwardingMode::kPerPacket,
+        ForwardingMode::kPerPacketP2C, ForwardingMode::kDrill}) {
     SCOPED_TRACE(ForwardingModeName(mode));
     FakePorts ports(3);
     ports.up[0] = false;
-    NextHopChooser c(Config(mode, /*queue_bias_bytes=*/1000), 5);
+    ForwardingConfig config = Config(mode, /*queue_bias_bytes=*/1000);
+    config.drill_memory = 0;  // with memory and equal queues DRILL would keep its first pick
+    NextHopChooser c(config, 5);
     Random rng(9);
     const std::array<int, 4> counts = Histogram(
         20000, [&](int i) { return c.Choose(hops, i % 500, 9, Microseconds(i), rng, ports); });
@@ -292,12 +302,50 @@ TEST(NextHopChooserTest, PowerOfTwoChoicesPrefersTheShorterQueue) {
   EXPECT_NEAR(counts[0] / double(n), 0.25, 0.01);
 }
 
+// DRILL(d, m): the shortest queue among d random next hops and the last winner. Without
+// memory, the one empty queue of four is among two draws 1 - (3/4)^2 = 7/16 of the time; with
+// memory, once found it is kept for as long as it stays the shortest.
+TEST(NextHopChooserTest, DrillRemembersTheLastBestNextHop) {
+  const std::vector<NextHop> hops = {{0, 0.25}, {1, 0.25}, {2, 0.25}, {3, 0.25}};
+  FakePorts ports(4);
+  ports.queued = {3000, 3000, 0, 3000};
+  ForwardingConfig config = Config(ForwardingMode::kDrill);
+  config.drill_samples = 2;
+  config.drill_memory = 0;
+  NextHopChooser memoryless(config, 5);
+  Random rng(8);
+  const int n = 40000;
+  std::array<int, 4> counts =
+      Histogram(n, [&](int) { return memoryless.Choose(hops, 1, 9, Time{0}, rng, ports); });
+  EXPECT_NEAR(counts[2] / double(n), 7.0 / 16, 0.01);
+
+  config.drill_memory = 1;
+  NextHopChooser drill(config, 5);
+  counts = Histogram(n, [&](int) { return drill.Choose(hops, 1, 9, Time{0}, rng, ports); });
+  EXPECT_GT(counts[2], n - 20);  // only until the first draw finds it
+  // The memory is per destination, and the winner is dropped once its queue grows.
+  ports.queued = {0, 3000, 6000, 3000};
+  counts = Histogram(200, [&](int) { return drill.Choose(hops, 1, 9, Time{0}, rng, ports); });
+  EXPECT_GT(counts[0], 180);
+  // A remembered next hop that is no longer forwardable is never chosen.
+  ports.up[0] = false;
+  counts = Histogram(200, [&](int) { return drill.Choose(hops, 1, 9, Time{0}, rng, ports); });
+  EXPECT_EQ(counts[0], 0);
+  // One sample, no memory: blind random choice.
+  config.drill_samples = 1;
+  config.drill_memory = 0;
+  NextHopChooser blind(config, 5);
+  ports.up[0] = true;
+  counts = Histogram(n, [&](int) { return blind.Choose(hops, 1, 9, Time{0}, rng, ports); });
+  for (int c : counts) EXPECT_NEAR(c / double(n), 0.25, 0.01);
+}
+
 TEST(NextHopChooserTest, SameSeedSameChoices) {
   const std::vector<NextHop> hops = {{0, 0.3}, {1, 0.3}, {2, 0.4}};
   FakePorts ports(3);
   ports.queued = {100, 5000, 0};
-  for (ForwardingMode mode :
-       {ForwardingMode::kPerFlowlet, ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C}) {
+  for (ForwardingMode mode : {ForwardingMode::kPerFlowlet, ForwardingMode::kPerPacket,
+                              ForwardingMode::kPerPacketP2C, ForwardingMode::kDrill}) {
     NextHopChooser a(Config(mode, 2000), 5), b(Config(mode, 2000), 5);
     Random ra(77), rb(77);
     for (int i = 0; i < 1000; ++i) {

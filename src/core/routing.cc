@@ -105,6 +105,42 @@ RoutingTables ComputeEcmpTables(const Topology& topo) {
   });
 }
 
+RoutingTables ComputeWcmpTables(const Topology& topo) {
+  const std::vector<NodeId> destinations = topo.Destinations();
+  RoutingTables tables(topo.num_nodes(), destinations);
+  std::vector<NodeId> order(topo.num_nodes());
+  for (const NodeId dest : destinations) {
+    const std::vector<double> dist = ShortestDistances(topo, dest);
+    // Nodes nearest first, so every next hop's capacity is known before it is needed.
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) order[v] = v;
+    std::sort(order.begin(), order.end(),
+              [&](NodeId a, NodeId b) { return std::pair(dist[a], a) < std::pair(dist[b], b); });
+    std::vector<double> reach(topo.num_nodes(), 0);  // capacity toward dest, bits/s
+    reach[dest] = kInfinity;
+    std::vector<std::vector<NextHop>> per_node(topo.num_nodes());
+    for (const NodeId v : order) {
+      if (v == dest || dist[v] == kInfinity) continue;
+      const std::vector<LinkId> links = ShortestNextHops(topo, dist, v, dest);
+      if (links.empty()) continue;
+      std::vector<double> share(links.size());
+      double total = 0;
+      for (size_t i = 0; i < links.size(); ++i) {
+        const Link& link = topo.link(links[i]);
+        share[i] = std::min(static_cast<double>(link.params.capacity.bps()), reach[link.dst]);
+        total += share[i];
+      }
+      reach[v] = total;
+      if (topo.StubUplink(v) != kNoLink) continue;  // stubs use their only link
+      for (size_t i = 0; i < links.size(); ++i) {
+        const double w = total > 0 ? share[i] / total : 1.0 / static_cast<double>(links.size());
+        per_node[v].push_back({links[i], w});
+      }
+    }
+    tables.Set(std::make_shared<const DestinationTable>(dest, per_node));
+  }
+  return tables;
+}
+
 namespace {
 
 const Registration<TablePolicy> kStatic("static", [](const Topology& topo) {
@@ -112,6 +148,9 @@ const Registration<TablePolicy> kStatic("static", [](const Topology& topo) {
 });
 const Registration<TablePolicy> kEcmp("ecmp", [](const Topology& topo) {
   return absl::StatusOr<RoutingTables>(ComputeEcmpTables(topo));
+});
+const Registration<TablePolicy> kWcmp("wcmp", [](const Topology& topo) {
+  return absl::StatusOr<RoutingTables>(ComputeWcmpTables(topo));
 });
 
 }  // namespace

@@ -39,8 +39,18 @@ RoutingTables ComputeStaticTables(const Topology& topo);
 // that can reach it, with equal weights, in link-id order.
 RoutingTables ComputeEcmpTables(const Topology& topo);
 
+// WCMP (Zhou et al., "WCMP: Weighted Cost Multipathing for Improved Fairness in Data
+// Centers", EuroSys 2014): ECMP's next hops, each weighted by the capacity it leads to. The
+// capacity a node has toward `dest` is the sum over its next hops of min(the link's capacity,
+// the capacity the next hop has toward dest) (unbounded at dest), so a next hop behind a
+// degraded or narrower link gets a proportionally smaller share, and the weights follow the
+// bottleneck of every downstream stage, not just the first link. Static: from configured
+// capacities only, never from load. A node whose next hops all lead to zero capacity splits
+// equally.
+RoutingTables ComputeWcmpTables(const Topology& topo);
+
 // A named way to build tables for a topology. Registered with Registration<TablePolicy>;
-// "static" and "ecmp" are built in. Look up with Registry<TablePolicy>::Find(name).
+// "static", "ecmp" and "wcmp" are built in. Look up with Registry<TablePolicy>::Find(name).
 using TablePolicy = std::function<absl::StatusOr<RoutingTables>(const Topology& topo)>;
 
 }  // namespace dar

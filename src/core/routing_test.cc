@@ -152,9 +152,53 @@ TEST(RoutingTest, FatTreeEcmpFansOut) {
   EXPECT_EQ(ComputeStaticTables(topo).Lookup(e0, e7).size(), 1u);
 }
 
+// WCMP weighs each ECMP next hop by the capacity behind it: the narrowest link of every
+// downstream stage counts, so a degraded link two hops away shifts traffic at the first hop.
+TEST(RoutingTest, WcmpWeighsNextHopsByTheCapacityTheyLeadTo) {
+  Diamond d;
+  const auto set_capacity = [&](NodeId x, NodeId y, double gbps) {
+    d.topo.mutable_link(d.topo.FindLink(x, y)).params.capacity = DataRate::Gbps(gbps);
+  };
+  set_capacity(d.a, d.t, 2.5);  // s -> a -> t is four times narrower than s -> b -> t
+  const RoutingTables wcmp = ComputeWcmpTables(d.topo);
+  auto hops = wcmp.Lookup(d.s, d.t);
+  ASSERT_EQ(hops.size(), 2u);
+  EXPECT_EQ(hops[0].link, d.sb);  // the same next hops as ECMP, in the same order
+  EXPECT_EQ(hops[1].link, d.sa);
+  EXPECT_DOUBLE_EQ(hops[0].weight, 0.8);
+  EXPECT_DOUBLE_EQ(hops[1].weight, 0.2);
+  // The first link's own capacity bounds what lies behind it.
+  set_capacity(d.s, d.b, 5);
+  const RoutingTables narrower = ComputeWcmpTables(d.topo);
+  hops = narrower.Lookup(d.s, d.t);
+  EXPECT_DOUBLE_EQ(hops[0].weight, 5 / 7.5);
+  // Equal capacities: ECMP's weights.
+  Diamond even;
+  const RoutingTables equal = ComputeWcmpTables(even.topo);
+  EXPECT_DOUBLE_EQ(equal.Lookup(even.s, even.t)[0].weight, 0.5);
+
+  // In a fat-tree, a degraded aggregation-core link moves the aggregation switch's traffic to
+  // its other core; the edge below is bounded by its own uplinks and still splits evenly.
+  Topology topo = FatTree(FatTreeParams{.k = 4});
+  const NodeId a0 = topo.FindNode("a0").value();
+  const NodeId e0 = topo.FindNode("e0").value();
+  const NodeId e7 = topo.FindNode("e7").value();
+  LinkId degraded = kNoLink;
+  for (LinkId l : topo.node(a0).out_links) {
+    if (topo.node(topo.link(l).dst).name[0] == 'c') degraded = l;  // a core above a0
+  }
+  ASSERT_NE(degraded, kNoLink);
+  topo.mutable_link(degraded).params.capacity = topo.link(degraded).params.capacity.Scaled(0.25);
+  const RoutingTables fat = ComputeWcmpTables(topo);
+  for (const NextHop& h : fat.Lookup(a0, e7)) {
+    EXPECT_DOUBLE_EQ(h.weight, h.link == degraded ? 0.2 : 0.8);
+  }
+  for (const NextHop& h : fat.Lookup(e0, e7)) EXPECT_DOUBLE_EQ(h.weight, 0.5);
+}
+
 TEST(RoutingTest, PoliciesAreRegistered) {
   const Topology topo = FatTree(FatTreeParams{.k = 4});
-  for (const char* name : {"static", "ecmp"}) {
+  for (const char* name : {"static", "ecmp", "wcmp"}) {
     const TablePolicy* policy = Registry<TablePolicy>::Find(name);
     ASSERT_NE(policy, nullptr) << name;
     absl::StatusOr<RoutingTables> tables = (*policy)(topo);

@@ -54,7 +54,22 @@ using ControlPlaneFactory =
 absl::StatusOr<ControlPlanePtr> CreateControlPlane(const std::string& routing, YamlReader& policy,
                                                    const ConfigContext& ctx);
 
+// A baseline from the literature under its own name: the control plane (or core TablePolicy)
+// it runs under and the forwarding it defaults to. A policy whose routing (by default its
+// name) names a preset runs the preset's routing, its forwarding keys overriding the preset's
+// defaults; so `spray`, `letflow` and `drill` are usable in any scenario as bare names.
+// Registered with REGISTER_POLICY_PRESET.
+struct PolicyPreset {
+  std::string routing;
+  ForwardingConfig forwarding;
+};
+
 }  // namespace dar::sim
+
+// Registers a policy preset under `name`, at namespace scope in a .cc file.
+#define REGISTER_POLICY_PRESET(name, preset)                                                     \
+  static const ::dar::Registration<::dar::sim::PolicyPreset> DAR_CONCAT_(dar_policy_preset_reg_, \
+                                                                         __LINE__)(name, preset)
 
 // Registers a control plane factory under `name`, at namespace scope in a .cc file.
 #define REGISTER_CONTROL_PLANE(name, factory)                                    \

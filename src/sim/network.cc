@@ -93,6 +93,7 @@ class Network::Port {
   void StartTransmit() {
     in_tx_ = queue_.pop_front();
     queued_bytes_ -= in_tx_->size_bytes;
+    if (net_.balancer_) net_.balancer_->OnTransmit(id_, *in_tx_, net_.loop_.now());
     tx_done_.ScheduleIn(capacity_.TransmitTime(in_tx_->size_bytes));
     if (host_nic_ && queued_bytes_ == 0 && net_.on_nic_ready_) net_.on_nic_ready_(src_);
   }
@@ -212,6 +213,8 @@ void Network::SetLinkCapacity(LinkId link, DataRate capacity) {
 
 int64_t Network::QueuedBytes(LinkId link) const { return ports_[link]->queued_bytes(); }
 
+bool Network::Forwardable(LinkId link) const { return ports_[link]->forwardable(); }
+
 const LinkCounters& Network::counters(LinkId link) const { return ports_[link]->counters(); }
 
 int64_t Network::total_drops() const {
@@ -258,11 +261,15 @@ void Network::Forward(NodeId node, PacketPtr p) {
   if (const LinkId up = stub_uplink_[node]; up != kNoLink) {
     if (ports_[up]->forwardable()) out = up;
   } else if (node == target) {
+    if (balancer_) balancer_->OnLastSwitch(node, *p, loop_.now());
     out = last_hop_link_[p->dst];
   } else if (const RoutingTables* t = tables_[p->traffic_class % kClasses].get();
              t != nullptr && t->IsDestination(target)) {
-    out = choosers_[node].Choose(t->Lookup(node, target), p->flow_id, p->dst, loop_.now(), rng_,
-                                 PortView(ports_));
+    const absl::Span<const NextHop> hops = t->Lookup(node, target);
+    if (balancer_ && hops.size() > 1) out = balancer_->Choose(node, *p, hops, loop_.now());
+    if (out == kNoLink) {
+      out = choosers_[node].Choose(hops, p->flow_id, p->dst, loop_.now(), rng_, PortView(ports_));
+    }
   }
   if (out == kNoLink) {
     Drop(std::move(p), DropReason::kNoRoute, kNoLink);

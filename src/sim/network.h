@@ -55,6 +55,23 @@ struct LinkCounters {
   int64_t max_queue_bytes = 0;
 };
 
+// A fabric load balancer that runs in the switches beside the routing tables, as CONGA does:
+// it may take over the next-hop choice of a packet, sees every packet a port starts to send,
+// and every packet that reaches the switch its destination hangs off. Packets carry its
+// header fields (Packet::lb). Installed by a control plane (Network::set_balancer).
+// Called on the network's thread, on the per-packet path.
+class FabricBalancer {
+ public:
+  virtual ~FabricBalancer() = default;
+  // The link `p` leaves `node` on, among `hops` (the routing table's next hops there, at
+  // least two), or kNoLink to leave the choice to the node's NextHopChooser.
+  virtual LinkId Choose(NodeId node, Packet& p, absl::Span<const NextHop> hops, Time now) = 0;
+  // `p` starts serialisation on `link`.
+  virtual void OnTransmit(LinkId link, Packet& p, Time now) = 0;
+  // `p` reached `node`, the switch its destination host hangs off, before its last hop.
+  virtual void OnLastSwitch(NodeId node, Packet& p, Time now) = 0;
+};
+
 class Network {
  public:
   using ReceiveHandler = std::function<void(PacketPtr)>;
@@ -85,6 +102,9 @@ class Network {
   // REQUIRES: f.Validate().ok().
   void set_forwarding(const ForwardingConfig& f);
 
+  // Installs a fabric load balancer (null: none, the default). The network owns it.
+  void set_balancer(std::unique_ptr<FabricBalancer> balancer) { balancer_ = std::move(balancer); }
+
   // Installs a table set for all forwarders, for one traffic class or all of them. Tables must
   // cover topology().Destinations().
   void InstallTables(std::shared_ptr<const RoutingTables> tables, int traffic_class = kAllClasses);
@@ -110,6 +130,9 @@ class Network {
   const Topology& current() const { return topology_; }
 
   int64_t QueuedBytes(LinkId link) const;
+  // Whether the forwarder at the link's tail may send on it now (up and not ruled out by its
+  // own liveness check).
+  bool Forwardable(LinkId link) const;
   const LinkCounters& counters(LinkId link) const;
   int64_t drops(DropReason r) const { return drops_[static_cast<int>(r)]; }
   int64_t total_drops() const;
@@ -142,6 +165,7 @@ class Network {
   DropHandler on_drop_;
   NicReadyHandler on_nic_ready_;
   ProbeHandler on_probe_;
+  std::unique_ptr<FabricBalancer> balancer_;
 };
 
 }  // namespace dar::sim

@@ -25,6 +25,18 @@ enum class PacketKind : uint8_t {
 
 class PacketPool;
 
+// The header a fabric load balancer (sim/network.h, FabricBalancer) adds to a packet, modelled
+// on CONGA's overlay header (Alizadeh et al., SIGCOMM 2014): the path the source switch chose,
+// the largest congestion metric seen along it, and one piggybacked feedback entry.
+struct BalancerHeader {
+  bool valid = false;  // set by the source switch's balancer
+  uint8_t path = 0;    // the source switch's choice (an uplink index)
+  uint8_t ce = 0;      // the path's congestion so far (max over the links crossed)
+  bool feedback_valid = false;
+  uint8_t feedback_path = 0;    // for the receiving switch: congestion of its path ...
+  uint8_t feedback_metric = 0;  // ... toward this packet's source switch
+};
+
 struct Packet {
   PacketKind kind = PacketKind::kData;
   uint8_t traffic_class = 0;
@@ -42,6 +54,7 @@ struct Packet {
   Time sent_time{0};          // sender's transmit time; echoed in the ACK (probe: t1)
   Time peer_received{0};      // probe reply: t2, when the probe reached the peer
   Time peer_sent{0};          // probe reply: t3, when the peer sent the reply
+  BalancerHeader lb;
   PacketPool* pool = nullptr;
 };
 

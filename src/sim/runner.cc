@@ -247,36 +247,6 @@ void FlattenMetrics(const nlohmann::json& metrics, const std::string& prefix,
   }
 }
 
-// The mean of `values` as MeanOfRuns takes it (see runner.h).
-nlohmann::json MeanOf(const std::vector<const nlohmann::json*>& values) {
-  const nlohmann::json& first = *values.front();
-  if (first.is_boolean()) {
-    bool all = true;
-    for (const nlohmann::json* v : values) all = all && v->is_boolean() && v->get<bool>();
-    return all;
-  }
-  if (first.is_number()) {
-    double sum = 0;
-    int n = 0;
-    for (const nlohmann::json* v : values) {
-      if (v->is_number()) sum += v->get<double>(), ++n;
-    }
-    return sum / n;
-  }
-  if (first.is_object()) {
-    nlohmann::json out = nlohmann::json::object();
-    for (const auto& [k, v] : first.items()) {
-      std::vector<const nlohmann::json*> inner;
-      for (const nlohmann::json* run : values) {
-        if (run->is_object() && run->contains(k)) inner.push_back(&(*run)[k]);
-      }
-      out[k] = MeanOf(inner);
-    }
-    return out;
-  }
-  return first;
-}
-
 }  // namespace
 
 std::string FormatComparison(const nlohmann::json& results) {
@@ -311,20 +281,6 @@ std::string FormatComparison(const nlohmann::json& results) {
       }
     }
     out += "\n";
-  }
-  return out;
-}
-
-nlohmann::json MeanOfRuns(const std::vector<nlohmann::json>& runs) {
-  nlohmann::json out = runs.front();
-  out.erase("seed");
-  out["seeds"] = nlohmann::json::array();
-  for (const nlohmann::json& r : runs) out["seeds"].push_back(r.value("seed", uint64_t{0}));
-  nlohmann::json& policies = out["policies"];
-  for (size_t i = 0; i < policies.size(); ++i) {
-    std::vector<const nlohmann::json*> metrics;
-    for (const nlohmann::json& r : runs) metrics.push_back(&r.at("policies").at(i).at("metrics"));
-    policies[i]["metrics"] = MeanOf(metrics);
   }
   return out;
 }

@@ -45,12 +45,6 @@ absl::StatusOr<nlohmann::json> RunScenario(const Scenario& scenario, const RunOp
 // A comparison table (metrics as rows, policies as columns) for a terminal.
 std::string FormatComparison(const nlohmann::json& results);
 
-// The runs of one scenario under several seeds (results as RunScenario gives them, the same
-// policies in the same order) as one results object: every number of a policy's metrics is
-// the mean over the runs that have it (nested objects alike), a flag is true if it is in every
-// run, anything else is the first run's; "seeds" lists the seeds instead of "seed".
-nlohmann::json MeanOfRuns(const std::vector<nlohmann::json>& runs);
-
 }  // namespace dar::sim
 
 #endif  // DAR_SIM_RUNNER_H_

@@ -82,11 +82,23 @@ absl::StatusOr<TimedEvent> ReadEvent(YamlReader& r, const Topology& topo) {
   return e;
 }
 
-// Reads the policy keys common to all control planes.
+// A preset named by the policy's routing: its routing and default forwarding.
+void ApplyPreset(PolicySpec& p) {
+  if (const PolicyPreset* preset = Registry<PolicyPreset>::Find(p.routing)) {
+    p.routing = preset->routing;
+    p.forwarding = preset->forwarding;
+  }
+}
+
+// Reads the policy keys common to all control planes: name, routing (a preset's routing
+// replaces it, and its forwarding is the default) and forwarding.
 absl::Status ReadPolicyKeys(YamlReader& r, PolicySpec& p) {
   ASSIGN_OR_RETURN(p.name, r.Required<std::string>("name"));
   ASSIGN_OR_RETURN(p.routing, r.Optional<std::string>("routing", p.name));
-  ASSIGN_OR_RETURN(std::string mode, r.Optional<std::string>("forwarding", "per_flow"));
+  ApplyPreset(p);
+  ASSIGN_OR_RETURN(
+      std::string mode,
+      r.Optional<std::string>("forwarding", std::string(ForwardingModeName(p.forwarding.mode))));
   absl::StatusOr<ForwardingMode> parsed = ParseForwardingMode(mode);
   if (!parsed.ok()) return r.Error("forwarding", parsed.status().message());
   p.forwarding.mode = *parsed;
@@ -95,6 +107,12 @@ absl::Status ReadPolicyKeys(YamlReader& r, PolicySpec& p) {
   ASSIGN_OR_RETURN(
       p.forwarding.queue_bias_bytes,
       r.OptionalSize("queue_bias", p.forwarding.queue_bias_bytes, Bounds::NonNegative()));
+  ASSIGN_OR_RETURN(
+      p.forwarding.drill_samples,
+      r.Optional<int>("drill_samples", p.forwarding.drill_samples, Bounds::InRange(1, 16)));
+  ASSIGN_OR_RETURN(
+      p.forwarding.drill_memory,
+      r.Optional<int>("drill_memory", p.forwarding.drill_memory, Bounds::InRange(0, 1)));
   return absl::OkStatus();
 }
 
@@ -103,6 +121,7 @@ absl::StatusOr<PolicySpec> ReadPolicy(const YAML::Node& node, const std::string&
   if (node.IsScalar()) {
     p.name = node.as<std::string>();
     p.routing = p.name;
+    ApplyPreset(p);
     return p;
   }
   p.block = node;

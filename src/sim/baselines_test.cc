@@ -1,0 +1,224 @@
+// The load balancers from the literature (docs/baselines.md), each by its defining behaviour.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/routing.h"
+#include "core/topology_gen.h"
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sim/conga.h"
+#include "sim/runner.h"
+#include "sim/scenario.h"
+
+namespace dar::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A leaf-spine fabric with transport, forwarding with ECMP's tables unless a control plane
+// installs others.
+struct Fabric {
+  Fabric(const LeafSpineParams& params, ForwardingConfig forwarding, const NetworkConfig& nc)
+      : topo(LeafSpine(params)), rng(3), net(loop, rng, topo, nc), transport(net, {}) {
+    net.set_forwarding(forwarding);
+    net.InstallTables(std::make_shared<const RoutingTables>(ComputeEcmpTables(topo)));
+  }
+  NodeId Node(const std::string& name) const { return topo.FindNode(name).value(); }
+  LinkId Link(const std::string& a, const std::string& b) const {
+    return topo.FindLink(Node(a), Node(b));
+  }
+
+  Topology topo;
+  EventLoop loop;
+  Random rng;
+  Network net;
+  Transport transport;
+};
+
+ForwardingConfig Mode(ForwardingMode mode) {
+  ForwardingConfig f;
+  f.mode = mode;
+  return f;
+}
+
+// DRILL keeps the queues of a symmetric stage within a few packets of each other: eight long
+// flows from one leaf's hosts into its four uplinks (2:1 oversubscribed). Per-flow ECMP puts
+// colliding flows on one uplink and leaves another short; DRILL evens them out packet by packet.
+TEST(BaselinesTest, DrillKeepsASymmetricStagesQueuesLevel) {
+  auto mean_spread = [](ForwardingMode mode) {
+    NetworkConfig nc;
+    nc.ecn_threshold_bytes = 64 << 10;
+    Fabric f({.leaves = 2, .spines = 4, .hosts_per_leaf = 8}, Mode(mode), nc);
+    for (int i = 0; i < 8; ++i) {
+      f.transport.Send(f.Node(fmt::format("h{}", i)), f.Node(fmt::format("h{}", 8 + i)),
+                       int64_t{50} << 20, 0, nullptr);
+    }
+    std::vector<LinkId> uplinks;
+    for (int s = 0; s < 4; ++s) uplinks.push_back(f.Link("leaf0", fmt::format("spine{}", s)));
+    double spread = 0;
+    int samples = 0;
+    f.loop.RunUntil(Time(0) + Milliseconds(1));
+    for (Time t = Time(0) + Milliseconds(1); t < Time(0) + Milliseconds(4); t += Microseconds(5)) {
+      f.loop.RunUntil(t);
+      int64_t lo = INT64_MAX, hi = 0;
+      for (LinkId l : uplinks) {
+        lo = std::min(lo, f.net.QueuedBytes(l));
+        hi = std::max(hi, f.net.QueuedBytes(l));
+      }
+      spread += static_cast<double>(hi - lo);
+      ++samples;
+    }
+    return spread / samples;
+  };
+  const double drill = mean_spread(ForwardingMode::kDrill);
+  const double ecmp = mean_spread(ForwardingMode::kPerFlow);
+  std::printf("mean queue spread over a leaf's 4 uplinks: DRILL %.0f B, ECMP %.0f B\n", drill,
+              ecmp);
+  EXPECT_LT(drill, 3 * 1500);
+  EXPECT_GT(ecmp, 4 * drill);
+}
+
+// CONGA moves flowlets off a path that is congested beyond the first hop: the source leaf's
+// uplinks are alike, but one spine's link down to the destination leaf runs at an eighth of
+// its capacity, which only the feedback from the destination leaf reveals. Halfway, the
+// degraded link switches to the other spine, and the traffic follows within a fraction of a
+// millisecond. LetFlow, blind to load, splits far more evenly.
+TEST(BaselinesTest, CongaMovesFlowletsOffADegradedPath) {
+  struct Shares {
+    double first, second;  // of the bytes leaf0 sent up through spine1
+    int64_t feedback;
+  };
+  auto run = [](bool conga) {
+    NetworkConfig nc;
+    nc.ecn_threshold_bytes = 64 << 10;
+    ForwardingConfig forwarding = Mode(ForwardingMode::kPerFlowlet);
+    forwarding.flowlet_gap = Microseconds(500);
+    Fabric f({.leaves = 2, .spines = 2, .hosts_per_leaf = 4}, forwarding, nc);
+    CongaRouting cp{CongaConfig(), LinkStateConfig()};
+    Random control_rng(11);
+    ControlContext ctx{f.loop, f.net, control_rng};
+    if (conga) cp.Start(ctx);
+    const LinkId down0 = f.Link("spine0", "leaf1");
+    const LinkId down1 = f.Link("spine1", "leaf1");
+    const DataRate full = f.topo.link(down1).params.capacity;
+    f.net.SetLinkCapacity(down1, full.Scaled(0.125));
+    // A new 20 KB message every 20 us from leaf0's hosts to leaf1's: 8 Gb/s offered.
+    int i = 0;
+    Timer gen(f.loop, [&] {
+      f.transport.Send(f.Node(fmt::format("h{}", i % 4)),
+                       f.Node(fmt::format("h{}", 4 + (i * 3) % 4)), 20000, 0, nullptr);
+      ++i;
+      if (f.loop.now() < Time(0) + Milliseconds(10)) gen.ScheduleIn(Microseconds(20));
+    });
+    gen.ScheduleAt(Time(0));
+    const LinkId up0 = f.Link("leaf0", "spine0");
+    const LinkId up1 = f.Link("leaf0", "spine1");
+    auto bytes = [&] {
+      return std::pair(f.net.counters(up0).tx_bytes, f.net.counters(up1).tx_bytes);
+    };
+    auto share = [](std::pair<int64_t, int64_t> a, std::pair<int64_t, int64_t> b) {
+      const double via0 = static_cast<double>(b.first - a.first);
+      const double via1 = static_cast<double>(b.second - a.second);
+      return via1 / (via0 + via1);
+    };
+    f.loop.RunUntil(Time(0) + Milliseconds(1));
+    const auto a = bytes();
+    f.loop.RunUntil(Time(0) + Milliseconds(5));
+    const auto b = bytes();
+    f.net.SetLinkCapacity(down1, full);
+    f.net.SetLinkCapacity(down0, full.Scaled(0.125));
+    f.loop.RunUntil(Time(0) + Microseconds(5500));
+    const auto c = bytes();
+    f.loop.RunUntil(Time(0) + Milliseconds(10));
+    const auto d = bytes();
+    nlohmann::json m;
+    if (conga) cp.Report(m);
+    return Shares{share(a, b), share(c, d), conga ? m["conga_feedback"].get<int64_t>() : 0};
+  };
+  const Shares conga = run(true);
+  const Shares letflow = run(false);
+  std::printf("share of bytes via the spine1 path: CONGA %.2f then %.2f, LetFlow %.2f then %.2f\n",
+              conga.first, conga.second, letflow.first, letflow.second);
+  EXPECT_LT(conga.first, 0.3);
+  EXPECT_GT(conga.second, 0.7);
+  EXPECT_GT(conga.feedback, 1000);
+  // LetFlow splits new flows blindly (its flowlets drift off a congested path only as their
+  // gaps grow), far less decisively.
+  EXPECT_GT(letflow.first, conga.first + 0.25);
+  EXPECT_LT(letflow.second, conga.second - 0.25);
+}
+
+constexpr char kLeafSpine[] = R"(
+duration_ms: 4
+topology:
+  type: leaf_spine
+  leaves: 2
+  spines: 2
+  hosts_per_leaf: 4
+  host_link: {capacity_gbps: 10, delay_us: 1, queue_kb: 256}
+  fabric_link: {capacity_gbps: 10, delay_us: 1, queue_kb: 256}
+  overrides:
+    - {link: [spine1, leaf1], capacity_fraction: 0.25}
+network: {ecn_threshold_kb: 64}
+workloads:
+  - {type: background, cdf: websearch, load: 0.4}
+policies:
+)";
+
+// Every baseline is a policy name usable as it is in any scenario, with its paper's defaults,
+// and its keys override them.
+TEST(BaselinesTest, EveryBaselineIsAPolicyNameWithItsDefaults) {
+  std::string flat = std::string(kLeafSpine);
+  for (const char* p : {"spray", "letflow", "drill", "wcmp", "conga", "ecmp", "static"}) {
+    flat += fmt::format("  - {}\n", p);
+  }
+  flat += "  - {name: letflow-50, routing: letflow, flowlet_gap_us: 50}\n";
+  flat += "  - {name: drill-3, routing: drill, drill_samples: 3, drill_memory: 0}\n";
+  flat += "  - {name: conga-fast, routing: conga, dre_period_us: 8, flowlet_gap_us: 100}\n";
+  absl::StatusOr<Scenario> s = ParseScenario(flat, "baselines.yaml");
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto policy = [&](const std::string& name) {
+    return *std::find_if(s->policies.begin(), s->policies.end(),
+                         [&](const PolicySpec& p) { return p.name == name; });
+  };
+  EXPECT_EQ(policy("spray").routing, "ecmp");
+  EXPECT_EQ(policy("spray").forwarding.mode, ForwardingMode::kPerPacket);
+  EXPECT_EQ(policy("letflow").forwarding.mode, ForwardingMode::kPerFlowlet);
+  EXPECT_EQ(policy("letflow").forwarding.flowlet_gap, Microseconds(500));
+  EXPECT_EQ(policy("letflow").forwarding.queue_bias_bytes, 0);
+  EXPECT_EQ(policy("letflow-50").forwarding.flowlet_gap, Microseconds(50));
+  EXPECT_EQ(policy("drill").forwarding.mode, ForwardingMode::kDrill);
+  EXPECT_EQ(policy("drill").forwarding.drill_samples, 2);
+  EXPECT_EQ(policy("drill").forwarding.drill_memory, 1);
+  EXPECT_EQ(policy("drill-3").forwarding.drill_samples, 3);
+  EXPECT_EQ(policy("drill-3").forwarding.drill_memory, 0);
+  EXPECT_EQ(policy("wcmp").routing, "wcmp");
+  EXPECT_EQ(policy("conga").routing, "conga");
+
+  // Each runs the scenario to the end without a loop.
+  RunOptions options;
+  options.jobs = 2;
+  absl::StatusOr<nlohmann::json> r = RunScenario(*s, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const auto& p : (*r)["policies"]) {
+    SCOPED_TRACE(p["name"].get<std::string>());
+    EXPECT_TRUE(p["metrics"]["completed"].get<bool>());
+    EXPECT_EQ(p["metrics"]["routing_loops"], 0);
+    EXPECT_GT(p["metrics"]["flows_completed"].get<int64_t>(), 0);
+  }
+  // A bad key value is refused with the policy and the key.
+  absl::StatusOr<Scenario> bad = ParseScenario(
+      std::string(kLeafSpine) + "  - {name: d, routing: drill, drill_memory: 3}\n", "b.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("policies[0].drill_memory"));
+  bad = ParseScenario(std::string(kLeafSpine) + "  - {name: c, routing: conga, dre_alpha: 1.5}\n",
+                      "b.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("dre_alpha"));
+}
+
+}  // namespace
+}  // namespace dar::sim

@@ -1,0 +1,313 @@
+#include "sim/seed_summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "fmt/format.h"
+#include "sim/stats.h"
+
+namespace dar::sim {
+namespace {
+
+using Json = nlohmann::json;
+
+// The mean of `values` as MeanOfRuns takes it (see its comment).
+Json MeanOf(const std::vector<const Json*>& values) {
+  const Json& first = *values.front();
+  if (first.is_boolean()) {
+    bool all = true;
+    for (const Json* v : values) all = all && v->is_boolean() && v->get<bool>();
+    return all;
+  }
+  if (first.is_number()) {
+    double sum = 0;
+    int n = 0;
+    for (const Json* v : values) {
+      if (v->is_number()) sum += v->get<double>(), ++n;
+    }
+    return sum / n;
+  }
+  if (first.is_object()) {
+    Json out = Json::object();
+    for (const auto& [k, v] : first.items()) {
+      std::vector<const Json*> inner;
+      for (const Json* run : values) {
+        if (run->is_object() && run->contains(k)) inner.push_back(&(*run)[k]);
+      }
+      out[k] = MeanOf(inner);
+    }
+    return out;
+  }
+  return first;
+}
+
+Json Ends(const MeanInterval& m) {
+  if (std::isnan(m.low)) return Json::array({nullptr, nullptr});
+  return Json::array({m.low, m.high});
+}
+
+// The shape of values.front() with every number replaced by its interval over `values`.
+Json IntervalOf(const std::vector<const Json*>& values) {
+  const Json& first = *values.front();
+  if (first.is_number()) {
+    std::vector<double> xs;
+    for (const Json* v : values) {
+      if (v->is_number()) xs.push_back(v->get<double>());
+    }
+    return Ends(MeanCi95(xs));
+  }
+  Json out = Json::object();
+  for (const auto& [k, v] : first.items()) {
+    if (!v.is_number() && !v.is_object()) continue;
+    std::vector<const Json*> inner;
+    for (const Json* run : values) {
+      if (run->is_object() && run->contains(k)) inner.push_back(&(*run)[k]);
+    }
+    Json ci = IntervalOf(inner);
+    if (!ci.is_object() || !ci.empty()) out[k] = std::move(ci);
+  }
+  return out;
+}
+
+// Every number in `metrics`, at any depth, under its dotted path, in document order.
+void FlattenNumbers(const Json& metrics, const std::string& prefix,
+                    std::vector<std::pair<std::string, double>>& out) {
+  for (const auto& [k, v] : metrics.items()) {
+    if (v.is_number()) {
+      out.emplace_back(prefix + k, v.get<double>());
+    } else if (v.is_object()) {
+      FlattenNumbers(v, prefix + k + ".", out);
+    }
+  }
+}
+
+// The node at dotted `path` in `root`, or null.
+const Json* FindPath(const Json& root, const std::string& path) {
+  const Json* at = &root;
+  for (const absl::string_view part : absl::StrSplit(path, '.')) {
+    if (!at->is_object()) return nullptr;
+    auto it = at->find(std::string(part));
+    if (it == at->end()) return nullptr;
+    at = &*it;
+  }
+  return at;
+}
+
+// The number at dotted `path` in `metrics`, or null.
+const Json* FindDotted(const Json& metrics, const std::string& path) {
+  const Json* at = FindPath(metrics, path);
+  return at != nullptr && at->is_number() ? at : nullptr;
+}
+
+// Flattened metric paths of every policy, first seen first.
+std::vector<std::string> MetricPaths(const Json& policies) {
+  std::vector<std::string> paths;
+  std::set<std::string> seen;
+  for (const Json& p : policies) {
+    std::vector<std::pair<std::string, double>> flat;
+    FlattenNumbers(p.at("metrics"), "", flat);
+    for (const auto& [k, v] : flat) {
+      if (seen.insert(k).second) paths.push_back(k);
+    }
+  }
+  return paths;
+}
+
+std::string Number(double x) {
+  if (x == std::floor(x) && std::fabs(x) < 1e9) return fmt::format("{:.0f}", x);
+  return fmt::format("{:.4g}", x);
+}
+
+std::string Signed(double x, const char* unit) {
+  return fmt::format("{}{:.3g}{}", x >= 0 ? "+" : "", x, unit);
+}
+
+}  // namespace
+
+nlohmann::json MeanOfRuns(const std::vector<nlohmann::json>& runs) {
+  Json out = runs.front();
+  out.erase("seed");
+  out["seeds"] = Json::array();
+  for (const Json& r : runs) out["seeds"].push_back(r.value("seed", uint64_t{0}));
+  Json& policies = out["policies"];
+  for (size_t i = 0; i < policies.size(); ++i) {
+    std::vector<const Json*> metrics;
+    for (const Json& r : runs) metrics.push_back(&r.at("policies").at(i).at("metrics"));
+    policies[i]["metrics"] = MeanOf(metrics);
+  }
+  return out;
+}
+
+absl::StatusOr<nlohmann::json> SummarizeSeeds(const std::vector<nlohmann::json>& runs,
+                                              const std::string& baseline) {
+  if (runs.empty()) return absl::InvalidArgumentError("no runs to summarise");
+  const Json& first = runs.front().at("policies");
+  for (const Json& r : runs) {
+    const Json& ps = r.at("policies");
+    bool same = ps.size() == first.size();
+    for (size_t i = 0; same && i < ps.size(); ++i) same = ps[i].at("name") == first[i].at("name");
+    if (!same) {
+      return absl::InvalidArgumentError(
+          fmt::format("seed {}: the runs do not list the same policies", r.value("seed", 0)));
+    }
+  }
+  size_t base = first.size();
+  for (size_t i = 0; i < first.size(); ++i) {
+    if (first[i].at("name") == baseline) base = i;
+  }
+  if (base == first.size()) {
+    return absl::InvalidArgumentError(
+        fmt::format("baseline '{}' is not a policy of the scenario", baseline));
+  }
+
+  Json out = MeanOfRuns(runs);
+  out["baseline"] = baseline;
+  out["interval"] = "95% Student t";
+  Json& policies = out["policies"];
+  for (size_t i = 0; i < policies.size(); ++i) {
+    std::vector<const Json*> metrics;
+    for (const Json& r : runs) metrics.push_back(&r["policies"][i]["metrics"]);
+    policies[i]["ci95"] = IntervalOf(metrics);
+    if (i == base) continue;
+    Json paired = Json::object();
+    std::vector<std::pair<std::string, double>> flat;
+    FlattenNumbers(policies[i]["metrics"], "", flat);
+    for (const auto& [path, mean] : flat) {
+      std::vector<double> diffs;
+      std::vector<double> base_values;
+      for (const Json& r : runs) {
+        const Json* a = FindDotted(r["policies"][i]["metrics"], path);
+        const Json* b = FindDotted(r["policies"][base]["metrics"], path);
+        if (a == nullptr || b == nullptr) continue;
+        diffs.push_back(a->get<double>() - b->get<double>());
+        base_values.push_back(b->get<double>());
+      }
+      if (diffs.empty()) continue;
+      const MeanInterval d = MeanCi95(diffs);
+      const double base_mean = Mean(base_values);
+      Json entry = {{"diff", d.mean},
+                    {"ci95", Ends(d)},
+                    {"significant", d.ExcludesZero()},
+                    {"baseline_mean", base_mean}};
+      entry["relative"] = base_mean != 0 ? Json(d.mean / std::fabs(base_mean)) : Json(nullptr);
+      paired[path] = std::move(entry);
+    }
+    policies[i]["vs_baseline"] = std::move(paired);
+  }
+  return out;
+}
+
+std::string FormatSeedSummary(const nlohmann::json& summary) {
+  const Json& policies = summary.at("policies");
+  const std::vector<std::string> paths = MetricPaths(policies);
+  size_t width = 28;
+  for (const std::string& k : paths) width = std::max(width, k.size() + 2);
+  constexpr int kColumn = 26;
+  auto header = [&](const std::string& title) {
+    std::string line = fmt::format("{:<{}}", title, width);
+    for (const Json& p : policies) {
+      line += fmt::format("{:>{}}", p.at("name").get<std::string>(), kColumn);
+    }
+    return line + "\n";
+  };
+
+  const std::string baseline = summary.value("baseline", "");
+  std::string out =
+      fmt::format("mean over {} seeds, ± the half-width of its 95% interval (Student t)\n",
+                  summary.at("seeds").size());
+  out += header("metric");
+  for (const std::string& k : paths) {
+    out += fmt::format("{:<{}}", k, width);
+    for (const Json& p : policies) {
+      const Json* mean = FindDotted(p.at("metrics"), k);
+      if (mean == nullptr) {
+        out += fmt::format("{:>{}}", "-", kColumn);
+        continue;
+      }
+      std::string cell = Number(mean->get<double>());
+      const Json* ci = p.contains("ci95") ? FindPath(p.at("ci95"), k) : nullptr;
+      if (ci != nullptr && ci->is_array() && ci->size() == 2 && (*ci)[0].is_number()) {
+        const double half = ((*ci)[1].get<double>() - (*ci)[0].get<double>()) / 2;
+        if (half > 0) cell += " ±" + fmt::format("{:.2g}", half);
+      }
+      out += fmt::format("{:>{}}", cell, kColumn);
+    }
+    out += "\n";
+  }
+
+  if (baseline.empty()) return out;
+  out += fmt::format(
+      "\npaired difference against {} over the same seeds: mean [95% interval], relative to\n"
+      "{}'s mean where it is not 0; * where the interval excludes 0\n",
+      baseline, baseline);
+  out += header("metric");
+  for (const std::string& k : paths) {
+    out += fmt::format("{:<{}}", k, width);
+    for (const Json& p : policies) {
+      const bool is_base = p.at("name") == baseline;
+      const Json* e = nullptr;
+      if (!is_base && p.contains("vs_baseline")) {
+        const Json& paired = p.at("vs_baseline");
+        if (auto it = paired.find(k); it != paired.end()) e = &*it;
+      }
+      if (e == nullptr) {
+        out += fmt::format("{:>{}}", is_base ? "(baseline)" : "-", kColumn);
+        continue;
+      }
+      const bool rel = e->at("relative").is_number();
+      const double scale = rel ? 100 / std::fabs(e->at("baseline_mean").get<double>()) : 1;
+      const char* unit = rel ? "%" : "";
+      std::string cell = Signed(e->at("diff").get<double>() * scale, unit);
+      const Json& ci = e->at("ci95");
+      if (ci[0].is_number()) {
+        cell += fmt::format(" [{},{}]", Signed(ci[0].get<double>() * scale, ""),
+                            Signed(ci[1].get<double>() * scale, ""));
+      }
+      if (e->at("significant").get<bool>()) cell += "*";
+      out += fmt::format("{:>{}}", cell, kColumn);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<uint64_t>> ParseSeedList(const std::string& text) {
+  std::vector<uint64_t> seeds;
+  std::set<uint64_t> seen;
+  auto add = [&](uint64_t s) -> absl::Status {
+    if (!seen.insert(s).second) {
+      return absl::InvalidArgumentError(fmt::format("seed {} is listed twice", s));
+    }
+    seeds.push_back(s);
+    return absl::OkStatus();
+  };
+  for (const absl::string_view part : absl::StrSplit(text, ',')) {
+    const size_t dots = part.find("..");
+    uint64_t lo = 0;
+    uint64_t hi = 0;
+    const bool ok = dots == absl::string_view::npos
+                        ? absl::SimpleAtoi(part, &lo) && (hi = lo, true)
+                        : absl::SimpleAtoi(part.substr(0, dots), &lo) &&
+                              absl::SimpleAtoi(part.substr(dots + 2), &hi) && lo <= hi;
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          fmt::format("'{}' is not a seed or a range A..B of seeds (A <= B, non-negative integers)",
+                      std::string(part)));
+    }
+    if (hi - lo >= 100000) {
+      return absl::InvalidArgumentError(
+          fmt::format("'{}': at most 100000 seeds", std::string(part)));
+    }
+    for (uint64_t s = lo; s <= hi; ++s) {
+      if (absl::Status st = add(s); !st.ok()) return st;
+    }
+  }
+  if (seeds.empty()) return absl::InvalidArgumentError("no seeds listed");
+  return seeds;
+}
+
+}  // namespace dar::sim
