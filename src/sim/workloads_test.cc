@@ -74,6 +74,13 @@ Result RunWorkload(const std::string& yaml, const Topology& topo, Time end,
 
 double Num(const nlohmann::json& j) { return j.get<double>(); }
 
+// Bytes on the wire for a message of `bytes` with the default transport.
+double WireBytesOf(int64_t bytes) {
+  const TransportConfig tc;
+  const int64_t segments = (bytes + tc.mss - 1) / tc.mss;
+  return static_cast<double>(bytes + segments * tc.header_bytes);
+}
+
 // ---- allreduce ----
 
 TEST(AllReduceTest, CompletesEveryIterationNearTheBandwidthBound) {
@@ -265,6 +272,58 @@ slowdown: 2
   EXPECT_DOUBLE_EQ(Num(r.metrics["iteration_time_s"]), (j0 + j1) / 2);
   EXPECT_GE(Num(r.metrics["comm_time_max_s"]), Num(r.metrics["comm_time_s"]));
   EXPECT_EQ(r.metrics["comm_time_by_job_s"].size(), 2u);
+}
+
+// ---- alltoall ----
+
+TEST(AllToAllTest, EveryHostSendsToEveryOtherInEachPhase) {
+  const Topology topo = Star(4);
+  // 4 hosts x 64 KB to each other host; dispatch and combine.
+  const Result r =
+      RunWorkload("{type: alltoall, group: all, message_kb: 256, iterations: 3}", topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.metrics["alltoall_iterations_completed"], 3);
+  EXPECT_EQ(r.messages_by_segments, (std::map<int64_t, int>{{45, 3 * 2 * 4 * 3}}));
+  // Each host sends and receives three 64 KB messages per phase at 10 Gb/s.
+  const double bound = 3.0 * WireBytesOf(64 << 10) * 8 / kLinkBps;
+  const double t = Num(r.metrics["alltoall_time_s"]);
+  EXPECT_GE(t, bound);
+  EXPECT_LE(t, 1.2 * bound);
+  EXPECT_LE(t, Num(r.metrics["alltoall_time_max_s"]));
+  EXPECT_NEAR(Num(r.metrics["alltoall_comm_time_s"]), 2 * t, 1e-12);
+  const Result once =
+      RunWorkload("{type: alltoall, group: all, message_kb: 256, iterations: 3, combine: false}",
+                  topo, Time{0});
+  EXPECT_EQ(once.counters.messages_completed, 3 * 4 * 3);
+}
+
+TEST(AllToAllTest, ExpertComputeSitsBetweenDispatchAndCombine) {
+  const Topology topo = Star(4);
+  const Result r = RunWorkload(
+      "{type: alltoall, group_size: 4, message_kb: 64, iterations: 2, compute_ms: 1, "
+      "expert_compute_ms: 2}",
+      topo, Time{0});
+  ASSERT_TRUE(r.done);
+  const double iteration = Num(r.metrics["alltoall_iteration_time_s"]);
+  const double comm = Num(r.metrics["alltoall_comm_time_s"]);
+  EXPECT_NEAR(iteration, 3e-3 + comm, 1e-6);
+}
+
+TEST(AllToAllTest, JobsSpreadOverRacksAndRepeatWithTheSeed) {
+  const Topology topo = FourRacks();
+  const std::string yaml =
+      "{type: alltoall, jobs: 3, job_size: 4, placement: random, message_kb: 64, iterations: 2}";
+  const Result a = RunWorkload(yaml, topo, Time{0}, Seconds(10), 5);
+  const Result b = RunWorkload(yaml, topo, Time{0}, Seconds(10), 5);
+  ASSERT_TRUE(a.done);
+  EXPECT_EQ(a.metrics.dump(), b.metrics.dump());
+  EXPECT_EQ(a.metrics["alltoall_iterations_completed"], 6);
+  EXPECT_EQ(a.counters.messages_completed, 3 * 2 * 2 * 4 * 3);
+  const Result spread = RunWorkload(
+      "{type: alltoall, jobs: 4, job_size: 4, placement: spread, message_kb: 64}", topo, Time{0});
+  for (const auto& [job, racks] : spread.metrics["alltoall_racks_by_job"].items()) {
+    EXPECT_EQ(racks, 4) << job;
+  }
 }
 
 // ---- serving ----
@@ -500,11 +559,19 @@ TEST(WorkloadConfigTest, CollectiveAndIncastErrorsNameTheKey) {
   EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, job_size: 2, hosts: [h0, h1], "
                           "slow_hosts: [h3]}"),
               HasSubstr("workloads[0].slow_hosts[0]: 'h3' is not in the pool"));
+  EXPECT_THAT(CreateError("{type: alltoall, message_mb: 1, job_size: 8}"),
+              HasSubstr("workloads[0].job_size: 1 job(s) of 8 hosts need 8 hosts"));
+  EXPECT_THAT(CreateError("{type: alltoall, message_mb: 1, combin: false}"),
+              HasSubstr("workloads[0].combin: unknown key"));
+  EXPECT_THAT(CreateError("{type: alltoall, group: all}"),
+              HasSubstr("workloads[0].message_mb: required"));
+  EXPECT_THAT(CreateError("{type: alltoall, message_mb: 1, expert_compute_ms: -1}"),
+              HasSubstr("workloads[0].expert_compute_ms: must be >= 0"));
 }
 
 TEST(WorkloadConfigTest, AllTypesAreRegistered) {
   const std::vector<std::string> types = Registry<WorkloadFactory>::Names();
-  for (const char* t : {"allreduce", "serving", "bulk", "background"}) {
+  for (const char* t : {"allreduce", "alltoall", "serving", "bulk", "background"}) {
     EXPECT_THAT(types, ::testing::Contains(t));
   }
 }
