@@ -1,4 +1,5 @@
 // The workloads on a real event loop, network and transport.
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -326,6 +327,59 @@ TEST(AllToAllTest, JobsSpreadOverRacksAndRepeatWithTheSeed) {
   }
 }
 
+// ---- incast ----
+
+TEST(IncastTest, FanInSendersAnswerOneReceiverPerQuery) {
+  const Topology topo = Star(9);
+  const Result r = RunWorkload(
+      "{type: incast, fan_in: 8, response_kb: 32, rounds: 5, receivers: [h8]}", topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.metrics["queries_completed"], 5);
+  EXPECT_EQ(r.counters.messages_completed, 5 * 8);
+  EXPECT_EQ(r.counters.bytes_delivered, 5 * 8 * (32 << 10));
+  // All data goes down h8's link; the senders' links carry only ACKs (64 B per segment; the
+  // run stops when the last segment arrives, so the last ACKs may still be on their way).
+  EXPECT_GE(r.host_rx_bytes[8], 5 * 8 * (32 << 10));
+  for (NodeId h = 0; h < 8; ++h) {
+    EXPECT_LE(r.host_rx_bytes[h], 5 * 23 * 64) << "h" << h;
+    EXPECT_GE(r.host_rx_bytes[h], (5 * 23 - 2) * 64) << "h" << h;
+  }
+  const double ideal = 8.0 * WireBytesOf(32 << 10) * 8 / kLinkBps;
+  EXPECT_NEAR(Num(r.metrics["qct_ideal_s"]), ideal, 1e-12);
+  EXPECT_GE(Num(r.metrics["qct_mean_s"]), ideal);
+  EXPECT_LE(Num(r.metrics["qct_p50_s"]), Num(r.metrics["qct_p99_s"]));
+  EXPECT_LE(Num(r.metrics["qct_p99_s"]), Num(r.metrics["qct_max_s"]));
+  EXPECT_LE(Num(r.metrics["response_fct_p99_s"]), Num(r.metrics["qct_max_s"]));
+  // Rounds run one after another.
+  EXPECT_GE(ToSeconds(r.finished), 5 * Num(r.metrics["qct_mean_s"]) * 0.999);
+}
+
+TEST(IncastTest, ReceiversAndSendersAreDrawnEveryRound) {
+  const Topology topo = Star(9);
+  const Result r =
+      RunWorkload("{type: incast, fan_in: 3, response_kb: 16, rounds: 60}", topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.counters.messages_completed, 60 * 3);
+  int receivers = 0;
+  for (NodeId h = 0; h < 9; ++h) receivers += r.host_rx_bytes[h] > 3 * (16 << 10);
+  EXPECT_GE(receivers, 7);
+}
+
+TEST(IncastTest, RateModeIsOpenLoopAndRepeatsWithTheSeed) {
+  const Topology topo = Star(9);
+  const std::string yaml = "{type: incast, fan_in: 4, response_kb: 16, rate_per_s: 2000}";
+  const Result a = RunWorkload(yaml, topo, Milliseconds(50), Seconds(10), 3);
+  const Result b = RunWorkload(yaml, topo, Milliseconds(50), Seconds(10), 3);
+  const Result c = RunWorkload(yaml, topo, Milliseconds(50), Seconds(10), 4);
+  ASSERT_TRUE(a.done);
+  const int64_t started = a.metrics["queries_started"];
+  EXPECT_EQ(a.metrics["queries_completed"], started);
+  EXPECT_GT(started, 60);  // 100 expected
+  EXPECT_LT(started, 140);
+  EXPECT_EQ(a.metrics.dump(), b.metrics.dump());
+  EXPECT_NE(a.metrics.dump(), c.metrics.dump());
+}
+
 // ---- serving ----
 
 constexpr char kServing[] = R"(
@@ -567,11 +621,45 @@ TEST(WorkloadConfigTest, CollectiveAndIncastErrorsNameTheKey) {
               HasSubstr("workloads[0].message_mb: required"));
   EXPECT_THAT(CreateError("{type: alltoall, message_mb: 1, expert_compute_ms: -1}"),
               HasSubstr("workloads[0].expert_compute_ms: must be >= 0"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 4, response_kb: 64, rounds: 1}"),
+              HasSubstr("workloads[0].fan_in: 4 senders besides receiver 'h0' need 5 hosts; the "
+                        "topology has 4"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 0, response_kb: 64, rounds: 1}"),
+              HasSubstr("workloads[0].fan_in: must be >= 1"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, response_kb: 64, rounds: 1, "
+                          "rate_per_s: 10}"),
+              HasSubstr("workloads[0].rate_per_s: give exactly one of rounds, rate_per_s"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, response_kb: 64}"),
+              HasSubstr("workloads[0].rounds: give exactly one of rounds, rate_per_s"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, response_kb: 64, rate_per_s: 10, "
+                          "gap_us: 5}"),
+              HasSubstr("workloads[0].gap_us: goes with rounds"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, rounds: 3}"),
+              HasSubstr("workloads[0].response_mb: required"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, response_kb: 1, rounds: 3, "
+                          "receivers: [h7]}"),
+              HasSubstr("workloads[0].receivers[0]: unknown node 'h7'"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, response_kb: 1, rounds: 3, fanin: 2}"),
+              HasSubstr("workloads[0].fanin: unknown key"));
+}
+
+TEST(BackgroundTest, AnyCdfFileInTheFormatIsAccepted) {
+  const std::string path = ::testing::TempDir() + "/tiny.cdf";
+  {
+    std::ofstream out(path);
+    out << "# two sizes\n1000 50\n20000 100\n";
+  }
+  const Topology topo = Star(4);
+  const Result r =
+      RunWorkload("{type: background, cdf: " + path + ", load: 0.2}", topo, Milliseconds(20));
+  ASSERT_TRUE(r.done);
+  EXPECT_GT(r.metrics["flows_completed"].get<int64_t>(), 100);
+  EXPECT_EQ(r.metrics["slowdown_by_size"]["100KB-1MB"]["count"], 0);
 }
 
 TEST(WorkloadConfigTest, AllTypesAreRegistered) {
   const std::vector<std::string> types = Registry<WorkloadFactory>::Names();
-  for (const char* t : {"allreduce", "alltoall", "serving", "bulk", "background"}) {
+  for (const char* t : {"allreduce", "alltoall", "serving", "bulk", "background", "incast"}) {
     EXPECT_THAT(types, ::testing::Contains(t));
   }
 }
