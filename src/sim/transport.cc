@@ -60,8 +60,9 @@ struct Transport::Flow {
   uint32_t window_end = 0;     // the observation window ends when snd_una reaches this
   int64_t window_acked = 0;    // bytes acknowledged in the observation window
   int64_t window_marked = 0;   // of which echoed a CE mark
-  bool in_cwr = false;         // the window was cut; until snd_una reaches cwr_end, no other
-  uint32_t cwr_end = 0;        // ECN cut and no growth
+  // A window reduction is under way: until snd_una reaches cwr_end, no ECN cut and no growth.
+  bool in_cwr = false;
+  uint32_t cwr_end = 0;
   int rto_backoff = 1;
   bool in_ready = false;
   Timer rto_timer;
