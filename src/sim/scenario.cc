@@ -151,6 +151,9 @@ absl::Status ReadTransport(YamlReader& r, TransportConfig& t) {
   ASSIGN_OR_RETURN(t.initial_window,
                    r.Optional<int>("initial_window", t.initial_window, Bounds::AtLeast(1)));
   ASSIGN_OR_RETURN(t.dctcp_g, r.Optional<double>("dctcp_g", t.dctcp_g, Bounds::InRange(0, 1)));
+  ASSIGN_OR_RETURN(
+      t.dctcp_initial_alpha,
+      r.Optional<double>("dctcp_initial_alpha", t.dctcp_initial_alpha, Bounds::InRange(0, 1)));
   ASSIGN_OR_RETURN(t.reorder_window_min,
                    r.OptionalDuration("reorder_window_min", t.reorder_window_min));
   ASSIGN_OR_RETURN(t.initial_rto,

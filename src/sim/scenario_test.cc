@@ -183,7 +183,7 @@ TEST(ScenarioTest, TheReadmeExampleIsValid) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->policies.size(), 12u);
   EXPECT_EQ(s->events.size(), 5u);
-  EXPECT_EQ(s->workloads.size(), 4u);
+  EXPECT_EQ(s->workloads.size(), 6u);
   EXPECT_EQ(s->topology.Hosts().size(), 128u);
 }
 

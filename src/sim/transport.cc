@@ -55,9 +55,14 @@ struct Transport::Flow {
   int reo_wnd_mult = 1;
   Time last_cut{-1};           // losses of segments sent before this do not cut the window again
   double cwnd_before_cut = 0;  // restored if the cut's loss proves spurious
+  uint32_t snd_una = 0;        // the first segment not yet acknowledged
   double alpha = 0;            // DCTCP's estimate of the marked fraction
-  int64_t window_acked = 0;
-  int64_t window_marked = 0;
+  uint32_t window_end = 0;     // the observation window ends when snd_una reaches this
+  int64_t window_acked = 0;    // bytes acknowledged in the observation window
+  int64_t window_marked = 0;   // of which echoed a CE mark
+  // A window reduction is under way: until snd_una reaches cwr_end, no ECN cut and no growth.
+  bool in_cwr = false;
+  uint32_t cwr_end = 0;
   int rto_backoff = 1;
   bool in_ready = false;
   Timer rto_timer;
@@ -108,6 +113,7 @@ uint64_t Transport::Send(NodeId src, NodeId dst, int64_t bytes, uint8_t traffic_
   f->sent_at.assign(f->num_segments, Time{0});
   f->received.assign(f->num_segments, false);
   f->cwnd = static_cast<double>(config_.initial_window) * config_.mss;
+  f->alpha = config_.dctcp_initial_alpha;
   Flow& flow = *f;
   flows_.push_back(std::move(f));
   flow_counters_.emplace_back();
@@ -249,6 +255,7 @@ void Transport::OnAck(const Packet& p) {
       ++counters_.cwnd_undos;
       f.cwnd = f.cwnd_before_cut;
       f.ssthresh = std::max(f.ssthresh, f.cwnd_before_cut);
+      f.in_cwr = false;
     }
     f.cwnd_before_cut = 0;  // one undo per cut
   }
@@ -278,22 +285,37 @@ void Transport::OnAck(const Packet& p) {
   }
   f.rto_backoff = 1;
 
-  // DCTCP: once a window's worth of data is acknowledged, fold its marked fraction into alpha
-  // and cut in proportion to it.
+  while (f.snd_una < f.num_segments && f.state[f.snd_una] == kAcked) ++f.snd_una;
+  FlowCounters& fc = flow_counters_[f.id];
+  if (p.ece && fc.first_ece < Time{0}) fc.first_ece = now;
+
+  // DCTCP as Linux's tcp_dctcp.c runs it. An observation window covers the data sent while it
+  // is open: it ends once everything sent before it began is acknowledged (snd_una reaches
+  // the next_new recorded at its start), and its fraction of ECN-echoing bytes is folded into
+  // alpha.
   f.window_acked += payload;
   if (p.ece) f.window_marked += payload;
-  if (static_cast<double>(f.window_acked) >= f.cwnd) {
-    const double frac = static_cast<double>(f.window_marked) / f.window_acked;
+  if (f.snd_una >= f.window_end) {
+    const double frac =
+        f.window_acked > 0 ? static_cast<double>(f.window_marked) / f.window_acked : 0.0;
     f.alpha = (1 - config_.dctcp_g) * f.alpha + config_.dctcp_g * frac;
-    if (f.window_marked > 0) {
-      f.cwnd_before_cut = 0;  // congestion is real: a later spurious loss must not undo this
-      f.cwnd = std::max<double>(f.mss, f.cwnd * (1 - f.alpha / 2));
-      f.ssthresh = f.cwnd;
-    }
     f.window_acked = 0;
     f.window_marked = 0;
+    f.window_end = f.next_new;
   }
-  if (!p.ece) {
+  // A reduction (CWR) lasts until everything sent before it is acknowledged: one cut per
+  // window of data sent, and no growth meanwhile.
+  if (f.in_cwr && f.snd_una >= f.cwr_end) f.in_cwr = false;
+  if (p.ece && !f.in_cwr) {
+    // The first echo in a window cuts at once, in slow start too (Linux's tcp_enter_cwr):
+    // ssthresh = cwnd (1 - alpha/2), and the window drops to it.
+    ++counters_.ecn_cuts;
+    f.cwnd_before_cut = 0;  // congestion is real: a later spurious loss must not undo this
+    SetSsthresh(f, std::max(2.0 * f.mss, f.cwnd * (1 - f.alpha / 2)));
+    f.cwnd = std::min(f.cwnd, f.ssthresh);
+    EnterCwr(f);
+  }
+  if (!p.ece && !f.in_cwr) {
     if (f.cwnd < f.ssthresh) {
       f.cwnd += payload;
     } else {
@@ -338,12 +360,24 @@ void Transport::DetectLosses(Flow& f) {
       ++counters_.loss_cuts;
       f.cwnd_before_cut = f.cwnd;
       f.cwnd = std::max<double>(f.mss, f.cwnd / 2);
-      f.ssthresh = f.cwnd;
-      f.last_cut = now;
+      SetSsthresh(f, f.cwnd);
+      EnterCwr(f);
     }
     any_lost = true;
   }
   if (any_lost) MakeReady(f);
+}
+
+void Transport::SetSsthresh(Flow& f, double ssthresh) {
+  f.ssthresh = ssthresh;
+  FlowCounters& fc = flow_counters_[f.id];
+  if (fc.slow_start_exit < Time{0}) fc.slow_start_exit = net_.loop().now();
+}
+
+void Transport::EnterCwr(Flow& f) {
+  f.in_cwr = true;
+  f.cwr_end = f.next_new;
+  f.last_cut = net_.loop().now();
 }
 
 Duration Transport::Rto(const Flow& f) const {
@@ -364,9 +398,10 @@ void Transport::OnTimeout(Flow& f) {
   }
   f.in_flight_bytes = 0;
   f.rack_timer.Cancel();
-  f.ssthresh = std::max<double>(2.0 * f.mss, f.cwnd / 2);
+  SetSsthresh(f, std::max<double>(2.0 * f.mss, f.cwnd / 2));
   f.cwnd = f.mss;
   f.cwnd_before_cut = 0;
+  f.in_cwr = false;  // slow start again from one segment
   f.last_cut = net_.loop().now();
   f.rto_backoff = std::min(f.rto_backoff * 2, 64);
   MakeReady(f);

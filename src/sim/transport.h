@@ -3,9 +3,10 @@
 // Each message is one flow: segments of at most `mss` payload bytes, each acknowledged by its
 // own ACK, so the receiver takes segments in any order and per-packet spraying costs no
 // spurious retransmissions. Loss is inferred RACK-style (a segment sent well before one that
-// was acknowledged) with a retransmission timeout as the backstop. The window follows DCTCP:
-// slow start, additive increase, and a cut proportional to the fraction of ECN-marked
-// segments; a loss halves it, a timeout resets it.
+// was acknowledged) with a retransmission timeout as the backstop. The window follows DCTCP as
+// Linux runs it: slow start, additive increase, and on the first ECN echo of a window of data
+// sent a cut by alpha/2 (alpha: the moving average of the marked fraction, one update per
+// window of data sent); a loss halves it, a timeout resets it.
 //
 // Hosts pace onto their NIC: a host keeps at most one segment queued behind the one being
 // serialised and serves its flows round-robin, so its own NIC never drops.
@@ -30,6 +31,9 @@ struct TransportConfig {
   int32_t ack_bytes = 64;       // size of an ACK on the wire
   int32_t initial_window = 10;  // segments
   double dctcp_g = 1.0 / 16;    // DCTCP's gain for the marked-fraction average
+  // DCTCP's alpha when a message starts: 1, as Linux's dctcp_alpha_on_init, so the first
+  // ECN echo halves the window.
+  double dctcp_initial_alpha = 1.0;
   // Reordering a loss detector tolerates: a segment counts as lost once a segment sent after
   // it was acknowledged and a reordering window has passed on top of the RTT. The window is
   // max(reorder_window_min, min_rtt/4) x k, where k doubles (up to 64) with every spurious
@@ -66,16 +70,20 @@ struct TransportCounters {
   int64_t retransmissions = 0;
   int64_t timeouts = 0;
   int64_t spurious_retransmissions = 0;  // a retransmitted segment the receiver already had
+  int64_t ecn_cuts = 0;                  // window cuts on an ECN echo (at most one per window)
   int64_t loss_cuts = 0;        // window halvings on a detected loss (at most one per window)
   int64_t cwnd_undos = 0;       // cuts undone because their loss proved spurious (once per cut)
   int64_t bytes_delivered = 0;  // unique payload bytes
 };
 
-// Per-message packet accounting, kept after completion for conservation checks.
+// Per-message packet accounting, kept after completion for conservation checks, and the
+// sender's congestion-control milestones.
 struct FlowCounters {
   int64_t sent = 0;
   int64_t delivered = 0;
   int64_t dropped = 0;
+  Time first_ece{-1};        // the first ACK echoing a CE mark arrived (-1: none did)
+  Time slow_start_exit{-1};  // the window left slow start: ssthresh first set (-1: never)
 };
 
 class Transport {
@@ -116,6 +124,11 @@ class Transport {
   bool SendOne(Flow& f);
   void FinishSender(Flow& f);
   Duration Rto(const Flow& f) const;
+  // Sets the slow-start threshold (recording when the flow first leaves slow start).
+  void SetSsthresh(Flow& f, double ssthresh);
+  // Starts a window reduction: no further cut (ECN or loss of data sent before now) and no
+  // growth until every segment sent so far is acknowledged.
+  void EnterCwr(Flow& f);
 
   Network& net_;
   TransportConfig config_;

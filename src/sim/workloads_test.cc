@@ -1,5 +1,8 @@
 // The workloads on a real event loop, network and transport.
+#include <fstream>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,8 @@ struct Result {
   bool done = false;
   Time finished{0};
   TransportCounters counters;
+  std::map<int64_t, int> messages_by_segments;  // data segments sent -> messages
+  std::vector<int64_t> host_rx_bytes;           // by node id: bytes down the host's link
 };
 
 Result RunWorkload(const std::string& yaml, const Topology& topo, Time end,
@@ -56,11 +61,26 @@ Result RunWorkload(const std::string& yaml, const Topology& topo, Time end,
   result.done = (*w)->Done();
   result.finished = h.loop.now();
   result.counters = h.transport.counters();
+  for (uint64_t id = 0; id < h.transport.num_messages(); ++id) {
+    ++result.messages_by_segments[h.transport.flow_counters(id).sent];
+  }
+  result.host_rx_bytes.assign(topo.num_nodes(), 0);
+  for (NodeId n : topo.Hosts()) {
+    const LinkId down = topo.link(topo.node(n).out_links[0]).reverse;
+    result.host_rx_bytes[n] = h.net.counters(down).tx_bytes;
+  }
   (*w)->Report(result.metrics);
   return result;
 }
 
 double Num(const nlohmann::json& j) { return j.get<double>(); }
+
+// Bytes on the wire for a message of `bytes` with the default transport.
+double WireBytesOf(int64_t bytes) {
+  const TransportConfig tc;
+  const int64_t segments = (bytes + tc.mss - 1) / tc.mss;
+  return static_cast<double>(bytes + segments * tc.header_bytes);
+}
 
 // ---- allreduce ----
 
@@ -126,6 +146,238 @@ TEST(AllReduceTest, TwoHostRing) {
   ASSERT_TRUE(r.done);
   EXPECT_EQ(r.metrics["iterations_completed"], 2);
   EXPECT_EQ(r.counters.messages_completed, 2 * 2 * 2);
+}
+
+TEST(AllReduceTest, RingIsTheDefaultAlgorithm) {
+  const Topology topo = Star(4);
+  const std::string base = "{type: allreduce, group_size: 4, message_kb: 256, iterations: 2";
+  const Result a = RunWorkload(base + "}", topo, Time{0});
+  const Result b = RunWorkload(base + ", algorithm: ring}", topo, Time{0});
+  ASSERT_TRUE(a.done);
+  EXPECT_EQ(a.metrics.dump(), b.metrics.dump());
+  // 2 iterations x 4 hosts x 2(G-1) steps, each a 64 KB chunk (45 segments).
+  EXPECT_EQ(a.messages_by_segments, (std::map<int64_t, int>{{45, 2 * 4 * 6}}));
+}
+
+// The chunk is c = 8 segments; reduce-scatter sends 4c, 2c, c, all-gather c, 2c, 4c.
+constexpr char kHalvingDoubling[] = R"(
+type: allreduce
+algorithm: halving_doubling
+group_size: 8
+message_bytes: 93440
+iterations: 2
+)";
+
+TEST(AllReduceTest, HalvingDoublingTakesLog2StepsEachWayWithHalvingSizes) {
+  const Topology topo = Star(8);
+  const Result r = RunWorkload(kHalvingDoubling, topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.metrics["iterations_completed"], 2);
+  ASSERT_EQ(r.metrics["step_times_s"].size(), 6u);  // log2(8) each way
+  EXPECT_EQ(r.counters.messages_completed, 2 * 8 * 6);
+  EXPECT_EQ(r.messages_by_segments, (std::map<int64_t, int>{{8, 32}, {16, 32}, {32, 32}}));
+  // Every host sends and receives 2(G-1)c bytes per iteration, as in the ring.
+  EXPECT_EQ(r.counters.bytes_delivered, int64_t{2} * 8 * 2 * 7 * 11680);
+  const int64_t rx0 = r.host_rx_bytes[0];
+  for (NodeId h = 1; h < 8; ++h) EXPECT_EQ(r.host_rx_bytes[h], rx0) << "h" << h;
+  std::vector<double> st;
+  for (const auto& s : r.metrics["step_times_s"]) st.push_back(s.get<double>());
+  EXPECT_GT(st[0], st[1]);
+  EXPECT_GT(st[1], st[2]);
+  EXPECT_LT(st[3], st[4]);
+  EXPECT_LT(st[4], st[5]);
+}
+
+TEST(AllReduceTest, HalvingDoublingMovesTheRingsBytesInFewerSteps) {
+  const Topology topo = Star(8);
+  const std::string body = "group_size: 8\nmessage_mb: 2\niterations: 2\n";
+  const Result ring = RunWorkload("type: allreduce\n" + body, topo, Time{0});
+  const Result hd =
+      RunWorkload("type: allreduce\nalgorithm: halving_doubling\n" + body, topo, Time{0});
+  ASSERT_TRUE(ring.done);
+  ASSERT_TRUE(hd.done);
+  EXPECT_EQ(ring.counters.bytes_delivered, hd.counters.bytes_delivered);
+  const double bound = 2.0 * 7 / 8 * 2 * (1 << 20) * 8 / kLinkBps;
+  const double hd_comm = Num(hd.metrics["comm_time_s"]);
+  EXPECT_GE(hd_comm, bound);
+  EXPECT_LE(hd_comm, 1.1 * bound);
+  EXPECT_LE(hd_comm, 1.05 * Num(ring.metrics["comm_time_s"]));
+}
+
+// 4 racks (leaves) of 4 hosts.
+Topology FourRacks() {
+  LeafSpineParams p;
+  p.leaves = 4;
+  p.spines = 2;
+  p.hosts_per_leaf = 4;
+  return LeafSpine(p);
+}
+
+std::vector<std::string> Names(const nlohmann::json& j) {
+  return j.get<std::vector<std::string>>();
+}
+
+TEST(AllReduceTest, JobsArePlacedAcrossRacksAsPlacementSays) {
+  const Topology topo = FourRacks();
+  const std::string base = "{type: allreduce, jobs: 2, job_size: 8, message_kb: 64, placement: ";
+  const Result packed = RunWorkload(base + "packed}", topo, Time{0});
+  ASSERT_TRUE(packed.done);
+  EXPECT_EQ(packed.metrics["racks_by_job"], (nlohmann::json{{"job0", 2}, {"job1", 2}}));
+  EXPECT_EQ(Names(packed.metrics["hosts_by_job"]["job0"]),
+            (std::vector<std::string>{"h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"}));
+  const Result spread = RunWorkload(base + "spread}", topo, Time{0});
+  ASSERT_TRUE(spread.done);
+  EXPECT_EQ(spread.metrics["racks_by_job"], (nlohmann::json{{"job0", 4}, {"job1", 4}}));
+  EXPECT_EQ(Names(spread.metrics["hosts_by_job"]["job0"]),
+            (std::vector<std::string>{"h0", "h4", "h8", "h12", "h1", "h5", "h9", "h13"}));
+  EXPECT_EQ(Names(spread.metrics["hosts_by_job"]["job1"]),
+            (std::vector<std::string>{"h2", "h6", "h10", "h14", "h3", "h7", "h11", "h15"}));
+  // Random: every host in exactly one job, the same for the same seed.
+  const Result a = RunWorkload(base + "random}", topo, Time{0}, Seconds(10), 3);
+  const Result b = RunWorkload(base + "random}", topo, Time{0}, Seconds(10), 3);
+  const Result c = RunWorkload(base + "random}", topo, Time{0}, Seconds(10), 4);
+  ASSERT_TRUE(a.done);
+  EXPECT_EQ(a.metrics.dump(), b.metrics.dump());
+  EXPECT_NE(a.metrics["hosts_by_job"], c.metrics["hosts_by_job"]);
+  std::set<std::string> used;
+  for (const char* job : {"job0", "job1"}) {
+    for (const std::string& h : Names(a.metrics["hosts_by_job"][job])) used.insert(h);
+  }
+  EXPECT_EQ(used.size(), 16u);
+}
+
+TEST(AllReduceTest, ConcurrentJobsReportPerJobAndOverJobs) {
+  const Topology topo = FourRacks();
+  const Result r = RunWorkload(R"(
+type: allreduce
+jobs: 2
+job_size: 8
+placement: spread
+message_kb: 512
+iterations: 2
+compute_ms: 1
+slow_hosts: [h0]
+slowdown: 2
+)",
+                               topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.metrics["jobs"], 2);
+  EXPECT_EQ(r.metrics["iterations_completed"], 4);
+  EXPECT_EQ(r.metrics["iterations_completed_by_job"], (nlohmann::json{{"job0", 2}, {"job1", 2}}));
+  EXPECT_EQ(r.counters.messages_completed, 2 * 2 * 8 * 14);
+  const double j0 = Num(r.metrics["iteration_time_by_job_s"]["job0"]);
+  const double j1 = Num(r.metrics["iteration_time_by_job_s"]["job1"]);
+  // h0 (job 0) computes 2 ms instead of 1.
+  EXPECT_GT(j0, j1 + 0.5e-3);
+  EXPECT_DOUBLE_EQ(Num(r.metrics["iteration_time_max_s"]), std::max(j0, j1));
+  EXPECT_DOUBLE_EQ(Num(r.metrics["iteration_time_s"]), (j0 + j1) / 2);
+  EXPECT_GE(Num(r.metrics["comm_time_max_s"]), Num(r.metrics["comm_time_s"]));
+  EXPECT_EQ(r.metrics["comm_time_by_job_s"].size(), 2u);
+}
+
+// ---- alltoall ----
+
+TEST(AllToAllTest, EveryHostSendsToEveryOtherInEachPhase) {
+  const Topology topo = Star(4);
+  // 4 hosts x 64 KB to each other host; dispatch and combine.
+  const Result r =
+      RunWorkload("{type: alltoall, group: all, message_kb: 256, iterations: 3}", topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.metrics["alltoall_iterations_completed"], 3);
+  EXPECT_EQ(r.messages_by_segments, (std::map<int64_t, int>{{45, 3 * 2 * 4 * 3}}));
+  // Each host sends and receives three 64 KB messages per phase at 10 Gb/s.
+  const double bound = 3.0 * WireBytesOf(64 << 10) * 8 / kLinkBps;
+  const double t = Num(r.metrics["alltoall_time_s"]);
+  EXPECT_GE(t, bound);
+  EXPECT_LE(t, 1.2 * bound);
+  EXPECT_LE(t, Num(r.metrics["alltoall_time_max_s"]));
+  EXPECT_NEAR(Num(r.metrics["alltoall_comm_time_s"]), 2 * t, 1e-12);
+  const Result once =
+      RunWorkload("{type: alltoall, group: all, message_kb: 256, iterations: 3, combine: false}",
+                  topo, Time{0});
+  EXPECT_EQ(once.counters.messages_completed, 3 * 4 * 3);
+}
+
+TEST(AllToAllTest, ExpertComputeSitsBetweenDispatchAndCombine) {
+  const Topology topo = Star(4);
+  const Result r = RunWorkload(
+      "{type: alltoall, group_size: 4, message_kb: 64, iterations: 2, compute_ms: 1, "
+      "expert_compute_ms: 2}",
+      topo, Time{0});
+  ASSERT_TRUE(r.done);
+  const double iteration = Num(r.metrics["alltoall_iteration_time_s"]);
+  const double comm = Num(r.metrics["alltoall_comm_time_s"]);
+  EXPECT_NEAR(iteration, 3e-3 + comm, 1e-6);
+}
+
+TEST(AllToAllTest, JobsSpreadOverRacksAndRepeatWithTheSeed) {
+  const Topology topo = FourRacks();
+  const std::string yaml =
+      "{type: alltoall, jobs: 3, job_size: 4, placement: random, message_kb: 64, iterations: 2}";
+  const Result a = RunWorkload(yaml, topo, Time{0}, Seconds(10), 5);
+  const Result b = RunWorkload(yaml, topo, Time{0}, Seconds(10), 5);
+  ASSERT_TRUE(a.done);
+  EXPECT_EQ(a.metrics.dump(), b.metrics.dump());
+  EXPECT_EQ(a.metrics["alltoall_iterations_completed"], 6);
+  EXPECT_EQ(a.counters.messages_completed, 3 * 2 * 2 * 4 * 3);
+  const Result spread = RunWorkload(
+      "{type: alltoall, jobs: 4, job_size: 4, placement: spread, message_kb: 64}", topo, Time{0});
+  for (const auto& [job, racks] : spread.metrics["alltoall_racks_by_job"].items()) {
+    EXPECT_EQ(racks, 4) << job;
+  }
+}
+
+// ---- incast ----
+
+TEST(IncastTest, FanInSendersAnswerOneReceiverPerQuery) {
+  const Topology topo = Star(9);
+  const Result r = RunWorkload(
+      "{type: incast, fan_in: 8, response_kb: 32, rounds: 5, receivers: [h8]}", topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.metrics["queries_completed"], 5);
+  EXPECT_EQ(r.counters.messages_completed, 5 * 8);
+  EXPECT_EQ(r.counters.bytes_delivered, 5 * 8 * (32 << 10));
+  // All data goes down h8's link; the senders' links carry only ACKs (64 B per segment; the
+  // run stops when the last segment arrives, so the last ACKs may still be on their way).
+  EXPECT_GE(r.host_rx_bytes[8], 5 * 8 * (32 << 10));
+  for (NodeId h = 0; h < 8; ++h) {
+    EXPECT_LE(r.host_rx_bytes[h], 5 * 23 * 64) << "h" << h;
+    EXPECT_GE(r.host_rx_bytes[h], (5 * 23 - 2) * 64) << "h" << h;
+  }
+  const double ideal = 8.0 * WireBytesOf(32 << 10) * 8 / kLinkBps;
+  EXPECT_NEAR(Num(r.metrics["qct_ideal_s"]), ideal, 1e-12);
+  EXPECT_GE(Num(r.metrics["qct_mean_s"]), ideal);
+  EXPECT_LE(Num(r.metrics["qct_p50_s"]), Num(r.metrics["qct_p99_s"]));
+  EXPECT_LE(Num(r.metrics["qct_p99_s"]), Num(r.metrics["qct_max_s"]));
+  EXPECT_LE(Num(r.metrics["response_fct_p99_s"]), Num(r.metrics["qct_max_s"]));
+  // Rounds run one after another.
+  EXPECT_GE(ToSeconds(r.finished), 5 * Num(r.metrics["qct_mean_s"]) * 0.999);
+}
+
+TEST(IncastTest, ReceiversAndSendersAreDrawnEveryRound) {
+  const Topology topo = Star(9);
+  const Result r =
+      RunWorkload("{type: incast, fan_in: 3, response_kb: 16, rounds: 60}", topo, Time{0});
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.counters.messages_completed, 60 * 3);
+  int receivers = 0;
+  for (NodeId h = 0; h < 9; ++h) receivers += r.host_rx_bytes[h] > 3 * (16 << 10);
+  EXPECT_GE(receivers, 7);
+}
+
+TEST(IncastTest, RateModeIsOpenLoopAndRepeatsWithTheSeed) {
+  const Topology topo = Star(9);
+  const std::string yaml = "{type: incast, fan_in: 4, response_kb: 16, rate_per_s: 2000}";
+  const Result a = RunWorkload(yaml, topo, Milliseconds(50), Seconds(10), 3);
+  const Result b = RunWorkload(yaml, topo, Milliseconds(50), Seconds(10), 3);
+  const Result c = RunWorkload(yaml, topo, Milliseconds(50), Seconds(10), 4);
+  ASSERT_TRUE(a.done);
+  const int64_t started = a.metrics["queries_started"];
+  EXPECT_EQ(a.metrics["queries_completed"], started);
+  EXPECT_GT(started, 60);  // 100 expected
+  EXPECT_LT(started, 140);
+  EXPECT_EQ(a.metrics.dump(), b.metrics.dump());
+  EXPECT_NE(a.metrics.dump(), c.metrics.dump());
 }
 
 // ---- serving ----
@@ -337,9 +589,77 @@ TEST(WorkloadConfigTest, ErrorsNameTheKey) {
   EXPECT_THAT(CreateError("{type: nosuch}"), HasSubstr("workloads[0].type: unknown workload"));
 }
 
+TEST(WorkloadConfigTest, CollectiveAndIncastErrorsNameTheKey) {
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, algorithm: halving_doubling, "
+                          "group_size: 3}"),
+              HasSubstr("workloads[0].algorithm: halving_doubling needs a power-of-two number of "
+                        "hosts per job, got 3"));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, algorithm: halving_doubling, "
+                          "job_size: 3}"),
+              HasSubstr("workloads[0].job_size: halving_doubling needs a power-of-two"));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, algorithm: tree}"),
+              HasSubstr("workloads[0].algorithm: "));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, jobs: 3, job_size: 2}"),
+              HasSubstr("workloads[0].jobs: 3 job(s) of 2 hosts need 6 hosts; the topology has 4"));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, job_size: 3, hosts: [h0, h1]}"),
+              HasSubstr("workloads[0].job_size: 1 job(s) of 3 hosts need 3 hosts; the hosts list "
+                        "has 2"));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, jobs: 2}"),
+              HasSubstr("workloads[0].job_size: required"));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, jobs: 2, job_size: 2, group_size: 2}"),
+              HasSubstr("workloads[0].group_size: give jobs/job_size"));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, job_size: 2, placement: diagonal}"),
+              HasSubstr("workloads[0].placement: "));
+  EXPECT_THAT(CreateError("{type: allreduce, message_mb: 1, job_size: 2, hosts: [h0, h1], "
+                          "slow_hosts: [h3]}"),
+              HasSubstr("workloads[0].slow_hosts[0]: 'h3' is not in the pool"));
+  EXPECT_THAT(CreateError("{type: alltoall, message_mb: 1, job_size: 8}"),
+              HasSubstr("workloads[0].job_size: 1 job(s) of 8 hosts need 8 hosts"));
+  EXPECT_THAT(CreateError("{type: alltoall, message_mb: 1, combin: false}"),
+              HasSubstr("workloads[0].combin: unknown key"));
+  EXPECT_THAT(CreateError("{type: alltoall, group: all}"),
+              HasSubstr("workloads[0].message_mb: required"));
+  EXPECT_THAT(CreateError("{type: alltoall, message_mb: 1, expert_compute_ms: -1}"),
+              HasSubstr("workloads[0].expert_compute_ms: must be >= 0"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 4, response_kb: 64, rounds: 1}"),
+              HasSubstr("workloads[0].fan_in: 4 senders besides receiver 'h0' need 5 hosts; the "
+                        "topology has 4"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 0, response_kb: 64, rounds: 1}"),
+              HasSubstr("workloads[0].fan_in: must be >= 1"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, response_kb: 64, rounds: 1, "
+                          "rate_per_s: 10}"),
+              HasSubstr("workloads[0].rate_per_s: give exactly one of rounds, rate_per_s"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, response_kb: 64}"),
+              HasSubstr("workloads[0].rounds: give exactly one of rounds, rate_per_s"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, response_kb: 64, rate_per_s: 10, "
+                          "gap_us: 5}"),
+              HasSubstr("workloads[0].gap_us: goes with rounds"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, rounds: 3}"),
+              HasSubstr("workloads[0].response_mb: required"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, response_kb: 1, rounds: 3, "
+                          "receivers: [h7]}"),
+              HasSubstr("workloads[0].receivers[0]: unknown node 'h7'"));
+  EXPECT_THAT(CreateError("{type: incast, fan_in: 2, response_kb: 1, rounds: 3, fanin: 2}"),
+              HasSubstr("workloads[0].fanin: unknown key"));
+}
+
+TEST(BackgroundTest, AnyCdfFileInTheFormatIsAccepted) {
+  const std::string path = ::testing::TempDir() + "/tiny.cdf";
+  {
+    std::ofstream out(path);
+    out << "# two sizes\n1000 50\n20000 100\n";
+  }
+  const Topology topo = Star(4);
+  const Result r =
+      RunWorkload("{type: background, cdf: " + path + ", load: 0.2}", topo, Milliseconds(20));
+  ASSERT_TRUE(r.done);
+  EXPECT_GT(r.metrics["flows_completed"].get<int64_t>(), 100);
+  EXPECT_EQ(r.metrics["slowdown_by_size"]["100KB-1MB"]["count"], 0);
+}
+
 TEST(WorkloadConfigTest, AllTypesAreRegistered) {
   const std::vector<std::string> types = Registry<WorkloadFactory>::Names();
-  for (const char* t : {"allreduce", "serving", "bulk", "background"}) {
+  for (const char* t : {"allreduce", "alltoall", "serving", "bulk", "background", "incast"}) {
     EXPECT_THAT(types, ::testing::Contains(t));
   }
 }
