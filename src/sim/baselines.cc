@@ -1,7 +1,14 @@
-// Load balancers from the literature that need no control plane of their own: ECMP's tables
-// under the link-state protocol with another forwarding (docs/baselines.md). `wcmp` is a
-// table policy (core/routing.h), `conga` and `plb` control planes of their own.
+// Load balancers from the literature that are ECMP's tables under the link-state protocol
+// with another forwarding or host behaviour (docs/baselines.md). `wcmp` is a table policy
+// (core/routing.h), `conga` a control plane of its own (sim/conga.h).
+#include <memory>
+
+#include "core/routing.h"
+#include "core/status_macros.h"
 #include "sim/control_plane.h"
+#include "sim/link_state_routing.h"
+#include "sim/plb.h"
+#include "sim/transport.h"
 
 namespace dar::sim {
 namespace {
@@ -21,6 +28,39 @@ REGISTER_POLICY_PRESET("letflow", (PolicyPreset{"ecmp",
 REGISTER_POLICY_PRESET(
     "drill", (PolicyPreset{
                  "ecmp", {.mode = ForwardingMode::kDrill, .drill_samples = 2, .drill_memory = 1}}));
+
+// PLB (Qureshi et al., SIGCOMM 2022): ECMP, and hosts that repath a flow whose ECN marks stay
+// high (sim/plb.h, Transport::EnablePlb).
+class PlbRouting : public ControlPlane {
+ public:
+  PlbRouting(const PlbConfig& plb, const LinkStateConfig& link_state)
+      : plb_(plb), routing_(ComputeEcmpTables, link_state) {}
+
+  void Start(ControlContext& ctx) override {
+    transport_ = ctx.transport;
+    if (transport_ != nullptr) transport_->EnablePlb(plb_);
+    routing_.Start(ctx);
+  }
+  void OnLinkChange(LinkId link) override { routing_.OnLinkChange(link); }
+  void Report(nlohmann::json& metrics) const override {
+    routing_.Report(metrics);
+    metrics["plb_repaths"] = transport_ != nullptr ? transport_->counters().plb_repaths : 0;
+  }
+
+ private:
+  PlbConfig plb_;
+  LinkStateRouting routing_;
+  Transport* transport_ = nullptr;
+};
+
+REGISTER_CONTROL_PLANE(
+    "plb", [](YamlReader& policy, const ConfigContext&) -> absl::StatusOr<ControlPlanePtr> {
+      ASSIGN_OR_RETURN(PlbConfig plb, ReadPlbConfig(policy));
+      LinkStateConfig link_state;
+      ASSIGN_OR_RETURN(link_state.reconvergence_delay,
+                       policy.OptionalDuration("reconvergence", link_state.reconvergence_delay));
+      return std::make_unique<PlbRouting>(plb, link_state);
+    });
 
 }  // namespace
 }  // namespace dar::sim

@@ -151,6 +151,49 @@ TEST(BaselinesTest, CongaMovesFlowletsOffADegradedPath) {
   EXPECT_LT(letflow.second, conga.second - 0.25);
 }
 
+// PLB repaths a flow whose path stays marked: sixteen long flows from one leaf to another, one
+// spine's link down to the destination at an eighth of its capacity, so that the flows ECMP
+// hashes onto it keep its queue above the marking threshold even at their smallest windows.
+// ECMP leaves them there for good; PLB moves them after twelve congested rounds in a row, so
+// fewer bytes take the slow spine and the last flow finishes sooner.
+TEST(BaselinesTest, PlbRepathsFlowsWhosePathStaysMarked) {
+  struct Outcome {
+    double slow_share;
+    Time last;
+    int64_t repaths;
+  };
+  auto run = [](bool plb) {
+    NetworkConfig nc;
+    nc.ecn_threshold_bytes = 16 << 10;
+    Fabric f({.leaves = 2, .spines = 2, .hosts_per_leaf = 4}, Mode(ForwardingMode::kPerFlow), nc);
+    if (plb) f.transport.EnablePlb(PlbConfig());
+    const LinkId slow = f.Link("spine1", "leaf1");
+    f.net.SetLinkCapacity(slow, f.topo.link(slow).params.capacity.Scaled(0.125));
+    Time last{0};
+    for (int i = 0; i < 16; ++i) {
+      f.transport.Send(f.Node(fmt::format("h{}", i % 4)), f.Node(fmt::format("h{}", 4 + i % 4)),
+                       int64_t{4} << 20, 0,
+                       [&last](const MessageResult& r) { last = std::max(last, r.finish); });
+    }
+    f.loop.RunUntil(Time(0) + Seconds(1));
+    const double via0 = static_cast<double>(f.net.counters(f.Link("leaf0", "spine0")).tx_bytes);
+    const double via1 = static_cast<double>(f.net.counters(f.Link("leaf0", "spine1")).tx_bytes);
+    EXPECT_EQ(f.transport.active(), 0);
+    return Outcome{via1 / (via0 + via1), last, f.transport.counters().plb_repaths};
+  };
+  const Outcome ecmp = run(false);
+  const Outcome plb = run(true);
+  std::printf(
+      "bytes via the slow spine: ECMP %.2f, PLB %.2f (%lld repaths); last flow done at "
+      "%.2f vs %.2f ms\n",
+      ecmp.slow_share, plb.slow_share, static_cast<long long>(plb.repaths),
+      ToSeconds(ecmp.last) * 1e3, ToSeconds(plb.last) * 1e3);
+  EXPECT_EQ(ecmp.repaths, 0);
+  EXPECT_GT(plb.repaths, 0);
+  EXPECT_LT(plb.slow_share, 0.9 * ecmp.slow_share);
+  EXPECT_LT(ToSeconds(plb.last), 0.95 * ToSeconds(ecmp.last));
+}
+
 constexpr char kLeafSpine[] = R"(
 duration_ms: 4
 topology:
@@ -172,12 +215,14 @@ policies:
 // and its keys override them.
 TEST(BaselinesTest, EveryBaselineIsAPolicyNameWithItsDefaults) {
   std::string flat = std::string(kLeafSpine);
-  for (const char* p : {"spray", "letflow", "drill", "wcmp", "conga", "ecmp", "static"}) {
+  for (const char* p : {"spray", "letflow", "drill", "wcmp", "conga", "ecmp", "static"}) {  // + plb
     flat += fmt::format("  - {}\n", p);
   }
   flat += "  - {name: letflow-50, routing: letflow, flowlet_gap_us: 50}\n";
   flat += "  - {name: drill-3, routing: drill, drill_samples: 3, drill_memory: 0}\n";
   flat += "  - {name: conga-fast, routing: conga, dre_period_us: 8, flowlet_gap_us: 100}\n";
+  flat += "  - plb\n";
+  flat += "  - {name: plb-6, routing: plb, rehash_rounds: 6, congested_fraction: 0.3}\n";
   absl::StatusOr<Scenario> s = ParseScenario(flat, "baselines.yaml");
   ASSERT_TRUE(s.ok()) << s.status();
   auto policy = [&](const std::string& name) {

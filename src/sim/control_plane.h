@@ -24,10 +24,13 @@
 
 namespace dar::sim {
 
+class Transport;
+
 struct ControlContext {
   EventLoop& loop;
   Network& network;
-  Random& rng;  // the control plane's own stream
+  Random& rng;                     // the control plane's own stream
+  Transport* transport = nullptr;  // the hosts' transport, for host-side policies (PLB)
 };
 
 class ControlPlane {

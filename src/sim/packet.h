@@ -48,6 +48,9 @@ struct Packet {
   NodeId src = kNoNode;
   NodeId dst = kNoNode;
   uint64_t flow_id = 0;
+  // The label the switches' per-flow hash covers beside the flow (an IPv6 flow label); a
+  // host repaths a flow by changing it (PLB). 0 for a flow never repathed.
+  uint32_t path_label = 0;
   uint32_t seq = 0;           // segment number (ACK: the segment acknowledged)
   int32_t size_bytes = 0;     // on the wire, headers included
   int32_t payload_bytes = 0;  // data segments only

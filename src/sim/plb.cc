@@ -35,9 +35,9 @@ bool PlbState::OnRoundEnd(const PlbConfig& config, int64_t delivered, int64_t ma
   return true;
 }
 
-void PlbState::OnTimeout(const PlbConfig& config, Time now, Random& rng) {
+void PlbState::OnTimeout(const PlbConfig& config, Time now, double u) {
   const double pause = static_cast<double>(config.suspend_after_rto.count());
-  paused_until_ = now + Duration(static_cast<int64_t>(pause + rng.Uniform() * pause));
+  paused_until_ = now + Duration(static_cast<int64_t>(pause * (1 + u)));
   congested_rounds_ = 0;
 }
 

@@ -41,8 +41,9 @@ class PlbState {
   // `in_flight` is whether segments are still unacknowledged.
   bool OnRoundEnd(const PlbConfig& config, int64_t delivered, int64_t marked, bool in_flight,
                   Time now);
-  // A retransmission timeout at `now`: PLB pauses for a random time in [suspend, 2 suspend).
-  void OnTimeout(const PlbConfig& config, Time now, Random& rng);
+  // A retransmission timeout at `now`: PLB pauses for suspend_after_rto · (1 + u), a random
+  // time in [suspend, 2 suspend) for u uniform in [0, 1).
+  void OnTimeout(const PlbConfig& config, Time now, double u);
 
   int congested_rounds() const { return congested_rounds_; }
 

@@ -37,8 +37,7 @@ TEST(PlbStateTest, AnIdleConnectionRepathsSooner) {
 TEST(PlbStateTest, ATimeoutPausesRepathing) {
   const PlbConfig config;
   PlbState s;
-  Random rng(4);
-  s.OnTimeout(config, Time(0), rng);
+  s.OnTimeout(config, Time(0), 0.99);
   for (int i = 0; i < 30; ++i)
     EXPECT_FALSE(s.OnRoundEnd(config, 10, 10, true, Time(0) + Seconds(59)));
   int repaths = 0;

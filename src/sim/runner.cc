@@ -111,7 +111,7 @@ absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicyS
     workload_rngs.emplace_back(StreamSeed(scenario.seed, 100 + i));
   }
 
-  ControlContext cctx{loop, net, control_rng};
+  ControlContext cctx{loop, net, control_rng, &transport};
   control->Start(cctx);
 
   std::vector<std::unique_ptr<Timer>> event_timers;

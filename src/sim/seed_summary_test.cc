@@ -30,8 +30,8 @@ TEST(SeedSummaryTest, MeanOfRunsAveragesNumbersAndKeepsTheRest) {
                               {"learned_policy", fmt::format("model {}", seed)}};
     if (seed == 1) metrics["only_in_one"] = 5;
     return Json{{"scenario", "s"},
-                          {"seed", seed},
-                          {"policies", {{{"name", "ecmp"}, {"metrics", metrics}}}}};
+                {"seed", seed},
+                {"policies", {{{"name", "ecmp"}, {"metrics", metrics}}}}};
   };
   const nlohmann::json mean = MeanOfRuns({run(1, 0.002, true, 3), run(2, 0.004, false, 6)});
   EXPECT_EQ(mean["scenario"], "s");
@@ -54,10 +54,12 @@ TEST(SummarizeSeedsTest, PairedDifferenceCancelsWhatASeedDoesToBoth) {
   std::vector<Json> runs;
   for (uint64_t seed = 1; seed <= 10; ++seed) {
     const double t = 0.010 * static_cast<double>(seed);  // the seed sets the scale
-    runs.push_back(SeedRun(seed, {{"ecmp", {{"fct_mean_s", t}, {"drops", 5}}},
-                              {"dar", {{"fct_mean_s", t - 0.001}, {"drops", 5 + (seed % 2 ? 1 : -1)}}},
-                              {"static", {{"fct_mean_s", t + 0.002 * (seed % 2 ? 1 : -1)},
-                                          {"drops", 7}, {"only_here", 1}}}}));
+    runs.push_back(SeedRun(
+        seed,
+        {{"ecmp", {{"fct_mean_s", t}, {"drops", 5}}},
+         {"dar", {{"fct_mean_s", t - 0.001}, {"drops", 5 + (seed % 2 ? 1 : -1)}}},
+         {"static",
+          {{"fct_mean_s", t + 0.002 * (seed % 2 ? 1 : -1)}, {"drops", 7}, {"only_here", 1}}}}));
   }
   absl::StatusOr<Json> s = SummarizeSeeds(runs, "ecmp");
   ASSERT_TRUE(s.ok()) << s.status();
@@ -68,8 +70,10 @@ TEST(SummarizeSeedsTest, PairedDifferenceCancelsWhatASeedDoesToBoth) {
   const Json& stat = (*s)["policies"][2];
   EXPECT_FALSE(ecmp.contains("vs_baseline"));
   // The means' intervals overlap widely...
-  EXPECT_LT(ecmp["ci95"]["fct_mean_s"][0].get<double>(), dar["metrics"]["fct_mean_s"].get<double>());
-  EXPECT_GT(dar["ci95"]["fct_mean_s"][1].get<double>(), ecmp["metrics"]["fct_mean_s"].get<double>());
+  EXPECT_LT(ecmp["ci95"]["fct_mean_s"][0].get<double>(),
+            dar["metrics"]["fct_mean_s"].get<double>());
+  EXPECT_GT(dar["ci95"]["fct_mean_s"][1].get<double>(),
+            ecmp["metrics"]["fct_mean_s"].get<double>());
   // ...but the paired difference is exactly -1 ms, with a zero-width interval.
   const Json& d = dar["vs_baseline"]["fct_mean_s"];
   EXPECT_NEAR(d["diff"].get<double>(), -0.001, 1e-12);
@@ -98,9 +102,10 @@ TEST(SummarizeSeedsTest, PairedDifferenceCancelsWhatASeedDoesToBoth) {
 TEST(SummarizeSeedsTest, IntervalsMirrorNestedMetricsAndSkipFlags) {
   std::vector<Json> runs;
   for (uint64_t seed : {4, 5, 6}) {
-    runs.push_back(SeedRun(seed, {{"ecmp", {{"completed", true},
-                                        {"drops_by_reason", {{"queue_full", 2 * seed}}},
-                                        {"name_of", "x"}}}}));
+    runs.push_back(SeedRun(seed, {{"ecmp",
+                                   {{"completed", true},
+                                    {"drops_by_reason", {{"queue_full", 2 * seed}}},
+                                    {"name_of", "x"}}}}));
   }
   absl::StatusOr<Json> s = SummarizeSeeds(runs, "ecmp");
   ASSERT_TRUE(s.ok()) << s.status();

@@ -65,6 +65,9 @@ struct Transport::Flow {
   uint32_t cwr_end = 0;
   int rto_backoff = 1;
   bool in_ready = false;
+  uint32_t path_label = 0;  // PLB's label for the switches' hash (0: never repathed)
+  uint32_t repaths = 0;
+  PlbState plb;
   Timer rto_timer;
   Timer rack_timer;
 
@@ -180,6 +183,7 @@ bool Transport::SendOne(Flow& f) {
   p->src = f.src;
   p->dst = f.dst;
   p->flow_id = f.id;
+  p->path_label = f.path_label;
   p->seq = seq;
   p->payload_bytes = payload;
   p->size_bytes = payload + config_.header_bytes;
@@ -298,6 +302,10 @@ void Transport::OnAck(const Packet& p) {
   if (f.snd_una >= f.window_end) {
     const double frac =
         f.window_acked > 0 ? static_cast<double>(f.window_marked) / f.window_acked : 0.0;
+    if (plb_ &&
+        f.plb.OnRoundEnd(*plb_, f.window_acked, f.window_marked, f.in_flight_bytes > 0, now)) {
+      Repath(f);
+    }
     f.alpha = (1 - config_.dctcp_g) * f.alpha + config_.dctcp_g * frac;
     f.window_acked = 0;
     f.window_marked = 0;
@@ -388,8 +396,21 @@ Duration Transport::Rto(const Flow& f) const {
 
 void Transport::ArmRto(Flow& f) { f.rto_timer.ScheduleIn(Rto(f)); }
 
+void Transport::Repath(Flow& f) {
+  ++f.repaths;
+  f.path_label = static_cast<uint32_t>(Random::Hash(f.id * 0x9E3779B97F4A7C15ULL + f.repaths)) | 1;
+  ++counters_.plb_repaths;
+}
+
 void Transport::OnTimeout(Flow& f) {
   ++counters_.timeouts;
+  if (plb_) {
+    // Linux draws a new hash on a timeout, and PLB then pauses: a timeout says the network
+    // is in trouble, not this path.
+    Repath(f);
+    const uint64_t h = Random::Hash(f.id ^ (static_cast<uint64_t>(f.repaths) << 32));
+    f.plb.OnTimeout(*plb_, net_.loop().now(), static_cast<double>(h >> 11) * 0x1.0p-53);
+  }
   while (!f.in_flight.empty()) {
     const Flow::Sent s = f.in_flight.pop_front();
     if (f.state[s.seq] != kInFlight || f.sent_at[s.seq] != s.at) continue;

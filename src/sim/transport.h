@@ -18,10 +18,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/units.h"
 #include "sim/network.h"
+#include "sim/plb.h"
 
 namespace dar::sim {
 
@@ -70,6 +72,7 @@ struct TransportCounters {
   int64_t retransmissions = 0;
   int64_t timeouts = 0;
   int64_t spurious_retransmissions = 0;  // a retransmitted segment the receiver already had
+  int64_t plb_repaths = 0;               // flows given a new path label by PLB (EnablePlb)
   int64_t ecn_cuts = 0;                  // window cuts on an ECN echo (at most one per window)
   int64_t loss_cuts = 0;        // window halvings on a detected loss (at most one per window)
   int64_t cwnd_undos = 0;       // cuts undone because their loss proved spurious (once per cut)
@@ -101,6 +104,10 @@ class Transport {
   // REQUIRES: bytes > 0; src and dst are hosts with exactly one link, src != dst.
   uint64_t Send(NodeId src, NodeId dst, int64_t bytes, uint8_t traffic_class, DoneCallback on_done);
 
+  // Hosts run PLB (sim/plb.h) on every flow from now on: at the end of each DCTCP observation
+  // window, and on a retransmission timeout (which repaths at once and pauses PLB).
+  void EnablePlb(const PlbConfig& config) { plb_ = config; }
+
   const TransportCounters& counters() const { return counters_; }
   const FlowCounters& flow_counters(uint64_t id) const { return flow_counters_[id]; }
   uint64_t num_messages() const { return flow_counters_.size(); }
@@ -118,6 +125,7 @@ class Transport {
   void OnAck(const Packet& p);
   void DetectLosses(Flow& f);
   void OnTimeout(Flow& f);
+  void Repath(Flow& f);
   void ArmRto(Flow& f);
   void MakeReady(Flow& f);
   void Pump(NodeId host);
@@ -136,6 +144,7 @@ class Transport {
   std::vector<FlowCounters> flow_counters_;
   std::vector<HostState> hosts_;  // by node id
   TransportCounters counters_;
+  std::optional<PlbConfig> plb_;
 };
 
 }  // namespace dar::sim
