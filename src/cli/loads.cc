@@ -232,10 +232,12 @@ void AddLoadsCommand(CLI::App& app) {
   cmd->add_option("--unit-gbps", options->unit_gbps, "Rate of one demand unit")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_flag("--lp-max-util-only{false}", options->lp_delay_stage,
+  auto max_util_only = std::make_shared<bool>(false);
+  cmd->add_flag("--lp-max-util-only", *max_util_only,
                 "lp: stop at the least max utilisation (skip the least-delay second stage)");
   cmd->add_flag("--json", options->json, "Print JSON instead of a table");
-  cmd->callback([options] {
+  cmd->callback([options, max_util_only] {
+    options->lp_delay_stage = !*max_util_only;
     const absl::Status status = RunLoads(*options, std::cout);
     if (!status.ok()) {
       std::cerr << "dar-sim loads: " << status.message() << "\n";

@@ -204,6 +204,8 @@ class MatrixReader {
     if (doc.is_object() && doc.contains("graph") && doc["graph"].is_object() &&
         doc["graph"].contains("demands")) {
       RETURN_IF_ERROR(ReadNested(doc["graph"]["demands"], "/graph/demands"));
+    } else if (doc.is_object() && doc.contains("nodes")) {
+      return Error("", "a node-link topology file without graph.demands holds no matrix");
     } else if (doc.is_object()) {
       RETURN_IF_ERROR(ReadNested(doc, ""));
     } else if (doc.is_array()) {

@@ -36,7 +36,8 @@ absl::StatusOr<std::vector<Demand>> GravityDemand(const Topology& topo);
 //   (a) a nested object, source id -> destination id -> demand:
 //         {"15": {"11": 3003.0, "12": 10}, "11": {"15": 2.5}}
 //       at the top level, or as "graph": {"demands": {...}} inside a topohub node-link
-//       topology file (any top-level object with "graph"."demands" is read that way);
+//       topology file (any top-level object with "graph"."demands" is read that way; a
+//       top-level object with "nodes" but no "graph"."demands" is refused);
 //   (b) a list of entries: [{"src": "15", "dst": "11", "demand": 3003.0}, ...].
 //
 // Amounts are in demand units (see `dar-sim loads --unit-gbps`). Zero amounts are dropped.

@@ -197,6 +197,8 @@ INSTANTIATE_TEST_SUITE_P(
                   {"/graph/demands/1/7: destination '7' is not a node"}},
         BadMatrix{"{\"graph\": {\"demands\": []}}", {"/graph/demands: must be an object"}},
         BadMatrix{"42", {"a demand matrix is an object"}},
+        BadMatrix{"{\"directed\": false, \"nodes\": [], \"edges\": []}",
+                  {"bad.json: a node-link topology file without graph.demands"}},
         BadMatrix{"[{\"src\": 1, \"dst\": 2, \"demand\": 1},\n {\"src\": 1, \"dst\": 5, "
                   "\"demand\": 1}]",
                   {"bad.json:2: /1/dst: destination '5' is not a node"}},

@@ -134,7 +134,8 @@ StretchReport ComputeStretch(const Topology& topo, const std::vector<PairRoute>&
       delay += share * static_cast<double>(topo.link(l).params.delay.count());
     }
     const double shortest = it->second[route.dst];
-    const double stretch = shortest > 0 && std::isfinite(shortest) ? delay / shortest : 0;
+    double stretch = shortest > 0 && std::isfinite(shortest) ? delay / shortest : 0;
+    if (stretch > 0 && stretch < 1 && stretch > 1 - 1e-9) stretch = 1;  // rounding of the sum
     report.path_delay.push_back(Nanoseconds(std::llround(delay)));
     report.shortest_delay.push_back(
         std::isfinite(shortest) ? Nanoseconds(std::llround(shortest)) : Duration::max());
@@ -159,6 +160,7 @@ AdmissionReport MaxMinAdmission(const Topology& topo, const std::vector<PairRout
   }
   // Per link, the active routes crossing it.
   std::vector<std::vector<size_t>> crossing(links);
+  std::vector<int> active_crossing(links, 0);  // rate[l] counts only while this is > 0
   std::vector<bool> active(routes.size(), true);
   size_t remaining = 0;
   for (size_t p = 0; p < routes.size(); ++p) {
@@ -171,6 +173,7 @@ AdmissionReport MaxMinAdmission(const Topology& topo, const std::vector<PairRout
     for (const auto& [l, share] : routes[p].links) {
       rate[l] += routes[p].demand * share;
       crossing[l].push_back(p);
+      ++active_crossing[l];
     }
   }
   double level = 0;  // the admitted fraction of every active route
@@ -181,6 +184,7 @@ AdmissionReport MaxMinAdmission(const Topology& topo, const std::vector<PairRout
     for (const auto& [l, share] : routes[p].links) {
       rate[l] -= routes[p].demand * share;
       frozen_load[l] += level * routes[p].demand * share;
+      if (--active_crossing[l] == 0) rate[l] = 0;  // no rounding residue
     }
   };
   while (remaining > 0) {

@@ -2,7 +2,9 @@
 
 #include <map>
 
+#include "core/demand.h"
 #include "core/routing.h"
+#include "core/topology_json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -181,6 +183,25 @@ TEST(AdmissionTest, ProgressiveFillingOnALine) {
   EXPECT_NEAR(admission.pair_fraction[2], 2.0 / 3, 1e-12);
   EXPECT_NEAR(admission.min_pair_fraction, 1.0 / 3, 1e-12);
   EXPECT_NEAR(admission.admitted_fraction, (2.0 / 3 + 1.0 / 3 + 0.5 * 2 / 3) / 3.5, 1e-12);
+}
+
+// Regression: a link whose routes were all frozen kept a rounding residue of rate and was
+// chosen as the bottleneck forever (ECMP on Abilene under gravity looped).
+TEST(AdmissionTest, TerminatesOnAWanWithManyBottlenecks) {
+  absl::StatusOr<Topology> topo = LoadNodeLinkJson(
+      std::string(DAR_SOURCE_DIR) + "/data/topologies/wan/Abilene.json", JsonImportOptions());
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  const std::vector<Demand> demand = GravityDemand(*topo).value();
+  const RoutingTables ecmp = ComputeEcmpTables(*topo);
+  std::vector<double> loads = ComputeLinkLoads(*topo, ecmp, demand).value();
+  for (double& l : loads) l *= kUnit;
+  const double util = MaxUtilization(*topo, loads);
+  ASSERT_GT(util, 1);
+  const AdmissionReport admission =
+      MaxMinAdmission(*topo, ComputePairRoutes(*topo, ecmp, demand).value(), kUnit);
+  EXPECT_NEAR(admission.min_pair_fraction, 1 / util, 1e-9);
+  EXPECT_GT(admission.admitted_fraction, 1 / util);
+  EXPECT_LT(admission.admitted_fraction, 1);
 }
 
 }  // namespace
