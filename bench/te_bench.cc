@@ -48,10 +48,7 @@ void BM_TeLp(benchmark::State& state) {
   state.SetLabel(std::string(state.range(0) == 1 ? "gravity" : "uniform") +
                  (state.range(1) == 1 ? ", with delay stage" : ", max-util only"));
 }
-BENCHMARK(BM_TeLp)
-    ->ArgsProduct({{0, 1}, {0, 1}})
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(3);
+BENCHMARK(BM_TeLp)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // Per-pair routes from the LP's source flows, stretch and max-min admission.
 void BM_LpMetrics(benchmark::State& state) {

@@ -168,8 +168,10 @@ TEST(DarSimCliTest, LoadsReadsAndChecksAMatrixFile) {
   EXPECT_EQ(ok["pairs"].size(), 2u);
   EXPECT_DOUBLE_EQ(ok["demand_total"].get<double>(), 5.5);
 
-  { std::ofstream(dir + "/bad.json") << "[{\"src\": 0, \"dst\": 5, \"demand\": 1},\n"
-                                         " {\"src\": 0, \"dst\": 99, \"demand\": 1}]\n"; }
+  {
+    std::ofstream(dir + "/bad.json") << "[{\"src\": 0, \"dst\": 5, \"demand\": 1},\n"
+                                        " {\"src\": 0, \"dst\": 99, \"demand\": 1}]\n";
+  }
   Result r = RunDarSim(fmt::format("loads --topology {} --demand {}/bad.json", file, dir));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr(fmt::format("{}/bad.json:2: /1/dst: destination '99'", dir)));

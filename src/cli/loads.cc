@@ -179,8 +179,8 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
     out << doc.dump(2) << "\n";
     return absl::OkStatus();
   }
-  out << fmt::format("{} ({}), policy {}, demand {} ({:.4g} units of {} Gbps)\n",
-                     options.topology, topo.Summary(), options.policy, demand.description,
+  out << fmt::format("{} ({}), policy {}, demand {} ({:.4g} units of {} Gbps)\n", options.topology,
+                     topo.Summary(), options.policy, demand.description,
                      TotalDemand(demand.demands), options.unit_gbps);
   out << fmt::format("{:>12} {:>12} {:>12} {:>12}\n", "src", "dst", "load", "utilization");
   for (LinkId l = 0; l < topo.num_links(); ++l) {

@@ -26,11 +26,11 @@
 namespace dar::cli {
 
 struct LoadsOptions {
-  std::string topology;  // path of a node-link JSON file; required
+  std::string topology;            // path of a node-link JSON file; required
   std::string demand = "uniform";  // uniform, gravity or the path of a matrix file
   std::string policy = "ecmp";
-  double capacity_gbps = 10;  // of every link without a "capacity" in the file
-  double unit_gbps = 1;       // rate of one demand unit
+  double capacity_gbps = 10;   // of every link without a "capacity" in the file
+  double unit_gbps = 1;        // rate of one demand unit
   bool lp_delay_stage = true;  // lp: least delay among max-utilisation optimal routings
   bool json = false;           // JSON instead of a table
 };

@@ -80,7 +80,8 @@ DarLoopReport DescribeDarLoop(const DarFluidResult& result, double tolerance) {
       return report;
     }
   }
-  const auto [lo, hi] = std::minmax_element(u.begin() + static_cast<std::ptrdiff_t>(start), u.end());
+  const auto [lo, hi] =
+      std::minmax_element(u.begin() + static_cast<std::ptrdiff_t>(start), u.end());
   report.oscillating = *hi - *lo > tolerance;
   return report;
 }

@@ -211,8 +211,9 @@ class MatrixReader {
     } else if (doc.is_array()) {
       RETURN_IF_ERROR(ReadList(doc));
     } else {
-      return Error("", "a demand matrix is an object (source -> destination -> demand) or a "
-                       "list of {\"src\", \"dst\", \"demand\"}");
+      return Error("",
+                   "a demand matrix is an object (source -> destination -> demand) or a "
+                   "list of {\"src\", \"dst\", \"demand\"}");
     }
     std::vector<Demand> out;
     for (const auto& [pair, amount] : amounts_) {
@@ -253,8 +254,8 @@ class MatrixReader {
     if (!std::isfinite(value)) return Error(pointer, "demand must be finite");
     if (value < 0) return Error(pointer, absl::StrCat("demand must not be negative, got ", value));
     if (src == dst && value > 0) {
-      return Error(pointer, absl::StrCat("demand from node '", topo_.node(src).name,
-                                         "' to itself"));
+      return Error(pointer,
+                   absl::StrCat("demand from node '", topo_.node(src).name, "' to itself"));
     }
     if (!amounts_.try_emplace({src, dst}, value).second) {
       return Error(pointer, absl::StrCat("the pair '", topo_.node(src).name, "' -> '",
@@ -311,8 +312,8 @@ class MatrixReader {
         }
         std::string id;
         if (!IdToString(entry[keys[k]], id)) {
-          return Error(key_pointer, absl::StrCat(keys[k], " must be a node id, got ",
-                                                 entry[keys[k]].dump()));
+          return Error(key_pointer,
+                       absl::StrCat(keys[k], " must be a node id, got ", entry[keys[k]].dump()));
         }
         ASSIGN_OR_RETURN(ends[k], Endpoint(id, key_pointer, roles[k]));
       }
@@ -382,13 +383,12 @@ absl::StatusOr<std::vector<Demand>> ParseDemandMatrix(std::string_view text,
                                                       const Topology& topo) {
   const char* last_read = nullptr;
   PositionRecorder positions(text.data(), &last_read);
-  const bool parsed = Json::sax_parse(TrackingIterator(text.data(), &last_read),
-                                      TrackingIterator(text.data() + text.size(), &last_read),
-                                      &positions);
+  const bool parsed =
+      Json::sax_parse(TrackingIterator(text.data(), &last_read),
+                      TrackingIterator(text.data() + text.size(), &last_read), &positions);
   if (!parsed) {
-    const auto [line, column] = LineColumn(text, positions.error_offset() == 0
-                                                     ? 0
-                                                     : positions.error_offset() - 1);
+    const auto [line, column] =
+        LineColumn(text, positions.error_offset() == 0 ? 0 : positions.error_offset() - 1);
     return absl::InvalidArgumentError(
         absl::StrCat(name, ":", line, ":", column, ": not valid JSON: ", positions.error()));
   }

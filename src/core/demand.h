@@ -54,8 +54,7 @@ absl::StatusOr<std::vector<Demand>> ParseDemandMatrix(std::string_view text,
 
 // As ParseDemandMatrix, from the file at `path`. Errors as there, and InvalidArgument for a
 // file that cannot be read.
-absl::StatusOr<std::vector<Demand>> LoadDemandMatrix(const std::string& path,
-                                                     const Topology& topo);
+absl::StatusOr<std::vector<Demand>> LoadDemandMatrix(const std::string& path, const Topology& topo);
 
 // The sum of the amounts.
 double TotalDemand(const std::vector<Demand>& demands);

@@ -27,7 +27,7 @@ Topology Line4() {
 }
 
 std::map<std::pair<std::string, std::string>, double> ByName(const Topology& topo,
-                                                              const std::vector<Demand>& d) {
+                                                             const std::vector<Demand>& d) {
   std::map<std::pair<std::string, std::string>, double> out;
   for (const Demand& x : d) out[{topo.node(x.src).name, topo.node(x.dst).name}] = x.amount;
   return out;
@@ -69,9 +69,9 @@ TEST(GravityDemandTest, NodeWeightsFromTheFileWhenEveryNodeHasOne) {
   ASSERT_TRUE(partial.ok()) << partial.status();
   EXPECT_EQ(GravityWeights(*partial), (std::vector<double>{1, 1}));
 
-  absl::StatusOr<Topology> lonely = ParseNodeLinkJson(
-      R"({"nodes": [{"id": "a", "weight": 3}, {"id": "b", "weight": 0}]})", "l.json",
-      JsonImportOptions());
+  absl::StatusOr<Topology> lonely =
+      ParseNodeLinkJson(R"({"nodes": [{"id": "a", "weight": 3}, {"id": "b", "weight": 0}]})",
+                        "l.json", JsonImportOptions());
   ASSERT_TRUE(lonely.ok());
   EXPECT_FALSE(GravityDemand(*lonely).ok());
 }
@@ -80,8 +80,7 @@ TEST(GravityDemandTest, NodeWeightsFromTheFileWhenEveryNodeHasOne) {
 // (the product of the degrees) on every WAN file: the matrix is the same up to scale.
 TEST(GravityDemandTest, EcmpLoadsMatchTopohubDegreeMode) {
   for (const char* name : {"Abilene", "Sprint", "Iij", "VtlWavenet2011"}) {
-    const std::string file =
-        std::string(DAR_SOURCE_DIR) + "/data/topologies/wan/" + name + ".json";
+    const std::string file = std::string(DAR_SOURCE_DIR) + "/data/topologies/wan/" + name + ".json";
     absl::StatusOr<Topology> topo = LoadNodeLinkJson(file, JsonImportOptions());
     ASSERT_TRUE(topo.ok()) << topo.status();
     absl::StatusOr<std::vector<Demand>> gravity = GravityDemand(*topo);
@@ -106,8 +105,7 @@ TEST(GravityDemandTest, EcmpLoadsMatchTopohubDegreeMode) {
 TEST(DemandMatrixTest, NestedObjectAtTopLevel) {
   const Topology topo = Line4();
   absl::StatusOr<std::vector<Demand>> m =
-      ParseDemandMatrix(R"({"4": {"1": 2.5, "2": 0}, "1": {"4": 3003.0, "3": 1}})", "m.json",
-                        topo);
+      ParseDemandMatrix(R"({"4": {"1": 2.5, "2": 0}, "1": {"4": 3003.0, "3": 1}})", "m.json", topo);
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_EQ(m->size(), 3u);  // the zero is dropped; ordered by source then destination
   EXPECT_EQ(topo.node((*m)[0].src).name, "1");
@@ -132,8 +130,8 @@ TEST(DemandMatrixTest, GraphDemandsOfATopohubFile) {
 TEST(DemandMatrixTest, ListOfEntries) {
   const Topology topo = Line4();
   absl::StatusOr<std::vector<Demand>> m = ParseDemandMatrix(
-      R"([{"src": 1, "dst": "4", "demand": 2}, {"src": "3", "dst": 2, "demand": 0.5}])",
-      "l.json", topo);
+      R"([{"src": 1, "dst": "4", "demand": 2}, {"src": "3", "dst": 2, "demand": 0.5}])", "l.json",
+      topo);
   ASSERT_TRUE(m.ok()) << m.status();
   const auto by_name = ByName(topo, *m);
   EXPECT_EQ(by_name.at({"1", "4"}), 2.0);
@@ -204,7 +202,8 @@ INSTANTIATE_TEST_SUITE_P(
                   {"bad.json:2: /1/dst: destination '5' is not a node"}},
         BadMatrix{"[{\"src\": 1, \"demand\": 1}]", {"/0: has no \"dst\""}},
         BadMatrix{"[{\"src\": 1, \"dst\": 2}]", {"/0: has no \"demand\""}},
-        BadMatrix{"[{\"src\": true, \"dst\": 2, \"demand\": 1}]", {"/0/src: src must be a node id"}},
+        BadMatrix{"[{\"src\": true, \"dst\": 2, \"demand\": 1}]",
+                  {"/0/src: src must be a node id"}},
         BadMatrix{"[{\"src\": 1, \"dst\": 2, \"demand\": -0.5}]",
                   {"/0/demand: demand must not be negative"}},
         BadMatrix{"[{\"src\": 1, \"dst\": 2, \"demand\": 1},\n{\"src\": 1, \"dst\": 2, "

@@ -71,7 +71,8 @@ bool Usable(const Topology& topo, LinkId l, NodeId source) {
 }
 
 // A pair (source, destination) of `demands` that no usable path joins, for the error message.
-std::string UnreachablePair(const Topology& topo, const std::map<NodeId, std::vector<double>>& sink) {
+std::string UnreachablePair(const Topology& topo,
+                            const std::map<NodeId, std::vector<double>>& sink) {
   for (const auto& [source, amounts] : sink) {
     std::vector<bool> seen(topo.num_nodes(), false);
     std::vector<NodeId> stack = {source};
@@ -235,9 +236,8 @@ absl::StatusOr<TeLpResult> SolveMinMaxUtilization(const Topology& topo,
   if (options.iteration_limit > 0) parm.it_lim = options.iteration_limit;
   int code = glp_simplex(lp.get(), &parm);
   if (code == GLP_ENOPFS || (code == 0 && glp_get_status(lp.get()) == GLP_NOFEAS)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("TE LP infeasible: no routing carries the demand (",
-                     UnreachablePair(topo, sink), ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TE LP infeasible: no routing carries the demand (", UnreachablePair(topo, sink), ")"));
   }
   if (code != 0) {
     return absl::InternalError(absl::StrCat("TE LP: glp_simplex failed: ", SimplexError(code)));
@@ -264,8 +264,8 @@ absl::StatusOr<TeLpResult> SolveMinMaxUtilization(const Topology& topo,
           absl::StrCat("TE LP (delay stage): glp_simplex failed: ", SimplexError(code)));
     }
     if (glp_get_status(lp.get()) != GLP_OPT) {
-      return absl::InternalError(absl::StrCat("TE LP (delay stage): no optimum: ",
-                                              StatusName(glp_get_status(lp.get()))));
+      return absl::InternalError(
+          absl::StrCat("TE LP (delay stage): no optimum: ", StatusName(glp_get_status(lp.get()))));
     }
   }
   result.iterations = glp_get_it_cnt(lp.get());

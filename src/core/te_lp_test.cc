@@ -158,8 +158,8 @@ TEST(TeLpTest, SolverStoppedEarlyIsAnError) {
   absl::StatusOr<Topology> topo = LoadNodeLinkJson(
       std::string(DAR_SOURCE_DIR) + "/data/topologies/wan/Iij.json", JsonImportOptions());
   ASSERT_TRUE(topo.ok()) << topo.status();
-  absl::StatusOr<TeLpResult> lp = SolveMinMaxUtilization(*topo, UniformDemand(*topo), kUnit,
-                                                         TeLpOptions{.iteration_limit = 1});
+  absl::StatusOr<TeLpResult> lp =
+      SolveMinMaxUtilization(*topo, UniformDemand(*topo), kUnit, TeLpOptions{.iteration_limit = 1});
   ASSERT_FALSE(lp.ok());
   EXPECT_EQ(lp.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(lp.status().message(), HasSubstr("iteration limit"));
@@ -178,9 +178,9 @@ TEST(TeLpTest, NoDemandNeedsNoSolver) {
 // and add up to the loads.
 TEST(TeLpTest, WanOptimumBeatsEcmpAndIsConsistent) {
   for (const char* name : {"Abilene", "Sprint", "Internode"}) {
-    absl::StatusOr<Topology> topo = LoadNodeLinkJson(
-        std::string(DAR_SOURCE_DIR) + "/data/topologies/wan/" + name + ".json",
-        JsonImportOptions());
+    absl::StatusOr<Topology> topo =
+        LoadNodeLinkJson(std::string(DAR_SOURCE_DIR) + "/data/topologies/wan/" + name + ".json",
+                         JsonImportOptions());
     ASSERT_TRUE(topo.ok()) << topo.status();
     for (bool gravity : {false, true}) {
       const std::vector<Demand> demand =

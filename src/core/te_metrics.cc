@@ -137,8 +137,8 @@ StretchReport ComputeStretch(const Topology& topo, const std::vector<PairRoute>&
     double stretch = shortest > 0 && std::isfinite(shortest) ? delay / shortest : 0;
     if (stretch > 0 && stretch < 1 && stretch > 1 - 1e-9) stretch = 1;  // rounding of the sum
     report.path_delay.push_back(Nanoseconds(std::llround(delay)));
-    report.shortest_delay.push_back(
-        std::isfinite(shortest) ? Nanoseconds(std::llround(shortest)) : Duration::max());
+    report.shortest_delay.push_back(std::isfinite(shortest) ? Nanoseconds(std::llround(shortest))
+                                                            : Duration::max());
     report.stretch.push_back(stretch);
     if (stretch > 0) {
       weighted += route.demand * stretch;

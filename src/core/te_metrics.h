@@ -33,8 +33,7 @@ struct SourceFlow {
 // Errors: FailedPrecondition if a source's flow has a cycle, or a demand's source has no flow
 // in `flows`; InvalidArgument for a bad demand as ComputeLinkLoads.
 absl::StatusOr<std::vector<PairRoute>> PairRoutesFromSourceFlows(
-    const Topology& topo, const std::vector<Demand>& demands,
-    const std::vector<SourceFlow>& flows);
+    const Topology& topo, const std::vector<Demand>& demands, const std::vector<SourceFlow>& flows);
 
 // Path stretch of routes. The delay of a pair's traffic is the mean, weighted by traffic, of
 // the propagation delays of the paths it takes (sum over links of share * delay); its stretch
@@ -58,8 +57,8 @@ StretchReport ComputeStretch(const Topology& topo, const std::vector<PairRoute>&
 // scales no pair's admitted fraction up, and with one bottleneck of utilisation U > 1 every
 // pair through it is admitted 1 / U.
 struct AdmissionReport {
-  double admitted_fraction = 1;  // admitted over total demand
-  double min_pair_fraction = 1;  // the least admitted fraction of any pair
+  double admitted_fraction = 1;       // admitted over total demand
+  double min_pair_fraction = 1;       // the least admitted fraction of any pair
   std::vector<double> pair_fraction;  // per route, in the order given
 };
 // Capacities are the links' in bits per second, each demand unit `unit_bps`.

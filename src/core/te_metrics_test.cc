@@ -173,8 +173,8 @@ TEST(AdmissionTest, EverythingFitsOrOneBottleneckAdmitsOneOverItsUtilisation) {
 // 2/3 + 0.5 f = 1, f = 2/3.
 TEST(AdmissionTest, ProgressiveFillingOnALine) {
   const Topology topo = Line3();
-  absl::StatusOr<std::vector<PairRoute>> routes = ComputePairRoutes(
-      topo, ComputeEcmpTables(topo), {{0, 2, 2.0}, {1, 2, 1.0}, {0, 1, 0.5}});
+  absl::StatusOr<std::vector<PairRoute>> routes =
+      ComputePairRoutes(topo, ComputeEcmpTables(topo), {{0, 2, 2.0}, {1, 2, 1.0}, {0, 1, 0.5}});
   ASSERT_TRUE(routes.ok());
   const AdmissionReport admission = MaxMinAdmission(topo, *routes, kUnit);
   ASSERT_EQ(admission.pair_fraction.size(), 3u);
