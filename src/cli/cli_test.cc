@@ -126,7 +126,9 @@ TEST(DarSimCliTest, LpLoadsNeverAboveEcmpUnderGravity) {
     EXPECT_EQ(lp["links"].size(), ecmp["links"].size());
     EXPECT_FALSE(lp["pairs"].empty());
     for (const auto& pair : lp["pairs"]) {
-      if (!pair["stretch"].is_null()) EXPECT_GE(pair["stretch"].get<double>(), 1 - 1e-9);
+      if (!pair["stretch"].is_null()) {
+        EXPECT_GE(pair["stretch"].get<double>(), 1 - 1e-9);
+      }
     }
     EXPECT_GE(lp["stretch"].get<double>(), 1 - 1e-9);
     EXPECT_NEAR(lp["demand_total"].get<double>(), ecmp["demand_total"].get<double>(), 1e-6);
