@@ -32,6 +32,7 @@ test-asan: deps
 bench: build
 	./$(BUILD)/bench/sim_bench
 	./$(BUILD)/bench/engine_bench
+	./$(BUILD)/bench/te_bench
 
 # The policies on the four use cases with seeds dar-train never used (issue 5's evaluation,
 # README "The learned policy"): one dar-sim run per scenario and seed, then the means, in

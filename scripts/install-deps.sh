@@ -12,6 +12,9 @@ PACKAGES=(
   # for /healthz and metrics, iproute2 for namespaces and veths, iperf3 for the lab's traffic.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev openssl
   libsodium-dev prometheus-cpp-dev libcpp-httplib-dev iproute2 iperf3
+  # Traffic engineering (`dar-sim loads --policy lp`, src/core/te_lp.h): GLPK's simplex solves
+  # the LP optimum of multicommodity flow, the yardstick DAR is compared against on WANs.
+  libglpk-dev
   # Training only (dar-train, src/learn/train): LibTorch's C++ API. Everything else builds
   # and runs without it.
   libtorch-dev

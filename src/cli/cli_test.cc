@@ -97,6 +97,100 @@ TEST(DarSimCliTest, DarLoadsSettleBelowEcmpMaxUtilisation) {
   EXPECT_LT(max_util[1], max_util[0]);
 }
 
+nlohmann::json RunLoadsJson(const std::string& args) {
+  const Result r = RunDarSim(fmt::format("loads {} --json", args));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  if (r.exit_code != 0) return nlohmann::json();
+  return nlohmann::json::parse(r.output);
+}
+
+// The TE optimum under a gravity matrix on real WANs: never above ECMP's maximum utilisation,
+// strictly below it where ECMP's hop-count split is not optimal; every pair is reported.
+TEST(DarSimCliTest, LpLoadsNeverAboveEcmpUnderGravity) {
+  const std::string wan = std::string(DAR_SOURCE_DIR) + "/data/topologies/wan/";
+  for (const char* name : {"Abilene", "Sprint", "VtlWavenet2011"}) {
+    const std::string file = wan + name + ".json";
+    const nlohmann::json ecmp =
+        RunLoadsJson(fmt::format("--topology {} --policy ecmp --demand gravity", file));
+    const nlohmann::json lp =
+        RunLoadsJson(fmt::format("--topology {} --policy lp --demand gravity", file));
+    ASSERT_TRUE(ecmp.is_object() && lp.is_object()) << name;
+    const double ecmp_util = ecmp["max_utilization"].get<double>();
+    const double lp_util = lp["max_utilization"].get<double>();
+    std::printf("%s, gravity: max utilisation ECMP %.4f, LP %.4f\n", name, ecmp_util, lp_util);
+    EXPECT_LE(lp_util, ecmp_util * (1 + 1e-6)) << name;
+    EXPECT_NEAR(lp["lp"]["lambda"].get<double>(), lp_util, 1e-3 * lp_util) << name;
+    if (std::string(name) != "VtlWavenet2011") {  // nearly a tree: ECMP is optimal there
+      EXPECT_LT(lp_util, ecmp_util * 0.95) << name;
+    }
+    EXPECT_EQ(lp["links"].size(), ecmp["links"].size());
+    EXPECT_FALSE(lp["pairs"].empty());
+    for (const auto& pair : lp["pairs"]) {
+      if (!pair["stretch"].is_null()) {
+        EXPECT_GE(pair["stretch"].get<double>(), 1 - 1e-9);
+      }
+    }
+    EXPECT_GE(lp["stretch"].get<double>(), 1 - 1e-9);
+    EXPECT_NEAR(lp["demand_total"].get<double>(), ecmp["demand_total"].get<double>(), 1e-6);
+  }
+}
+
+// Overload: at 10x the rate, the admitted fraction falls as the maximum utilisation says, and
+// DAR's loop reports how it went.
+TEST(DarSimCliTest, LoadsReportAdmissionAndDarLoop) {
+  const std::string file = std::string(DAR_SOURCE_DIR) + "/data/topologies/wan/Abilene.json";
+  const nlohmann::json ecmp =
+      RunLoadsJson(fmt::format("--topology {} --policy ecmp --unit-gbps 5", file));
+  ASSERT_TRUE(ecmp.is_object());
+  const double util = ecmp["max_utilization"].get<double>();
+  ASSERT_GT(util, 1);
+  EXPECT_NEAR(ecmp["min_pair_admitted"].get<double>(), 1 / util, 1e-9);
+  EXPECT_LT(ecmp["admitted_fraction"].get<double>(), 1);
+  EXPECT_GE(ecmp["admitted_fraction"].get<double>(), 1 / util);
+
+  const nlohmann::json dar = RunLoadsJson(fmt::format("--topology {} --policy dar", file));
+  ASSERT_TRUE(dar.is_object());
+  for (const char* key : {"settled", "cycles", "oscillating", "period", "best_max_utilization",
+                          "best_cycle", "last_max_utilization"}) {
+    EXPECT_TRUE(dar["dar"].contains(key)) << key;
+  }
+  EXPECT_EQ(dar["dar"]["settled"], dar["settled"]);
+  EXPECT_DOUBLE_EQ(dar["dar"]["last_max_utilization"].get<double>(),
+                   dar["max_utilization"].get<double>());
+}
+
+// A matrix file: read in any of its shapes, refused with the file and line when bad.
+TEST(DarSimCliTest, LoadsReadsAndChecksAMatrixFile) {
+  const std::string dir = TempDir("matrix");
+  const std::string file = std::string(DAR_SOURCE_DIR) + "/data/topologies/wan/Abilene.json";
+  { std::ofstream(dir + "/m.json") << "{\"0\": {\"5\": 4.0}, \"5\": {\"0\": 1.5}}\n"; }
+  const nlohmann::json ok =
+      RunLoadsJson(fmt::format("--topology {} --policy lp --demand {}/m.json", file, dir));
+  ASSERT_TRUE(ok.is_object());
+  EXPECT_EQ(ok["pairs"].size(), 2u);
+  EXPECT_DOUBLE_EQ(ok["demand_total"].get<double>(), 5.5);
+
+  {
+    std::ofstream(dir + "/bad.json") << "[{\"src\": 0, \"dst\": 5, \"demand\": 1},\n"
+                                        " {\"src\": 0, \"dst\": 99, \"demand\": 1}]\n";
+  }
+  Result r = RunDarSim(fmt::format("loads --topology {} --demand {}/bad.json", file, dir));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("{}/bad.json:2: /1/dst: destination '99'", dir)));
+  { std::ofstream(dir + "/broken.json") << "{\"0\": {\"5\": 4.0,}}\n"; }
+  r = RunDarSim(fmt::format("loads --topology {} --demand {}/broken.json", file, dir));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("{}/broken.json:1:", dir)));
+  // The topology file itself has an empty graph.demands.
+  r = RunDarSim(fmt::format("loads --topology {0} --demand {0}", file));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/graph/demands: the matrix has no positive demand"));
+  r = RunDarSim(fmt::format("loads --topology {} --demand nonsense", file));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("unknown demand 'nonsense'"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(DarSimCliTest, LoadsRejectsUnknownPolicyAndMissingFile) {
   const std::string file = std::string(DAR_SOURCE_DIR) + "/data/topologies/abilene.json";
   Result r = RunDarSim(fmt::format("loads --topology {} --policy warp --json", file));

@@ -1,16 +1,21 @@
 #include "cli/loads.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/dar_fluid.h"
+#include "core/demand.h"
 #include "core/fluid.h"
 #include "core/registry.h"
 #include "core/routing.h"
 #include "core/status_macros.h"
+#include "core/te_lp.h"
+#include "core/te_metrics.h"
 #include "core/topology_json.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
@@ -18,22 +23,87 @@
 namespace dar::cli {
 namespace {
 
-constexpr const char* kDemands[] = {"uniform"};
+constexpr char kDemandHelp[] =
+    "Traffic matrix: uniform (one unit between every ordered pair), gravity (w(s)*w(d), w the "
+    "node's \"weight\" if every node has one, else its degree; scaled to the uniform total "
+    "N*(N-1)), or a JSON matrix FILE: {\"SRC\": {\"DST\": X, ...}, ...} at the top level or "
+    "as graph.demands of a topohub node-link file, or [{\"src\": SRC, \"dst\": DST, "
+    "\"demand\": X}, ...]; ids as in the topology file, X >= 0 in demand units";
 
-absl::StatusOr<std::vector<Demand>> MakeDemand(const std::string& name, const Topology& topo) {
-  if (name == "uniform") return UniformDemand(topo);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown demand '", name, "' (known: ", absl::StrJoin(kDemands, ", "), ")"));
+// The demand matrix and a description of it for the table's header.
+struct NamedDemand {
+  std::vector<Demand> demands;
+  std::string description;
+};
+
+absl::StatusOr<NamedDemand> MakeDemand(const std::string& spec, const Topology& topo) {
+  const size_t n = topo.Endpoints().size();
+  if (spec == "uniform") {
+    return NamedDemand{UniformDemand(topo), "uniform, 1 unit per ordered pair"};
+  }
+  if (spec == "gravity") {
+    ASSIGN_OR_RETURN(std::vector<Demand> demands, GravityDemand(topo));
+    const std::vector<NodeId> endpoints = topo.Endpoints();
+    const bool weights = std::all_of(endpoints.begin(), endpoints.end(),
+                                     [&](NodeId v) { return topo.node(v).weight.has_value(); });
+    return NamedDemand{std::move(demands),
+                       fmt::format("gravity, w = node {}, total normalised to N*(N-1) = {} units",
+                                   weights ? "weight" : "degree", n * (n - 1))};
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(spec, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown demand '", spec, "': not uniform, gravity or an existing matrix file"));
+  }
+  ASSIGN_OR_RETURN(std::vector<Demand> demands, LoadDemandMatrix(spec, topo));
+  const std::string description = fmt::format("matrix {}, {} pairs", spec, demands.size());
+  return NamedDemand{std::move(demands), description};
 }
+
+// How a policy routes the demand: the link loads and every pair's route.
+struct Routing {
+  std::vector<double> loads;
+  std::vector<PairRoute> routes;
+  std::optional<DarLoopReport> dar;
+  std::optional<TeLpResult> lp;
+};
+
+absl::StatusOr<Routing> Route(const LoadsOptions& options, const Topology& topo,
+                              const std::vector<Demand>& demand, const TablePolicy* policy) {
+  const double unit_bps = options.unit_gbps * 1e9;
+  Routing routing;
+  if (options.policy == "lp") {
+    ASSIGN_OR_RETURN(TeLpResult lp,
+                     SolveMinMaxUtilization(topo, demand, unit_bps,
+                                            TeLpOptions{.minimise_delay = options.lp_delay_stage}));
+    ASSIGN_OR_RETURN(routing.routes, PairRoutesFromSourceFlows(topo, demand, lp.flows));
+    routing.loads = lp.loads;
+    routing.lp = std::move(lp);
+    return routing;
+  }
+  RoutingTables tables;
+  if (options.policy == "dar") {
+    // DAR's tables are what its control loop settles on for this demand.
+    ASSIGN_OR_RETURN(DarFluidResult settled, SettleDarTables(topo, demand, unit_bps));
+    routing.dar = DescribeDarLoop(settled);
+    tables = std::move(settled.tables);
+  } else {
+    ASSIGN_OR_RETURN(tables, (*policy)(topo));
+  }
+  ASSIGN_OR_RETURN(routing.loads, ComputeLinkLoads(topo, tables, demand));
+  ASSIGN_OR_RETURN(routing.routes, ComputePairRoutes(topo, tables, demand));
+  return routing;
+}
+
+double Ms(Duration d) { return ToSeconds(d) * 1e3; }
 
 }  // namespace
 
 absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
   const TablePolicy* policy = Registry<TablePolicy>::Find(options.policy);
-  const bool dar = options.policy == "dar";
-  if (policy == nullptr && !dar) {
+  if (policy == nullptr && options.policy != "dar" && options.policy != "lp") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown policy '", options.policy, "' (known: dar, ",
+        absl::StrCat("unknown policy '", options.policy, "' (known: dar, lp, ",
                      absl::StrJoin(Registry<TablePolicy>::Names(), ", "), ")"));
   }
   if (!(options.capacity_gbps > 0) || !(options.unit_gbps > 0)) {
@@ -42,54 +112,105 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
   JsonImportOptions import;
   import.capacity = DataRate::Gbps(options.capacity_gbps);
   ASSIGN_OR_RETURN(const Topology topo, LoadNodeLinkJson(options.topology, import));
-  ASSIGN_OR_RETURN(const std::vector<Demand> demand, MakeDemand(options.demand, topo));
-  RoutingTables tables;
-  int cycles = 0;
-  if (dar) {
-    // DAR's tables are what its control loop settles on for this demand.
-    ASSIGN_OR_RETURN(DarFluidResult settled,
-                     SettleDarTables(topo, demand, options.unit_gbps * 1e9));
-    tables = std::move(settled.tables);
-    cycles = settled.cycles;
-  } else {
-    ASSIGN_OR_RETURN(tables, (*policy)(topo));
-  }
-  ASSIGN_OR_RETURN(const std::vector<double> loads, ComputeLinkLoads(topo, tables, demand));
+  ASSIGN_OR_RETURN(const NamedDemand demand, MakeDemand(options.demand, topo));
+  ASSIGN_OR_RETURN(const Routing routing, Route(options, topo, demand.demands, policy));
 
+  const double unit_bps = options.unit_gbps * 1e9;
+  const std::vector<double>& loads = routing.loads;
   std::vector<double> bps(loads.size());
   std::transform(loads.begin(), loads.end(), bps.begin(),
-                 [&](double load) { return load * options.unit_gbps * 1e9; });
+                 [&](double load) { return load * unit_bps; });
   const double max_load = loads.empty() ? 0 : *std::max_element(loads.begin(), loads.end());
   const double max_utilization = MaxUtilization(topo, bps);
+  const StretchReport stretch = ComputeStretch(topo, routing.routes);
+  const AdmissionReport admission = MaxMinAdmission(topo, routing.routes, unit_bps);
+  const auto utilization = [&](LinkId l) {
+    return bps[l] / static_cast<double>(topo.link(l).params.capacity.bps());
+  };
 
   if (options.json) {
     nlohmann::ordered_json doc;
     doc["policy"] = options.policy;
+    doc["demand"] = options.demand;
+    doc["demand_total"] = TotalDemand(demand.demands);
+    doc["unit_gbps"] = options.unit_gbps;
     doc["links"] = nlohmann::ordered_json::array();
     for (LinkId l = 0; l < topo.num_links(); ++l) {
       doc["links"].push_back({{"src", topo.node(topo.link(l).src).name},
                               {"dst", topo.node(topo.link(l).dst).name},
-                              {"load", loads[l]}});
+                              {"load", loads[l]},
+                              {"utilization", utilization(l)}});
     }
     doc["max_link_load"] = max_load;
     doc["max_utilization"] = max_utilization;
-    if (dar) {
-      doc["control_cycles"] = cycles;
-      doc["settled"] = cycles < DarFluidConfig().max_cycles;
+    doc["stretch"] = stretch.total;
+    doc["admitted_fraction"] = admission.admitted_fraction;
+    doc["min_pair_admitted"] = admission.min_pair_fraction;
+    doc["pairs"] = nlohmann::ordered_json::array();
+    for (size_t p = 0; p < routing.routes.size(); ++p) {
+      const PairRoute& r = routing.routes[p];
+      nlohmann::ordered_json pair = {{"src", topo.node(r.src).name},
+                                     {"dst", topo.node(r.dst).name},
+                                     {"demand", r.demand},
+                                     {"delay_ms", Ms(stretch.path_delay[p])},
+                                     {"shortest_delay_ms", Ms(stretch.shortest_delay[p])},
+                                     {"stretch", nullptr},
+                                     {"admitted", admission.pair_fraction[p]}};
+      if (stretch.stretch[p] > 0) pair["stretch"] = stretch.stretch[p];
+      doc["pairs"].push_back(std::move(pair));
+    }
+    if (routing.dar) {
+      const DarLoopReport& d = *routing.dar;
+      doc["dar"] = {{"settled", d.settled},
+                    {"cycles", d.cycles},
+                    {"oscillating", d.oscillating},
+                    {"period", d.period},
+                    {"best_max_utilization", d.best_max_utilization},
+                    {"best_cycle", d.best_cycle},
+                    {"last_max_utilization", d.last_max_utilization}};
+      doc["control_cycles"] = d.cycles;
+      doc["settled"] = d.settled;
+    }
+    if (routing.lp) {
+      doc["lp"] = {{"lambda", routing.lp->lambda},
+                   {"delay_stage", options.lp_delay_stage},
+                   {"simplex_iterations", routing.lp->iterations}};
     }
     out << doc.dump(2) << "\n";
     return absl::OkStatus();
   }
-  out << fmt::format("{} ({}), policy {}, demand {}\n", options.topology, topo.Summary(),
-                     options.policy, options.demand);
+  out << fmt::format("{} ({}), policy {}, demand {} ({:.4g} units of {} Gbps)\n", options.topology,
+                     topo.Summary(), options.policy, demand.description,
+                     TotalDemand(demand.demands), options.unit_gbps);
   out << fmt::format("{:>12} {:>12} {:>12} {:>12}\n", "src", "dst", "load", "utilization");
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const Link& link = topo.link(l);
     out << fmt::format("{:>12} {:>12} {:>12.4f} {:>12.4f}\n", topo.node(link.src).name,
-                       topo.node(link.dst).name, loads[l],
-                       bps[l] / static_cast<double>(link.params.capacity.bps()));
+                       topo.node(link.dst).name, loads[l], utilization(l));
   }
   out << fmt::format("max link load {:.4f}, max utilization {:.4f}\n", max_load, max_utilization);
+  out << fmt::format("path stretch {:.4f} (demand-weighted mean over {} pairs)\n", stretch.total,
+                     routing.routes.size());
+  out << fmt::format(
+      "admitted {:.4f} of the demand, least pair {:.4f} (max-min fair along the policy's "
+      "paths)\n",
+      admission.admitted_fraction, admission.min_pair_fraction);
+  if (routing.dar) {
+    const DarLoopReport& d = *routing.dar;
+    const std::string state =
+        d.settled ? fmt::format("settled after {} cycles", d.cycles)
+        : d.oscillating
+            ? fmt::format("not settled after {} cycles, oscillating{}", d.cycles,
+                          d.period > 0 ? fmt::format(" (period {})", d.period) : "")
+            : fmt::format("not settled after {} cycles (max utilization steady)", d.cycles);
+    out << fmt::format("dar loop {}; max utilization best {:.4f} (cycle {}), last {:.4f}\n", state,
+                       d.best_max_utilization, d.best_cycle, d.last_max_utilization);
+  }
+  if (routing.lp) {
+    out << fmt::format("lp optimum {:.6f}{}, {} simplex iterations\n", routing.lp->lambda,
+                       options.lp_delay_stage ? " (then least delay within 1e-4 of it)" : "",
+                       routing.lp->iterations);
+  }
   return absl::OkStatus();
 }
 
@@ -99,19 +220,24 @@ void AddLoadsCommand(CLI::App& app) {
   cmd->add_option("--topology", options->topology, "Node-link JSON topology file")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--demand", options->demand, "Traffic matrix: uniform")->capture_default_str();
-  cmd->add_option(
-         "--policy", options->policy,
-         absl::StrCat("Routing policy: ", absl::StrJoin(Registry<TablePolicy>::Names(), "|")))
+  cmd->add_option("--demand", options->demand, kDemandHelp)->capture_default_str();
+  cmd->add_option("--policy", options->policy,
+                  absl::StrCat("Routing policy: lp (the TE optimum), dar, ",
+                               absl::StrJoin(Registry<TablePolicy>::Names(), "|")))
       ->capture_default_str();
-  cmd->add_option("--capacity-gbps", options->capacity_gbps, "Capacity of every link")
+  cmd->add_option("--capacity-gbps", options->capacity_gbps,
+                  "Capacity of every link without a \"capacity\" (bps) in the file")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--unit-gbps", options->unit_gbps, "Rate of one demand unit")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  auto max_util_only = std::make_shared<bool>(false);
+  cmd->add_flag("--lp-max-util-only", *max_util_only,
+                "lp: stop at the least max utilisation (skip the least-delay second stage)");
   cmd->add_flag("--json", options->json, "Print JSON instead of a table");
-  cmd->callback([options] {
+  cmd->callback([options, max_util_only] {
+    options->lp_delay_stage = !*max_util_only;
     const absl::Status status = RunLoads(*options, std::cout);
     if (!status.ok()) {
       std::cerr << "dar-sim loads: " << status.message() << "\n";

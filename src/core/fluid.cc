@@ -64,6 +64,26 @@ absl::StatusOr<std::vector<NodeId>> ForwardingOrder(const Topology& topo,
   return post_order;
 }
 
+absl::Status CheckDemand(const Topology& topo, size_t i, const Demand& d) {
+  const int n = topo.num_nodes();
+  if (d.src < 0 || d.src >= n || d.dst < 0 || d.dst >= n || !std::isfinite(d.amount) ||
+      d.amount < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("demand ", i, " (", d.src, " -> ", d.dst, ", ", d.amount, ") is invalid"));
+  }
+  return absl::OkStatus();
+}
+
+const DestinationTable* TableToward(const Topology& topo, const RoutingTables& tables,
+                                    NodeId dest) {
+  const DestinationTable* table = nullptr;
+  if (tables.num_nodes() == topo.num_nodes() && tables.IsDestination(dest)) {
+    table = tables.Table(dest);
+  }
+  if (table == nullptr || table->num_nodes() != topo.num_nodes()) return nullptr;
+  return table;
+}
+
 }  // namespace
 
 std::vector<Demand> UniformDemand(const Topology& topo) {
@@ -86,11 +106,7 @@ absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
   std::map<NodeId, std::vector<double>> injected;
   for (size_t i = 0; i < demands.size(); ++i) {
     const Demand& d = demands[i];
-    if (d.src < 0 || d.src >= n || d.dst < 0 || d.dst >= n || !std::isfinite(d.amount) ||
-        d.amount < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("demand ", i, " (", d.src, " -> ", d.dst, ", ", d.amount, ") is invalid"));
-    }
+    RETURN_IF_ERROR(CheckDemand(topo, i, d));
     if (d.src == d.dst) continue;
     const NodeId target = topo.RouteTarget(d.dst);
     if (target != d.dst) {
@@ -116,9 +132,8 @@ absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
   }
 
   for (auto& [dest, inflow] : injected) {
-    const DestinationTable* table = nullptr;
-    if (tables.num_nodes() == n && tables.IsDestination(dest)) table = tables.Table(dest);
-    if (table == nullptr || table->num_nodes() != n) {
+    const DestinationTable* table = TableToward(topo, tables, dest);
+    if (table == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("no routing table toward '", topo.node(dest).name, "'"));
     }
@@ -137,6 +152,78 @@ absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
     }
   }
   return loads;
+}
+
+absl::StatusOr<std::vector<PairRoute>> ComputePairRoutes(const Topology& topo,
+                                                         const RoutingTables& tables,
+                                                         const std::vector<Demand>& demands) {
+  const int n = topo.num_nodes();
+  std::vector<PairRoute> routes;
+  // Per route target, the routes still to follow through its table and where each enters.
+  std::map<NodeId, std::vector<std::pair<size_t, NodeId>>> pending;
+  for (size_t i = 0; i < demands.size(); ++i) {
+    const Demand& d = demands[i];
+    RETURN_IF_ERROR(CheckDemand(topo, i, d));
+    if (d.src == d.dst) continue;
+    PairRoute route{.src = d.src, .dst = d.dst, .demand = d.amount, .links = {}};
+    const NodeId target = topo.RouteTarget(d.dst);
+    if (target != d.dst) {
+      const LinkId last = topo.FindLink(target, d.dst);
+      if (last == kNoLink || !topo.link(last).up) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("host '", topo.node(d.dst).name, "' has no up link from its switch"));
+      }
+      route.links.push_back({last, 1.0});
+    }
+    NodeId from = d.src;
+    if (const LinkId up = topo.StubUplink(d.src); up != kNoLink) {
+      if (!topo.link(up).up) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("host '", topo.node(d.src).name, "' has its only link down"));
+      }
+      route.links.push_back({up, 1.0});
+      from = topo.link(up).dst;
+    }
+    routes.push_back(std::move(route));
+    if (from != d.dst) pending[target].push_back({routes.size() - 1, from});
+  }
+
+  std::vector<double> node_share(n, 0.0), link_share(topo.num_links(), 0.0);
+  std::vector<LinkId> touched;
+  for (const auto& [dest, entries] : pending) {
+    const DestinationTable* table = TableToward(topo, tables, dest);
+    if (table == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no routing table toward '", topo.node(dest).name, "'"));
+    }
+    std::vector<NodeId> sources;
+    for (const auto& [route, from] : entries) sources.push_back(from);
+    std::sort(sources.begin(), sources.end());
+    sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
+    ASSIGN_OR_RETURN(const std::vector<NodeId> order, ForwardingOrder(topo, *table, dest, sources));
+    for (const auto& [index, from] : entries) {
+      node_share[from] = 1.0;
+      for (NodeId v : order) {
+        if (v == dest || node_share[v] == 0) continue;
+        for (const NextHop& hop : table->At(v)) {
+          const double share = node_share[v] * hop.weight;
+          if (link_share[hop.link] == 0) touched.push_back(hop.link);
+          link_share[hop.link] += share;
+          node_share[topo.link(hop.link).dst] += share;
+        }
+        node_share[v] = 0;
+      }
+      node_share[dest] = 0;
+      PairRoute& route = routes[index];
+      for (LinkId l : touched) {
+        if (link_share[l] > 0) route.links.push_back({l, link_share[l]});
+        link_share[l] = 0;
+      }
+      touched.clear();
+      std::sort(route.links.begin(), route.links.end());
+    }
+  }
+  return routes;
 }
 
 double MaxUtilization(const Topology& topo, const std::vector<double>& loads) {

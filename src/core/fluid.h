@@ -6,6 +6,7 @@
 #ifndef DAR_CORE_FLUID_H_
 #define DAR_CORE_FLUID_H_
 
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,6 +36,22 @@ std::vector<Demand> UniformDemand(const Topology& topo);
 absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
                                                      const RoutingTables& tables,
                                                      const std::vector<Demand>& demands);
+
+// How one demand is carried: the share of its traffic (0, 1] on every link it crosses, in
+// link-id order.
+struct PairRoute {
+  NodeId src = kNoNode;
+  NodeId dst = kNoNode;
+  double demand = 0;
+  std::vector<std::pair<LinkId, double>> links;
+};
+
+// The route of every demand with src != dst, in the order of `demands`, as ComputeLinkLoads
+// routes it (loads[l] == sum over routes of demand * share on l, up to rounding).
+// Errors: as ComputeLinkLoads.
+absl::StatusOr<std::vector<PairRoute>> ComputePairRoutes(const Topology& topo,
+                                                         const RoutingTables& tables,
+                                                         const std::vector<Demand>& demands);
 
 // The largest load / capacity over all links, with loads in bits per second (indexed by
 // LinkId). A loaded link of zero capacity gives +infinity; 0 if nothing is loaded.

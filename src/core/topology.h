@@ -34,6 +34,7 @@ struct Node {
   std::string label;  // human-readable name, may be empty
   NodeKind kind = NodeKind::kSwitch;
   std::optional<std::pair<double, double>> position;  // (longitude, latitude), degrees
+  std::optional<double> weight;  // relative size for the gravity traffic model, if known
   std::vector<LinkId> out_links;
   std::vector<LinkId> in_links;
 };

@@ -93,6 +93,15 @@ class Importer {
         }
         topo_.mutable_node(n).position = {pos[0].get<double>(), pos[1].get<double>()};
       }
+      if (node.contains("weight")) {
+        const Json& weight = node["weight"];
+        if (!weight.is_number() || !std::isfinite(weight.get<double>()) ||
+            weight.get<double>() < 0) {
+          return Error(where,
+                       absl::StrCat("weight must be a non-negative number, got ", weight.dump()));
+        }
+        topo_.mutable_node(n).weight = weight.get<double>();
+      }
     }
     return absl::OkStatus();
   }

@@ -2,12 +2,13 @@
 // Topology Zoo graphs published by topohub).
 //
 // Accepted shape: {"directed": bool (default false), "nodes": [{"id": string|number,
-// "name": string (optional), "pos": [lon, lat] (optional)}, ...], "edges" or "links":
+// "name": string (optional), "pos": [lon, lat] (optional), "weight": number >= 0 (optional,
+// the node's size in the gravity traffic model, core/demand.h)}, ...], "edges" or "links":
 // [{"source": id, "target": id, "dist": km (optional), "capacity": bps (optional)}, ...]}.
-// Other keys are ignored. Every node becomes a NodeKind::kSwitch (a router) whose name is its
-// id as a string and whose label is its "name"; node ids follow the file's order. An
-// undirected graph gives one duplex cable per edge, a directed graph one link per edge, in
-// the file's order.
+// An edge without "capacity" gets options.capacity. Other keys are ignored. Every node
+// becomes a NodeKind::kSwitch (a router) whose name is its id as a string and whose label is
+// its "name"; node ids follow the file's order. An undirected graph gives one duplex cable per
+// edge, a directed graph one link per edge, in the file's order.
 //
 // Propagation delay of an edge: "dist" at 2/3 of the speed of light (200,000 km/s); without
 // "dist", the great-circle distance between the endpoints' "pos"; without either,

@@ -57,7 +57,7 @@ TEST(TopologyJsonTest, LoadsAbilene) {
 TEST(TopologyJsonTest, AcceptsLinksKeyNumericIdsAndDirectedGraphs) {
   absl::StatusOr<Topology> topo = LoadText("directed.json", R"({
     "directed": true,
-    "nodes": [{"id": 7}, {"id": 9, "pos": [0, 0]}, {"id": "x", "pos": [1, 0]}],
+    "nodes": [{"id": 7, "weight": 2.5}, {"id": 9, "pos": [0, 0]}, {"id": "x", "pos": [1, 0]}],
     "links": [{"source": 7, "target": 9},
               {"source": 9, "target": "x", "capacity": 2.5e9},
               {"source": "x", "target": 9}]
@@ -67,6 +67,8 @@ TEST(TopologyJsonTest, AcceptsLinksKeyNumericIdsAndDirectedGraphs) {
   EXPECT_EQ(topo->num_links(), 3);
   EXPECT_EQ(topo->node(0).name, "7");
   EXPECT_EQ(topo->node(1).name, "9");
+  EXPECT_EQ(topo->node(0).weight, 2.5);
+  EXPECT_FALSE(topo->node(1).weight.has_value());
   EXPECT_EQ(topo->link(0).reverse, kNoLink);
   // No dist and a missing pos: the default delay.
   EXPECT_EQ(topo->link(0).params.delay, JsonImportOptions().default_delay);
@@ -136,6 +138,10 @@ INSTANTIATE_TEST_SUITE_P(
                 R"({"nodes": [{"id": 0}, {"id": 1}],
                     "edges": [{"source": 0, "target": 1, "capacity": 0}]})",
                 "edges[0]: capacity must be"},
+        BadFile{"negweight.json", R"({"nodes": [{"id": 0, "weight": -1}]})",
+                "nodes[0]: weight must be a non-negative number"},
+        BadFile{"textweight.json", R"({"nodes": [{"id": 0, "weight": "big"}]})",
+                "nodes[0]: weight must be a non-negative number"},
         BadFile{"edgesobj.json", R"({"nodes": [], "edges": 3})", "edges: must be an array"},
         BadFile{"directedstr.json", R"({"directed": "no", "nodes": []})", "directed: must be"}));
 
