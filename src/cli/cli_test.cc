@@ -279,6 +279,16 @@ TEST(DarSimCliTest, SeedsRunOncePerSeedAndWriteTheMean) {
   const Result both = RunDarSim(fmt::format("run {0}/s.yaml --seeds 3 --seed 4", dir));
   EXPECT_NE(both.exit_code, 0);
   EXPECT_THAT(both.output, HasSubstr("excludes"));
+  // The report table of the summary; a single run's results are refused.
+  const Result table =
+      RunDarSim(fmt::format("table {0}/out --metric completion_mean_s --metric events", dir));
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_THAT(table.output, HasSubstr("| policy | completion_mean_s | vs ecmp | events |"));
+  EXPECT_THAT(table.output, HasSubstr("| static |"));
+  EXPECT_THAT(table.output, HasSubstr("(baseline)"));
+  const Result single = RunDarSim(fmt::format("table {0}/out/seed-3 --metric events", dir));
+  EXPECT_EQ(single.exit_code, 2);
+  EXPECT_THAT(single.output, HasSubstr("not a summary of several seeds"));
   const Result no_such = RunDarSim(fmt::format("run {0}/s.yaml --seeds 3,4 --baseline dar", dir));
   EXPECT_EQ(no_such.exit_code, 2);
   EXPECT_THAT(no_such.output, HasSubstr("--baseline dar: the scenario has no such policy"));

@@ -275,6 +275,100 @@ std::string FormatSeedSummary(const nlohmann::json& summary) {
   return out;
 }
 
+namespace {
+
+// How a metric's values are written: seconds scaled to the baseline's magnitude.
+struct Scale {
+  double factor = 1;
+  const char* unit = "";
+};
+
+Scale ScaleFor(const std::string& metric, double typical) {
+  if (metric.size() < 2 || metric.compare(metric.size() - 2, 2, "_s") != 0) return {};
+  const double t = std::fabs(typical);
+  if (t >= 1) return {1, " s"};
+  if (t >= 1e-3) return {1e3, " ms"};
+  return {1e6, " µs"};
+}
+
+std::string Significant(double x) {
+  if (x != 0 && std::fabs(x) < 1e-3) return fmt::format("{:.2g}", x);
+  if (std::fabs(x) >= 1e4 || x == std::floor(x)) return fmt::format("{:.0f}", x);
+  return fmt::format("{:.3g}", x);
+}
+
+}  // namespace
+
+std::string FormatSeedMarkdown(const nlohmann::json& summary,
+                               const std::vector<std::string>& metrics,
+                               const std::vector<std::string>& policies) {
+  const Json& all = summary.at("policies");
+  const std::string baseline = summary.value("baseline", "");
+  const Json* base = nullptr;
+  for (const Json& p : all) {
+    if (p.at("name") == baseline) base = &p;
+  }
+  std::string out = "| policy |";
+  std::string rule = "|---|";
+  for (const std::string& m : metrics) {
+    out += fmt::format(" {} | vs {} |", m, baseline);
+    rule += "---|---|";
+  }
+  out += "\n" + rule + "\n";
+  std::vector<const Json*> rows;
+  for (const Json& p : all) {
+    if (policies.empty() || std::find(policies.begin(), policies.end(),
+                                      p.at("name").get<std::string>()) != policies.end()) {
+      rows.push_back(&p);
+    }
+  }
+  if (!policies.empty()) {
+    std::sort(rows.begin(), rows.end(), [&](const Json* a, const Json* b) {
+      return std::find(policies.begin(), policies.end(), a->at("name").get<std::string>()) <
+             std::find(policies.begin(), policies.end(), b->at("name").get<std::string>());
+    });
+  }
+  for (const Json* p : rows) {
+    out += fmt::format("| {} |", p->at("name").get<std::string>());
+    for (const std::string& m : metrics) {
+      const Json* mean = FindDotted(p->at("metrics"), m);
+      if (mean == nullptr) {
+        out += " – | – |";
+        continue;
+      }
+      const Json* typical = base != nullptr ? FindDotted(base->at("metrics"), m) : nullptr;
+      const Scale sc = ScaleFor(m, (typical != nullptr ? *typical : *mean).get<double>());
+      std::string cell = Significant(mean->get<double>() * sc.factor);
+      const Json* ci = p->contains("ci95") ? FindPath(p->at("ci95"), m) : nullptr;
+      if (ci != nullptr && ci->is_array() && ci->size() == 2 && (*ci)[0].is_number()) {
+        const double half = ((*ci)[1].get<double>() - (*ci)[0].get<double>()) / 2 * sc.factor;
+        if (half > 0) cell += " ±" + Significant(half);
+      }
+      out += fmt::format(" {}{} |", cell, sc.unit);
+      const Json* e = nullptr;
+      if (p->contains("vs_baseline")) {
+        const Json& paired = p->at("vs_baseline");
+        if (auto it = paired.find(m); it != paired.end()) e = &*it;
+      }
+      if (e == nullptr || !e->at("relative").is_number()) {
+        out += p == base ? " (baseline) |" : " – |";
+        continue;
+      }
+      const double scale = 100 / std::fabs(e->at("baseline_mean").get<double>());
+      std::string diff = Signed(e->at("diff").get<double>() * scale, "%");
+      const Json& dci = e->at("ci95");
+      if (dci[0].is_number()) {
+        diff += fmt::format(" [{}, {}]", Signed(dci[0].get<double>() * scale, ""),
+                            Signed(dci[1].get<double>() * scale, ""));
+      }
+      if (e->at("significant").get<bool>()) diff = "**" + diff + "**";
+      out += " " + diff + " |";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<uint64_t>> ParseSeedList(const std::string& text) {
   std::vector<uint64_t> seeds;
   std::set<uint64_t> seen;

@@ -44,6 +44,15 @@ absl::StatusOr<nlohmann::json> SummarizeSeeds(const std::vector<nlohmann::json>&
 // marking each whose interval excludes zero.
 std::string FormatSeedSummary(const nlohmann::json& summary);
 
+// A Markdown table of a summary for a report: a row per policy (`policies`, in that order;
+// empty: all), for every metric of `metrics` (dotted paths) the mean with the half-width of
+// its interval and the paired difference against the baseline, relative, with its interval;
+// a difference whose interval excludes zero is bold. Seconds are shown in s, ms or µs by the
+// baseline's magnitude. A metric or policy the summary lacks shows "–".
+std::string FormatSeedMarkdown(const nlohmann::json& summary,
+                               const std::vector<std::string>& metrics,
+                               const std::vector<std::string>& policies = {});
+
 // Seeds from a command-line list: comma-separated numbers and inclusive ranges "A..B", e.g.
 // "1..10" or "1,4,7..9". InvalidArgument naming the bad part, or a repeated or empty list.
 absl::StatusOr<std::vector<uint64_t>> ParseSeedList(const std::string& text);

@@ -99,6 +99,34 @@ TEST(SummarizeSeedsTest, PairedDifferenceCancelsWhatASeedDoesToBoth) {
   EXPECT_THAT(table, HasSubstr("+40% [+40,+40]*"));        // static's drops
 }
 
+// The report table: means in the baseline's unit with their half-widths, the paired
+// differences relative to the baseline, bold where significant.
+TEST(SummarizeSeedsTest, MarkdownTableShowsMeansAndPairedDifferences) {
+  std::vector<Json> runs;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    const double t = 0.010 + 0.001 * static_cast<double>(seed);
+    runs.push_back(SeedRun(seed, {{"ecmp", {{"fct_mean_s", t}, {"drops", 4}}},
+                                  {"dar", {{"fct_mean_s", t * 0.9}, {"drops", 3 + seed % 2}}}}));
+  }
+  absl::StatusOr<Json> s = SummarizeSeeds(runs, "ecmp");
+  ASSERT_TRUE(s.ok());
+  const std::string md = FormatSeedMarkdown(*s, {"fct_mean_s", "drops", "absent"}, {"dar", "ecmp"});
+  EXPECT_THAT(md,
+              HasSubstr("| policy | fct_mean_s | vs ecmp | drops | vs ecmp | absent | vs ecmp |"));
+  // dar first, as asked: 11.25 ms mean (the seeds' 11..14 ms times 0.9), 10% faster every seed.
+  const size_t dar = md.find("| dar |");
+  const size_t ecmp = md.find("| ecmp |");
+  ASSERT_NE(dar, std::string::npos);
+  ASSERT_LT(dar, ecmp);
+  EXPECT_THAT(md, HasSubstr("| dar | 11.2 ±"));
+  EXPECT_THAT(md, HasSubstr("| **-10% [-11.6, -8.36]** |"));  // -0.1 t, t varying by seed
+  EXPECT_THAT(md, HasSubstr("| ecmp | 12.5 ±"));
+  EXPECT_THAT(md, HasSubstr("(baseline)"));
+  EXPECT_THAT(md, HasSubstr(" – | – |"));  // the absent metric
+  // Drops alternate 3, 4 against 4: not significant, so not bold.
+  EXPECT_THAT(md, HasSubstr("| -12.5% [-35.5, +10.5] |"));
+}
+
 TEST(SummarizeSeedsTest, IntervalsMirrorNestedMetricsAndSkipFlags) {
   std::vector<Json> runs;
   for (uint64_t seed : {4, 5, 6}) {

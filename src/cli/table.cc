@@ -1,0 +1,58 @@
+#include "cli/table.h"
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+#include "sim/seed_summary.h"
+
+namespace dar::cli {
+namespace {
+
+struct TableFlags {
+  std::string results;
+  std::vector<std::string> metrics;
+  std::vector<std::string> policies;
+};
+
+int Table(const TableFlags& flags) {
+  std::filesystem::path path = flags.results;
+  if (std::filesystem::is_directory(path)) path /= "results.json";
+  std::ifstream in(path);
+  if (!in) {
+    fmt::print(stderr, "dar-sim table: cannot read {}\n", path.string());
+    return 2;
+  }
+  const nlohmann::json summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (summary.is_discarded() || !summary.is_object() || !summary.contains("policies")) {
+    fmt::print(stderr, "dar-sim table: {}: not a results file\n", path.string());
+    return 2;
+  }
+  if (!summary.contains("baseline") || !summary.contains("seeds")) {
+    fmt::print(stderr,
+               "dar-sim table: {}: not a summary of several seeds (run dar-sim run --seeds)\n",
+               path.string());
+    return 2;
+  }
+  fmt::print("{}", sim::FormatSeedMarkdown(summary, flags.metrics, flags.policies));
+  return 0;
+}
+
+}  // namespace
+
+void AddTableCommand(CLI::App& app) {
+  auto flags = std::make_shared<TableFlags>();
+  CLI::App* cmd = app.add_subcommand("table", "A Markdown table of a dar-sim run --seeds summary");
+  cmd->add_option("results", flags->results, "results.json of a --seeds run, or its directory")
+      ->required();
+  cmd->add_option("--metric", flags->metrics, "A metric to show (repeatable; dotted for nested)")
+      ->required();
+  cmd->add_option("--policy", flags->policies, "Show only these policies, in this order");
+  cmd->callback([flags] { throw CLI::RuntimeError(Table(*flags)); });
+}
+
+}  // namespace dar::cli
