@@ -34,17 +34,19 @@ bench: build
 	./$(BUILD)/bench/engine_bench
 	./$(BUILD)/bench/te_bench
 
-# The policies on the four use cases with seeds dar-train never used (issue 5's evaluation,
-# README "The learned policy"): one dar-sim run per scenario and seed, then the means, in
-# out/eval/NAME. Scenarios in EVAL_SCENARIOS, seeds in EVAL_SEEDS.
-EVAL_SEEDS ?= 101,102,103
-EVAL_SCENARIOS ?= allreduce-fattree inference-tail replication-geant replication-wan \
-	websearch-asym-30 websearch-asym-50 websearch-asym-70 websearch-asym-90
+# Every policy of the use-case scenarios over ten seeds that dar-train never used
+# (docs/results.md): one dar-sim run --seeds per scenario, the summaries (means, 95% intervals,
+# paired differences against ECMP) in out/eval/NAME/results.json, the printed tables in
+# out/eval-NAME.txt. Scenarios in EVAL_SCENARIOS, seeds in EVAL_SEEDS.
+EVAL_SEEDS ?= 101..110
+EVAL_SCENARIOS ?= allreduce-fattree allreduce-multijob moe-alltoall inference-tail incast \
+	replication-wan replication-geant websearch-asym-30 websearch-asym-50 websearch-asym-70 \
+	websearch-asym-90
 evaluate: build
 	mkdir -p out/eval
 	for s in $(EVAL_SCENARIOS); do \
 	  ./$(BUILD)/src/cli/dar-sim run scenarios/$$s.yaml --seeds $(EVAL_SEEDS) --out out/eval/$$s \
-	    > out/eval-$$s.txt || exit 1; tail -n 60 out/eval-$$s.txt; done
+	    > out/eval-$$s.txt || exit 1; done
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -100,7 +100,7 @@ bool Unfinished(const nlohmann::json& results) {
 }
 
 // Runs every policy of `scenario` and writes `out`/results.json; prints the table unless
-// quiet or `brief` (one line then). Returns the exit code (see README) and the results.
+// quiet or `brief` (one line then). Returns the exit code (docs/simulator.md) and the results.
 int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::string& out,
             bool brief, nlohmann::json& results) {
   if (!flags.quiet) {

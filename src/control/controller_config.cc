@@ -301,7 +301,7 @@ RouteComputerConfig DefaultControllerRoutes() {
   // trust queueing, loss and delivered throughput over configured capacities.
   c.measured_links = true;
   // The two traffic classes side by side: a controller has the cores, and a cycle with the
-  // learned policy on a large fabric needs them (README, "The learned policy").
+  // learned policy on a large fabric needs them (docs/learned-policy.md).
   c.threads = 2;
   // A learned policy weighs each destination at least every 4 cycles, at once where its next
   // hops change: a quarter of its work where the fabric is steady.

@@ -145,7 +145,7 @@ struct RouteComputerConfig {
 // RouteComputerConfig::policy_refresh_cycles where a learned policy is deployed (the
 // controller, the simulator's dar-learned): every row weighed at least every 4 cycles (400 ms
 // at the 100 ms cycle), a row whose next hops change at once. It cuts a cycle's policy work
-// to about a quarter where few next hops change (README, "The learned policy").
+// to about a quarter where few next hops change (docs/learned-policy.md).
 inline constexpr int kDeployedPolicyRefreshCycles = 4;
 
 // What one Cycle produced.

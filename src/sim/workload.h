@@ -48,7 +48,7 @@ class Workload {
   // True once every piece of work the workload started or must start has finished. The
   // runner stops when all workloads are done (or at its drain limit).
   virtual bool Done() const = 0;
-  // Adds this workload's metrics (keys as in the README; seconds as floats) to `metrics`.
+  // Adds this workload's metrics (keys as in scenarios/README.md; seconds as floats) to `metrics`.
   virtual void Report(nlohmann::json& metrics) const = 0;
 };
 using WorkloadPtr = std::unique_ptr<Workload>;
