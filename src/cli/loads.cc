@@ -157,6 +157,7 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
                                      {"stretch", nullptr},
                                      {"admitted", admission.pair_fraction[p]}};
       if (stretch.stretch[p] > 0) pair["stretch"] = stretch.stretch[p];
+      if (stretch.shortest_delay[p] == Duration::max()) pair["shortest_delay_ms"] = nullptr;
       doc["pairs"].push_back(std::move(pair));
     }
     if (routing.dar) {

@@ -38,7 +38,23 @@ int Table(const TableFlags& flags) {
                path.string());
     return 2;
   }
-  fmt::print("{}", sim::FormatSeedMarkdown(summary, flags.metrics, flags.policies));
+  try {
+    for (const std::string& name : flags.policies) {
+      bool found = false;
+      for (const nlohmann::json& p : summary["policies"])
+        found = found || p.value("name", "") == name;
+      if (!found) {
+        fmt::print(stderr, "dar-sim table: --policy {}: {} has no such policy\n", name,
+                   path.string());
+        return 2;
+      }
+    }
+    fmt::print("{}", sim::FormatSeedMarkdown(summary, flags.metrics, flags.policies));
+  } catch (const nlohmann::json::exception& e) {
+    fmt::print(stderr, "dar-sim table: {}: not a summary dar-sim wrote: {}\n", path.string(),
+               e.what());
+    return 2;
+  }
   return 0;
 }
 

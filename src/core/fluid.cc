@@ -64,16 +64,6 @@ absl::StatusOr<std::vector<NodeId>> ForwardingOrder(const Topology& topo,
   return post_order;
 }
 
-absl::Status CheckDemand(const Topology& topo, size_t i, const Demand& d) {
-  const int n = topo.num_nodes();
-  if (d.src < 0 || d.src >= n || d.dst < 0 || d.dst >= n || !std::isfinite(d.amount) ||
-      d.amount < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("demand ", i, " (", d.src, " -> ", d.dst, ", ", d.amount, ") is invalid"));
-  }
-  return absl::OkStatus();
-}
-
 const DestinationTable* TableToward(const Topology& topo, const RoutingTables& tables,
                                     NodeId dest) {
   const DestinationTable* table = nullptr;
@@ -85,6 +75,16 @@ const DestinationTable* TableToward(const Topology& topo, const RoutingTables& t
 }
 
 }  // namespace
+
+absl::Status CheckDemand(const Topology& topo, size_t i, const Demand& d) {
+  const int n = topo.num_nodes();
+  if (d.src < 0 || d.src >= n || d.dst < 0 || d.dst >= n || !std::isfinite(d.amount) ||
+      d.amount < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("demand ", i, " (", d.src, " -> ", d.dst, ", ", d.amount, ") is invalid"));
+  }
+  return absl::OkStatus();
+}
 
 std::vector<Demand> UniformDemand(const Topology& topo) {
   const std::vector<NodeId> endpoints = topo.Endpoints();

@@ -23,6 +23,10 @@ struct Demand {
   double amount = 0;
 };
 
+// OK, or InvalidArgument naming demand `index` if it names a node `topo` lacks or its amount
+// is negative or not finite.
+absl::Status CheckDemand(const Topology& topo, size_t index, const Demand& d);
+
 // One unit from every endpoint (Topology::Endpoints) to every other endpoint, ordered by
 // source then destination id.
 std::vector<Demand> UniformDemand(const Topology& topo);

@@ -93,16 +93,17 @@ class NextHopChooser {
   NextHopChooser(const ForwardingConfig& config, uint64_t salt);
 
   const ForwardingConfig& config() const { return config_; }
-  // Replaces the configuration and forgets every flowlet.
+  // Replaces the configuration and forgets every flowlet and DRILL's memory.
   // REQUIRES: config.Validate().ok().
   void set_config(const ForwardingConfig& config);
 
   // The link a packet of `flow` toward `destination` leaves on, among `hops` (a routing
   // table's next hops at this node); kNoLink if none of them is forwardable. `now` is the
   // packet's time (only per-flowlet mode reads it; it must not go backwards). Draws from
-  // `rng` only in per-flowlet (at a flowlet's start), per-packet and power-of-two modes, and
-  // only when there is more than one next hop.
-  // The first per-flowlet choice allocates the flowlet table; no other call allocates.
+  // `rng` only in per-flowlet (at a flowlet's start), per-packet, power-of-two and DRILL modes,
+  // and only when there is more than one next hop.
+  // The first per-flowlet choice allocates the flowlet table, the first DRILL choice DRILL's
+  // memory; no other call allocates.
   template <LocalPortState Ports>
   LinkId Choose(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination, Time now,
                 Random& rng, const Ports& ports);
@@ -219,8 +220,7 @@ LinkId NextHopChooser::Choose(absl::Span<const NextHop> hops, uint64_t flow, Nod
   switch (config_.mode) {
     case ForwardingMode::kPerFlow: {
       const uint64_t h = Random::Hash(flow ^ salt_);
-      return PickByWeight(hops, static_cast<double>(h >> 11) * 0x1.0p-53, /*by_queue=*/false,
-                          ports);
+      return PickByWeight(hops, Random::ToUnit(h), /*by_queue=*/false, ports);
     }
     case ForwardingMode::kPerFlowlet:
       return ChooseFlowlet(hops, flow, destination, now, rng, ports);

@@ -32,7 +32,9 @@ class Random {
     return result;
   }
   // Uniform in [0, 1).
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+  double Uniform() { return ToUnit(Next()); }
+  // The top 53 bits of `bits` as a double in [0, 1).
+  static double ToUnit(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
   // Uniform integer in [0, n). REQUIRES: n > 0.
   uint64_t Below(uint64_t n) {
     return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace dar {
 namespace {
@@ -153,11 +154,7 @@ absl::StatusOr<TeLpResult> SolveMinMaxUtilization(const Topology& topo,
   std::map<NodeId, std::vector<double>> sink;
   for (size_t i = 0; i < demands.size(); ++i) {
     const Demand& d = demands[i];
-    if (d.src < 0 || d.src >= n || d.dst < 0 || d.dst >= n || !std::isfinite(d.amount) ||
-        d.amount < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("demand ", i, " (", d.src, " -> ", d.dst, ", ", d.amount, ") is invalid"));
-    }
+    RETURN_IF_ERROR(CheckDemand(topo, i, d));
     if (d.src == d.dst || d.amount == 0) continue;
     auto [it, inserted] = sink.try_emplace(d.src, n, 0.0);
     it->second[d.dst] += d.amount;

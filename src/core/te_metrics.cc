@@ -8,6 +8,7 @@
 #include <queue>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace dar {
 namespace {
@@ -51,11 +52,7 @@ absl::StatusOr<std::vector<PairRoute>> PairRoutesFromSourceFlows(
   std::vector<PairRoute> routes;
   for (size_t i = 0; i < demands.size(); ++i) {
     const Demand& d = demands[i];
-    if (d.src < 0 || d.src >= n || d.dst < 0 || d.dst >= n || !std::isfinite(d.amount) ||
-        d.amount < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("demand ", i, " (", d.src, " -> ", d.dst, ", ", d.amount, ") is invalid"));
-    }
+    RETURN_IF_ERROR(CheckDemand(topo, i, d));
     if (d.src == d.dst) continue;
     routes.push_back({.src = d.src, .dst = d.dst, .demand = d.amount, .links = {}});
     by_source[d.src].push_back(routes.size() - 1);

@@ -1,6 +1,7 @@
 // Load balancers from the literature that are ECMP's tables under the link-state protocol
 // with another forwarding or host behaviour (docs/baselines.md). `wcmp` is a table policy
 // (core/routing.h), `conga` a control plane of its own (sim/conga.h).
+#include <cassert>
 #include <memory>
 
 #include "core/routing.h"
@@ -37,14 +38,15 @@ class PlbRouting : public ControlPlane {
       : plb_(plb), routing_(ComputeEcmpTables, link_state) {}
 
   void Start(ControlContext& ctx) override {
+    assert(ctx.transport != nullptr);  // RunPolicy always passes the hosts' transport
     transport_ = ctx.transport;
-    if (transport_ != nullptr) transport_->EnablePlb(plb_);
+    transport_->EnablePlb(plb_);
     routing_.Start(ctx);
   }
   void OnLinkChange(LinkId link) override { routing_.OnLinkChange(link); }
   void Report(nlohmann::json& metrics) const override {
     routing_.Report(metrics);
-    metrics["plb_repaths"] = transport_ != nullptr ? transport_->counters().plb_repaths : 0;
+    metrics["plb_repaths"] = transport_->counters().repaths;
   }
 
  private:
@@ -53,14 +55,13 @@ class PlbRouting : public ControlPlane {
   Transport* transport_ = nullptr;
 };
 
-REGISTER_CONTROL_PLANE(
-    "plb", [](YamlReader& policy, const ConfigContext&) -> absl::StatusOr<ControlPlanePtr> {
-      ASSIGN_OR_RETURN(PlbConfig plb, ReadPlbConfig(policy));
-      LinkStateConfig link_state;
-      ASSIGN_OR_RETURN(link_state.reconvergence_delay,
-                       policy.OptionalDuration("reconvergence", link_state.reconvergence_delay));
-      return std::make_unique<PlbRouting>(plb, link_state);
-    });
+REGISTER_CONTROL_PLANE("plb",
+                       [](YamlReader& policy,
+                          const ConfigContext&) -> absl::StatusOr<ControlPlanePtr> {
+                         ASSIGN_OR_RETURN(PlbConfig plb, ReadPlbConfig(policy));
+                         ASSIGN_OR_RETURN(LinkStateConfig link_state, ReadLinkStateConfig(policy));
+                         return std::make_unique<PlbRouting>(plb, link_state);
+                       });
 
 }  // namespace
 }  // namespace dar::sim

@@ -21,8 +21,12 @@ using ::testing::HasSubstr;
 // A leaf-spine fabric with transport, forwarding with ECMP's tables unless a control plane
 // installs others.
 struct Fabric {
-  Fabric(const LeafSpineParams& params, ForwardingConfig forwarding, const NetworkConfig& nc)
-      : topo(LeafSpine(params)), rng(3), net(loop, rng, topo, nc), transport(net, {}) {
+  Fabric(const LeafSpineParams& params, ForwardingConfig forwarding, const NetworkConfig& nc,
+         const TransportConfig& tc = {})
+      : Fabric(LeafSpine(params), forwarding, nc, tc) {}
+  Fabric(Topology t, ForwardingConfig forwarding, const NetworkConfig& nc,
+         const TransportConfig& tc = {})
+      : topo(std::move(t)), rng(3), net(loop, rng, topo, nc), transport(net, tc) {
     net.set_forwarding(forwarding);
     net.InstallTables(std::make_shared<const RoutingTables>(ComputeEcmpTables(topo)));
   }
@@ -91,12 +95,12 @@ TEST(BaselinesTest, CongaMovesFlowletsOffADegradedPath) {
     double first, second;  // of the bytes leaf0 sent up through spine1
     int64_t feedback;
   };
-  auto run = [](bool conga) {
+  auto run = [](bool conga, Topology topo) {
     NetworkConfig nc;
     nc.ecn_threshold_bytes = 64 << 10;
     ForwardingConfig forwarding = Mode(ForwardingMode::kPerFlowlet);
     forwarding.flowlet_gap = Microseconds(500);
-    Fabric f({.leaves = 2, .spines = 2, .hosts_per_leaf = 4}, forwarding, nc);
+    Fabric f(std::move(topo), forwarding, nc);
     CongaRouting cp{CongaConfig(), LinkStateConfig()};
     Random control_rng(11);
     ControlContext ctx{f.loop, f.net, control_rng};
@@ -138,8 +142,9 @@ TEST(BaselinesTest, CongaMovesFlowletsOffADegradedPath) {
     if (conga) cp.Report(m);
     return Shares{share(a, b), share(c, d), conga ? m["conga_feedback"].get<int64_t>() : 0};
   };
-  const Shares conga = run(true);
-  const Shares letflow = run(false);
+  const Topology even = LeafSpine({.leaves = 2, .spines = 2, .hosts_per_leaf = 4});
+  const Shares conga = run(true, even);
+  const Shares letflow = run(false, even);
   std::printf("share of bytes via the spine1 path: CONGA %.2f then %.2f, LetFlow %.2f then %.2f\n",
               conga.first, conga.second, letflow.first, letflow.second);
   EXPECT_LT(conga.first, 0.3);
@@ -149,6 +154,58 @@ TEST(BaselinesTest, CongaMovesFlowletsOffADegradedPath) {
   // gaps grow), far less decisively.
   EXPECT_GT(letflow.first, conga.first + 0.25);
   EXPECT_LT(letflow.second, conga.second - 0.25);
+
+  // Leaves of unequal size, links added in another order: the path tags are the leaves' own
+  // uplink numbers, so the feedback still reaches the slots the source leaf reads.
+  Topology uneven;
+  for (int i = 0; i < 4; ++i) uneven.AddNode(fmt::format("h{}", i), NodeKind::kHost);
+  for (int i = 4; i < 8; ++i) uneven.AddNode(fmt::format("h{}", i), NodeKind::kHost);
+  for (const char* n : {"leaf0", "leaf1", "spine0", "spine1"}) uneven.AddNode(n, NodeKind::kSwitch);
+  auto id = [&](const std::string& n) { return uneven.FindNode(n).value(); };
+  for (int i = 0; i < 4; ++i) uneven.AddDuplexLink(id(fmt::format("h{}", i)), id("leaf0"), {});
+  for (int i = 0; i < 4; ++i) {  // idle hosts: leaf0 has ten ports, leaf1 six
+    uneven.AddNode(fmt::format("idle{}", i), NodeKind::kHost);
+    uneven.AddDuplexLink(id(fmt::format("idle{}", i)), id("leaf0"), {});
+  }
+  for (const char* sp : {"spine0", "spine1"}) uneven.AddDuplexLink(id("leaf0"), id(sp), {});
+  for (const char* sp : {"spine1", "spine0"}) uneven.AddDuplexLink(id("leaf1"), id(sp), {});
+  for (int i = 4; i < 8; ++i) uneven.AddDuplexLink(id("leaf1"), id(fmt::format("h{}", i)), {});
+  uneven.AddNode("leaf2", NodeKind::kSwitch);  // a third leaf with more ports and one host
+  uneven.AddNode("h8", NodeKind::kHost);
+  for (const char* sp : {"spine0", "spine1"}) uneven.AddDuplexLink(id("leaf2"), id(sp), {});
+  uneven.AddDuplexLink(id("h8"), id("leaf2"), {});
+  const Shares skewed = run(true, uneven);
+  std::printf("unequal leaves, CONGA: %.2f then %.2f\n", skewed.first, skewed.second);
+  EXPECT_LT(skewed.first, 0.3);
+  EXPECT_GT(skewed.second, 0.7);
+}
+
+// A flow on a path that fails silently (every packet lost, carrier kept, no routing protocol
+// told) never finishes under ECMP hashing; with rehash_on_timeout (Linux's txrehash, PLB's
+// default) its first timeout moves it to a new hash and it completes.
+TEST(BaselinesTest, RehashOnTimeoutLeavesASilentlyFailedPath) {
+  auto finishes = [](bool rehash) {
+    TransportConfig tc;
+    tc.rehash_on_timeout = rehash;
+    Fabric f({.leaves = 2, .spines = 4, .hosts_per_leaf = 2}, Mode(ForwardingMode::kPerFlow), {},
+             tc);
+    for (int s = 0; s < 4; ++s) {
+      f.net.SetLinkSilentFailure(f.Link("leaf0", fmt::format("spine{}", s)), s == 0);
+    }
+    int done = 0;
+    for (int i = 0; i < 32; ++i) {  // of 32 flows, about a quarter hash onto spine0
+      f.transport.Send(f.Node("h0"), f.Node("h2"), 100000, 0,
+                       [&done](const MessageResult&) { ++done; });
+    }
+    f.loop.RunUntil(Time(0) + Milliseconds(200));
+    return std::pair(done, f.transport.counters().repaths);
+  };
+  const auto [stuck, no_repaths] = finishes(false);
+  const auto [all, repaths] = finishes(true);
+  EXPECT_LT(stuck, 30);
+  EXPECT_EQ(no_repaths, 0);
+  EXPECT_EQ(all, 32);
+  EXPECT_GT(repaths, 0);
 }
 
 // PLB repaths a flow whose path stays marked: sixteen long flows from one leaf to another, one
@@ -179,7 +236,7 @@ TEST(BaselinesTest, PlbRepathsFlowsWhosePathStaysMarked) {
     const double via0 = static_cast<double>(f.net.counters(f.Link("leaf0", "spine0")).tx_bytes);
     const double via1 = static_cast<double>(f.net.counters(f.Link("leaf0", "spine1")).tx_bytes);
     EXPECT_EQ(f.transport.active(), 0);
-    return Outcome{via1 / (via0 + via1), last, f.transport.counters().plb_repaths};
+    return Outcome{via1 / (via0 + via1), last, f.transport.counters().repaths};
   };
   const Outcome ecmp = run(false);
   const Outcome plb = run(true);
@@ -253,6 +310,8 @@ TEST(BaselinesTest, EveryBaselineIsAPolicyNameWithItsDefaults) {
     EXPECT_TRUE(p["metrics"]["completed"].get<bool>());
     EXPECT_EQ(p["metrics"]["routing_loops"], 0);
     EXPECT_GT(p["metrics"]["flows_completed"].get<int64_t>(), 0);
+    if (p["routing"] == "conga") EXPECT_GT(p["metrics"]["conga_feedback"].get<int64_t>(), 0);
+    if (p["routing"] == "plb") EXPECT_TRUE(p["metrics"]["plb_repaths"].is_number_integer());
   }
   // A bad key value is refused with the policy and the key.
   absl::StatusOr<Scenario> bad = ParseScenario(

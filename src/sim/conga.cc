@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/routing.h"
 #include "core/status_macros.h"
@@ -31,26 +33,38 @@ CongaBalancer::CongaBalancer(const Network& net, const CongaConfig& config, uint
       max_metric_(static_cast<uint8_t>((1 << config.quantization_bits) - 1)) {
   const Topology& topo = net.topology();
   leaf_of_.resize(topo.num_nodes());
-  for (NodeId n = 0; n < topo.num_nodes(); ++n) leaf_of_[n] = topo.RouteTarget(n);
-  uplink_index_.assign(topo.num_links(), -1);
+  leaf_index_.assign(topo.num_nodes(), -1);
   for (NodeId n = 0; n < topo.num_nodes(); ++n) {
-    const std::vector<LinkId>& out = topo.node(n).out_links;
-    assert(out.size() <= 256);
-    for (size_t i = 0; i < out.size(); ++i) uplink_index_[out[i]] = static_cast<int>(i);
+    leaf_of_[n] = topo.RouteTarget(n);
+    if (leaf_of_[n] != n && leaf_index_[leaf_of_[n]] < 0) {
+      leaf_index_[leaf_of_[n]] = static_cast<int>(num_leaves_++);
+    }
+  }
+  uplink_index_.assign(topo.num_links(), -1);
+  std::vector<size_t> uplinks(topo.num_nodes(), 0);
+  for (NodeId n = 0; n < topo.num_nodes(); ++n) {
+    for (LinkId l : topo.node(n).out_links) {
+      if (topo.node(topo.link(l).dst).kind == NodeKind::kHost) continue;
+      uplink_index_[l] = static_cast<int>(uplinks[n]++);
+    }
+    if (leaf_index_[n] >= 0 && uplinks[n] > 256) {
+      std::fprintf(stderr, "conga: leaf %s has %zu uplinks; LBTag holds 256\n",
+                   topo.node(n).name.c_str(), uplinks[n]);
+      std::abort();
+    }
   }
   dre_.resize(topo.num_links());
-  flowlets_table_.resize(topo.num_nodes());
-}
-
-CongaBalancer::Pair& CongaBalancer::PairOf(NodeId leaf, NodeId other) {
-  const uint64_t key = (static_cast<uint64_t>(leaf) << 32) | static_cast<uint32_t>(other);
-  Pair& pair = pairs_[key];
-  if (pair.to_leaf.empty()) {
-    const size_t n = net_.topology().node(leaf).out_links.size();
-    pair.to_leaf.resize(n);
-    pair.from_leaf.resize(n);
+  flowlets_table_.resize(num_leaves_);
+  pairs_.resize(num_leaves_ * num_leaves_);
+  for (NodeId a = 0; a < topo.num_nodes(); ++a) {
+    if (leaf_index_[a] < 0) continue;
+    for (NodeId b = 0; b < topo.num_nodes(); ++b) {
+      if (leaf_index_[b] < 0) continue;
+      Pair& pair = PairOf(a, b);
+      pair.to_leaf.resize(uplinks[a]);
+      pair.from_leaf.resize(uplinks[b]);
+    }
   }
-  return pair;
 }
 
 void CongaBalancer::Decay(LinkId link, Time now) {
@@ -78,7 +92,7 @@ LinkId CongaBalancer::Choose(NodeId node, Packet& p, absl::Span<const NextHop> h
   if (node != src_leaf || node == p.src || src_leaf == dst_leaf) return kNoLink;
   if (p.kind != PacketKind::kData && p.kind != PacketKind::kAck) return kNoLink;
 
-  std::vector<Flowlet>& table = flowlets_table_[node];
+  std::vector<Flowlet>& table = flowlets_table_[leaf_index_[node]];
   if (table.empty()) table.resize(config_.flowlet_table_size);
   const uint64_t key = Random::Hash(p.flow_id ^ (static_cast<uint64_t>(p.dst) << 40));
   Flowlet& f = table[key % table.size()];
@@ -95,7 +109,7 @@ LinkId CongaBalancer::Choose(NodeId node, Packet& p, absl::Span<const NextHop> h
     int best_metric = 1 << 30;
     int ties = 0;
     for (const NextHop& h : hops) {
-      if (h.weight <= 0 || !net_.Forwardable(h.link)) continue;
+      if (h.weight <= 0 || !net_.Forwardable(h.link) || uplink_index_[h.link] < 0) continue;
       const Remote& remote = pair.to_leaf[uplink_index_[h.link]];
       const bool fresh = remote.at.count() >= 0 && now - remote.at <= config_.aging;
       const int metric = std::max<int>(LinkMetric(h.link, now), fresh ? remote.metric : 0);
@@ -114,12 +128,11 @@ LinkId CongaBalancer::Choose(NodeId node, Packet& p, absl::Span<const NextHop> h
   p.lb.valid = true;
   p.lb.path = static_cast<uint8_t>(uplink_index_[f.link]);
   p.lb.ce = 0;
-  AddFeedback(node, dst_leaf, p);
+  AddFeedback(pair, p);
   return f.link;
 }
 
-void CongaBalancer::AddFeedback(NodeId leaf, NodeId dst_leaf, Packet& p) {
-  Pair& pair = PairOf(leaf, dst_leaf);
+void CongaBalancer::AddFeedback(Pair& pair, Packet& p) {
   const size_t n = pair.from_leaf.size();
   size_t pick = n;
   for (size_t i = 0; i < n && pick == n; ++i) {
@@ -151,12 +164,14 @@ void CongaBalancer::OnLastSwitch(NodeId node, Packet& p, Time now) {
   if (!p.lb.valid) return;
   const NodeId src_leaf = leaf_of_[p.src];
   Pair& pair = PairOf(node, src_leaf);
-  Remote& from = pair.from_leaf[p.lb.path % pair.from_leaf.size()];
+  assert(p.lb.path < pair.from_leaf.size());
+  Remote& from = pair.from_leaf[p.lb.path];
   from.changed = from.changed || from.metric != p.lb.ce || from.at.count() < 0;
   from.metric = p.lb.ce;
   from.at = now;
   if (p.lb.feedback_valid) {
-    Remote& to = pair.to_leaf[p.lb.feedback_path % pair.to_leaf.size()];
+    assert(p.lb.feedback_path < pair.to_leaf.size());
+    Remote& to = pair.to_leaf[p.lb.feedback_path];
     to.metric = p.lb.feedback_metric;
     to.at = now;
     ++feedback_;
@@ -182,14 +197,13 @@ void CongaRouting::Report(nlohmann::json& metrics) const {
 
 namespace {
 
-REGISTER_CONTROL_PLANE(
-    "conga", [](YamlReader& policy, const ConfigContext&) -> absl::StatusOr<ControlPlanePtr> {
-      ASSIGN_OR_RETURN(CongaConfig config, ReadCongaConfig(policy));
-      LinkStateConfig link_state;
-      ASSIGN_OR_RETURN(link_state.reconvergence_delay,
-                       policy.OptionalDuration("reconvergence", link_state.reconvergence_delay));
-      return std::make_unique<CongaRouting>(config, link_state);
-    });
+REGISTER_CONTROL_PLANE("conga",
+                       [](YamlReader& policy,
+                          const ConfigContext&) -> absl::StatusOr<ControlPlanePtr> {
+                         ASSIGN_OR_RETURN(CongaConfig config, ReadCongaConfig(policy));
+                         ASSIGN_OR_RETURN(LinkStateConfig link_state, ReadLinkStateConfig(policy));
+                         return std::make_unique<CongaRouting>(config, link_state);
+                       });
 
 }  // namespace
 }  // namespace dar::sim

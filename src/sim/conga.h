@@ -15,6 +15,7 @@
 //   and piggybacks one entry of it (a changed one first, else round robin) on each packet it
 //   sends toward that leaf; the source leaf stores it in its congestion-to-leaf table.
 //   Entries not refreshed for `aging` count as 0.
+// - A leaf's uplinks are its links to switches, numbered from 0 (at most 256: LBTag is a byte).
 // - Only the source leaf's choice is CONGA's; the other switches forward as the routing
 //   table and their forwarding mode say (ECMP per-flow hashing under the `conga` policy).
 #ifndef DAR_SIM_CONGA_H_
@@ -22,7 +23,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "core/config_reader.h"
@@ -71,9 +71,9 @@ class CongaBalancer : public FabricBalancer {
     bool changed = false;
     Time at{-1};  // when it was last set
   };
-  struct Pair {                     // one (leaf, other leaf): a slot per uplink index of the leaf
-    std::vector<Remote> to_leaf;    // congestion of this leaf's paths toward the other
-    std::vector<Remote> from_leaf;  // congestion of the other's paths toward this leaf
+  struct Pair {                     // one (leaf, other leaf)
+    std::vector<Remote> to_leaf;    // by this leaf's uplink: its paths toward the other
+    std::vector<Remote> from_leaf;  // by the other's uplink: its paths toward this leaf
     size_t next_feedback = 0;
   };
   struct Flowlet {
@@ -82,20 +82,24 @@ class CongaBalancer : public FabricBalancer {
     LinkId link = kNoLink;
   };
 
-  Pair& PairOf(NodeId leaf, NodeId other);
+  Pair& PairOf(NodeId leaf, NodeId other) {
+    return pairs_[static_cast<size_t>(leaf_index_[leaf]) * num_leaves_ + leaf_index_[other]];
+  }
   void Decay(LinkId link, Time now);
-  void AddFeedback(NodeId leaf, NodeId dst_leaf, Packet& p);
+  void AddFeedback(Pair& pair, Packet& p);
 
   const Network& net_;
   CongaConfig config_;
   Random rng_;
   double decay_per_ns_;  // α / T_dre
   uint8_t max_metric_;
-  std::vector<NodeId> leaf_of_;    // by node: the switch a host hangs off
-  std::vector<int> uplink_index_;  // by link: its index among its tail's out-links
+  std::vector<NodeId> leaf_of_;  // by node: the switch a host hangs off
+  std::vector<int> leaf_index_;  // by node: its index among the leaves, or -1
+  size_t num_leaves_ = 0;
+  std::vector<int> uplink_index_;  // by link: its index among its tail's links to switches
   std::vector<Dre> dre_;           // by link
-  std::vector<std::vector<Flowlet>> flowlets_table_;  // by leaf; empty until used
-  std::unordered_map<uint64_t, Pair> pairs_;
+  std::vector<std::vector<Flowlet>> flowlets_table_;  // by leaf index; empty until used
+  std::vector<Pair> pairs_;                           // by (leaf index, other leaf index)
   int64_t flowlets_ = 0;
   int64_t feedback_ = 0;
 };

@@ -14,9 +14,7 @@ absl::StatusOr<ControlPlanePtr> CreateControlPlane(const std::string& routing, Y
   }
   // Any table policy of core (static, ecmp, ...) runs under the link-state protocol.
   if (const TablePolicy* tables = Registry<TablePolicy>::Find(routing)) {
-    LinkStateConfig config;
-    ASSIGN_OR_RETURN(config.reconvergence_delay,
-                     policy.OptionalDuration("reconvergence", config.reconvergence_delay));
+    ASSIGN_OR_RETURN(LinkStateConfig config, ReadLinkStateConfig(policy));
     return std::make_unique<LinkStateRouting>(*tables, config);
   }
   std::vector<std::string> names = Registry<ControlPlaneFactory>::Names();

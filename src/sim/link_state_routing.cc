@@ -1,9 +1,17 @@
 #include "sim/link_state_routing.h"
 
+#include "core/status_macros.h"
 #include "core/validator.h"
 #include "spdlog/spdlog.h"
 
 namespace dar::sim {
+
+absl::StatusOr<LinkStateConfig> ReadLinkStateConfig(YamlReader& policy) {
+  LinkStateConfig config;
+  ASSIGN_OR_RETURN(config.reconvergence_delay,
+                   policy.OptionalDuration("reconvergence", config.reconvergence_delay));
+  return config;
+}
 
 LinkStateRouting::LinkStateRouting(TablePolicy compute, const LinkStateConfig& config)
     : compute_(std::move(compute)), config_(config) {}

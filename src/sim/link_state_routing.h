@@ -16,6 +16,9 @@ struct LinkStateConfig {
   Duration reconvergence_delay = Milliseconds(100);
 };
 
+// Reads the key `reconvergence` (any duration unit) of a policy.
+absl::StatusOr<LinkStateConfig> ReadLinkStateConfig(YamlReader& policy);
+
 class LinkStateRouting : public ControlPlane {
  public:
   LinkStateRouting(TablePolicy compute, const LinkStateConfig& config);

@@ -268,8 +268,7 @@ void Network::Forward(NodeId node, PacketPtr p) {
     const absl::Span<const NextHop> hops = t->Lookup(node, target);
     if (balancer_ && hops.size() > 1) out = balancer_->Choose(node, *p, hops, loop_.now());
     if (out == kNoLink) {
-      const uint64_t flow =
-          p->path_label == 0 ? p->flow_id : p->flow_id ^ Random::Hash(p->path_label);
+      const uint64_t flow = p->flow_id ^ (static_cast<uint64_t>(p->path_label) << 32);
       out = choosers_[node].Choose(hops, flow, p->dst, loop_.now(), rng_, PortView(ports_));
     }
   }

@@ -154,6 +154,7 @@ absl::Status ReadTransport(YamlReader& r, TransportConfig& t) {
   ASSIGN_OR_RETURN(
       t.dctcp_initial_alpha,
       r.Optional<double>("dctcp_initial_alpha", t.dctcp_initial_alpha, Bounds::InRange(0, 1)));
+  ASSIGN_OR_RETURN(t.rehash_on_timeout, r.Optional<bool>("rehash_on_timeout", t.rehash_on_timeout));
   ASSIGN_OR_RETURN(t.reorder_window_min,
                    r.OptionalDuration("reorder_window_min", t.reorder_window_min));
   ASSIGN_OR_RETURN(t.initial_rto,

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "sim/stats.h"
 
 namespace dar::sim {
@@ -15,15 +16,46 @@ namespace {
 
 using Json = nlohmann::json;
 
+// The first of `values` that is not null, or null if all are.
+const Json* Representative(const std::vector<const Json*>& values) {
+  for (const Json* v : values) {
+    if (!v->is_null()) return v;
+  }
+  return nullptr;
+}
+
+// The keys of the objects among `values`, first seen first: a metric that one run lacks (or
+// reports as null) is still summarised over the runs that have it.
+std::vector<std::string> UnionKeys(const std::vector<const Json*>& values) {
+  std::vector<std::string> keys;
+  std::set<std::string> seen;
+  for (const Json* v : values) {
+    if (!v->is_object()) continue;
+    for (const auto& [k, inner] : v->items()) {
+      if (seen.insert(k).second) keys.push_back(k);
+    }
+  }
+  return keys;
+}
+
+std::vector<const Json*> Member(const std::vector<const Json*>& values, const std::string& k) {
+  std::vector<const Json*> inner;
+  for (const Json* run : values) {
+    if (run->is_object() && run->contains(k)) inner.push_back(&(*run)[k]);
+  }
+  return inner;
+}
+
 // The mean of `values` as MeanOfRuns takes it (see its comment).
 Json MeanOf(const std::vector<const Json*>& values) {
-  const Json& first = *values.front();
-  if (first.is_boolean()) {
+  const Json* first = Representative(values);
+  if (first == nullptr) return nullptr;
+  if (first->is_boolean()) {
     bool all = true;
     for (const Json* v : values) all = all && v->is_boolean() && v->get<bool>();
     return all;
   }
-  if (first.is_number()) {
+  if (first->is_number()) {
     double sum = 0;
     int n = 0;
     for (const Json* v : values) {
@@ -31,18 +63,12 @@ Json MeanOf(const std::vector<const Json*>& values) {
     }
     return sum / n;
   }
-  if (first.is_object()) {
+  if (first->is_object()) {
     Json out = Json::object();
-    for (const auto& [k, v] : first.items()) {
-      std::vector<const Json*> inner;
-      for (const Json* run : values) {
-        if (run->is_object() && run->contains(k)) inner.push_back(&(*run)[k]);
-      }
-      out[k] = MeanOf(inner);
-    }
+    for (const std::string& k : UnionKeys(values)) out[k] = MeanOf(Member(values, k));
     return out;
   }
-  return first;
+  return *first;
 }
 
 Json Ends(const MeanInterval& m) {
@@ -50,10 +76,10 @@ Json Ends(const MeanInterval& m) {
   return Json::array({m.low, m.high});
 }
 
-// The shape of values.front() with every number replaced by its interval over `values`.
+// The shape of the values' mean with every number replaced by its interval over `values`.
 Json IntervalOf(const std::vector<const Json*>& values) {
-  const Json& first = *values.front();
-  if (first.is_number()) {
+  const Json* first = Representative(values);
+  if (first != nullptr && first->is_number()) {
     std::vector<double> xs;
     for (const Json* v : values) {
       if (v->is_number()) xs.push_back(v->get<double>());
@@ -61,19 +87,35 @@ Json IntervalOf(const std::vector<const Json*>& values) {
     return Ends(MeanCi95(xs));
   }
   Json out = Json::object();
-  for (const auto& [k, v] : first.items()) {
-    if (!v.is_number() && !v.is_object()) continue;
-    std::vector<const Json*> inner;
-    for (const Json* run : values) {
-      if (run->is_object() && run->contains(k)) inner.push_back(&(*run)[k]);
-    }
+  for (const std::string& k : UnionKeys(values)) {
+    const std::vector<const Json*> inner = Member(values, k);
+    const Json* rep = Representative(inner);
+    if (rep == nullptr || (!rep->is_number() && !rep->is_object())) continue;
     Json ci = IntervalOf(inner);
     if (!ci.is_object() || !ci.empty()) out[k] = std::move(ci);
   }
   return out;
 }
 
-// Every number in `metrics`, at any depth, under its dotted path, in document order.
+// For every number of the runs' metrics (dotted path), how many of the `total` runs lack it,
+// where any do.
+void CountMissing(const std::vector<const Json*>& values, size_t total, const std::string& prefix,
+                  Json& out) {
+  for (const std::string& k : UnionKeys(values)) {
+    const std::vector<const Json*> inner = Member(values, k);
+    const Json* rep = Representative(inner);
+    if (rep == nullptr) continue;
+    if (rep->is_object()) {
+      CountMissing(inner, total, prefix + k + ".", out);
+    } else if (rep->is_number()) {
+      size_t have = 0;
+      for (const Json* v : inner) have += v->is_number();
+      if (have < total) out[prefix + k] = total - have;
+    }
+  }
+}
+
+// Every number in `metrics`, at any depth, under its dotted path, in key order.
 void FlattenNumbers(const Json& metrics, const std::string& prefix,
                     std::vector<std::pair<std::string, double>>& out) {
   for (const auto& [k, v] : metrics.items()) {
@@ -115,6 +157,16 @@ std::vector<std::string> MetricPaths(const Json& policies) {
     }
   }
   return paths;
+}
+
+// " (n=K)" where only K of the summary's seeds report `metric` for policy `p`, else "".
+std::string SeedsMissing(const Json& p, const std::string& metric) {
+  if (!p.contains("missing_seeds")) return "";
+  const Json& missing = p.at("missing_seeds");
+  auto it = missing.find(metric);
+  if (it == missing.end()) return "";
+  const size_t seeds = p.value("seeds_total", size_t{0});
+  return fmt::format(" (n={})", seeds - it->get<size_t>());
 }
 
 std::string Number(double x) {
@@ -165,6 +217,15 @@ absl::StatusOr<nlohmann::json> SummarizeSeeds(const std::vector<nlohmann::json>&
   }
 
   Json out = MeanOfRuns(runs);
+  Json unfinished = Json::array();
+  for (const Json& r : runs) {
+    bool done = true;
+    for (const Json& p : r.at("policies")) {
+      done = done && p.at("metrics").value("completed", true);
+    }
+    if (!done) unfinished.push_back(r.value("seed", uint64_t{0}));
+  }
+  out["unfinished_seeds"] = std::move(unfinished);
   out["baseline"] = baseline;
   out["interval"] = "95% Student t";
   Json& policies = out["policies"];
@@ -172,6 +233,12 @@ absl::StatusOr<nlohmann::json> SummarizeSeeds(const std::vector<nlohmann::json>&
     std::vector<const Json*> metrics;
     for (const Json& r : runs) metrics.push_back(&r["policies"][i]["metrics"]);
     policies[i]["ci95"] = IntervalOf(metrics);
+    Json missing = Json::object();
+    CountMissing(metrics, runs.size(), "", missing);
+    if (!missing.empty()) {
+      policies[i]["missing_seeds"] = std::move(missing);
+      policies[i]["seeds_total"] = runs.size();
+    }
     if (i == base) continue;
     Json paired = Json::object();
     std::vector<std::pair<std::string, double>> flat;
@@ -189,9 +256,12 @@ absl::StatusOr<nlohmann::json> SummarizeSeeds(const std::vector<nlohmann::json>&
       if (diffs.empty()) continue;
       const MeanInterval d = MeanCi95(diffs);
       const double base_mean = Mean(base_values);
+      // A difference within rounding of zero is none, whatever its interval's width (sums
+      // taken in another order differ in the last bits).
+      const bool real = std::fabs(d.mean) > 1e-9 * std::max(1.0, std::fabs(base_mean));
       Json entry = {{"diff", d.mean},
                     {"ci95", Ends(d)},
-                    {"significant", d.ExcludesZero()},
+                    {"significant", real && d.ExcludesZero()},
                     {"baseline_mean", base_mean}};
       entry["relative"] = base_mean != 0 ? Json(d.mean / std::fabs(base_mean)) : Json(nullptr);
       paired[path] = std::move(entry);
@@ -219,6 +289,12 @@ std::string FormatSeedSummary(const nlohmann::json& summary) {
   std::string out =
       fmt::format("mean over {} seeds, ± the half-width of its 95% interval (Student t)\n",
                   summary.at("seeds").size());
+  if (summary.contains("unfinished_seeds") && !summary["unfinished_seeds"].empty()) {
+    std::vector<std::string> seeds;
+    for (const Json& seed : summary["unfinished_seeds"]) seeds.push_back(seed.dump());
+    out += fmt::format("work left unfinished at the drain limit under seeds {}\n",
+                       fmt::join(seeds, ", "));
+  }
   out += header("metric");
   for (const std::string& k : paths) {
     out += fmt::format("{:<{}}", k, width);
@@ -234,6 +310,7 @@ std::string FormatSeedSummary(const nlohmann::json& summary) {
         const double half = ((*ci)[1].get<double>() - (*ci)[0].get<double>()) / 2;
         if (half > 0) cell += " ±" + fmt::format("{:.2g}", half);
       }
+      cell += SeedsMissing(p, k);
       out += fmt::format("{:>{}}", cell, kColumn);
     }
     out += "\n";
@@ -344,23 +421,27 @@ std::string FormatSeedMarkdown(const nlohmann::json& summary,
         const double half = ((*ci)[1].get<double>() - (*ci)[0].get<double>()) / 2 * sc.factor;
         if (half > 0) cell += " ±" + Significant(half);
       }
-      out += fmt::format(" {}{} |", cell, sc.unit);
+      out += fmt::format(" {}{}{} |", cell, sc.unit, SeedsMissing(*p, m));
       const Json* e = nullptr;
       if (p->contains("vs_baseline")) {
         const Json& paired = p->at("vs_baseline");
         if (auto it = paired.find(m); it != paired.end()) e = &*it;
       }
-      if (e == nullptr || !e->at("relative").is_number()) {
+      if (e == nullptr) {
         out += p == base ? " (baseline) |" : " – |";
         continue;
       }
-      const double scale = 100 / std::fabs(e->at("baseline_mean").get<double>());
-      std::string diff = Signed(e->at("diff").get<double>() * scale, "%");
+      // Relative to the baseline's mean, or absolute (in the metric's unit) where that is 0.
+      const bool rel = e->at("relative").is_number();
+      const double scale = rel ? 100 / std::fabs(e->at("baseline_mean").get<double>()) : sc.factor;
+      const char* unit = rel ? "%" : "";
+      std::string diff = Signed(e->at("diff").get<double>() * scale, unit);
       const Json& dci = e->at("ci95");
       if (dci[0].is_number()) {
         diff += fmt::format(" [{}, {}]", Signed(dci[0].get<double>() * scale, ""),
                             Signed(dci[1].get<double>() * scale, ""));
       }
+      if (!rel) diff += sc.unit;
       if (e->at("significant").get<bool>()) diff = "**" + diff + "**";
       out += " " + diff + " |";
     }
@@ -396,8 +477,9 @@ absl::StatusOr<std::vector<uint64_t>> ParseSeedList(const std::string& text) {
       return absl::InvalidArgumentError(
           fmt::format("'{}': at most 100000 seeds", std::string(part)));
     }
-    for (uint64_t s = lo; s <= hi; ++s) {
+    for (uint64_t s = lo;; ++s) {
       if (absl::Status st = add(s); !st.ok()) return st;
+      if (s == hi) break;  // not s <= hi: hi may be the largest seed there is
     }
   }
   if (seeds.empty()) return absl::InvalidArgumentError("no seeds listed");

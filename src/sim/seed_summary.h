@@ -34,8 +34,12 @@ nlohmann::json MeanOfRuns(const std::vector<nlohmann::json>& runs);
 //     over the seeds where both report the number, "ci95": [low, high], "relative": diff / the
 //     baseline's mean (null where that mean is 0), "significant": the interval excludes 0}},
 //     metrics flattened as "outer.inner".
-// Booleans, strings and arrays get no interval. InvalidArgument if `runs` is empty, the runs
-// list different policies, or `baseline` is not one of them.
+//   per policy "missing_seeds": {metric: how many seeds lack it (or report null)}, where any
+//     do, and "seeds_total"; such a metric is summarised over the seeds that have it,
+//   "unfinished_seeds": the seeds in which a policy left work unfinished at the drain limit.
+// Metrics are the union over the seeds. Booleans, strings and arrays get no interval. A paired
+// difference within 1e-9 of the baseline's magnitude is never significant. InvalidArgument if
+// `runs` is empty, the runs list different policies, or `baseline` is not one of them.
 absl::StatusOr<nlohmann::json> SummarizeSeeds(const std::vector<nlohmann::json>& runs,
                                               const std::string& baseline);
 
@@ -47,8 +51,10 @@ std::string FormatSeedSummary(const nlohmann::json& summary);
 // A Markdown table of a summary for a report: a row per policy (`policies`, in that order;
 // empty: all), for every metric of `metrics` (dotted paths) the mean with the half-width of
 // its interval and the paired difference against the baseline, relative, with its interval;
-// a difference whose interval excludes zero is bold. Seconds are shown in s, ms or µs by the
-// baseline's magnitude. A metric or policy the summary lacks shows "–".
+// a difference whose interval excludes zero is bold; where the baseline's mean is 0, the
+// difference is absolute. Seconds are shown in s, ms or µs by the baseline's magnitude; a
+// mean over fewer than all seeds says "(n=K)". A metric the summary lacks shows "–".
+// REQUIRES: `summary` is SummarizeSeeds' output; every name in `policies` is a policy of it.
 std::string FormatSeedMarkdown(const nlohmann::json& summary,
                                const std::vector<std::string>& metrics,
                                const std::vector<std::string>& policies = {});

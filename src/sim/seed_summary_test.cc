@@ -149,6 +149,42 @@ TEST(SummarizeSeedsTest, IntervalsMirrorNestedMetricsAndSkipFlags) {
   EXPECT_TRUE((*one)["policies"][0]["ci95"]["drops_by_reason"]["queue_full"][0].is_null());
 }
 
+// A metric that the first seed lacks (or reports as null, as a workload does when nothing of
+// it finished) is still summarised over the seeds that have it, and the summary says how many.
+TEST(SummarizeSeedsTest, AMetricSomeSeedsLackIsSummarisedOverTheOthers) {
+  std::vector<Json> runs;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Json ecmp = {{"qct_p99_s", seed == 1 ? Json(nullptr) : Json(0.001 * seed)}, {"drops", 0}};
+    Json dar = {{"qct_p99_s", 0.0009 * seed}, {"drops", seed == 3 ? 0 : 2}};
+    if (seed > 2) dar["late"] = 1.0;
+    runs.push_back(SeedRun(seed, {{"ecmp", ecmp}, {"dar", dar}}));
+  }
+  runs[1]["policies"][0]["metrics"]["completed"] = false;
+  absl::StatusOr<Json> s = SummarizeSeeds(runs, "ecmp");
+  ASSERT_TRUE(s.ok()) << s.status();
+  const Json& ecmp = (*s)["policies"][0];
+  const Json& dar = (*s)["policies"][1];
+  EXPECT_DOUBLE_EQ(ecmp["metrics"]["qct_p99_s"].get<double>(), 0.0035);  // seeds 2..5
+  EXPECT_EQ(ecmp["missing_seeds"]["qct_p99_s"], 1);
+  EXPECT_TRUE(ecmp["ci95"]["qct_p99_s"][0].is_number());
+  EXPECT_DOUBLE_EQ(dar["metrics"]["late"].get<double>(), 1.0);
+  EXPECT_EQ(dar["missing_seeds"]["late"], 2);
+  EXPECT_FALSE(dar["missing_seeds"].contains("qct_p99_s"));
+  // Paired over the four seeds where both have it: -0.1 x seed ms.
+  EXPECT_NEAR(dar["vs_baseline"]["qct_p99_s"]["diff"].get<double>(), -0.00035, 1e-12);
+  EXPECT_EQ((*s)["unfinished_seeds"], Json::array({2}));
+  const std::string table = FormatSeedSummary(*s);
+  EXPECT_THAT(table, HasSubstr("work left unfinished at the drain limit under seeds 2"));
+  EXPECT_THAT(table, HasSubstr("(n=4)"));
+
+  // Drops: the baseline's mean is 0, so the difference is absolute, and significant (+1.6,
+  // four seeds of five at +2).
+  const std::string md = FormatSeedMarkdown(*s, {"drops", "late", "qct_p99_s"});
+  EXPECT_THAT(md, HasSubstr("| **+1.6 [+0.49, +2.71]** |"));
+  EXPECT_THAT(md, HasSubstr("1 (n=3)"));
+  EXPECT_THAT(md, HasSubstr("3.5 ±"));  // ms, the baseline's unit
+}
+
 TEST(SummarizeSeedsTest, RefusesAnUnknownBaselineOrMismatchedRuns) {
   const Json a = SeedRun(1, {{"ecmp", {{"x", 1}}}, {"dar", {{"x", 2}}}});
   const Json b = SeedRun(2, {{"dar", {{"x", 1}}}, {"ecmp", {{"x", 2}}}});
@@ -165,7 +201,10 @@ TEST(ParseSeedListTest, TakesListsAndRanges) {
   EXPECT_EQ(*ParseSeedList("1..10"), (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
   EXPECT_EQ(*ParseSeedList("3,4"), (std::vector<uint64_t>{3, 4}));
   EXPECT_EQ(*ParseSeedList("0,7..9,2"), (std::vector<uint64_t>{0, 7, 8, 9, 2}));
-  for (const char* bad : {"", "a", "1..", "5..3", "1,,2", "-1", "1..2,2", "0..1000000"}) {
+  EXPECT_EQ(*ParseSeedList("18446744073709551614..18446744073709551615"),
+            (std::vector<uint64_t>{18446744073709551614ULL, 18446744073709551615ULL}));
+  for (const char* bad :
+       {"", "a", "1..", "5..3", "1,,2", "-1", "1..2,2", "0..1000000", "18446744073709551616"}) {
     EXPECT_FALSE(ParseSeedList(bad).ok()) << bad;
   }
   EXPECT_THAT(std::string(ParseSeedList("1,x").status().message()), HasSubstr("'x'"));

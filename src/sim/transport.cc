@@ -315,8 +315,9 @@ void Transport::OnAck(const Packet& p) {
   // window of data sent, and no growth meanwhile.
   if (f.in_cwr && f.snd_una >= f.cwr_end) f.in_cwr = false;
   if (p.ece && !f.in_cwr) {
-    // The first echo in a window cuts at once, in slow start too (Linux's tcp_enter_cwr):
-    // ssthresh = cwnd (1 - alpha/2), and the window drops to it.
+    // The first echo in a window cuts, in slow start too (Linux's tcp_enter_cwr):
+    // ssthresh = cwnd (1 - alpha/2). Linux lowers the window to it over the next round trip
+    // (proportional rate reduction); here it drops at once (docs/transport.md).
     ++counters_.ecn_cuts;
     f.cwnd_before_cut = 0;  // congestion is real: a later spurious loss must not undo this
     SetSsthresh(f, std::max(2.0 * f.mss, f.cwnd * (1 - f.alpha / 2)));
@@ -399,17 +400,16 @@ void Transport::ArmRto(Flow& f) { f.rto_timer.ScheduleIn(Rto(f)); }
 void Transport::Repath(Flow& f) {
   ++f.repaths;
   f.path_label = static_cast<uint32_t>(Random::Hash(f.id * 0x9E3779B97F4A7C15ULL + f.repaths)) | 1;
-  ++counters_.plb_repaths;
+  ++counters_.repaths;
 }
 
 void Transport::OnTimeout(Flow& f) {
   ++counters_.timeouts;
+  if (config_.rehash_on_timeout) Repath(f);
   if (plb_) {
-    // Linux draws a new hash on a timeout, and PLB then pauses: a timeout says the network
-    // is in trouble, not this path.
-    Repath(f);
+    // PLB pauses after a timeout: it says the network is in trouble, not this path.
     const uint64_t h = Random::Hash(f.id ^ (static_cast<uint64_t>(f.repaths) << 32));
-    f.plb.OnTimeout(*plb_, net_.loop().now(), static_cast<double>(h >> 11) * 0x1.0p-53);
+    f.plb.OnTimeout(*plb_, net_.loop().now(), Random::ToUnit(h));
   }
   while (!f.in_flight.empty()) {
     const Flow::Sent s = f.in_flight.pop_front();

@@ -45,6 +45,10 @@ struct TransportConfig {
   Duration initial_rto = Milliseconds(10);
   Duration min_rto = Milliseconds(1);
   Duration max_rto = Seconds(2);
+  // A retransmission timeout gives the flow a new path label, so the switches' per-flow hash
+  // moves it (Linux's net.core.txrehash with IPv6 flow labels). Off by default, as with
+  // 5-tuple hashing; PLB (EnablePlb) turns it on.
+  bool rehash_on_timeout = false;
 };
 
 // What a message's sender learns when the receiver holds the whole message.
@@ -72,7 +76,7 @@ struct TransportCounters {
   int64_t retransmissions = 0;
   int64_t timeouts = 0;
   int64_t spurious_retransmissions = 0;  // a retransmitted segment the receiver already had
-  int64_t plb_repaths = 0;               // flows given a new path label by PLB (EnablePlb)
+  int64_t repaths = 0;                   // new path labels: PLB's and rehash_on_timeout's
   int64_t ecn_cuts = 0;                  // window cuts on an ECN echo (at most one per window)
   int64_t loss_cuts = 0;        // window halvings on a detected loss (at most one per window)
   int64_t cwnd_undos = 0;       // cuts undone because their loss proved spurious (once per cut)
@@ -105,8 +109,12 @@ class Transport {
   uint64_t Send(NodeId src, NodeId dst, int64_t bytes, uint8_t traffic_class, DoneCallback on_done);
 
   // Hosts run PLB (sim/plb.h) on every flow from now on: at the end of each DCTCP observation
-  // window, and on a retransmission timeout (which repaths at once and pauses PLB).
-  void EnablePlb(const PlbConfig& config) { plb_ = config; }
+  // window, and on a retransmission timeout (which repaths at once, as rehash_on_timeout, and
+  // pauses PLB).
+  void EnablePlb(const PlbConfig& config) {
+    plb_ = config;
+    config_.rehash_on_timeout = true;
+  }
 
   const TransportCounters& counters() const { return counters_; }
   const FlowCounters& flow_counters(uint64_t id) const { return flow_counters_[id]; }
