@@ -3,17 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <set>
-#include <sstream>
 #include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/topology_json.h"
 #include "nlohmann/json.hpp"
 
 namespace dar {
@@ -399,16 +397,8 @@ absl::StatusOr<std::vector<Demand>> ParseDemandMatrix(std::string_view text,
 
 absl::StatusOr<std::vector<Demand>> LoadDemandMatrix(const std::string& path,
                                                      const Topology& topo) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open file"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read file"));
-  return ParseDemandMatrix(text.str(), path, topo);
+  ASSIGN_OR_RETURN(const std::string text, ReadFileText(path));
+  return ParseDemandMatrix(text, path, topo);
 }
 
 double TotalDemand(const std::vector<Demand>& demands) {

@@ -64,14 +64,50 @@ absl::StatusOr<std::vector<NodeId>> ForwardingOrder(const Topology& topo,
   return post_order;
 }
 
-const DestinationTable* TableToward(const Topology& topo, const RoutingTables& tables,
-                                    NodeId dest) {
+// The table traffic toward `dest` follows; InvalidArgument if `tables` has none for `topo`.
+absl::StatusOr<const DestinationTable*> TableToward(const Topology& topo,
+                                                    const RoutingTables& tables, NodeId dest) {
   const DestinationTable* table = nullptr;
   if (tables.num_nodes() == topo.num_nodes() && tables.IsDestination(dest)) {
     table = tables.Table(dest);
   }
-  if (table == nullptr || table->num_nodes() != topo.num_nodes()) return nullptr;
+  if (table == nullptr || table->num_nodes() != topo.num_nodes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no routing table toward '", topo.node(dest).name, "'"));
+  }
   return table;
+}
+
+// How demand `d` (src != dst) crosses the host links at its ends: traffic enters the table
+// toward `target` (the route target of d.dst) at `from`.
+struct HostEdges {
+  NodeId target = kNoNode;
+  LinkId last = kNoLink;  // target -> d.dst when d.dst hangs off a switch; else kNoLink
+  LinkId up = kNoLink;    // d.src's only link when d.src is a stub host; else kNoLink
+  NodeId from = kNoNode;  // d.src, or the far end of `up`
+};
+
+// FailedPrecondition if a host end of `d` has its link down (or, for d.dst, missing).
+absl::StatusOr<HostEdges> FindHostEdges(const Topology& topo, const Demand& d) {
+  HostEdges e;
+  e.target = topo.RouteTarget(d.dst);
+  if (e.target != d.dst) {
+    e.last = topo.FindLink(e.target, d.dst);
+    if (e.last == kNoLink || !topo.link(e.last).up) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("host '", topo.node(d.dst).name, "' has no up link from its switch"));
+    }
+  }
+  e.from = d.src;
+  e.up = topo.StubUplink(d.src);
+  if (e.up != kNoLink) {
+    if (!topo.link(e.up).up) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("host '", topo.node(d.src).name, "' has its only link down"));
+    }
+    e.from = topo.link(e.up).dst;
+  }
+  return e;
 }
 
 }  // namespace
@@ -108,35 +144,16 @@ absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
     const Demand& d = demands[i];
     RETURN_IF_ERROR(CheckDemand(topo, i, d));
     if (d.src == d.dst) continue;
-    const NodeId target = topo.RouteTarget(d.dst);
-    if (target != d.dst) {
-      const LinkId last = topo.FindLink(target, d.dst);
-      if (last == kNoLink || !topo.link(last).up) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("host '", topo.node(d.dst).name, "' has no up link from its switch"));
-      }
-      loads[last] += d.amount;
-    }
-    NodeId from = d.src;
-    if (const LinkId up = topo.StubUplink(d.src); up != kNoLink) {
-      if (!topo.link(up).up) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("host '", topo.node(d.src).name, "' has its only link down"));
-      }
-      loads[up] += d.amount;
-      from = topo.link(up).dst;
-      if (from == d.dst) continue;
-    }
-    auto [it, inserted] = injected.try_emplace(target, n, 0.0);
-    it->second[from] += d.amount;
+    ASSIGN_OR_RETURN(const HostEdges e, FindHostEdges(topo, d));
+    if (e.last != kNoLink) loads[e.last] += d.amount;
+    if (e.up != kNoLink) loads[e.up] += d.amount;
+    if (e.from == d.dst) continue;
+    auto [it, inserted] = injected.try_emplace(e.target, n, 0.0);
+    it->second[e.from] += d.amount;
   }
 
   for (auto& [dest, inflow] : injected) {
-    const DestinationTable* table = TableToward(topo, tables, dest);
-    if (table == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("no routing table toward '", topo.node(dest).name, "'"));
-    }
+    ASSIGN_OR_RETURN(const DestinationTable* const table, TableToward(topo, tables, dest));
     std::vector<NodeId> sources;
     for (NodeId v = 0; v < n; ++v) {
       if (inflow[v] > 0) sources.push_back(v);
@@ -165,37 +182,18 @@ absl::StatusOr<std::vector<PairRoute>> ComputePairRoutes(const Topology& topo,
     const Demand& d = demands[i];
     RETURN_IF_ERROR(CheckDemand(topo, i, d));
     if (d.src == d.dst) continue;
+    ASSIGN_OR_RETURN(const HostEdges e, FindHostEdges(topo, d));
     PairRoute route{.src = d.src, .dst = d.dst, .demand = d.amount, .links = {}};
-    const NodeId target = topo.RouteTarget(d.dst);
-    if (target != d.dst) {
-      const LinkId last = topo.FindLink(target, d.dst);
-      if (last == kNoLink || !topo.link(last).up) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("host '", topo.node(d.dst).name, "' has no up link from its switch"));
-      }
-      route.links.push_back({last, 1.0});
-    }
-    NodeId from = d.src;
-    if (const LinkId up = topo.StubUplink(d.src); up != kNoLink) {
-      if (!topo.link(up).up) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("host '", topo.node(d.src).name, "' has its only link down"));
-      }
-      route.links.push_back({up, 1.0});
-      from = topo.link(up).dst;
-    }
+    if (e.last != kNoLink) route.links.push_back({e.last, 1.0});
+    if (e.up != kNoLink) route.links.push_back({e.up, 1.0});
     routes.push_back(std::move(route));
-    if (from != d.dst) pending[target].push_back({routes.size() - 1, from});
+    if (e.from != d.dst) pending[e.target].push_back({routes.size() - 1, e.from});
   }
 
   std::vector<double> node_share(n, 0.0), link_share(topo.num_links(), 0.0);
   std::vector<LinkId> touched;
   for (const auto& [dest, entries] : pending) {
-    const DestinationTable* table = TableToward(topo, tables, dest);
-    if (table == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("no routing table toward '", topo.node(dest).name, "'"));
-    }
+    ASSIGN_OR_RETURN(const DestinationTable* const table, TableToward(topo, tables, dest));
     std::vector<NodeId> sources;
     for (const auto& [route, from] : entries) sources.push_back(from);
     std::sort(sources.begin(), sources.end());

@@ -220,6 +220,11 @@ absl::StatusOr<Topology> ParseNodeLinkJson(std::string_view text, const std::str
 
 absl::StatusOr<Topology> LoadNodeLinkJson(const std::string& path,
                                           const JsonImportOptions& options) {
+  ASSIGN_OR_RETURN(const std::string text, ReadFileText(path));
+  return ParseNodeLinkJson(text, path, options);
+}
+
+absl::StatusOr<std::string> ReadFileText(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a file"));
@@ -229,7 +234,7 @@ absl::StatusOr<Topology> LoadNodeLinkJson(const std::string& path,
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read file"));
-  return ParseNodeLinkJson(text.str(), path, options);
+  return text.str();
 }
 
 }  // namespace dar

@@ -159,6 +159,13 @@ std::vector<std::string> MetricPaths(const Json& policies) {
   return paths;
 }
 
+// Half the width of policy `p`'s 95% interval for `metric`; 0 where it has none.
+double HalfWidth(const Json& p, const std::string& metric) {
+  const Json* ci = p.contains("ci95") ? FindPath(p.at("ci95"), metric) : nullptr;
+  if (ci == nullptr || !ci->is_array() || ci->size() != 2 || !(*ci)[0].is_number()) return 0;
+  return ((*ci)[1].get<double>() - (*ci)[0].get<double>()) / 2;
+}
+
 // " (n=K)" where only K of the summary's seeds report `metric` for policy `p`, else "".
 std::string SeedsMissing(const Json& p, const std::string& metric) {
   if (!p.contains("missing_seeds")) return "";
@@ -305,11 +312,7 @@ std::string FormatSeedSummary(const nlohmann::json& summary) {
         continue;
       }
       std::string cell = Number(mean->get<double>());
-      const Json* ci = p.contains("ci95") ? FindPath(p.at("ci95"), k) : nullptr;
-      if (ci != nullptr && ci->is_array() && ci->size() == 2 && (*ci)[0].is_number()) {
-        const double half = ((*ci)[1].get<double>() - (*ci)[0].get<double>()) / 2;
-        if (half > 0) cell += " ±" + fmt::format("{:.2g}", half);
-      }
+      if (const double half = HalfWidth(p, k); half > 0) cell += fmt::format(" ±{:.2g}", half);
       cell += SeedsMissing(p, k);
       out += fmt::format("{:>{}}", cell, kColumn);
     }
@@ -416,11 +419,8 @@ std::string FormatSeedMarkdown(const nlohmann::json& summary,
       const Json* typical = base != nullptr ? FindDotted(base->at("metrics"), m) : nullptr;
       const Scale sc = ScaleFor(m, (typical != nullptr ? *typical : *mean).get<double>());
       std::string cell = Significant(mean->get<double>() * sc.factor);
-      const Json* ci = p->contains("ci95") ? FindPath(p->at("ci95"), m) : nullptr;
-      if (ci != nullptr && ci->is_array() && ci->size() == 2 && (*ci)[0].is_number()) {
-        const double half = ((*ci)[1].get<double>() - (*ci)[0].get<double>()) / 2 * sc.factor;
-        if (half > 0) cell += " ±" + Significant(half);
-      }
+      if (const double half = HalfWidth(*p, m); half > 0)
+        cell += " ±" + Significant(half * sc.factor);
       out += fmt::format(" {}{}{} |", cell, sc.unit, SeedsMissing(*p, m));
       const Json* e = nullptr;
       if (p->contains("vs_baseline")) {

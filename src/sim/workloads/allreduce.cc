@@ -254,33 +254,14 @@ class AllReduceJob {
   int completed_ = 0;
 };
 
-class AllReduce : public Workload {
+class AllReduce : public JobsWorkload<AllReduceConfig, AllReduceJob> {
  public:
-  explicit AllReduce(AllReduceConfig config) : config_(std::move(config)) {}
-
-  void Start(WorkloadContext& ctx) override {
-    topo_ = &ctx.topology;
-    for (std::vector<NodeId>& group : PlaceJobs(config_.jobs, ctx.topology, ctx.rng)) {
-      std::vector<bool> slow = SlowFlags(group, config_.slow_hosts);
-      jobs_.push_back(std::make_unique<AllReduceJob>(config_, std::move(group), std::move(slow)));
-      jobs_.back()->Start(ctx.loop, ctx.transport);
-    }
-    start_timer_ = std::make_unique<Timer>(ctx.loop, [this] {
-      for (const auto& job : jobs_) job->Begin();
-    });
-    start_timer_->ScheduleAt(std::max(ctx.loop.now(), Time{0} + config_.start));
-    started_ = true;
-  }
-
-  bool Done() const override {
-    return started_ &&
-           std::all_of(jobs_.begin(), jobs_.end(), [](const auto& job) { return job->Done(); });
-  }
+  using JobsWorkload::JobsWorkload;
 
   void Report(nlohmann::json& metrics) const override {
     std::vector<JobReport> reports;
-    for (const auto& job : jobs_) reports.push_back(job->Report());
-    if (!config_.jobs.multi) {
+    for (const auto& job : jobs()) reports.push_back(job->Report());
+    if (!config().jobs.multi) {
       const JobReport r = reports.empty() ? JobReport() : reports.front();
       metrics["iterations_completed"] = r.iterations_completed;
       metrics["iteration_time_s"] = MeanOrNull(r.iteration_times);
@@ -294,10 +275,7 @@ class AllReduce : public Workload {
     std::vector<int> completed_by_job;
     std::vector<nlohmann::json> comm_by_job, iteration_by_job;
     std::vector<double> comm_means, iteration_means, steps;
-    std::vector<int> racks;
-    std::vector<std::vector<std::string>> hosts;
-    for (size_t j = 0; j < reports.size(); ++j) {
-      const JobReport& r = reports[j];
+    for (const JobReport& r : reports) {
       completed += r.iterations_completed;
       completed_by_job.push_back(r.iterations_completed);
       comm_by_job.push_back(MeanOrNull(r.comm_times));
@@ -305,11 +283,8 @@ class AllReduce : public Workload {
       if (!r.comm_times.empty()) comm_means.push_back(Mean(r.comm_times));
       if (!r.iteration_times.empty()) iteration_means.push_back(Mean(r.iteration_times));
       steps.insert(steps.end(), r.last_step_times.begin(), r.last_step_times.end());
-      racks.push_back(RacksSpanned(*topo_, jobs_[j]->group()));
-      hosts.emplace_back();
-      for (NodeId h : jobs_[j]->group()) hosts.back().push_back(topo_->node(h).name);
     }
-    metrics["jobs"] = config_.jobs.jobs;
+    metrics["jobs"] = config().jobs.jobs;
     metrics["iterations_completed"] = completed;
     metrics["iterations_completed_by_job"] = ByJob(completed_by_job);
     metrics["comm_time_s"] = MeanOrNull(comm_means);
@@ -320,16 +295,9 @@ class AllReduce : public Workload {
     metrics["iteration_time_by_job_s"] = ByJob(iteration_by_job);
     metrics["step_time_p50_s"] = QuantileOrNull(steps, 0.5);
     metrics["step_time_max_s"] = QuantileOrNull(steps, 1.0);
-    metrics["racks_by_job"] = ByJob(racks);
-    metrics["hosts_by_job"] = ByJob(hosts);
+    metrics["racks_by_job"] = RacksByJob();
+    metrics["hosts_by_job"] = HostsByJob();
   }
-
- private:
-  AllReduceConfig config_;
-  const Topology* topo_ = nullptr;
-  std::vector<std::unique_ptr<AllReduceJob>> jobs_;
-  std::unique_ptr<Timer> start_timer_;
-  bool started_ = false;
 };
 
 absl::StatusOr<WorkloadPtr> CreateAllReduce(const YAML::Node& node, const ConfigContext& ctx) {

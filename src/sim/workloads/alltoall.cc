@@ -198,36 +198,15 @@ class AllToAllJob {
   int completed_ = 0;
 };
 
-class AllToAll : public Workload {
+class AllToAll : public JobsWorkload<AllToAllConfig, AllToAllJob> {
  public:
-  explicit AllToAll(AllToAllConfig config) : config_(std::move(config)) {}
-
-  void Start(WorkloadContext& ctx) override {
-    topo_ = &ctx.topology;
-    for (std::vector<NodeId>& group : PlaceJobs(config_.jobs, ctx.topology, ctx.rng)) {
-      std::vector<bool> slow = SlowFlags(group, config_.slow_hosts);
-      jobs_.push_back(std::make_unique<AllToAllJob>(config_, std::move(group), std::move(slow)));
-      jobs_.back()->Start(ctx.loop, ctx.transport);
-    }
-    start_timer_ = std::make_unique<Timer>(ctx.loop, [this] {
-      for (const auto& job : jobs_) job->Begin();
-    });
-    start_timer_->ScheduleAt(std::max(ctx.loop.now(), Time{0} + config_.start));
-    started_ = true;
-  }
-
-  bool Done() const override {
-    return started_ &&
-           std::all_of(jobs_.begin(), jobs_.end(), [](const auto& job) { return job->Done(); });
-  }
+  using JobsWorkload::JobsWorkload;
 
   void Report(nlohmann::json& metrics) const override {
     int completed = 0;
     std::vector<double> phases, comm_means, iteration_means;
     std::vector<nlohmann::json> comm_by_job, iteration_by_job;
-    std::vector<int> racks;
-    std::vector<std::vector<std::string>> hosts;
-    for (const auto& job : jobs_) {
+    for (const auto& job : jobs()) {
       const JobReport r = job->Report();
       completed += r.iterations_completed;
       phases.insert(phases.end(), r.phase_times.begin(), r.phase_times.end());
@@ -235,11 +214,8 @@ class AllToAll : public Workload {
       if (!r.iteration_times.empty()) iteration_means.push_back(Mean(r.iteration_times));
       comm_by_job.push_back(MeanOrNull(r.comm_times));
       iteration_by_job.push_back(MeanOrNull(r.iteration_times));
-      racks.push_back(RacksSpanned(*topo_, job->group()));
-      hosts.emplace_back();
-      for (NodeId h : job->group()) hosts.back().push_back(topo_->node(h).name);
     }
-    metrics["alltoall_jobs"] = config_.jobs.jobs;
+    metrics["alltoall_jobs"] = config().jobs.jobs;
     metrics["alltoall_iterations_completed"] = completed;
     metrics["alltoall_time_s"] = MeanOrNull(phases);
     metrics["alltoall_time_p99_s"] = QuantileOrNull(phases, 0.99);
@@ -249,16 +225,9 @@ class AllToAll : public Workload {
     metrics["alltoall_comm_time_by_job_s"] = ByJob(comm_by_job);
     metrics["alltoall_iteration_time_s"] = MeanOrNull(iteration_means);
     metrics["alltoall_iteration_time_by_job_s"] = ByJob(iteration_by_job);
-    metrics["alltoall_racks_by_job"] = ByJob(racks);
-    metrics["alltoall_hosts_by_job"] = ByJob(hosts);
+    metrics["alltoall_racks_by_job"] = RacksByJob();
+    metrics["alltoall_hosts_by_job"] = HostsByJob();
   }
-
- private:
-  AllToAllConfig config_;
-  const Topology* topo_ = nullptr;
-  std::vector<std::unique_ptr<AllToAllJob>> jobs_;
-  std::unique_ptr<Timer> start_timer_;
-  bool started_ = false;
 };
 
 absl::StatusOr<WorkloadPtr> CreateAllToAll(const YAML::Node& node, const ConfigContext& ctx) {

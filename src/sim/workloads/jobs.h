@@ -23,8 +23,11 @@
 #ifndef DAR_SIM_WORKLOADS_JOBS_H_
 #define DAR_SIM_WORKLOADS_JOBS_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,6 +35,8 @@
 #include "core/random.h"
 #include "core/topology.h"
 #include "nlohmann/json.hpp"
+#include "sim/event_loop.h"
+#include "sim/workload.h"
 
 namespace dar::sim::workloads {
 
@@ -72,6 +77,75 @@ nlohmann::json ByJob(const std::vector<T>& values) {
   for (size_t j = 0; j < values.size(); ++j) out["job" + std::to_string(j)] = values[j];
   return out;
 }
+
+// The Workload of a collective run by one or several jobs (allreduce, alltoall). Start() places
+// config.jobs (PlaceJobs, drawing from the workload's random stream), makes one `Job` per job
+// with its hosts in rank order and their SlowFlags, starts every job, and at config.start (or
+// at once, if that has passed) begins them all. Done() once started and every job is done.
+// Subclasses add Report(). Not thread-safe: runs on its event loop.
+//
+// REQUIRES: `Config` has `JobsSpec jobs`, `std::vector<NodeId> slow_hosts` and
+// `Duration start`; `Job` has
+//   Job(const Config& config, std::vector<NodeId> group, std::vector<bool> slow);
+//   void Start(EventLoop& loop, Transport& transport);  // creates its timers
+//   void Begin();                                       // starts its first iteration
+//   bool Done() const;                                  // has run all its iterations
+//   const std::vector<NodeId>& group() const;           // its hosts in rank order
+// A Job may keep `config` by reference: the workload outlives its jobs.
+template <typename Config, typename Job>
+class JobsWorkload : public Workload {
+ public:
+  explicit JobsWorkload(Config config) : config_(std::move(config)) {}
+
+  void Start(WorkloadContext& ctx) override {
+    topo_ = &ctx.topology;
+    for (std::vector<NodeId>& group : PlaceJobs(config_.jobs, ctx.topology, ctx.rng)) {
+      std::vector<bool> slow = SlowFlags(group, config_.slow_hosts);
+      jobs_.push_back(std::make_unique<Job>(config_, std::move(group), std::move(slow)));
+      jobs_.back()->Start(ctx.loop, ctx.transport);
+    }
+    start_timer_ = std::make_unique<Timer>(ctx.loop, [this] {
+      for (const std::unique_ptr<Job>& job : jobs_) job->Begin();
+    });
+    start_timer_->ScheduleAt(std::max(ctx.loop.now(), Time{0} + config_.start));
+    started_ = true;
+  }
+
+  bool Done() const override {
+    return started_ && std::all_of(jobs_.begin(), jobs_.end(),
+                                   [](const std::unique_ptr<Job>& job) { return job->Done(); });
+  }
+
+ protected:
+  const Config& config() const { return config_; }
+  // In job order; empty before Start().
+  const std::vector<std::unique_ptr<Job>>& jobs() const { return jobs_; }
+
+  // ByJob of the number of racks each job spans (RacksSpanned).
+  nlohmann::json RacksByJob() const {
+    std::vector<int> racks;
+    for (const std::unique_ptr<Job>& job : jobs_) {
+      racks.push_back(RacksSpanned(*topo_, job->group()));
+    }
+    return ByJob(racks);
+  }
+  // ByJob of each job's host names in rank order.
+  nlohmann::json HostsByJob() const {
+    std::vector<std::vector<std::string>> hosts;
+    for (const std::unique_ptr<Job>& job : jobs_) {
+      hosts.emplace_back();
+      for (NodeId h : job->group()) hosts.back().push_back(topo_->node(h).name);
+    }
+    return ByJob(hosts);
+  }
+
+ private:
+  Config config_;
+  const Topology* topo_ = nullptr;
+  std::vector<std::unique_ptr<Job>> jobs_;
+  std::unique_ptr<Timer> start_timer_;
+  bool started_ = false;
+};
 
 }  // namespace dar::sim::workloads
 
