@@ -159,11 +159,15 @@ std::vector<std::string> MetricPaths(const Json& policies) {
   return paths;
 }
 
-// Half the width of policy `p`'s 95% interval for `metric`; 0 where it has none.
+// Half the width of policy `p`'s 95% interval for `metric`; 0 where it has none or it is
+// within rounding of the mean's magnitude (the same value under every seed).
 double HalfWidth(const Json& p, const std::string& metric) {
   const Json* ci = p.contains("ci95") ? FindPath(p.at("ci95"), metric) : nullptr;
   if (ci == nullptr || !ci->is_array() || ci->size() != 2 || !(*ci)[0].is_number()) return 0;
-  return ((*ci)[1].get<double>() - (*ci)[0].get<double>()) / 2;
+  const double low = (*ci)[0].get<double>();
+  const double high = (*ci)[1].get<double>();
+  const double half = (high - low) / 2;
+  return half > 1e-9 * std::max(1.0, std::fabs(low + half)) ? half : 0;
 }
 
 // " (n=K)" where only K of the summary's seeds report `metric` for policy `p`, else "".
