@@ -286,6 +286,14 @@ TEST(DarSimCliTest, SeedsRunOncePerSeedAndWriteTheMean) {
   EXPECT_THAT(table.output, HasSubstr("| policy | completion_mean_s | vs ecmp | events |"));
   EXPECT_THAT(table.output, HasSubstr("| static |"));
   EXPECT_THAT(table.output, HasSubstr("(baseline)"));
+  const Result against =
+      RunDarSim(fmt::format("table {0}/out --metric completion_mean_s --baseline static", dir));
+  ASSERT_EQ(against.exit_code, 0) << against.output;
+  EXPECT_THAT(against.output, HasSubstr("| completion_mean_s | vs static |"));
+  EXPECT_THAT(against.output, HasSubstr("| ecmp |"));
+  const Result no_base = RunDarSim(fmt::format("table {0}/out --metric events --baseline x", dir));
+  EXPECT_EQ(no_base.exit_code, 2);
+  EXPECT_THAT(no_base.output, HasSubstr("baseline 'x' is not a policy"));
   const Result single = RunDarSim(fmt::format("table {0}/out/seed-3 --metric events", dir));
   EXPECT_EQ(single.exit_code, 2);
   EXPECT_THAT(single.output, HasSubstr("not a summary of several seeds"));

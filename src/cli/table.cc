@@ -15,6 +15,7 @@ namespace {
 
 struct TableFlags {
   std::string results;
+  std::string baseline;  // re-summarise the seed runs against this policy
   std::vector<std::string> metrics;
   std::vector<std::string> policies;
 };
@@ -27,7 +28,7 @@ int Table(const TableFlags& flags) {
     fmt::print(stderr, "dar-sim table: cannot read {}\n", path.string());
     return 2;
   }
-  const nlohmann::json summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (summary.is_discarded() || !summary.is_object() || !summary.contains("policies")) {
     fmt::print(stderr, "dar-sim table: {}: not a results file\n", path.string());
     return 2;
@@ -37,6 +38,29 @@ int Table(const TableFlags& flags) {
                "dar-sim table: {}: not a summary of several seeds (run dar-sim run --seeds)\n",
                path.string());
     return 2;
+  }
+  if (!flags.baseline.empty()) {
+    // The per-seed results beside the summary, summarised afresh against another policy.
+    std::vector<nlohmann::json> runs;
+    for (const nlohmann::json& seed : summary["seeds"]) {
+      const std::filesystem::path run =
+          path.parent_path() / fmt::format("seed-{}", seed.dump()) / "results.json";
+      std::ifstream rin(run);
+      nlohmann::json r = nlohmann::json::parse(rin, nullptr, /*allow_exceptions=*/false);
+      if (!rin || r.is_discarded() || !r.is_object() || !r.contains("policies")) {
+        fmt::print(stderr, "dar-sim table: --baseline needs the seed's results: cannot read {}\n",
+                   run.string());
+        return 2;
+      }
+      runs.push_back(std::move(r));
+    }
+    absl::StatusOr<nlohmann::json> again = sim::SummarizeSeeds(runs, flags.baseline);
+    if (!again.ok()) {
+      fmt::print(stderr, "dar-sim table: --baseline {}: {}\n", flags.baseline,
+                 std::string(again.status().message()));
+      return 2;
+    }
+    summary = *std::move(again);
   }
   try {
     for (const std::string& name : flags.policies) {
@@ -68,6 +92,8 @@ void AddTableCommand(CLI::App& app) {
   cmd->add_option("--metric", flags->metrics, "A metric to show (repeatable; dotted for nested)")
       ->required();
   cmd->add_option("--policy", flags->policies, "Show only these policies, in this order");
+  cmd->add_option("--baseline", flags->baseline,
+                  "Compare with this policy instead, from the seed runs in the same directory");
   cmd->callback([flags] { throw CLI::RuntimeError(Table(*flags)); });
 }
 
