@@ -159,6 +159,32 @@ std::vector<std::string> MetricPaths(const Json& policies) {
   return paths;
 }
 
+std::string Signed(double x, const char* unit) {
+  return fmt::format("{}{:.3g}{}", x >= 0 ? "+" : "", x, unit);
+}
+
+// Policy `p`'s paired difference for `metric` (a vs_baseline entry), or null.
+const Json* PairedEntry(const Json& p, const std::string& metric) {
+  if (!p.contains("vs_baseline")) return nullptr;
+  const Json& paired = p.at("vs_baseline");
+  auto it = paired.find(metric);
+  return it == paired.end() ? nullptr : &*it;
+}
+
+// A paired difference and its interval, "+x% [lo<sep>hi]" relative to the baseline's mean, or
+// absolute times `absolute_scale` where that mean is 0.
+std::string DiffText(const Json& e, double absolute_scale, const char* separator) {
+  const bool rel = e.at("relative").is_number();
+  const double scale = rel ? 100 / std::fabs(e.at("baseline_mean").get<double>()) : absolute_scale;
+  std::string text = Signed(e.at("diff").get<double>() * scale, rel ? "%" : "");
+  const Json& ci = e.at("ci95");
+  if (ci[0].is_number()) {
+    text += fmt::format(" [{}{}{}]", Signed(ci[0].get<double>() * scale, ""), separator,
+                        Signed(ci[1].get<double>() * scale, ""));
+  }
+  return text;
+}
+
 // Half the width of policy `p`'s 95% interval for `metric`; 0 where it has none or it is
 // within rounding of the mean's magnitude (the same value under every seed).
 double HalfWidth(const Json& p, const std::string& metric) {
@@ -183,10 +209,6 @@ std::string SeedsMissing(const Json& p, const std::string& metric) {
 std::string Number(double x) {
   if (x == std::floor(x) && std::fabs(x) < 1e9) return fmt::format("{:.0f}", x);
   return fmt::format("{:.4g}", x);
-}
-
-std::string Signed(double x, const char* unit) {
-  return fmt::format("{}{:.3g}{}", x >= 0 ? "+" : "", x, unit);
 }
 
 }  // namespace
@@ -333,24 +355,12 @@ std::string FormatSeedSummary(const nlohmann::json& summary) {
     out += fmt::format("{:<{}}", k, width);
     for (const Json& p : policies) {
       const bool is_base = p.at("name") == baseline;
-      const Json* e = nullptr;
-      if (!is_base && p.contains("vs_baseline")) {
-        const Json& paired = p.at("vs_baseline");
-        if (auto it = paired.find(k); it != paired.end()) e = &*it;
-      }
+      const Json* e = is_base ? nullptr : PairedEntry(p, k);
       if (e == nullptr) {
         out += fmt::format("{:>{}}", is_base ? "(baseline)" : "-", kColumn);
         continue;
       }
-      const bool rel = e->at("relative").is_number();
-      const double scale = rel ? 100 / std::fabs(e->at("baseline_mean").get<double>()) : 1;
-      const char* unit = rel ? "%" : "";
-      std::string cell = Signed(e->at("diff").get<double>() * scale, unit);
-      const Json& ci = e->at("ci95");
-      if (ci[0].is_number()) {
-        cell += fmt::format(" [{},{}]", Signed(ci[0].get<double>() * scale, ""),
-                            Signed(ci[1].get<double>() * scale, ""));
-      }
+      std::string cell = DiffText(*e, 1, ",");
       if (e->at("significant").get<bool>()) cell += "*";
       out += fmt::format("{:>{}}", cell, kColumn);
     }
@@ -426,26 +436,13 @@ std::string FormatSeedMarkdown(const nlohmann::json& summary,
       if (const double half = HalfWidth(*p, m); half > 0)
         cell += " ±" + Significant(half * sc.factor);
       out += fmt::format(" {}{}{} |", cell, sc.unit, SeedsMissing(*p, m));
-      const Json* e = nullptr;
-      if (p->contains("vs_baseline")) {
-        const Json& paired = p->at("vs_baseline");
-        if (auto it = paired.find(m); it != paired.end()) e = &*it;
-      }
+      const Json* e = PairedEntry(*p, m);
       if (e == nullptr) {
         out += p == base ? " (baseline) |" : " – |";
         continue;
       }
-      // Relative to the baseline's mean, or absolute (in the metric's unit) where that is 0.
-      const bool rel = e->at("relative").is_number();
-      const double scale = rel ? 100 / std::fabs(e->at("baseline_mean").get<double>()) : sc.factor;
-      const char* unit = rel ? "%" : "";
-      std::string diff = Signed(e->at("diff").get<double>() * scale, unit);
-      const Json& dci = e->at("ci95");
-      if (dci[0].is_number()) {
-        diff += fmt::format(" [{}, {}]", Signed(dci[0].get<double>() * scale, ""),
-                            Signed(dci[1].get<double>() * scale, ""));
-      }
-      if (!rel) diff += sc.unit;
+      std::string diff = DiffText(*e, sc.factor, ", ");
+      if (!e->at("relative").is_number()) diff += sc.unit;
       if (e->at("significant").get<bool>()) diff = "**" + diff + "**";
       out += " " + diff + " |";
     }

@@ -65,7 +65,7 @@ struct Transport::Flow {
   uint32_t cwr_end = 0;
   int rto_backoff = 1;
   bool in_ready = false;
-  uint32_t path_label = 0;  // PLB's label for the switches' hash (0: never repathed)
+  uint32_t path_label = 0;  // the label the switches' hash covers (0: never repathed)
   uint32_t repaths = 0;
   PlbState plb;
   Timer rto_timer;
