@@ -515,15 +515,23 @@ TEST_F(SystemTest, ControllerKilledAndRestartedUnderTraffic) {
   uint64_t newest_before = 0;
   for (const auto& [node, v] : before) newest_before = std::max(newest_before, v);
 
+  // The controller is away 1.5 s by the clock, well inside the agents' 3 s staleness timeout
+  // with the restart and the reconnection on top. (Counted in datagrams, 1.5 s of a 1 ms
+  // stream is 1.8–2 s on a busy machine: too close to the timeout for the agents to be sure
+  // to stay on their tables.)
   const uint32_t killed_seq = (*stream)->sent();
+  const auto killed_at = Clock::now();
   ASSERT_EQ(Cli({"stop", "ctl", "--kill", "--dir", dir_}).exit_code, 0);
   const uint32_t received_at_kill = (*stream)->received();
-  ASSERT_TRUE((*stream)->WaitSent(1500));
-  // Forwarding went on without the controller.
-  EXPECT_GE((*stream)->received(), received_at_kill + 1400);
+  std::this_thread::sleep_until(killed_at + std::chrono::milliseconds(1500));
+  // Forwarding went on without the controller: every datagram sent meanwhile arrived but the
+  // few in flight.
+  EXPECT_GE((*stream)->received() + 20, (*stream)->sent());
+  EXPECT_GT((*stream)->received(), received_at_kill + 500);
   const CommandResult start = Cli({"start", "ctl", "--dir", dir_});
   ASSERT_EQ(start.exit_code, 0) << start.err;
   const auto restarted_at = Clock::now();
+  const int64_t away_ms = Ms(restarted_at - killed_at);
   ASSERT_TRUE(WaitFor([&] { return AllAgentsHaveTables(newest_before); }, std::chrono::seconds(30)))
       << "acked versions did not pass " << newest_before << ": "
       << Darctl({"show", "nodes"}).dump(1);
@@ -544,14 +552,17 @@ TEST_F(SystemTest, ControllerKilledAndRestartedUnderTraffic) {
   for (const nlohmann::json& n : nodes["nodes"]) {
     EXPECT_EQ(U64(n["refused_tables"]), 0u) << n.dump();
     EXPECT_FALSE(n.value("static_table", true)) << n.dump();
-    EXPECT_EQ(U64(n["fallbacks"]), 0u) << n.dump();
+    EXPECT_EQ(U64(n["fallbacks"]), 0u)
+        << n.dump() << " (the controller was away " << away_ms << " ms, then every agent had "
+        << "a new table in " << reconciled_ms << " ms)";
   }
   std::printf(
-      "controller killed for 1.5 s under a 1 ms stream from A to D, then restarted: %u of %u "
+      "controller killed for %lld ms under a 1 ms stream from A to D, then restarted: %u of %u "
       "datagrams lost, longest gap in delivery %lld ms, every agent on a new table %lld ms "
       "after the restart (versions above %llu)\n",
-      r.lost, r.sent - killed_seq, static_cast<long long>(r.longest_gap_ms),
-      static_cast<long long>(reconciled_ms), static_cast<unsigned long long>(newest_before));
+      static_cast<long long>(away_ms), r.lost, r.sent - killed_seq,
+      static_cast<long long>(r.longest_gap_ms), static_cast<long long>(reconciled_ms),
+      static_cast<unsigned long long>(newest_before));
   RecordProperty("lost_datagrams", static_cast<int>(r.lost));
   RecordProperty("longest_gap_ms", static_cast<int>(r.longest_gap_ms));
 }
