@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Max utilisation of ECMP, DAR and the TE LP on the WAN topologies, at the load where ECMP's
-max utilisation is 0.8, under uniform and gravity demand (the table in docs/fluid.md).
+"""Max utilisation of ECMP, DAR and the TE LP on the WAN topologies, under uniform and gravity
+demand, at the loads where ECMP's max utilisation is 0.8, 1 and 2 (the table in docs/fluid.md).
 
   scripts/te-table.py [--dar-sim build/src/cli/dar-sim] [--topologies data/topologies/wan]
 
-ECMP's loads are linear in the demand, so the unit rate that puts ECMP at 0.8 is
-0.8 / (ECMP's max utilisation at 1 Gb/s per unit). DAR and the LP then run at that unit.
-Prints a Markdown table. Python 3 standard library only.
+ECMP's loads are linear in the demand, so the unit rate that puts ECMP at a level x is
+x / (ECMP's max utilisation at 1 Gb/s per unit); so is the LP's optimum, which is solved once
+per matrix (at ECMP's level 1) and scaled. DAR runs at every level. Prints a Markdown table.
+Python 3 standard library only.
 """
 import argparse
 import glob
@@ -15,7 +16,7 @@ import os
 import subprocess
 import sys
 
-TARGET = 0.8
+LEVELS = (0.8, 1.0, 2.0)
 
 
 def loads(dar_sim, topology, policy, demand, unit_gbps):
@@ -35,30 +36,30 @@ def main():
 
     files = sorted(glob.glob(os.path.join(args.topologies, "*.json")),
                    key=lambda f: len(json.load(open(f))["nodes"]))
-    print("| topology | nodes | demand | unit (Gb/s) | ECMP | DAR | LP | DAR/LP | ECMP/LP "
-          "| DAR settled | DAR best seen | stretch ECMP / DAR / LP |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
+    print("| topology | nodes | demand | ECMP / LP | DAR / LP at ECMP 0.8 | at 1 | at 2 "
+          "| DAR iterations at 1 | DAR gap at 1 | stretch ECMP / DAR / LP at 1 |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for f in files:
         name = os.path.basename(f)[:-len(".json")]
         nodes = len(json.load(open(f))["nodes"])
         for demand in ("uniform", "gravity"):
             base = loads(args.dar_sim, f, "ecmp", demand, 1.0)["max_utilization"]
-            unit = TARGET / base
+            unit = 1.0 / base
             ecmp = loads(args.dar_sim, f, "ecmp", demand, unit)
-            dar = loads(args.dar_sim, f, "dar", demand, unit)
             lp = loads(args.dar_sim, f, "lp", demand, unit)
-            e, d, o = (x["max_utilization"] for x in (ecmp, dar, lp))
-            loop = dar["dar"]
-            if loop["settled"]:
-                settled = f"yes, {loop['cycles']} cycles"
-            elif loop["oscillating"]:
-                period = f", period {loop['period']}" if loop["period"] else ""
-                settled = f"no, oscillating{period}"
-            else:
-                settled = f"no ({loop['cycles']} cycles)"
-            print(f"| {name} | {nodes} | {demand} | {unit:.4g} | {e:.3f} | {d:.3f} | {o:.3f} "
-                  f"| {d / o:.2f} | {e / o:.2f} | {settled} | {loop['best_max_utilization']:.3f} "
-                  f"| {ecmp['stretch']:.3f} / {dar['stretch']:.3f} / {lp['stretch']:.3f} |")
+            optimum = lp["max_utilization"]
+            ratios, at_one = [], None
+            for level in LEVELS:
+                dar = loads(args.dar_sim, f, "dar", demand, unit * level)
+                if not dar["dar"]["settled"]:
+                    sys.exit(f"{name} {demand} at ECMP {level}: DAR did not settle")
+                ratios.append(dar["max_utilization"] / (optimum * level))
+                if level == 1.0:
+                    at_one = dar
+            cells = " | ".join(f"{r:.3f}" for r in ratios)
+            print(f"| {name} | {nodes} | {demand} | {ecmp['max_utilization'] / optimum:.2f} "
+                  f"| {cells} | {at_one['dar']['iterations']} | {at_one['dar']['gap']:.1e} "
+                  f"| {ecmp['stretch']:.3f} / {at_one['stretch']:.3f} / {lp['stretch']:.3f} |")
             sys.stdout.flush()
 
 

@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/dar_fluid.h"
 #include "core/demand.h"
 #include "core/fluid.h"
+#include "core/marginal_routing.h"
 #include "core/registry.h"
 #include "core/routing.h"
 #include "core/status_macros.h"
@@ -64,7 +64,7 @@ absl::StatusOr<NamedDemand> MakeDemand(const std::string& spec, const Topology& 
 struct Routing {
   std::vector<double> loads;
   std::vector<PairRoute> routes;
-  std::optional<DarLoopReport> dar;
+  std::optional<MarginalRoutingResult> dar;  // its tables moved out
   std::optional<TeLpResult> lp;
 };
 
@@ -83,10 +83,14 @@ absl::StatusOr<Routing> Route(const LoadsOptions& options, const Topology& topo,
   }
   RoutingTables tables;
   if (options.policy == "dar") {
-    // DAR's tables are what its control loop settles on for this demand.
-    ASSIGN_OR_RETURN(DarFluidResult settled, SettleDarTables(topo, demand, unit_bps));
-    routing.dar = DescribeDarLoop(settled);
+    // DAR's tables are those that minimise its objective for this demand.
+    MarginalRoutingConfig config;
+    config.objective.power = options.objective_power;
+    config.objective.length_weight = options.objective_length_weight;
+    ASSIGN_OR_RETURN(MarginalRoutingResult settled,
+                     MinimiseRoutingObjective(topo, demand, unit_bps, config));
     tables = std::move(settled.tables);
+    routing.dar = std::move(settled);
   } else {
     ASSIGN_OR_RETURN(tables, (*policy)(topo));
   }
@@ -96,6 +100,11 @@ absl::StatusOr<Routing> Route(const LoadsOptions& options, const Topology& topo,
 }
 
 double Ms(Duration d) { return ToSeconds(d) * 1e3; }
+
+// How far DAR's objective may be above its optimum, relative.
+double RelativeGap(const MarginalRoutingResult& d) {
+  return d.objective > 0 ? std::max(0.0, d.objective - d.lower_bound) / d.objective : 0;
+}
 
 }  // namespace
 
@@ -161,16 +170,14 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
       doc["pairs"].push_back(std::move(pair));
     }
     if (routing.dar) {
-      const DarLoopReport& d = *routing.dar;
+      const MarginalRoutingResult& d = *routing.dar;
       doc["dar"] = {{"settled", d.settled},
-                    {"cycles", d.cycles},
-                    {"oscillating", d.oscillating},
-                    {"period", d.period},
-                    {"best_max_utilization", d.best_max_utilization},
-                    {"best_cycle", d.best_cycle},
-                    {"last_max_utilization", d.last_max_utilization}};
-      doc["control_cycles"] = d.cycles;
-      doc["settled"] = d.settled;
+                    {"iterations", d.iterations},
+                    {"objective", d.objective},
+                    {"lower_bound", d.lower_bound},
+                    {"gap", RelativeGap(d)},
+                    {"power", options.objective_power},
+                    {"length_weight", options.objective_length_weight}};
     }
     if (routing.lp) {
       doc["lp"] = {{"lambda", routing.lp->lambda},
@@ -197,15 +204,12 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
       "paths)\n",
       admission.admitted_fraction, admission.min_pair_fraction);
   if (routing.dar) {
-    const DarLoopReport& d = *routing.dar;
-    const std::string state =
-        d.settled ? fmt::format("settled after {} cycles", d.cycles)
-        : d.oscillating
-            ? fmt::format("not settled after {} cycles, oscillating{}", d.cycles,
-                          d.period > 0 ? fmt::format(" (period {})", d.period) : "")
-            : fmt::format("not settled after {} cycles (max utilization steady)", d.cycles);
-    out << fmt::format("dar loop {}; max utilization best {:.4f} (cycle {}), last {:.4f}\n", state,
-                       d.best_max_utilization, d.best_cycle, d.last_max_utilization);
+    const MarginalRoutingResult& d = *routing.dar;
+    out << fmt::format(
+        "dar objective {:.6g} (p {}, length weight {}), at most {:.3g}% above its optimum; {} "
+        "after {} iterations\n",
+        d.objective, options.objective_power, options.objective_length_weight, 100 * RelativeGap(d),
+        d.settled ? "settled" : "stopped", d.iterations);
   }
   if (routing.lp) {
     out << fmt::format("lp optimum {:.6f}{}, {} simplex iterations\n", routing.lp->lambda,
@@ -232,6 +236,14 @@ void AddLoadsCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--unit-gbps", options->unit_gbps, "Rate of one demand unit")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--objective-power", options->objective_power,
+                  "dar: p of the utilisation term of DAR's objective (core/marginal_routing.h)")
+      ->check(CLI::Range(2.0, 64.0))
+      ->capture_default_str();
+  cmd->add_option("--objective-length-weight", options->objective_length_weight,
+                  "dar: weight of path length in DAR's objective")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   auto max_util_only = std::make_shared<bool>(false);
   cmd->add_flag("--lp-max-util-only", *max_util_only,

@@ -3,17 +3,19 @@
 //
 //   dar-sim loads --topology FILE [--demand uniform|gravity|MATRIX] [--policy P]
 //                 [--capacity-gbps X] [--unit-gbps U] [--lp-max-util-only] [--json]
+//                 [--objective-power P] [--objective-length-weight B]
 //
 // FILE is networkx node-link JSON (core/topology_json.h); an edge's "capacity" (bits per
 // second) is its capacity, X Gbps (default 10) that of every other edge. The policy is
-// `lp` (the TE optimum, core/te_lp.h), `dar` (the tables DAR's control loop settles on for
-// this demand, core/dar_fluid.h) or any name registered as a TablePolicy (core/routing.h:
+// `lp` (the TE optimum, core/te_lp.h), `dar` (the tables that minimise DAR's objective for
+// this demand, core/marginal_routing.h) or any name registered as a TablePolicy (core/routing.h:
 // ecmp, static, ...). The demand (core/demand.h, docs/fluid.md) is uniform (one unit from
 // every node to every other), gravity (w(s) w(d), w the node's "weight" or its degree, scaled
 // to the uniform total) or a JSON matrix file. Loads are in demand units; each unit is U Gbps
 // (default 1) when computing utilisation. For every policy the result gives the maximum
 // utilisation, the path stretch and the max-min fair admitted throughput
-// (core/te_metrics.h); for dar whether its loop settled or oscillated.
+// (core/te_metrics.h); for dar its objective, the bound on its optimum and whether the
+// minimisation settled.
 #ifndef DAR_CLI_LOADS_H_
 #define DAR_CLI_LOADS_H_
 
@@ -22,6 +24,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "core/marginal_routing.h"
 
 namespace dar::cli {
 
@@ -33,6 +36,9 @@ struct LoadsOptions {
   double unit_gbps = 1;        // rate of one demand unit
   bool lp_delay_stage = true;  // lp: least delay among max-utilisation optimal routings
   bool json = false;           // JSON instead of a table
+  // dar: its objective (core/marginal_routing.h, RoutingObjective).
+  double objective_power = RoutingObjective().power;
+  double objective_length_weight = RoutingObjective().length_weight;
 };
 
 // Computes the loads and writes them to `out`: with options.json the object
@@ -41,9 +47,8 @@ struct LoadsOptions {
 //    "max_utilization": U, "stretch": S, "admitted_fraction": A, "min_pair_admitted": F,
 //    "pairs": [{"src", "dst", "demand", "delay_ms", "shortest_delay_ms", "stretch",
 //               "admitted"}, ...],
-//    "dar": {"settled", "cycles", "oscillating", "period", "best_max_utilization",
-//            "best_cycle", "last_max_utilization"}            (policy dar only)
-//    "control_cycles": C, "settled": B                        (policy dar only)
+//    "dar": {"settled", "iterations", "objective", "lower_bound", "gap", "power",
+//            "length_weight"}                                 (policy dar only)
 //    "lp": {"lambda", "delay_stage", "simplex_iterations"}}   (policy lp only)
 // listing every directed link in link-id order (S and D are node ids as in the file) and
 // every pair with demand in the matrix's order (a pair's "stretch" is null when its shortest

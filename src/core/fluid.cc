@@ -133,29 +133,32 @@ std::vector<Demand> UniformDemand(const Topology& topo) {
   return out;
 }
 
-absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
-                                                     const RoutingTables& tables,
-                                                     const std::vector<Demand>& demands) {
-  const int n = topo.num_nodes();
-  std::vector<double> loads(topo.num_links(), 0.0);
-  // Per route target, the traffic each source injects toward it.
-  std::map<NodeId, std::vector<double>> injected;
+absl::StatusOr<TargetDemand> SplitDemand(const Topology& topo, const std::vector<Demand>& demands) {
+  TargetDemand out;
+  out.host_loads.assign(topo.num_links(), 0.0);
   for (size_t i = 0; i < demands.size(); ++i) {
     const Demand& d = demands[i];
     RETURN_IF_ERROR(CheckDemand(topo, i, d));
     if (d.src == d.dst) continue;
     ASSIGN_OR_RETURN(const HostEdges e, FindHostEdges(topo, d));
-    if (e.last != kNoLink) loads[e.last] += d.amount;
-    if (e.up != kNoLink) loads[e.up] += d.amount;
+    if (e.last != kNoLink) out.host_loads[e.last] += d.amount;
+    if (e.up != kNoLink) out.host_loads[e.up] += d.amount;
     if (e.from == d.dst) continue;
-    auto [it, inserted] = injected.try_emplace(e.target, n, 0.0);
+    auto [it, inserted] = out.injected.try_emplace(e.target, topo.num_nodes(), 0.0);
     it->second[e.from] += d.amount;
   }
+  return out;
+}
 
-  for (auto& [dest, inflow] : injected) {
+absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
+                                                     const RoutingTables& tables,
+                                                     const std::vector<Demand>& demands) {
+  ASSIGN_OR_RETURN(TargetDemand split, SplitDemand(topo, demands));
+  std::vector<double>& loads = split.host_loads;
+  for (auto& [dest, inflow] : split.injected) {
     ASSIGN_OR_RETURN(const DestinationTable* const table, TableToward(topo, tables, dest));
     std::vector<NodeId> sources;
-    for (NodeId v = 0; v < n; ++v) {
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
       if (inflow[v] > 0) sources.push_back(v);
     }
     ASSIGN_OR_RETURN(const std::vector<NodeId> order, ForwardingOrder(topo, *table, dest, sources));
@@ -168,7 +171,7 @@ absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
       }
     }
   }
-  return loads;
+  return std::move(loads);
 }
 
 absl::StatusOr<std::vector<PairRoute>> ComputePairRoutes(const Topology& topo,

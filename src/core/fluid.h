@@ -6,6 +6,7 @@
 #ifndef DAR_CORE_FLUID_H_
 #define DAR_CORE_FLUID_H_
 
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,18 @@ absl::Status CheckDemand(const Topology& topo, size_t index, const Demand& d);
 // One unit from every endpoint (Topology::Endpoints) to every other endpoint, ordered by
 // source then destination id.
 std::vector<Demand> UniformDemand(const Topology& topo);
+
+// A demand matrix as tables carry it: per route target, the traffic every node injects toward
+// it (a stub host's traffic enters at its switch), and the loads of the host links at either
+// end, which no table changes.
+struct TargetDemand {
+  std::map<NodeId, std::vector<double>> injected;  // route target -> per node, by NodeId
+  std::vector<double> host_loads;                  // per link, by LinkId
+};
+
+// Errors: InvalidArgument for a bad demand, FailedPrecondition if a host end of one has its
+// link down.
+absl::StatusOr<TargetDemand> SplitDemand(const Topology& topo, const std::vector<Demand>& demands);
 
 // The load of every link (indexed by LinkId) when `demands` are routed by `tables`. Traffic to
 // a host hanging off a switch is routed toward the switch (its route target) and then crosses

@@ -1,0 +1,380 @@
+#include "core/marginal_routing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/routing.h"
+#include "core/status_macros.h"
+
+namespace dar {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Next-hop weights of every destination: weights[t][l] is the share of node src(l)'s traffic
+// toward targets[t] that leaves on link l.
+using Weights = std::vector<std::vector<double>>;
+
+// What one destination's weights do to its traffic: the traffic through every node, the order
+// in which it flows (every node before its next hops) and its load on every link.
+struct DestinationFlow {
+  std::vector<double> through;  // by NodeId
+  std::vector<NodeId> order;
+  std::vector<double> links;  // by LinkId
+};
+
+std::vector<double> Scaled(std::vector<double> loads, double unit_bps) {
+  for (double& x : loads) x *= unit_bps;
+  return loads;
+}
+
+class Problem {
+ public:
+  Problem(const Topology& topo, TargetDemand demand, double unit_bps)
+      : topo_(topo), unit_bps_(unit_bps), targets_(topo.Destinations()) {
+    host_loads_ = std::move(demand.host_loads);
+    injected_.assign(targets_.size(), std::vector<double>(topo.num_nodes(), 0.0));
+    for (size_t t = 0; t < targets_.size(); ++t) {
+      auto it = demand.injected.find(targets_[t]);
+      if (it != demand.injected.end()) injected_[t] = std::move(it->second);
+    }
+  }
+
+  const Topology& topo() const { return topo_; }
+  double unit_bps() const { return unit_bps_; }
+  const std::vector<NodeId>& targets() const { return targets_; }
+  const std::vector<double>& injected(size_t t) const { return injected_[t]; }
+  const std::vector<double>& host_loads() const { return host_loads_; }
+
+  // Whether traffic toward targets[t] may take link l: up, of some capacity, and not into a
+  // host other than the target (hosts forward nothing).
+  bool Usable(size_t t, LinkId l) const {
+    const Link& link = topo_.link(l);
+    return link.up && link.params.capacity.bps() > 0 && link.src != targets_[t] &&
+           (link.dst == targets_[t] || topo_.node(link.dst).kind != NodeKind::kHost);
+  }
+
+  // ECMP's weights: the starting point.
+  Weights Ecmp() const {
+    const RoutingTables ecmp = ComputeEcmpTables(topo_);
+    Weights w(targets_.size(), std::vector<double>(topo_.num_links(), 0.0));
+    for (size_t t = 0; t < targets_.size(); ++t) {
+      for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
+        for (const NextHop& hop : ecmp.Lookup(v, targets_[t])) w[t][hop.link] = hop.weight;
+      }
+    }
+    return w;
+  }
+
+  absl::StatusOr<DestinationFlow> Route(size_t t, const std::vector<double>& w) const {
+    DestinationFlow f;
+    ASSIGN_OR_RETURN(f.order, Order(w));
+    f.through = injected_[t];
+    f.links.assign(topo_.num_links(), 0.0);
+    for (NodeId v : f.order) {
+      if (v == targets_[t] || f.through[v] == 0) continue;
+      bool sent = false;
+      for (LinkId l : topo_.node(v).out_links) {
+        if (w[l] <= 0) continue;
+        const double share = f.through[v] * w[l];
+        f.links[l] += share;
+        f.through[topo_.link(l).dst] += share;
+        sent = true;
+      }
+      if (!sent) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "'", topo_.node(v).name, "' cannot reach '", topo_.node(targets_[t]).name, "'"));
+      }
+    }
+    return f;
+  }
+
+  // Every link's load: the host links' and every destination's.
+  std::vector<double> Loads(const std::vector<DestinationFlow>& flows) const {
+    std::vector<double> loads = host_loads_;
+    for (const DestinationFlow& f : flows) {
+      for (LinkId l = 0; l < topo_.num_links(); ++l) loads[l] += f.links[l];
+    }
+    return loads;
+  }
+
+  bool HasTraffic(size_t t) const {
+    return std::any_of(injected_[t].begin(), injected_[t].end(), [](double x) { return x > 0; });
+  }
+
+ private:
+  // The nodes in an order where every node comes before its next hops (Kahn). The weights
+  // are loop-free by construction; a loop is a bug.
+  absl::StatusOr<std::vector<NodeId>> Order(const std::vector<double>& w) const {
+    const int n = topo_.num_nodes();
+    std::vector<int> in(n, 0);
+    for (LinkId l = 0; l < topo_.num_links(); ++l) in[topo_.link(l).dst] += w[l] > 0;
+    std::vector<NodeId> order;
+    order.reserve(n);
+    for (NodeId v = 0; v < n; ++v) {
+      if (in[v] == 0) order.push_back(v);
+    }
+    for (size_t i = 0; i < order.size(); ++i) {
+      for (LinkId l : topo_.node(order[i]).out_links) {
+        if (w[l] > 0 && --in[topo_.link(l).dst] == 0) order.push_back(topo_.link(l).dst);
+      }
+    }
+    if (static_cast<int>(order.size()) != n) {
+      return absl::InternalError("marginal routing: the next hops of a destination form a loop");
+    }
+    return order;
+  }
+
+  const Topology& topo_;
+  double unit_bps_;
+  std::vector<NodeId> targets_;
+  std::vector<std::vector<double>> injected_;  // [t][node]
+  std::vector<double> host_loads_;
+};
+
+// Per destination, the marginal distance of every node (delta), the curvature of its paths
+// (H = sum_k phi_k^2 (J''_k + H_k): how fast delta rises with traffic added at the node), and
+// whether an uphill link (delta not falling along it) lies downstream.
+struct Marginals {
+  std::vector<double> delta, curvature;
+  std::vector<bool> tainted;
+};
+
+Marginals MarginalsToward(const Problem& p, size_t t, const std::vector<double>& w,
+                          const std::vector<NodeId>& order, const ObjectiveTerms& terms) {
+  const Topology& topo = p.topo();
+  const int n = topo.num_nodes();
+  Marginals m{std::vector<double>(n, kInf), std::vector<double>(n, 0.0),
+              std::vector<bool>(n, false)};
+  const NodeId target = p.targets()[t];
+  m.delta[target] = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const NodeId v = *it;
+    if (v == target) continue;
+    double delta = 0, curvature = 0;
+    bool any = false, tainted = false;
+    for (LinkId l : topo.node(v).out_links) {
+      if (w[l] <= 0) continue;
+      const NodeId k = topo.link(l).dst;
+      any = true;
+      delta += w[l] * (terms.first[l] + m.delta[k]);
+      curvature += w[l] * w[l] * (terms.second[l] + m.curvature[k]);
+    }
+    if (!any) continue;
+    m.delta[v] = delta;
+    m.curvature[v] = curvature;
+    for (LinkId l : topo.node(v).out_links) {
+      if (w[l] <= 0) continue;
+      const NodeId k = topo.link(l).dst;
+      tainted = tainted || m.tainted[k] || !(m.delta[k] < delta);
+    }
+    m.tainted[v] = tainted;
+  }
+  return m;
+}
+
+// One Gallager step toward targets[t] with step scale `step`: at every node, traffic moves
+// from each next hop to the one of least marginal cost.
+void StepToward(const Problem& p, size_t t, const DestinationFlow& flow,
+                const ObjectiveTerms& terms, const MarginalRoutingConfig& config, double step,
+                std::vector<double>& w) {
+  const Topology& topo = p.topo();
+  const Marginals m = MarginalsToward(p, t, w, flow.order, terms);
+  const NodeId target = p.targets()[t];
+  for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+    if (v == target || m.delta[v] == kInf) continue;
+    const std::vector<LinkId>& out = topo.node(v).out_links;
+    // The next hop of least marginal cost: a current one, or a neighbour v may start using.
+    LinkId best = kNoLink;
+    double best_cost = kInf;
+    for (LinkId l : out) {
+      const NodeId k = topo.link(l).dst;
+      const bool allowed = w[l] > 0 || (p.Usable(t, l) && !m.tainted[k] && m.delta[k] < m.delta[v]);
+      if (!allowed) continue;
+      const double a = terms.first[l] + m.delta[k];
+      if (a < best_cost) best_cost = a, best = l;
+    }
+    if (best == kNoLink) continue;
+    const double traffic = flow.through[v];
+    const NodeId best_k = topo.link(best).dst;
+    const double best_curvature = terms.second[best] + m.curvature[best_k];
+    const double tie = config.tie_tolerance * std::max(std::abs(best_cost), 1e-300);
+    double moved = 0;
+    for (LinkId l : out) {
+      if (l == best || w[l] <= 0) continue;
+      const NodeId k = topo.link(l).dst;
+      const double excess = terms.first[l] + m.delta[k] - best_cost;
+      if (!(excess > tie)) continue;
+      const double curvature = traffic * (terms.second[l] + m.curvature[k] + best_curvature);
+      const double share = curvature > 0 ? std::min(w[l], step * excess / curvature) : w[l];
+      w[l] -= share;
+      moved += share;
+    }
+    w[best] += moved;
+  }
+}
+
+// Frank-Wolfe's bound: J(F*) >= J(F) + min over routings F' of J'(F) . (F' - F), and the
+// minimum puts every destination's traffic on its shortest paths under the link lengths J'.
+// The host links' loads are the same under every routing and drop out.
+double LowerBound(const Problem& p, const std::vector<DestinationFlow>& flows,
+                  const ObjectiveTerms& terms) {
+  const Topology& topo = p.topo();
+  double now = 0, shortest = 0;
+  for (const DestinationFlow& f : flows) {
+    for (LinkId l = 0; l < topo.num_links(); ++l) now += terms.first[l] * f.links[l];
+  }
+  for (size_t t = 0; t < p.targets().size(); ++t) {
+    if (!p.HasTraffic(t)) continue;
+    const std::vector<double>& injected = p.injected(t);
+    std::vector<double> lengths(topo.num_links(), kInf);
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      if (p.Usable(t, l)) lengths[l] = std::max(terms.first[l], 1e-300);
+    }
+    const std::vector<double> distance = ShortestDistances(topo, p.targets()[t], lengths);
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      if (injected[v] > 0) shortest += injected[v] * distance[v];
+    }
+  }
+  return terms.value - std::max(0.0, now - shortest);
+}
+
+// The tables of weights `w`: next hops below min_weight dropped, the rest renormalised.
+RoutingTables TablesOf(const Problem& p, const Weights& w, double min_weight) {
+  const Topology& topo = p.topo();
+  RoutingTables tables(topo.num_nodes(), p.targets());
+  for (size_t t = 0; t < p.targets().size(); ++t) {
+    std::vector<std::vector<NextHop>> rows(topo.num_nodes());
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      if (topo.StubUplink(v) != kNoLink) continue;
+      double sum = 0;
+      for (LinkId l : topo.node(v).out_links) {
+        if (w[t][l] >= min_weight) rows[v].push_back({l, w[t][l]}), sum += w[t][l];
+      }
+      for (NextHop& hop : rows[v]) hop.weight /= sum;
+    }
+    tables.Set(std::make_shared<const DestinationTable>(p.targets()[t], rows));
+  }
+  return tables;
+}
+
+}  // namespace
+
+ObjectiveTerms EvaluateObjective(const Topology& topo, const std::vector<double>& loads,
+                                 double unit_bps, const RoutingObjective& objective) {
+  const double p = objective.power;
+  const double reference = objective.reference_utilization;
+  const double delay = static_cast<double>(objective.reference_delay.count());
+  ObjectiveTerms terms;
+  terms.first.assign(topo.num_links(), 0.0);
+  terms.second.assign(topo.num_links(), 0.0);
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const Link& link = topo.link(l);
+    const double capacity = static_cast<double>(link.params.capacity.bps()) / unit_bps;
+    if (capacity <= 0) continue;
+    const double x = loads[l] / capacity / reference;
+    const double length =
+        objective.length_weight * (1 + static_cast<double>(link.params.delay.count()) / delay);
+    terms.value += capacity * reference * std::pow(x, p) / p + length * loads[l];
+    terms.first[l] = std::pow(x, p - 1) + length;
+    terms.second[l] = (p - 1) * std::pow(x, p - 2) / (capacity * reference);
+  }
+  return terms;
+}
+
+absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
+    const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
+    const MarginalRoutingConfig& config) {
+  ASSIGN_OR_RETURN(TargetDemand split, SplitDemand(topo, demand));
+  const Problem problem(topo, std::move(split), unit_bps);
+  const size_t targets = problem.targets().size();
+  Weights w = problem.Ecmp();
+  std::vector<DestinationFlow> flows(targets);
+  for (size_t t = 0; t < targets; ++t) {
+    ASSIGN_OR_RETURN(flows[t], problem.Route(t, w[t]));
+  }
+  const auto max_utilization = [&](const std::vector<double>& loads) {
+    return MaxUtilization(topo, Scaled(loads, unit_bps));
+  };
+
+  MarginalRoutingResult result;
+  RoutingObjective objective = config.objective;
+  objective.reference_utilization = max_utilization(problem.Loads(flows));
+  if (!(objective.reference_utilization > 0)) objective.reference_utilization = 1;
+  for (int round = 0; round < config.reference_rounds; ++round) {
+    std::vector<double> loads = problem.Loads(flows);
+    ObjectiveTerms terms = EvaluateObjective(topo, loads, unit_bps, objective);
+    result.lower_bound = 0;
+    result.settled = false;
+    // Each destination's step scale, by Armijo backtracking: halved until J falls, doubled
+    // (up to 1) after each step taken. Destinations move one after the other (Gauss-Seidel),
+    // each against the loads the others left, so one that needs a short step does not hold
+    // the rest back.
+    std::vector<double> step(targets, 1.0);
+    const std::vector<double> no_traffic;
+    for (int i = 0; i < config.max_iterations; ++i) {
+      result.lower_bound = std::max(result.lower_bound, LowerBound(problem, flows, terms));
+      if (terms.value - result.lower_bound <= config.gap_tolerance * std::abs(terms.value)) {
+        result.settled = true;
+        break;
+      }
+      const double before = terms.value;
+      for (size_t t = 0; t < targets; ++t) {
+        if (!problem.HasTraffic(t)) {
+          // No traffic: the weights only steer what might come, toward the least marginal cost.
+          StepToward(problem, t, flows[t], terms, config, 1, w[t]);
+          ASSIGN_OR_RETURN(flows[t], problem.Route(t, w[t]));
+          continue;
+        }
+        for (; step[t] > 1e-9; step[t] /= 2) {
+          std::vector<double> next = w[t];
+          StepToward(problem, t, flows[t], terms, config, step[t], next);
+          ASSIGN_OR_RETURN(DestinationFlow next_flow, problem.Route(t, next));
+          std::vector<double> next_loads = loads;
+          for (LinkId l = 0; l < topo.num_links(); ++l) {
+            next_loads[l] += next_flow.links[l] - flows[t].links[l];
+          }
+          ObjectiveTerms next_terms = EvaluateObjective(topo, next_loads, unit_bps, objective);
+          if (next_terms.value <= terms.value) {
+            w[t] = std::move(next);
+            flows[t] = std::move(next_flow);
+            loads = std::move(next_loads);
+            terms = std::move(next_terms);
+            step[t] = std::min(1.0, step[t] * 2);
+            break;
+          }
+        }
+        step[t] = std::max(step[t], 1e-9);
+      }
+      // Against rounding drift of the loads updated in place.
+      loads = problem.Loads(flows);
+      terms = EvaluateObjective(topo, loads, unit_bps, objective);
+      if (!(terms.value < before)) break;  // no step lowers J: as good as these weights get
+      ++result.iterations;
+      result.objective_trace.push_back(terms.value);
+      result.max_utilization.push_back(max_utilization(loads));
+      const size_t n = result.objective_trace.size();
+      if (i >= config.stall_iterations &&
+          result.objective_trace[n - 1 - config.stall_iterations] - terms.value <=
+              config.stall_tolerance * std::abs(terms.value)) {
+        result.settled = true;
+        break;
+      }
+    }
+    const double now = max_utilization(loads);
+    const bool steady =
+        std::abs(now - objective.reference_utilization) <= 0.01 * objective.reference_utilization;
+    if (steady || !(now > 0) || round + 1 == config.reference_rounds) break;
+    objective.reference_utilization = now;
+  }
+  result.reference_utilization = objective.reference_utilization;
+  result.tables = TablesOf(problem, w, config.min_weight);
+  ASSIGN_OR_RETURN(const std::vector<double> loads, ComputeLinkLoads(topo, result.tables, demand));
+  result.objective = EvaluateObjective(topo, loads, unit_bps, objective).value;
+  return result;
+}
+
+}  // namespace dar

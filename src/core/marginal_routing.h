@@ -1,0 +1,123 @@
+// DAR's routing objective, and tables that minimise it for a demand matrix.
+//
+// The objective. For link loads F (traffic units; a unit is `unit_bps` bits per second) with
+// utilisations u_l = F_l * unit_bps / capacity_l, DAR minimises
+//
+//   J(F) = sum_l  kappa_l * U * (u_l / U)^p / p  +  beta * sum_l F_l * length_l
+//
+// where kappa_l is link l's capacity in traffic units, so that
+//   dJ/dF_l = (u_l / U)^(p-1) + beta * length_l,
+// length_l = 1 + delay_l / reference_delay (a hop, plus the link's propagation delay), and U is
+// the reference utilisation: the maximum utilisation of the routing being improved (below).
+// The first term is the capacity-weighted p-norm of the utilisations, raised to p: for large p
+// it approaches the maximum utilisation — what traffic engineering minimises — but unlike the
+// maximum it is smooth and strictly convex, and every link counts, so the second and third
+// busiest links are relieved too. The second term keeps paths short where balance gains
+// little: a hop costs beta of the marginal cost of a link at the reference utilisation. With U
+// the maximum, the objective does not depend on the scale of the demand: a matrix and the same
+// matrix doubled get the same tables. J is convex in F, so every local minimum is global, and
+// any routing's J is bounded below by the Frank-Wolfe bound J(F) - gap(F).
+//
+// U starts at ECMP's maximum utilisation; after J is minimised for it, U becomes the maximum
+// of the result and J is minimised again from there (at most `reference_rounds` times, until U
+// moves by less than 1%), so that beta means the same at the optimum as at the start.
+//
+// The minimisation is Gallager's minimum-delay routing (Gallager, "A Minimum Delay Routing
+// Algorithm Using Distributed Computation", IEEE Trans. Commun. 1977) with the second-derivative
+// step of Bertsekas, Gafni and Gallager (IEEE Trans. Commun. 1984). Per destination, every
+// node splits its traffic over next hops by weights phi. The marginal distance of a node,
+//   delta_i = sum_k phi_ik * (J'_ik + delta_k),    delta_destination = 0,
+// is the potential of DAR's field under this objective: what one more unit sent from i costs.
+// Each iteration moves, at every node, a share of traffic from every next hop k to the one of
+// least marginal cost k* (a_k = J'_ik + delta_k), in proportion to (a_k - a_k*) over the
+// curvature of both paths — a Newton step on the difference. A node never starts sending to a
+// neighbour that is not strictly downhill in delta or that has an uphill link downstream
+// (Gallager's blocking), so the next hops of every destination stay a DAG: loop-free by
+// construction, every iteration. The step is halved until J falls (Armijo backtracking), so J
+// decreases monotonically and the iteration settles; it stops when the relative gap between J
+// and the lower bound is below tolerance. The optimum is what it converges to: with the
+// first-order condition of a convex problem, every used next hop has the least marginal cost.
+//
+// Pure computation: no clock, no threads, no I/O.
+#ifndef DAR_CORE_MARGINAL_ROUTING_H_
+#define DAR_CORE_MARGINAL_ROUTING_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/fluid.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+#include "core/units.h"
+
+namespace dar {
+
+struct RoutingObjective {
+  // p of the utilisation term. REQUIRES: >= 2.
+  double power = 32;
+  // beta: the weight of path length. REQUIRES: >= 0.
+  double length_weight = 1e-4;
+  // U. REQUIRES: > 0.
+  double reference_utilization = 1;
+  // A link's length is 1 + delay / reference_delay. REQUIRES: > 0.
+  Duration reference_delay = Milliseconds(1);
+};
+
+// J of link loads `loads` (traffic units, by LinkId; host links included), and its first and
+// second derivatives with respect to one link's load.
+struct ObjectiveTerms {
+  double value = 0;
+  std::vector<double> first, second;  // by LinkId
+};
+// Links of zero capacity carry nothing and contribute nothing. REQUIRES: unit_bps > 0,
+// loads.size() == topo.num_links().
+ObjectiveTerms EvaluateObjective(const Topology& topo, const std::vector<double>& loads,
+                                 double unit_bps, const RoutingObjective& objective);
+
+struct MarginalRoutingConfig {
+  RoutingObjective objective;
+  // Iterations of each minimisation, and minimisations (each for a new reference).
+  int max_iterations = 2000;
+  int reference_rounds = 30;
+  // A minimisation stops once (J - lower bound) / J is at most gap_tolerance, or once J has
+  // fallen by less than stall_tolerance (relative) over the last stall_iterations: the
+  // method's own precision, reached near the optimum of an ill-conditioned J (large p).
+  double gap_tolerance = 1e-3;
+  double stall_tolerance = 1e-5;
+  int stall_iterations = 50;
+  // A node moves traffic between next hops only where their marginal costs differ by more
+  // than this, relative: ties that rounding breaks are left alone, so a symmetric network
+  // keeps its equal split.
+  double tie_tolerance = 1e-9;
+  // Next hops weighted below this in the result are dropped (their traffic goes to the
+  // others in proportion).
+  double min_weight = 1e-6;
+};
+
+struct MarginalRoutingResult {
+  RoutingTables tables;
+  int iterations = 0;
+  // Whether the last minimisation stopped on the gap or the stall tolerance (false: it ran
+  // out of iterations, or no step lowered J).
+  bool settled = false;
+  double objective = 0;  // J under `tables`, for the last reference utilisation
+  double reference_utilization = 0;
+  double lower_bound = 0;  // no routing of this demand has a smaller J
+  // Per iteration: J and the maximum utilisation under that iteration's weights. J never
+  // increases within a minimisation; a new reference utilisation starts a new J.
+  std::vector<double> objective_trace, max_utilization;
+};
+
+// Starts from ECMP (topo's shortest paths by metric, equal weights) and minimises J for
+// `demand` (each unit `unit_bps` bits per second). Every destination of topo.Destinations()
+// gets a table; nodes that carry none of its traffic send it on their least-marginal-cost
+// next hop. Errors: InvalidArgument for a bad demand, FailedPrecondition if a demand's
+// destination cannot be reached from its source over up links.
+// REQUIRES: unit_bps > 0.
+absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
+    const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
+    const MarginalRoutingConfig& config = MarginalRoutingConfig());
+
+}  // namespace dar
+
+#endif  // DAR_CORE_MARGINAL_ROUTING_H_

@@ -1,0 +1,234 @@
+#include "core/marginal_routing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/demand.h"
+#include "core/routing.h"
+#include "core/te_lp.h"
+#include "core/topology_gen.h"
+#include "core/topology_json.h"
+#include "core/validator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dar {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kUnit = 1e9;  // one demand unit is 1 Gb/s
+
+LinkParams Params(double gbps, int delay_ms = 1) {
+  LinkParams p;
+  p.capacity = DataRate::Gbps(gbps);
+  p.delay = Milliseconds(delay_ms);
+  return p;
+}
+
+double MaxUtil(const Topology& topo, const RoutingTables& tables, const std::vector<Demand>& demand,
+               double unit = kUnit) {
+  std::vector<double> loads = ComputeLinkLoads(topo, tables, demand).value();
+  for (double& l : loads) l *= unit;
+  return MaxUtilization(topo, loads);
+}
+
+double Weight(const RoutingTables& tables, NodeId node, NodeId dest, LinkId link) {
+  for (const NextHop& hop : tables.Lookup(node, dest)) {
+    if (hop.link == link) return hop.weight;
+  }
+  return 0;
+}
+
+Topology Wan(const std::string& name) {
+  return LoadNodeLinkJson(std::string(DAR_SOURCE_DIR) + "/data/topologies/wan/" + name + ".json",
+                          JsonImportOptions())
+      .value();
+}
+
+std::vector<Demand> Scale(std::vector<Demand> demand, double by) {
+  for (Demand& d : demand) d.amount *= by;
+  return demand;
+}
+
+// Two disjoint two-hop paths of 1 and 3 Gb/s, 2 units across: the optimum splits 1:3, 0.5 on
+// both (ECMP splits evenly: 1.0 on the narrow one).
+TEST(MarginalRoutingTest, SplitsTwoPathsByCapacity) {
+  Topology topo;
+  const NodeId a = topo.AddNode("A", NodeKind::kSwitch);
+  const NodeId m1 = topo.AddNode("M1", NodeKind::kSwitch);
+  const NodeId m2 = topo.AddNode("M2", NodeKind::kSwitch);
+  const NodeId b = topo.AddNode("B", NodeKind::kSwitch);
+  topo.AddDuplexLink(a, m1, Params(1));
+  topo.AddDuplexLink(m1, b, Params(1));
+  topo.AddDuplexLink(a, m2, Params(3));
+  topo.AddDuplexLink(m2, b, Params(3));
+  const std::vector<Demand> demand = {{a, b, 2.0}};
+  absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->settled);
+  EXPECT_NEAR(MaxUtil(topo, r->tables, demand), 0.5, 0.01);
+  EXPECT_NEAR(Weight(r->tables, a, b, topo.FindLink(a, m2)), 0.75, 0.01);
+  EXPECT_LE(r->lower_bound, r->objective);
+  EXPECT_GE(r->lower_bound, r->objective * (1 - MarginalRoutingConfig().gap_tolerance) - 1e-12);
+}
+
+// A triangle of 1 Gb/s links, 3 units A -> B: half over the two-hop detour (1.5 everywhere);
+// ECMP sends all 3 direct. The detour is a next hop only the marginal costs open: C is
+// farther from B than A is by hops.
+TEST(MarginalRoutingTest, OpensTheDetourOfATriangle) {
+  Topology topo;
+  const NodeId a = topo.AddNode("A", NodeKind::kSwitch);
+  const NodeId b = topo.AddNode("B", NodeKind::kSwitch);
+  const NodeId c = topo.AddNode("C", NodeKind::kSwitch);
+  topo.AddDuplexLink(a, b, Params(1));
+  topo.AddDuplexLink(b, c, Params(1));
+  topo.AddDuplexLink(c, a, Params(1));
+  const std::vector<Demand> demand = {{a, b, 3.0}};
+  absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(MaxUtil(topo, r->tables, demand), 1.5, 0.02);
+  EXPECT_NEAR(Weight(r->tables, a, b, topo.FindLink(a, c)), 0.5, 0.01);
+  EXPECT_TRUE(ValidateTables(topo, r->tables).ok()) << ValidateTables(topo, r->tables).ToStatus();
+}
+
+// A symmetric, healthy fabric under uniform demand: ECMP is already optimal, and DAR keeps
+// its tables exactly — equal weights, the same next hops, nothing moved.
+TEST(MarginalRoutingTest, KeepsEcmpOnASymmetricFabric) {
+  const Topology topo = LeafSpine({.leaves = 4,
+                                   .spines = 4,
+                                   .hosts_per_leaf = 4,
+                                   .host_link = Params(10, 0),
+                                   .fabric_link = Params(10, 0)});
+  const std::vector<Demand> demand = Scale(UniformDemand(topo), 0.5);
+  absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const RoutingTables ecmp = ComputeEcmpTables(topo);
+  for (NodeId d : topo.Destinations()) {
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      const auto got = r->tables.Lookup(v, d);
+      const auto want = ecmp.Lookup(v, d);
+      ASSERT_EQ(got.size(), want.size()) << topo.node(v).name << " -> " << topo.node(d).name;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].link, want[i].link);
+        EXPECT_DOUBLE_EQ(got[i].weight, want[i].weight);
+      }
+    }
+  }
+}
+
+// A spine's uplink from one leaf at a tenth of its capacity: ECMP overloads it, DAR moves
+// that leaf's traffic to the other spines and matches the LP.
+TEST(MarginalRoutingTest, RoutesAroundADegradedUplink) {
+  Topology topo = LeafSpine({.leaves = 4,
+                             .spines = 4,
+                             .hosts_per_leaf = 4,
+                             .host_link = Params(10, 0),
+                             .fabric_link = Params(10, 0)});
+  const NodeId leaf0 = topo.FindNode("leaf0").value(), spine0 = topo.FindNode("spine0").value();
+  for (LinkId l : {topo.FindLink(leaf0, spine0), topo.FindLink(spine0, leaf0)}) {
+    topo.mutable_link(l).params.capacity = DataRate::Gbps(1);
+  }
+  const std::vector<Demand> demand = Scale(UniformDemand(topo), 0.5);
+  absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double ecmp = MaxUtil(topo, ComputeEcmpTables(topo), demand);
+  const double lp = SolveMinMaxUtilization(topo, demand, kUnit).value().lambda;
+  const double dar = MaxUtil(topo, r->tables, demand);
+  EXPECT_GT(ecmp, 2 * lp);
+  EXPECT_LE(dar, 1.05 * lp) << "ECMP " << ecmp << ", LP " << lp << " settled " << r->settled
+                            << " iterations " << r->iterations << " J " << r->objective << " LB "
+                            << r->lower_bound << " U " << r->reference_utilization;
+  EXPECT_TRUE(ValidateTables(topo, r->tables).ok());
+}
+
+// On real WANs, at ECMP's saturation and at twice it: loop-free, settled, never above ECMP,
+// within 5% of the LP's optimum and within 2% of the optimum of its own objective; J never
+// rises within a minimisation.
+TEST(MarginalRoutingTest, WansSettleNearTheOptimum) {
+  for (const char* name : {"Abilene", "Sprint", "Internode"}) {
+    const Topology topo = Wan(name);
+    for (bool gravity : {false, true}) {
+      const std::vector<Demand> base = gravity ? GravityDemand(topo).value() : UniformDemand(topo);
+      const double ecmp_at_unit = MaxUtil(topo, ComputeEcmpTables(topo), base);
+      const double lp_at_unit = SolveMinMaxUtilization(topo, base, kUnit).value().lambda;
+      for (double ecmp_level : {1.0, 2.0}) {
+        SCOPED_TRACE(testing::Message()
+                     << name << (gravity ? " gravity" : " uniform") << ", ECMP at " << ecmp_level);
+        const std::vector<Demand> demand = Scale(base, ecmp_level / ecmp_at_unit);
+        absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_TRUE(r->settled);
+        EXPECT_TRUE(ValidateTables(topo, r->tables).ok());
+        const double dar = MaxUtil(topo, r->tables, demand);
+        EXPECT_LE(dar, ecmp_level * (1 + 1e-9));
+        EXPECT_LE(dar, 1.05 * lp_at_unit * ecmp_level / ecmp_at_unit);
+        EXPECT_LE(r->objective - r->lower_bound, 0.02 * r->objective);
+        MarginalRoutingConfig one_round;
+        one_round.reference_rounds = 1;
+        r = MinimiseRoutingObjective(topo, demand, kUnit, one_round);
+        ASSERT_TRUE(r.ok()) << r.status();
+        ASSERT_FALSE(r->objective_trace.empty());
+        EXPECT_TRUE(std::is_sorted(r->objective_trace.rbegin(), r->objective_trace.rend()));
+      }
+    }
+  }
+}
+
+// The objective does not depend on the scale of the demand: a matrix scaled by 1 +- 1e-7 (or
+// doubled) gives the same tables, within 1e-6 in every weight.
+TEST(MarginalRoutingTest, ScaledDemandGivesTheSameTables) {
+  const Topology topo = Wan("Abilene");
+  const std::vector<Demand> demand = GravityDemand(topo).value();
+  absl::StatusOr<MarginalRoutingResult> base = MinimiseRoutingObjective(topo, demand, kUnit);
+  ASSERT_TRUE(base.ok()) << base.status();
+  for (double by : {1 + 1e-7, 1 - 1e-7, 2.0}) {
+    absl::StatusOr<MarginalRoutingResult> r =
+        MinimiseRoutingObjective(topo, Scale(demand, by), kUnit);
+    ASSERT_TRUE(r.ok()) << r.status();
+    double worst = 0;
+    for (NodeId d : topo.Destinations()) {
+      for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+        for (const NextHop& hop : base->tables.Lookup(v, d)) {
+          worst = std::max(worst, std::abs(hop.weight - Weight(r->tables, v, d, hop.link)));
+        }
+        for (const NextHop& hop : r->tables.Lookup(v, d)) {
+          worst = std::max(worst, std::abs(hop.weight - Weight(base->tables, v, d, hop.link)));
+        }
+      }
+    }
+    EXPECT_LE(worst, 1e-6) << "scaled by " << by;
+  }
+}
+
+// A down link carries nothing; a destination cut off is an error that names it; a bad demand
+// is refused.
+TEST(MarginalRoutingTest, DownLinksAndBadDemands) {
+  Topology topo;
+  const NodeId a = topo.AddNode("A", NodeKind::kSwitch);
+  const NodeId b = topo.AddNode("B", NodeKind::kSwitch);
+  const NodeId c = topo.AddNode("C", NodeKind::kSwitch);
+  const auto [ab, ba] = topo.AddDuplexLink(a, b, Params(1));
+  topo.AddDuplexLink(b, c, Params(1));
+  topo.AddDuplexLink(c, a, Params(1));
+  topo.mutable_link(ab).up = false;
+  const std::vector<Demand> demand = {{a, b, 0.5}};
+  absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(Weight(r->tables, a, b, ab), 0);
+  EXPECT_NEAR(MaxUtil(topo, r->tables, demand), 0.5, 1e-9);
+
+  topo.mutable_link(topo.FindLink(c, b)).up = false;
+  r = MinimiseRoutingObjective(topo, demand, kUnit);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("cannot reach 'B'"));
+
+  r = MinimiseRoutingObjective(topo, {{a, 7, 1.0}}, kUnit);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = MinimiseRoutingObjective(topo, {{a, c, -1.0}}, kUnit);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dar
