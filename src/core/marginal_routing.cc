@@ -57,11 +57,15 @@ class Problem {
            (link.dst == targets_[t] || topo_.node(link.dst).kind != NodeKind::kHost);
   }
 
-  // ECMP's weights: the starting point.
-  Weights Ecmp() const {
+  // The starting weights: those of `start` where it has a table for the destination that
+  // uses only usable links, reaches the destination from every node ECMP does and has no
+  // loop; ECMP's elsewhere.
+  Weights Start(const RoutingTables* start) const {
     const RoutingTables ecmp = ComputeEcmpTables(topo_);
     Weights w(targets_.size(), std::vector<double>(topo_.num_links(), 0.0));
     for (size_t t = 0; t < targets_.size(); ++t) {
+      if (start != nullptr && StartFrom(*start, ecmp, t, w[t])) continue;
+      std::fill(w[t].begin(), w[t].end(), 0.0);
       for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
         for (const NextHop& hop : ecmp.Lookup(v, targets_[t])) w[t][hop.link] = hop.weight;
       }
@@ -106,6 +110,28 @@ class Problem {
   }
 
  private:
+  bool StartFrom(const RoutingTables& start, const RoutingTables& ecmp, size_t t,
+                 std::vector<double>& w) const {
+    const NodeId target = targets_[t];
+    if (start.num_nodes() != topo_.num_nodes() || !start.IsDestination(target) ||
+        start.Table(target) == nullptr) {
+      return false;
+    }
+    for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
+      if (v == target) continue;
+      const absl::Span<const NextHop> hops = start.Lookup(v, target);
+      if (hops.empty() != ecmp.Lookup(v, target).empty()) return false;
+      for (const NextHop& hop : hops) {
+        if (hop.link < 0 || hop.link >= topo_.num_links() || topo_.link(hop.link).src != v ||
+            !Usable(t, hop.link) || !(hop.weight > 0)) {
+          return false;
+        }
+        w[hop.link] = hop.weight;
+      }
+    }
+    return Order(w).ok();
+  }
+
   // The nodes in an order where every node comes before its next hops (Kahn). The weights
   // are loop-free by construction; a loop is a bug.
   absl::StatusOr<std::vector<NodeId>> Order(const std::vector<double>& w) const {
@@ -185,7 +211,9 @@ void StepToward(const Problem& p, size_t t, const DestinationFlow& flow,
   const Marginals m = MarginalsToward(p, t, w, flow.order, terms);
   const NodeId target = p.targets()[t];
   for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-    if (v == target || m.delta[v] == kInf) continue;
+    // A node without traffic keeps its weights: they steer only what may come, and moving
+    // them would churn tables for nothing.
+    if (v == target || m.delta[v] == kInf || !(flow.through[v] > 0)) continue;
     const std::vector<LinkId>& out = topo.node(v).out_links;
     // The next hop of least marginal cost: a current one, or a neighbour v may start using.
     LinkId best = kNoLink;
@@ -263,6 +291,21 @@ RoutingTables TablesOf(const Problem& p, const Weights& w, double min_weight) {
 
 }  // namespace
 
+double UtilizationNorm(const Topology& topo, const std::vector<double>& loads, double unit_bps,
+                       double power) {
+  double sum = 0, max = 0;
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const double capacity = static_cast<double>(topo.link(l).params.capacity.bps()) / unit_bps;
+    if (capacity > 0) max = std::max(max, loads[l] / capacity);
+  }
+  if (!(max > 0)) return 0;
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const double capacity = static_cast<double>(topo.link(l).params.capacity.bps()) / unit_bps;
+    if (capacity > 0) sum += capacity * std::pow(loads[l] / capacity / max, power);
+  }
+  return max * std::pow(sum, 1 / power);
+}
+
 ObjectiveTerms EvaluateObjective(const Topology& topo, const std::vector<double>& loads,
                                  double unit_bps, const RoutingObjective& objective) {
   const double p = objective.power;
@@ -287,11 +330,15 @@ ObjectiveTerms EvaluateObjective(const Topology& topo, const std::vector<double>
 
 absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
-    const MarginalRoutingConfig& config) {
+    const MarginalRoutingConfig& config, const RoutingTables* start,
+    const std::vector<double>* other_loads) {
   ASSIGN_OR_RETURN(TargetDemand split, SplitDemand(topo, demand));
+  if (other_loads != nullptr) {
+    for (LinkId l = 0; l < topo.num_links(); ++l) split.host_loads[l] += (*other_loads)[l];
+  }
   const Problem problem(topo, std::move(split), unit_bps);
   const size_t targets = problem.targets().size();
-  Weights w = problem.Ecmp();
+  Weights w = problem.Start(start);
   std::vector<DestinationFlow> flows(targets);
   for (size_t t = 0; t < targets; ++t) {
     ASSIGN_OR_RETURN(flows[t], problem.Route(t, w[t]));
@@ -323,12 +370,7 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
       }
       const double before = terms.value;
       for (size_t t = 0; t < targets; ++t) {
-        if (!problem.HasTraffic(t)) {
-          // No traffic: the weights only steer what might come, toward the least marginal cost.
-          StepToward(problem, t, flows[t], terms, config, 1, w[t]);
-          ASSIGN_OR_RETURN(flows[t], problem.Route(t, w[t]));
-          continue;
-        }
+        if (!problem.HasTraffic(t)) continue;
         for (; step[t] > 1e-9; step[t] /= 2) {
           std::vector<double> next = w[t];
           StepToward(problem, t, flows[t], terms, config, step[t], next);
@@ -372,7 +414,10 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   }
   result.reference_utilization = objective.reference_utilization;
   result.tables = TablesOf(problem, w, config.min_weight);
-  ASSIGN_OR_RETURN(const std::vector<double> loads, ComputeLinkLoads(topo, result.tables, demand));
+  ASSIGN_OR_RETURN(std::vector<double> loads, ComputeLinkLoads(topo, result.tables, demand));
+  if (other_loads != nullptr) {
+    for (LinkId l = 0; l < topo.num_links(); ++l) loads[l] += (*other_loads)[l];
+  }
   result.objective = EvaluateObjective(topo, loads, unit_bps, objective).value;
   return result;
 }

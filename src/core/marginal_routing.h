@@ -108,15 +108,26 @@ struct MarginalRoutingResult {
   std::vector<double> objective_trace, max_utilization;
 };
 
-// Starts from ECMP (topo's shortest paths by metric, equal weights) and minimises J for
-// `demand` (each unit `unit_bps` bits per second). Every destination of topo.Destinations()
-// gets a table; nodes that carry none of its traffic send it on their least-marginal-cost
-// next hop. Errors: InvalidArgument for a bad demand, FailedPrecondition if a demand's
-// destination cannot be reached from its source over up links.
-// REQUIRES: unit_bps > 0.
+// Minimises J for `demand` (each unit `unit_bps` bits per second), starting from `start`
+// where given — a live network's current tables, so that a new demand estimate moves them
+// only as far as it must — and from ECMP (topo's shortest paths by metric, equal weights)
+// for every destination `start` lacks or routes over a down or unknown link, or leaves a
+// node ECMP can route without a next hop. Every destination of topo.Destinations() gets a
+// table; rows that carry none of the demand keep their starting weights. Errors:
+// InvalidArgument for a bad demand, FailedPrecondition if a demand's destination cannot be
+// reached from its source over up links. REQUIRES: unit_bps > 0.
+// `other_loads` (by LinkId, traffic units), if given, is load on the links that no routing
+// moves: traffic the demand does not account for.
 absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
-    const MarginalRoutingConfig& config = MarginalRoutingConfig());
+    const MarginalRoutingConfig& config = MarginalRoutingConfig(),
+    const RoutingTables* start = nullptr, const std::vector<double>* other_loads = nullptr);
+
+// The capacity-weighted p-norm of the utilisations, (sum_l kappa_l u_l^p)^(1/p): for large p
+// about the maximum utilisation, but every link counts. 0 if nothing is loaded.
+// REQUIRES: as EvaluateObjective, power >= 1.
+double UtilizationNorm(const Topology& topo, const std::vector<double>& loads, double unit_bps,
+                       double power);
 
 }  // namespace dar
 

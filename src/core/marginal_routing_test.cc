@@ -202,6 +202,57 @@ TEST(MarginalRoutingTest, ScaledDemandGivesTheSameTables) {
   }
 }
 
+// Started from its own result, the minimisation has next to nothing left to do and keeps the
+// tables; a start that routes over a link now down is replaced by ECMP for that destination.
+TEST(MarginalRoutingTest, WarmStartKeepsGoodTablesAndDropsStaleOnes) {
+  Topology topo = Wan("Abilene");
+  const std::vector<Demand> demand = GravityDemand(topo).value();
+  absl::StatusOr<MarginalRoutingResult> cold = MinimiseRoutingObjective(topo, demand, kUnit);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  absl::StatusOr<MarginalRoutingResult> warm =
+      MinimiseRoutingObjective(topo, demand, kUnit, MarginalRoutingConfig(), &cold->tables);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_LT(warm->iterations, cold->iterations / 4 + 5);
+  EXPECT_NEAR(MaxUtil(topo, warm->tables, demand), MaxUtil(topo, cold->tables, demand), 1e-3);
+
+  // Take down a cable the optimum uses; the old tables are a start only where they avoid it.
+  LinkId used = kNoLink;
+  for (NodeId d : topo.Destinations()) {
+    for (NodeId v = 0; v < topo.num_nodes() && used == kNoLink; ++v) {
+      if (cold->tables.Lookup(v, d).size() > 1) used = cold->tables.Lookup(v, d)[0].link;
+    }
+  }
+  ASSERT_NE(used, kNoLink);
+  topo.mutable_link(used).up = false;
+  topo.mutable_link(topo.link(used).reverse).up = false;
+  absl::StatusOr<MarginalRoutingResult> after =
+      MinimiseRoutingObjective(topo, demand, kUnit, MarginalRoutingConfig(), &cold->tables);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(ValidateTables(topo, after->tables).ok())
+      << ValidateTables(topo, after->tables).ToStatus();
+}
+
+// Load that no routing moves (other traffic on a link) counts: two equal paths, half of one
+// taken by other traffic, and the demand balances the two at 0.75.
+TEST(MarginalRoutingTest, OtherLoadsAreRoutedAround) {
+  Topology topo;
+  const NodeId a = topo.AddNode("A", NodeKind::kSwitch);
+  const NodeId m1 = topo.AddNode("M1", NodeKind::kSwitch);
+  const NodeId m2 = topo.AddNode("M2", NodeKind::kSwitch);
+  const NodeId b = topo.AddNode("B", NodeKind::kSwitch);
+  topo.AddDuplexLink(a, m1, Params(1));
+  topo.AddDuplexLink(m1, b, Params(1));
+  topo.AddDuplexLink(a, m2, Params(1));
+  topo.AddDuplexLink(m2, b, Params(1));
+  const std::vector<Demand> demand = {{a, b, 1.0}};
+  std::vector<double> other(topo.num_links(), 0.0);
+  other[topo.FindLink(m1, b)] = 0.5;
+  absl::StatusOr<MarginalRoutingResult> r =
+      MinimiseRoutingObjective(topo, demand, kUnit, MarginalRoutingConfig(), nullptr, &other);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(Weight(r->tables, a, b, topo.FindLink(a, m2)), 0.75, 0.01);
+}
+
 // A down link carries nothing; a destination cut off is an error that names it; a bad demand
 // is refused.
 TEST(MarginalRoutingTest, DownLinksAndBadDemands) {

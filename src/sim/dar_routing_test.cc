@@ -168,5 +168,77 @@ TEST(DarRoutingTest, InvalidTablesNeverForward) {
   EXPECT_EQ(manager.counters().refused_version, 1);
 }
 
+// The marginal decision layer on a symmetric, healthy fabric under an even all-to-all: ECMP
+// is already the objective's optimum for any measured demand, so the first tables hold and
+// not one route changes. With one uplink at a tenth of its capacity the layer publishes new
+// tables that take the leaf's traffic off it, and the all-to-all finishes sooner than under
+// ECMP.
+TEST(DarRoutingTest, MarginalDecisionHoldsOnASymmetricFabricAndMovesOffASlowLink) {
+  const auto run = [](bool degraded) {
+    return RunYaml(
+        fmt::format(R"(
+duration_ms: 20
+drain_limit_ms: 200
+topology:
+  type: leaf_spine
+  leaves: 4
+  spines: 4
+  hosts_per_leaf: 4
+{degraded}
+workloads:
+  - {{type: alltoall, jobs: 1, job_size: 16, placement: spread, message_mb: 4, iterations: 4}}
+policies:
+  - {{name: ecmp, forwarding: per_flowlet, flowlet_gap_us: 500}}
+  - {{name: dar-m, routing: dar, decision: marginal, forwarding: per_flowlet, flowlet_gap_us: 500, period_ms: 1}}
+)",
+                    fmt::arg("degraded", degraded ? "  overrides: [{link: [leaf0, spine0], "
+                                                    "capacity_fraction: 0.1}]"
+                                                  : "")));
+  };
+  absl::StatusOr<nlohmann::json> healthy = run(false);
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  const auto& even = (*healthy)["policies"][1]["metrics"];
+  EXPECT_GT(even["control_cycles"].get<int64_t>(), 10);
+  EXPECT_EQ(even["route_changes"], 0);
+  EXPECT_EQ(even["marginal"]["publishes"], 1);  // the first tables, ECMP's
+  EXPECT_EQ(even["routing_loops"], 0) << even.dump(1);
+
+  absl::StatusOr<nlohmann::json> slow = run(true);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  const auto& ecmp = (*slow)["policies"][0]["metrics"];
+  const auto& dar = (*slow)["policies"][1]["metrics"];
+  EXPECT_GE(dar["marginal"]["publishes"].get<int64_t>(), 2);
+  EXPECT_GT(dar["route_changes"].get<int64_t>(), 0);
+  EXPECT_EQ(dar["routing_loops"], 0);
+  EXPECT_EQ(dar["marginal"]["failures"], 0);
+  std::printf("all-to-all with leaf0-spine0 at a tenth: iteration time ECMP %.2f ms, DAR %.2f ms\n",
+              ecmp["alltoall_iteration_time_s"].get<double>() * 1e3,
+              dar["alltoall_iteration_time_s"].get<double>() * 1e3);
+  EXPECT_LT(dar["alltoall_iteration_time_s"].get<double>(),
+            0.8 * ecmp["alltoall_iteration_time_s"].get<double>());
+}
+
+// The marginal layer's settings are checked like every other key.
+TEST(DarRoutingTest, MarginalDecisionKeysAreChecked) {
+  const auto run = [](const std::string& keys) {
+    return RunYaml(fmt::format(R"(
+duration_ms: 1
+topology: {{type: leaf_spine, leaves: 2, spines: 2, hosts_per_leaf: 1}}
+workloads:
+  - {{type: bulk, size_kb: 64, transfers: [{{src: h0, dst: h1}}]}}
+policies:
+  - {{name: dar, {}}}
+)",
+                               keys));
+  };
+  EXPECT_TRUE(run("decision: marginal, objective_power: 16, publish_gain: 0.05").ok());
+  for (const char* bad :
+       {"decision: greedy", "decision: marginal, objective_power: 1",
+        "decision: marginal, publish_gain: 2", "decision: marginal, demand_periods: 0"}) {
+    absl::StatusOr<nlohmann::json> r = run(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace dar::sim

@@ -190,6 +190,9 @@ void Network::set_forwarding(const ForwardingConfig& f) {
 
 void Network::Send(NodeId node, PacketPtr p) {
   p->hop_limit = config_.initial_hop_limit;
+  if (on_send_ && p->kind != PacketKind::kProbe && p->kind != PacketKind::kProbeReply) {
+    on_send_(node, *p);
+  }
   Receive(node, std::move(p), kNoLink);
 }
 

@@ -80,6 +80,9 @@ class Network {
   using NicReadyHandler = std::function<void(NodeId host)>;
   // Receives link probes and probe replies at the far end of the link they crossed.
   using ProbeHandler = std::function<void(NodeId at, LinkId in_link, PacketPtr p)>;
+  // Sees every packet a node sends (Send), data and acknowledgements alike, before it is
+  // forwarded: what an agent counts of the traffic its node originates.
+  using SendObserver = std::function<void(NodeId node, const Packet& p)>;
 
   // Traffic classes with tables of their own (Packet::traffic_class indexes them).
   static constexpr int kClasses = 8;
@@ -98,6 +101,7 @@ class Network {
   void set_drop_handler(DropHandler h) { on_drop_ = std::move(h); }
   void set_nic_ready_handler(NicReadyHandler h) { on_nic_ready_ = std::move(h); }
   void set_probe_handler(ProbeHandler h) { on_probe_ = std::move(h); }
+  void set_send_observer(SendObserver o) { on_send_ = std::move(o); }
   // The forwarding mode of every forwarder (NextHopChooser); forgets their flowlets.
   // REQUIRES: f.Validate().ok().
   void set_forwarding(const ForwardingConfig& f);
@@ -165,6 +169,7 @@ class Network {
   DropHandler on_drop_;
   NicReadyHandler on_nic_ready_;
   ProbeHandler on_probe_;
+  SendObserver on_send_;
   std::unique_ptr<FabricBalancer> balancer_;
 };
 
