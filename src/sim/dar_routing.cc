@@ -1,13 +1,9 @@
 #include "sim/dar_routing.h"
 
-#include <cmath>
 #include <filesystem>
 
 #include "core/config_reader.h"
-#include "core/fluid.h"
-#include "core/routing.h"
 #include "core/status_macros.h"
-#include "core/validator.h"
 #include "learn/policy_model.h"
 #include "spdlog/spdlog.h"
 
@@ -22,22 +18,6 @@ void ForEachNetworkClass(int cls, F f) {
   } else {
     for (int c = 1; c < Network::kClasses; ++c) f(c);
   }
-}
-
-// Rows (node, destination) whose next hops or weights differ between two table sets of the
-// same topology.
-int64_t ChangedRows(const Topology& topo, const RoutingTables& a, const RoutingTables& b) {
-  int64_t changed = 0;
-  for (NodeId d : topo.Destinations()) {
-    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-      const absl::Span<const NextHop> x = a.Lookup(v, d), y = b.Lookup(v, d);
-      bool same = SameLinks(x, y);
-      for (size_t i = 0; same && i < x.size(); ++i)
-        same = std::abs(x[i].weight - y[i].weight) < 1e-9;
-      changed += !same;
-    }
-  }
-  return changed;
 }
 
 }  // namespace
@@ -63,12 +43,12 @@ void DarRouting::Start(ControlContext& ctx) {
   pushes_line_ = std::make_unique<DelayLine<Push>>(
       ctx.loop, [this](Push&& p) { Receive(std::move(p.tables), p.cls); });
   if (config_.decision == DarConfig::Decision::kMarginal) {
+    MarginalDecisionConfig m = config_.marginal;
+    m.period = config_.agents.period;
+    marginal_ = std::make_unique<MarginalDecision>(ctx.network.topology(), m);
     alive_.assign(current.num_links(), true);
-    measured_.assign(current.num_links(), 0.0);
-    ctx.network.set_send_observer([this](NodeId, const Packet& p) {
-      sent_bytes_[static_cast<uint64_t>(p.src) << 32 | static_cast<uint32_t>(p.dst)] +=
-          p.size_bytes;
-    });
+    ctx.network.set_send_observer(
+        [this](NodeId, const Packet& p) { marginal_->CountSent(p.src, p.dst, p.size_bytes); });
   }
 
   // The controller starts from its configuration: the links' capacities and delays, no load.
@@ -110,17 +90,16 @@ void DarRouting::OnSamples(const std::vector<LinkSample>& samples) {
   for (size_t l = 0; l < samples.size(); ++l) {
     computer_->Observe(static_cast<LinkId>(l), samples[l]);
   }
-  if (!measured_.empty()) {
-    const double a = 1 - std::exp(-1 / config_.demand_periods);
+  if (marginal_ != nullptr) {
     for (size_t l = 0; l < samples.size(); ++l) {
-      measured_[l] += a * (static_cast<double>(samples[l].throughput.bps()) / 8 - measured_[l]);
+      marginal_->ObserveThroughput(static_cast<LinkId>(l), samples[l].throughput);
     }
   }
   Cycle(/*force_full=*/false, config_.push_delay);
 }
 
 void DarRouting::Cycle(bool force_full, Duration push_delay) {
-  if (config_.decision == DarConfig::Decision::kMarginal) {
+  if (marginal_ != nullptr) {
     MarginalCycle(push_delay);
     return;
   }
@@ -135,23 +114,6 @@ void DarRouting::Cycle(bool force_full, Duration push_delay) {
   }
 }
 
-void DarRouting::UpdateDemand() {
-  const Time now = ctx_->loop.now();
-  const double elapsed = ToSeconds(now - demand_at_);
-  if (!(elapsed > 0)) return;
-  demand_at_ = now;
-  // An exponential average of each pair's rate, with a time constant of demand_periods.
-  const double a =
-      1 - std::exp(-elapsed / (config_.demand_periods * ToSeconds(config_.agents.period)));
-  for (auto& [pair, rate] : demand_) rate *= 1 - a;
-  for (const auto& [pair, bytes] : sent_bytes_) demand_[pair] += a * bytes / elapsed;
-  sent_bytes_.clear();
-  // Pairs that fell silent fade out; below a millionth of the largest they are forgotten.
-  double largest = 0;
-  for (const auto& [pair, rate] : demand_) largest = std::max(largest, rate);
-  std::erase_if(demand_, [&](const auto& e) { return !(e.second > 1e-6 * largest); });
-}
-
 Topology DarRouting::KnownTopology() const {
   Topology view = ctx_->network.current();
   for (LinkId l = 0; l < view.num_links(); ++l) {
@@ -161,73 +123,15 @@ Topology DarRouting::KnownTopology() const {
 }
 
 void DarRouting::MarginalCycle(Duration push_delay) {
-  ++marginal_.cycles;
-  UpdateDemand();
-  const Topology view = KnownTopology();
-  std::vector<Demand> demand;
-  demand.reserve(demand_.size());
-  for (const auto& [pair, rate] : demand_) {
-    demand.push_back(
-        {static_cast<NodeId>(pair >> 32), static_cast<NodeId>(pair & 0xffffffff), rate});
-  }
-  // Demand in bytes per second: one unit is 8 bits per second.
-  constexpr double kUnit = 8;
-  // Unexplained load counts only beyond this fraction of a link's capacity: below it, it is
-  // the forwarders' uneven flowlet split around the predicted load (no one's traffic), which
-  // the tables must not chase.
-  constexpr double kOtherLoadSlack = 0.1;
-  const bool valid = in_force_ != nullptr && ValidateTables(view, *in_force_).ok();
-  // The load the demand does not explain under the tables in force.
-  std::vector<double> other(view.num_links(), 0.0);
-  if (valid) {
-    if (absl::StatusOr<std::vector<double>> predicted = ComputeLinkLoads(view, *in_force_, demand);
-        predicted.ok()) {
-      for (LinkId l = 0; l < view.num_links(); ++l) {
-        const double slack =
-            kOtherLoadSlack * static_cast<double>(view.link(l).params.capacity.bps()) / kUnit;
-        other[l] = std::max(0.0, measured_[l] - (*predicted)[l] - slack);
-      }
-    }
-  }
-  std::shared_ptr<const RoutingTables> next;
-  absl::StatusOr<MarginalRoutingResult> result = MinimiseRoutingObjective(
-      view, demand, kUnit, config_.marginal, valid ? in_force_.get() : nullptr, &other);
-  if (result.ok()) {
-    marginal_.iterations += result->iterations;
-    next = std::make_shared<const RoutingTables>(std::move(result->tables));
-  } else {
-    // A demand the known links cannot carry: shortest paths over what is left.
-    ++marginal_.failures;
-    const std::string why(result.status().message());
-    if (policy_errors_logged_.insert(why).second) {
-      spdlog::warn("dar: marginal decision failed (logged once): {}", why);
-    }
-    next = std::make_shared<const RoutingTables>(ComputeEcmpTables(view));
-  }
-  bool publish = !valid;
-  marginal_.forced += !valid && in_force_ != nullptr;
-  if (valid && result.ok()) {
-    const double power = config_.marginal.objective.power;
-    absl::StatusOr<std::vector<double>> now = ComputeLinkLoads(view, *in_force_, demand);
-    absl::StatusOr<std::vector<double>> then = ComputeLinkLoads(view, *next, demand);
-    if (now.ok() && then.ok()) {
-      for (LinkId l = 0; l < view.num_links(); ++l) {
-        (*now)[l] += other[l];
-        (*then)[l] += other[l];
-      }
-      publish = UtilizationNorm(view, *then, kUnit, power) <
-                (1 - config_.publish_gain) * UtilizationNorm(view, *now, kUnit, power);
-    }
-  }
-  if (publish) {
-    if (in_force_ != nullptr) marginal_.route_changes += ChangedRows(view, *in_force_, *next);
-    ++marginal_.publishes;
-    in_force_ = std::move(next);
-  } else {
-    ++marginal_.holds;
+  const int64_t failures = marginal_->stats().failures;
+  std::shared_ptr<const RoutingTables> in_force =
+      marginal_->Decide(ctx_->loop.now(), KnownTopology());
+  if (marginal_->stats().failures > failures &&
+      policy_errors_logged_.insert(marginal_->last_error()).second) {
+    spdlog::warn("dar: marginal decision failed (logged once): {}", marginal_->last_error());
   }
   // Every cycle a new version: the forwarders' sign that the controller is alive.
-  auto tables = std::make_shared<RoutingTables>(*in_force_);
+  auto tables = std::make_shared<RoutingTables>(*in_force);
   tables->set_version(++version_);
   for (int cls = 0; cls < kTrafficClasses; ++cls) SendTables(tables, cls, push_delay);
 }
@@ -263,18 +167,19 @@ void DarRouting::Report(nlohmann::json& metrics) const {
   metrics["fallbacks_to_static"] = fallbacks;
   metrics["routing_loops"] = metrics.value("routing_loops", int64_t{0}) + loops;
   const RouteComputerStats stats = computer_ != nullptr ? computer_->stats() : RouteComputerStats();
-  const bool marginal = config_.decision == DarConfig::Decision::kMarginal;
-  const int64_t route_changes = marginal ? marginal_.route_changes : stats.route_changes;
-  metrics["control_cycles"] = marginal ? marginal_.cycles : stats.cycles;
+  const bool marginal = marginal_ != nullptr;
+  const int64_t route_changes = marginal ? marginal_->stats().route_changes : stats.route_changes;
+  metrics["control_cycles"] = marginal ? marginal_->stats().cycles : stats.cycles;
   metrics["route_changes"] = route_changes;
   const double seconds = ToSeconds(ctx_->loop.now());
   metrics["route_changes_per_s"] = seconds > 0 ? route_changes / seconds : 0.0;
   if (marginal) {
-    metrics["marginal"] = {{"publishes", marginal_.publishes},
-                           {"holds", marginal_.holds},
-                           {"forced", marginal_.forced},
-                           {"failures", marginal_.failures},
-                           {"iterations", marginal_.iterations}};
+    const MarginalDecisionStats& m = marginal_->stats();
+    metrics["marginal"] = {{"publishes", m.publishes},
+                           {"holds", m.holds},
+                           {"forced", m.forced},
+                           {"failures", m.failures},
+                           {"iterations", m.iterations}};
   } else {
     metrics["full_recomputes"] = stats.full_cycles;
   }
@@ -357,14 +262,15 @@ absl::Status ReadDarConfig(YamlReader& p, DarConfig& c) {
                    p.OptionalChoice("decision", "diffusion", {"diffusion", "marginal"}));
   c.decision =
       decision == "marginal" ? DarConfig::Decision::kMarginal : DarConfig::Decision::kDiffusion;
-  RoutingObjective& o = c.marginal.objective;
+  RoutingObjective& o = c.marginal.routing.objective;
   ASSIGN_OR_RETURN(o.power, p.Optional<double>("objective_power", o.power, Bounds::InRange(2, 64)));
   ASSIGN_OR_RETURN(o.length_weight, p.Optional<double>("objective_length_weight", o.length_weight,
                                                        Bounds::NonNegative()));
-  ASSIGN_OR_RETURN(c.demand_periods,
-                   p.Optional<double>("demand_periods", c.demand_periods, Bounds::Positive()));
-  ASSIGN_OR_RETURN(c.publish_gain,
-                   p.Optional<double>("publish_gain", c.publish_gain, Bounds::InRange(0, 1)));
+  MarginalDecisionConfig& m = c.marginal;
+  ASSIGN_OR_RETURN(m.demand_periods,
+                   p.Optional<double>("demand_periods", m.demand_periods, Bounds::Positive()));
+  ASSIGN_OR_RETURN(m.publish_gain,
+                   p.Optional<double>("publish_gain", m.publish_gain, Bounds::InRange(0, 0.99)));
   return absl::OkStatus();
 }
 

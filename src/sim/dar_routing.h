@@ -15,18 +15,12 @@
 // probes go unanswered (a gray failure that keeps carrier) as soon as its agent says so.
 //
 // The decision layer is the diffusion engine's (above) by default. With `decision: marginal`
-// it is DAR's objective instead (core/marginal_routing.h): the agents count the traffic their
-// node sends to every destination, the controller smooths that into a demand estimate
-// (exponentially, time constant `demand_periods` periods), and every cycle minimises the
-// objective for it, starting from the tables in force, over the links it knows to be usable.
-// What the links carry beyond what the demand explains under the tables in force (the
-// samples' throughput, smoothed alike, less the predicted load) counts as load no routing
-// moves: traffic the agents do not originate.
-// It pushes the result only if the utilisation norm it predicts is at least `publish_gain`
-// (relative) below that of the tables in force — or at once if those route over a link now
-// down — and otherwise renews the tables in force (a new version, the same routes): the
-// forwarders' flowlet switching adapts within the weights, the controller does not chase
-// noise. Link samples still feed the route computer, which this layer does not consult.
+// it is DAR's objective instead (core/marginal_decision.h): the agents count the traffic their
+// node sends to every destination, and every cycle the controller minimises the objective for
+// the smoothed demand, starting from the tables in force, over the links it knows to be
+// usable, and puts new tables in force only when that pays (`publish_gain`); otherwise it
+// renews the tables in force (a new version, the same routes). Link samples still feed the
+// route computer, which this layer does not consult, and give it the links' throughput.
 //
 // "dar-learned" is the same loop with a learned policy refining the engine's weights
 // (learn/policy_model.h, RouteComputer::set_weight_policy): the settings of "dar", plus
@@ -44,10 +38,9 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "core/marginal_routing.h"
+#include "core/marginal_decision.h"
 #include "core/route_computer.h"
 #include "core/table_manager.h"
 #include "learn/policy_audit.h"
@@ -60,11 +53,8 @@ namespace dar::sim {
 struct DarConfig {
   enum class Decision { kDiffusion, kMarginal };
   Decision decision = Decision::kDiffusion;
-  // kMarginal: the objective and its minimisation, the demand estimate's time constant in
-  // periods, and the gain in the utilisation norm that new tables must promise.
-  MarginalRoutingConfig marginal;
-  double demand_periods = 4;
-  double publish_gain = 0.02;
+  // kMarginal: the layer's settings (its period is the agents').
+  MarginalDecisionConfig marginal;
   AgentConfig agents;                     // period 100 ms, report delay 1 ms
   Duration push_delay = Milliseconds(1);  // controller -> forwarders
   RouteComputerConfig routes;             // forecasts, costs, engines (core/route_computer.h)
@@ -96,10 +86,9 @@ class DarRouting : public ControlPlane {
   void SyncLink(LinkId l);
   // Runs the route computer on the current link view and pushes its tables.
   void Cycle(bool force_full, Duration push_delay);
-  // The marginal decision layer's cycle: the demand estimate, the objective's minimum, and
-  // the tables pushed (new ones, or the ones in force renewed).
+  // The marginal decision layer's cycle: the tables it keeps in force, pushed as a new
+  // version.
   void MarginalCycle(Duration push_delay);
-  void UpdateDemand();
   // The topology as the controller knows it: the network's, less the links whose probes
   // went unanswered.
   Topology KnownTopology() const;
@@ -123,18 +112,10 @@ class DarRouting : public ControlPlane {
   };
   std::unique_ptr<DelayLine<Push>> pushes_line_;  // controller -> forwarders
 
-  // The marginal decision layer's state.
-  std::vector<bool> alive_;                           // by link: the probes' verdict
-  std::unordered_map<uint64_t, int64_t> sent_bytes_;  // (src << 32 | dst) since the last cycle
-  std::unordered_map<uint64_t, double> demand_;       // the same pairs, bytes per second
-  std::vector<double> measured_;  // by link: the samples' throughput, smoothed, bytes/s
-  Time demand_at_{0};
-  std::shared_ptr<const RoutingTables> in_force_;  // the last tables pushed with new routes
+  // The marginal decision layer (null: the diffusion engine decides).
+  std::unique_ptr<MarginalDecision> marginal_;
+  std::vector<bool> alive_;  // by link: the probes' verdict
   uint64_t version_ = 0;
-  struct MarginalStats {
-    int64_t cycles = 0, publishes = 0, holds = 0, forced = 0, failures = 0, iterations = 0;
-    int64_t route_changes = 0;
-  } marginal_;
 };
 
 }  // namespace dar::sim

@@ -1,0 +1,124 @@
+#include "core/marginal_decision.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/fluid.h"
+#include "core/routing.h"
+#include "core/validator.h"
+
+namespace dar {
+namespace {
+
+// The demand and loads are in bytes per second: one unit is 8 bits per second.
+constexpr double kUnit = 8;
+
+// Rows (node, destination) whose next hops or weights differ between two table sets.
+int64_t ChangedRows(const Topology& topo, const RoutingTables& a, const RoutingTables& b) {
+  int64_t changed = 0;
+  for (NodeId d : topo.Destinations()) {
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      const absl::Span<const NextHop> x = a.Lookup(v, d), y = b.Lookup(v, d);
+      bool same = SameLinks(x, y);
+      for (size_t i = 0; same && i < x.size(); ++i) {
+        same = std::abs(x[i].weight - y[i].weight) < 1e-9;
+      }
+      changed += !same;
+    }
+  }
+  return changed;
+}
+
+}  // namespace
+
+MarginalDecision::MarginalDecision(const Topology& topo, const MarginalDecisionConfig& config)
+    : topo_(topo), config_(config), throughput_(topo.num_links(), 0.0) {}
+
+void MarginalDecision::ObserveThroughput(LinkId link, DataRate throughput) {
+  const double a = 1 - std::exp(-1 / config_.demand_periods);
+  throughput_[link] += a * (static_cast<double>(throughput.bps()) / 8 - throughput_[link]);
+}
+
+void MarginalDecision::UpdateDemand(Time now) {
+  const double elapsed = ToSeconds(now - demand_at_);
+  if (!(elapsed > 0)) return;
+  demand_at_ = now;
+  const double a = 1 - std::exp(-elapsed / (config_.demand_periods * ToSeconds(config_.period)));
+  for (auto& [pair, rate] : demand_) rate *= 1 - a;
+  for (const auto& [pair, bytes] : sent_) demand_[pair] += a * static_cast<double>(bytes) / elapsed;
+  sent_.clear();
+  // Below a millionth of the largest, a pair is forgotten.
+  double largest = 0;
+  for (const auto& [pair, rate] : demand_) largest = std::max(largest, rate);
+  std::erase_if(demand_, [&](const auto& e) { return !(e.second > 1e-6 * largest); });
+}
+
+std::vector<Demand> MarginalDecision::DemandEstimate() const {
+  std::vector<Demand> out;
+  out.reserve(demand_.size());
+  for (const auto& [pair, rate] : demand_) {
+    out.push_back({static_cast<NodeId>(pair >> 32), static_cast<NodeId>(pair & 0xffffffff), rate});
+  }
+  return out;
+}
+
+std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const Topology& known) {
+  ++stats_.cycles;
+  UpdateDemand(now);
+  const std::vector<Demand> demand = DemandEstimate();
+  const bool valid = in_force_ != nullptr && ValidateTables(known, *in_force_).ok();
+
+  // Load the demand does not explain under the tables in force.
+  std::vector<double> other(known.num_links(), 0.0);
+  if (valid) {
+    if (absl::StatusOr<std::vector<double>> predicted = ComputeLinkLoads(known, *in_force_, demand);
+        predicted.ok()) {
+      for (LinkId l = 0; l < known.num_links(); ++l) {
+        const double slack = config_.other_load_slack *
+                             static_cast<double>(known.link(l).params.capacity.bps()) / kUnit;
+        other[l] = std::max(0.0, throughput_[l] - (*predicted)[l] - slack);
+      }
+    }
+  }
+
+  std::shared_ptr<const RoutingTables> next;
+  absl::StatusOr<MarginalRoutingResult> result = MinimiseRoutingObjective(
+      known, demand, kUnit, config_.routing, valid ? in_force_.get() : nullptr, &other);
+  if (result.ok()) {
+    stats_.iterations += result->iterations;
+    next = std::make_shared<const RoutingTables>(std::move(result->tables));
+  } else {
+    // A demand the known links cannot carry (a partition): shortest paths over what is left.
+    ++stats_.failures;
+    last_error_ = std::string(result.status().message());
+    next = std::make_shared<const RoutingTables>(ComputeEcmpTables(known));
+  }
+
+  bool publish = !valid;
+  if (valid && result.ok()) {
+    absl::StatusOr<std::vector<double>> now_loads = ComputeLinkLoads(known, *in_force_, demand);
+    absl::StatusOr<std::vector<double>> next_loads = ComputeLinkLoads(known, *next, demand);
+    if (now_loads.ok() && next_loads.ok()) {
+      for (LinkId l = 0; l < known.num_links(); ++l) {
+        (*now_loads)[l] += other[l];
+        (*next_loads)[l] += other[l];
+      }
+      const double power = config_.routing.objective.power;
+      publish = UtilizationNorm(known, *next_loads, kUnit, power) <
+                (1 - config_.publish_gain) * UtilizationNorm(known, *now_loads, kUnit, power);
+    }
+  }
+  if (!publish) {
+    ++stats_.holds;
+    return in_force_;
+  }
+  if (in_force_ != nullptr) {
+    stats_.forced += !valid;
+    stats_.route_changes += ChangedRows(known, *in_force_, *next);
+  }
+  ++stats_.publishes;
+  in_force_ = std::move(next);
+  return in_force_;
+}
+
+}  // namespace dar

@@ -1,0 +1,103 @@
+// DAR's marginal decision layer for a live network (ARCHITECTURE.md, "Two speeds": the slow
+// one): the demand each node sends, measured, smoothed and turned every cycle into the tables
+// that minimise DAR's objective (core/marginal_routing.h), changed only when that pays.
+//
+// In: the bytes every endpoint sent toward every other since the last cycle (what an agent
+// counts of the traffic its node originates) and every link's measured throughput (a
+// sample per period). Per cycle:
+//   1. the demand estimate: each pair's rate, averaged exponentially with a time constant of
+//      demand_periods periods; pairs that fell silent fade out;
+//   2. other load: what a link carries beyond what the demand explains under the tables in
+//      force (its smoothed throughput less the predicted load, less other_load_slack of its
+//      capacity: below that it is the forwarders' uneven split, no one's traffic) — held fixed,
+//      as traffic no routing moves;
+//   3. the objective's minimum for that demand over the known topology, started from the
+//      tables in force;
+//   4. the rule that keeps tables still: the new tables replace those in force only if the
+//      utilisation norm they predict is at least publish_gain (relative) lower, or at once if
+//      the tables in force route over a link now down (they fail ValidateTables).
+// The forwarders adapt within the tables in microseconds (flowlets, DRILL); this layer does
+// not chase what they fix.
+//
+// Pure computation: no clock (the caller passes the time), no threads, no I/O. Not
+// thread-safe.
+#ifndef DAR_CORE_MARGINAL_DECISION_H_
+#define DAR_CORE_MARGINAL_DECISION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/marginal_routing.h"
+#include "core/routing_table.h"
+#include "core/topology.h"
+#include "core/units.h"
+
+namespace dar {
+
+struct MarginalDecisionConfig {
+  MarginalRoutingConfig routing;
+  // The sample period, and the demand's and throughputs' time constant in periods.
+  // REQUIRES: period > 0, demand_periods > 0.
+  Duration period = Milliseconds(100);
+  double demand_periods = 4;
+  // REQUIRES: in [0, 1).
+  double publish_gain = 0.02;
+  // REQUIRES: >= 0.
+  double other_load_slack = 0.1;
+};
+
+struct MarginalDecisionStats {
+  int64_t cycles = 0;
+  int64_t publishes = 0;  // new tables put in force (the first included)
+  int64_t holds = 0;      // cycles that kept the tables in force
+  int64_t forced = 0;     // publishes because the tables in force used a link now down
+  int64_t failures = 0;   // cycles whose minimisation failed (then: ECMP over the known links)
+  int64_t iterations = 0;
+  int64_t route_changes = 0;  // (node, destination) rows changed by publishes
+};
+
+class MarginalDecision {
+ public:
+  // `topo` fixes the nodes and links (not their state) and must outlive the decision.
+  // REQUIRES: config as documented.
+  MarginalDecision(const Topology& topo, const MarginalDecisionConfig& config);
+
+  // `bytes` sent by endpoint `src` toward endpoint `dst` since the last cycle.
+  void CountSent(NodeId src, NodeId dst, int64_t bytes) {
+    sent_[static_cast<uint64_t>(src) << 32 | static_cast<uint32_t>(dst)] += bytes;
+  }
+  // A link's throughput sample, once per period.
+  void ObserveThroughput(LinkId link, DataRate throughput);
+
+  // The cycle at `now` over `known` (topo with the links known to be down or unusable marked
+  // down, and their capacities as they are now): the tables to push, those in force after it.
+  // The first cycle puts ECMP's tables (or the objective's, if there is demand) in force.
+  // REQUIRES: known has topo's nodes and links.
+  std::shared_ptr<const RoutingTables> Decide(Time now, const Topology& known);
+
+  const MarginalDecisionStats& stats() const { return stats_; }
+  // The last failure's message; empty if none.
+  const std::string& last_error() const { return last_error_; }
+  // The demand estimate, bytes per second per (src, dst) pair, in no particular order.
+  std::vector<Demand> DemandEstimate() const;
+
+ private:
+  void UpdateDemand(Time now);
+
+  const Topology& topo_;
+  MarginalDecisionConfig config_;
+  std::unordered_map<uint64_t, int64_t> sent_;   // (src << 32 | dst) -> bytes since the last cycle
+  std::unordered_map<uint64_t, double> demand_;  // the same pairs, bytes per second
+  std::vector<double> throughput_;               // by link, smoothed, bytes per second
+  Time demand_at_{0};
+  std::shared_ptr<const RoutingTables> in_force_;
+  MarginalDecisionStats stats_;
+  std::string last_error_;
+};
+
+}  // namespace dar
+
+#endif  // DAR_CORE_MARGINAL_DECISION_H_

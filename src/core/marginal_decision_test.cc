@@ -1,0 +1,130 @@
+#include "core/marginal_decision.h"
+
+#include <cmath>
+
+#include "core/routing.h"
+#include "core/topology_gen.h"
+#include "core/validator.h"
+#include "gtest/gtest.h"
+
+namespace dar {
+namespace {
+
+LinkParams Params(double gbps) {
+  LinkParams p;
+  p.capacity = DataRate::Gbps(gbps);
+  p.delay = Microseconds(1);
+  return p;
+}
+
+Topology Fabric() {
+  return LeafSpine({.leaves = 2,
+                    .spines = 2,
+                    .hosts_per_leaf = 2,
+                    .host_link = Params(10),
+                    .fabric_link = Params(10)});
+}
+
+double Weight(const RoutingTables& t, NodeId node, NodeId dest, LinkId link) {
+  for (const NextHop& hop : t.Lookup(node, dest)) {
+    if (hop.link == link) return hop.weight;
+  }
+  return 0;
+}
+
+// One period of traffic: every host sends `bytes` to the host on the other leaf.
+void SendAcross(const Topology& topo, MarginalDecision& d, int64_t bytes) {
+  const NodeId h0 = *topo.FindNode("h0"), h1 = *topo.FindNode("h1");
+  const NodeId h2 = *topo.FindNode("h2"), h3 = *topo.FindNode("h3");
+  d.CountSent(h0, h2, bytes);
+  d.CountSent(h1, h3, bytes);
+  d.CountSent(h2, h0, bytes);
+  d.CountSent(h3, h1, bytes);
+}
+
+// The demand estimate is each pair's rate averaged over demand_periods periods.
+TEST(MarginalDecisionTest, DemandIsTheSmoothedRate) {
+  const Topology topo = Fabric();
+  MarginalDecisionConfig config;
+  config.period = Milliseconds(1);
+  config.demand_periods = 4;
+  MarginalDecision d(topo, config);
+  d.Decide(Time(0), topo);
+  SendAcross(topo, d, 1000);  // 1 MB/s for 1 ms
+  d.Decide(Time(Milliseconds(1)), topo);
+  const std::vector<Demand> demand = d.DemandEstimate();
+  ASSERT_EQ(demand.size(), 4u);
+  for (const Demand& x : demand) EXPECT_NEAR(x.amount, 1e6 * (1 - std::exp(-0.25)), 1);
+}
+
+// A symmetric fabric under even demand: ECMP's tables stay in force, cycle after cycle.
+TEST(MarginalDecisionTest, HoldsEcmpOnASymmetricFabric) {
+  const Topology topo = Fabric();
+  MarginalDecisionConfig config;
+  config.period = Milliseconds(1);
+  MarginalDecision d(topo, config);
+  const auto first = d.Decide(Time(0), topo);
+  for (int i = 1; i <= 20; ++i) {
+    SendAcross(topo, d, 500'000);  // 4 Gb/s per pair
+    EXPECT_EQ(d.Decide(Time(Milliseconds(i)), topo), first);
+  }
+  EXPECT_EQ(d.stats().publishes, 1);
+  EXPECT_EQ(d.stats().holds, 20);
+  EXPECT_EQ(d.stats().route_changes, 0);
+}
+
+// A fabric link slows to a tenth: the next cycle moves the traffic off it (it pays); a link
+// going down forces new tables at once.
+TEST(MarginalDecisionTest, MovesOffASlowLinkAndOffADownOne) {
+  Topology topo = Fabric();
+  MarginalDecisionConfig config;
+  config.period = Milliseconds(1);
+  MarginalDecision d(topo, config);
+  d.Decide(Time(0), topo);
+  for (int i = 1; i <= 5; ++i) {
+    SendAcross(topo, d, 500'000);
+    d.Decide(Time(Milliseconds(i)), topo);
+  }
+  const NodeId leaf0 = *topo.FindNode("leaf0"), leaf1 = *topo.FindNode("leaf1");
+  const LinkId slow = topo.FindLink(leaf0, *topo.FindNode("spine0"));
+  topo.mutable_link(slow).params.capacity = DataRate::Gbps(1);
+  SendAcross(topo, d, 500'000);
+  auto tables = d.Decide(Time(Milliseconds(6)), topo);
+  EXPECT_EQ(d.stats().publishes, 2);
+  EXPECT_LT(Weight(*tables, leaf0, leaf1, slow), 0.2);
+  EXPECT_GT(d.stats().route_changes, 0);
+
+  const LinkId other = topo.FindLink(leaf0, *topo.FindNode("spine1"));
+  topo.mutable_link(other).up = false;
+  SendAcross(topo, d, 500'000);
+  tables = d.Decide(Time(Milliseconds(7)), topo);
+  EXPECT_EQ(d.stats().forced, 1);
+  EXPECT_EQ(Weight(*tables, leaf0, leaf1, other), 0);
+  EXPECT_TRUE(ValidateTables(topo, *tables).ok());
+}
+
+// Throughput the demand does not explain, well beyond the slack, is held as load no routing
+// moves: traffic leaves the link that carries it.
+TEST(MarginalDecisionTest, UnexplainedLoadIsRoutedAround) {
+  const Topology topo = Fabric();
+  MarginalDecisionConfig config;
+  config.period = Milliseconds(1);
+  config.demand_periods = 1;
+  MarginalDecision d(topo, config);
+  d.Decide(Time(0), topo);
+  const NodeId leaf0 = *topo.FindNode("leaf0"), leaf1 = *topo.FindNode("leaf1");
+  const LinkId busy = topo.FindLink(*topo.FindNode("spine0"), leaf1);
+  for (int i = 1; i <= 10; ++i) {
+    SendAcross(topo, d, 250'000);  // 2 Gb/s per pair
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      d.ObserveThroughput(l, l == busy ? DataRate::Gbps(8) : DataRate::Gbps(0));
+    }
+    d.Decide(Time(Milliseconds(i)), topo);
+  }
+  const LinkId via_busy = topo.FindLink(leaf0, *topo.FindNode("spine0"));
+  auto tables = d.Decide(Time(Milliseconds(11)), topo);
+  EXPECT_LT(Weight(*tables, leaf0, leaf1, via_busy), 0.3);
+}
+
+}  // namespace
+}  // namespace dar
