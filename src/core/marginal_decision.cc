@@ -81,12 +81,18 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
     }
   }
 
+  // The minimisation resumes where the last one stopped (its tables, published or not), so a
+  // steady demand costs few iterations a cycle; the tables in force, or ECMP, where those
+  // route over a link now down.
+  const RoutingTables* start = valid ? in_force_.get() : nullptr;
+  if (candidate_ != nullptr && ValidateTables(known, *candidate_).ok()) start = candidate_.get();
   std::shared_ptr<const RoutingTables> next;
-  absl::StatusOr<MarginalRoutingResult> result = MinimiseRoutingObjective(
-      known, demand, kUnit, config_.routing, valid ? in_force_.get() : nullptr, &other);
+  absl::StatusOr<MarginalRoutingResult> result =
+      MinimiseRoutingObjective(known, demand, kUnit, config_.routing, start, &other);
   if (result.ok()) {
     stats_.iterations += result->iterations;
     next = std::make_shared<const RoutingTables>(std::move(result->tables));
+    candidate_ = next;
   } else {
     // A demand the known links cannot carry (a partition): shortest paths over what is left.
     ++stats_.failures;

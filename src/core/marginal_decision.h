@@ -11,8 +11,8 @@
 //      force (its smoothed throughput less the predicted load, less other_load_slack of its
 //      capacity: below that it is the forwarders' uneven split, no one's traffic) — held fixed,
 //      as traffic no routing moves;
-//   3. the objective's minimum for that demand over the known topology, started from the
-//      tables in force;
+//   3. the objective's minimum for that demand over the known topology, resumed from where
+//      the last cycle's minimisation stopped (published or not);
 //   4. the rule that keeps tables still: the new tables replace those in force only if the
 //      utilisation norm they predict is at least publish_gain (relative) lower, or at once if
 //      the tables in force route over a link now down (they fail ValidateTables).
@@ -94,6 +94,7 @@ class MarginalDecision {
   std::vector<double> throughput_;               // by link, smoothed, bytes per second
   Time demand_at_{0};
   std::shared_ptr<const RoutingTables> in_force_;
+  std::shared_ptr<const RoutingTables> candidate_;  // the last minimisation's tables
   MarginalDecisionStats stats_;
   std::string last_error_;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,13 +62,14 @@ class Problem {
   // uses only usable links, reaches the destination from every node ECMP does and has no
   // loop; ECMP's elsewhere.
   Weights Start(const RoutingTables* start) const {
-    const RoutingTables ecmp = ComputeEcmpTables(topo_);
     Weights w(targets_.size(), std::vector<double>(topo_.num_links(), 0.0));
+    std::optional<RoutingTables> ecmp;  // computed only if a destination needs it
     for (size_t t = 0; t < targets_.size(); ++t) {
-      if (start != nullptr && StartFrom(*start, ecmp, t, w[t])) continue;
+      if (start != nullptr && StartFrom(*start, t, w[t])) continue;
+      if (!ecmp) ecmp = ComputeEcmpTables(topo_);
       std::fill(w[t].begin(), w[t].end(), 0.0);
       for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
-        for (const NextHop& hop : ecmp.Lookup(v, targets_[t])) w[t][hop.link] = hop.weight;
+        for (const NextHop& hop : ecmp->Lookup(v, targets_[t])) w[t][hop.link] = hop.weight;
       }
     }
     return w;
@@ -110,8 +112,7 @@ class Problem {
   }
 
  private:
-  bool StartFrom(const RoutingTables& start, const RoutingTables& ecmp, size_t t,
-                 std::vector<double>& w) const {
+  bool StartFrom(const RoutingTables& start, size_t t, std::vector<double>& w) const {
     const NodeId target = targets_[t];
     if (start.num_nodes() != topo_.num_nodes() || !start.IsDestination(target) ||
         start.Table(target) == nullptr) {
@@ -120,7 +121,12 @@ class Problem {
     for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
       if (v == target) continue;
       const absl::Span<const NextHop> hops = start.Lookup(v, target);
-      if (hops.empty() != ecmp.Lookup(v, target).empty()) return false;
+      // A switch that could forward toward the target must have a next hop.
+      if (hops.empty() && topo_.node(v).kind == NodeKind::kSwitch &&
+          std::any_of(topo_.node(v).out_links.begin(), topo_.node(v).out_links.end(),
+                      [&](LinkId l) { return Usable(t, l); })) {
+        return false;
+      }
       for (const NextHop& hop : hops) {
         if (hop.link < 0 || hop.link >= topo_.num_links() || topo_.link(hop.link).src != v ||
             !Usable(t, hop.link) || !(hop.weight > 0)) {
@@ -160,6 +166,34 @@ class Problem {
   std::vector<std::vector<double>> injected_;  // [t][node]
   std::vector<double> host_loads_;
 };
+
+// x^n for a small non-negative integer n, by squaring: p is an integer in practice, and
+// std::pow is most of the cost of evaluating J.
+double IntPow(double x, int n) {
+  double result = 1;
+  for (; n > 0; n >>= 1, x *= x) {
+    if (n & 1) result *= x;
+  }
+  return result;
+}
+
+// One link's term of J and its first and second derivatives by the link's load.
+struct LinkTerm {
+  double value = 0, first = 0, second = 0;
+};
+LinkTerm TermOf(const Link& link, double load, double unit_bps, const RoutingObjective& o) {
+  const double capacity = static_cast<double>(link.params.capacity.bps()) / unit_bps;
+  if (capacity <= 0) return {};
+  const double p = o.power;
+  const double x = load / capacity / o.reference_utilization;
+  const double length = o.length_weight * (1 + static_cast<double>(link.params.delay.count()) /
+                                                   static_cast<double>(o.reference_delay.count()));
+  const double x_p2 =
+      p == std::floor(p) && p <= 64 ? IntPow(x, static_cast<int>(p) - 2) : std::pow(x, p - 2);
+  return {.value = capacity * o.reference_utilization * x_p2 * x * x / p + length * load,
+          .first = x_p2 * x + length,
+          .second = (p - 1) * x_p2 / (capacity * o.reference_utilization)};
+}
 
 // Per destination, the marginal distance of every node (delta), the curvature of its paths
 // (H = sum_k phi_k^2 (J''_k + H_k): how fast delta rises with traffic added at the node), and
@@ -308,22 +342,14 @@ double UtilizationNorm(const Topology& topo, const std::vector<double>& loads, d
 
 ObjectiveTerms EvaluateObjective(const Topology& topo, const std::vector<double>& loads,
                                  double unit_bps, const RoutingObjective& objective) {
-  const double p = objective.power;
-  const double reference = objective.reference_utilization;
-  const double delay = static_cast<double>(objective.reference_delay.count());
   ObjectiveTerms terms;
   terms.first.assign(topo.num_links(), 0.0);
   terms.second.assign(topo.num_links(), 0.0);
   for (LinkId l = 0; l < topo.num_links(); ++l) {
-    const Link& link = topo.link(l);
-    const double capacity = static_cast<double>(link.params.capacity.bps()) / unit_bps;
-    if (capacity <= 0) continue;
-    const double x = loads[l] / capacity / reference;
-    const double length =
-        objective.length_weight * (1 + static_cast<double>(link.params.delay.count()) / delay);
-    terms.value += capacity * reference * std::pow(x, p) / p + length * loads[l];
-    terms.first[l] = std::pow(x, p - 1) + length;
-    terms.second[l] = (p - 1) * std::pow(x, p - 2) / (capacity * reference);
+    const LinkTerm t = TermOf(topo.link(l), loads[l], unit_bps, objective);
+    terms.value += t.value;
+    terms.first[l] = t.first;
+    terms.second[l] = t.second;
   }
   return terms;
 }
@@ -361,9 +387,13 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     // each against the loads the others left, so one that needs a short step does not hold
     // the rest back.
     std::vector<double> step(targets, 1.0);
+    std::vector<std::pair<LinkId, LinkTerm>> changed;
     const std::vector<double> no_traffic;
     for (int i = 0; i < config.max_iterations; ++i) {
-      result.lower_bound = std::max(result.lower_bound, LowerBound(problem, flows, terms));
+      // The bound costs a shortest-path tree per destination: every tenth iteration.
+      if (i % 10 == 0) {
+        result.lower_bound = std::max(result.lower_bound, LowerBound(problem, flows, terms));
+      }
       if (terms.value - result.lower_bound <= config.gap_tolerance * std::abs(terms.value)) {
         result.settled = true;
         break;
@@ -375,16 +405,26 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
           std::vector<double> next = w[t];
           StepToward(problem, t, flows[t], terms, config, step[t], next);
           ASSIGN_OR_RETURN(DestinationFlow next_flow, problem.Route(t, next));
-          std::vector<double> next_loads = loads;
+          // J after the step, from the terms of the links whose load it changes.
+          changed.clear();
+          double value = terms.value;
           for (LinkId l = 0; l < topo.num_links(); ++l) {
-            next_loads[l] += next_flow.links[l] - flows[t].links[l];
+            const double delta = next_flow.links[l] - flows[t].links[l];
+            if (delta == 0) continue;
+            const LinkTerm before_l = TermOf(topo.link(l), loads[l], unit_bps, objective);
+            const LinkTerm after_l = TermOf(topo.link(l), loads[l] + delta, unit_bps, objective);
+            value += after_l.value - before_l.value;
+            changed.push_back({l, after_l});
           }
-          ObjectiveTerms next_terms = EvaluateObjective(topo, next_loads, unit_bps, objective);
-          if (next_terms.value <= terms.value) {
+          if (value <= terms.value) {
+            for (const auto& [l, term] : changed) {
+              loads[l] += next_flow.links[l] - flows[t].links[l];
+              terms.first[l] = term.first;
+              terms.second[l] = term.second;
+            }
+            terms.value = value;
             w[t] = std::move(next);
             flows[t] = std::move(next_flow);
-            loads = std::move(next_loads);
-            terms = std::move(next_terms);
             step[t] = std::min(1.0, step[t] * 2);
             break;
           }
