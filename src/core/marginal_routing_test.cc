@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/demand.h"
+#include "core/fluid_test_util.h"
 #include "core/routing.h"
 #include "core/te_lp.h"
 #include "core/topology_gen.h"
@@ -18,20 +19,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr double kUnit = 1e9;  // one demand unit is 1 Gb/s
+using fluid_test::kUnit;
+using fluid_test::Params;
 
-LinkParams Params(double gbps, int delay_ms = 1) {
-  LinkParams p;
-  p.capacity = DataRate::Gbps(gbps);
-  p.delay = Milliseconds(delay_ms);
-  return p;
-}
-
-double MaxUtil(const Topology& topo, const RoutingTables& tables, const std::vector<Demand>& demand,
-               double unit = kUnit) {
-  std::vector<double> loads = ComputeLinkLoads(topo, tables, demand).value();
-  for (double& l : loads) l *= unit;
-  return MaxUtilization(topo, loads);
+double MaxUtil(const Topology& topo, const RoutingTables& tables,
+               const std::vector<Demand>& demand) {
+  return fluid_test::MaxUtilizationUnder(topo, tables, demand);
 }
 
 double Weight(const RoutingTables& tables, NodeId node, NodeId dest, LinkId link) {
@@ -55,15 +48,8 @@ std::vector<Demand> Scale(std::vector<Demand> demand, double by) {
 // Two disjoint two-hop paths of 1 and 3 Gb/s, 2 units across: the optimum splits 1:3, 0.5 on
 // both (ECMP splits evenly: 1.0 on the narrow one).
 TEST(MarginalRoutingTest, SplitsTwoPathsByCapacity) {
-  Topology topo;
-  const NodeId a = topo.AddNode("A", NodeKind::kSwitch);
-  const NodeId m1 = topo.AddNode("M1", NodeKind::kSwitch);
-  const NodeId m2 = topo.AddNode("M2", NodeKind::kSwitch);
-  const NodeId b = topo.AddNode("B", NodeKind::kSwitch);
-  topo.AddDuplexLink(a, m1, Params(1));
-  topo.AddDuplexLink(m1, b, Params(1));
-  topo.AddDuplexLink(a, m2, Params(3));
-  topo.AddDuplexLink(m2, b, Params(3));
+  const Topology topo = fluid_test::TwoPaths(1, 3);
+  const NodeId a = 0, m2 = 2, b = 3;
   const std::vector<Demand> demand = {{a, b, 2.0}};
   absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -78,13 +64,8 @@ TEST(MarginalRoutingTest, SplitsTwoPathsByCapacity) {
 // ECMP sends all 3 direct. The detour is a next hop only the marginal costs open: C is
 // farther from B than A is by hops.
 TEST(MarginalRoutingTest, OpensTheDetourOfATriangle) {
-  Topology topo;
-  const NodeId a = topo.AddNode("A", NodeKind::kSwitch);
-  const NodeId b = topo.AddNode("B", NodeKind::kSwitch);
-  const NodeId c = topo.AddNode("C", NodeKind::kSwitch);
-  topo.AddDuplexLink(a, b, Params(1));
-  topo.AddDuplexLink(b, c, Params(1));
-  topo.AddDuplexLink(c, a, Params(1));
+  const Topology topo = fluid_test::Triangle();
+  const NodeId a = 0, b = 1, c = 2;
   const std::vector<Demand> demand = {{a, b, 3.0}};
   absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -235,15 +216,8 @@ TEST(MarginalRoutingTest, WarmStartKeepsGoodTablesAndDropsStaleOnes) {
 // Load that no routing moves (other traffic on a link) counts: two equal paths, half of one
 // taken by other traffic, and the demand balances the two at 0.75.
 TEST(MarginalRoutingTest, OtherLoadsAreRoutedAround) {
-  Topology topo;
-  const NodeId a = topo.AddNode("A", NodeKind::kSwitch);
-  const NodeId m1 = topo.AddNode("M1", NodeKind::kSwitch);
-  const NodeId m2 = topo.AddNode("M2", NodeKind::kSwitch);
-  const NodeId b = topo.AddNode("B", NodeKind::kSwitch);
-  topo.AddDuplexLink(a, m1, Params(1));
-  topo.AddDuplexLink(m1, b, Params(1));
-  topo.AddDuplexLink(a, m2, Params(1));
-  topo.AddDuplexLink(m2, b, Params(1));
+  const Topology topo = fluid_test::TwoPaths(1, 1);
+  const NodeId a = 0, m1 = 1, m2 = 2, b = 3;
   const std::vector<Demand> demand = {{a, b, 1.0}};
   std::vector<double> other(topo.num_links(), 0.0);
   other[topo.FindLink(m1, b)] = 0.5;

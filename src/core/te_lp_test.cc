@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/demand.h"
+#include "core/fluid_test_util.h"
 #include "core/routing.h"
 #include "core/topology_json.h"
 #include "gmock/gmock.h"
@@ -14,34 +15,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr double kUnit = 1e9;  // one demand unit is 1 Gb/s
-
-LinkParams Params(double gbps, int delay_ms = 1) {
-  LinkParams p;
-  p.capacity = DataRate::Gbps(gbps);
-  p.delay = Milliseconds(delay_ms);
-  return p;
-}
-
-double EcmpMaxUtilization(const Topology& topo, const std::vector<Demand>& demand) {
-  std::vector<double> loads = ComputeLinkLoads(topo, ComputeEcmpTables(topo), demand).value();
-  for (double& l : loads) l *= kUnit;
-  return MaxUtilization(topo, loads);
-}
+using fluid_test::EcmpMaxUtilization;
+using fluid_test::kUnit;
+using fluid_test::Params;
 
 // Two disjoint two-hop paths A - M1 - B (1 Gb/s) and A - M2 - B (3 Gb/s), 2 units A -> B: the
 // optimum puts 0.5 on the first and 1.5 on the second, utilisation 0.5 on both. ECMP splits
 // evenly: utilisation 1 on the first.
 TEST(TeLpTest, TwoParallelPaths) {
-  Topology topo;
-  const NodeId a = topo.AddNode("A", NodeKind::kSwitch);
-  const NodeId m1 = topo.AddNode("M1", NodeKind::kSwitch);
-  const NodeId m2 = topo.AddNode("M2", NodeKind::kSwitch);
-  const NodeId b = topo.AddNode("B", NodeKind::kSwitch);
-  topo.AddDuplexLink(a, m1, Params(1));
-  topo.AddDuplexLink(m1, b, Params(1));
-  topo.AddDuplexLink(a, m2, Params(3));
-  topo.AddDuplexLink(m2, b, Params(3));
+  const Topology topo = fluid_test::TwoPaths(1, 3);
+  const NodeId a = 0, m1 = 1, m2 = 2, b = 3;
   const std::vector<Demand> demand = {{a, b, 2.0}};
   for (bool delay_stage : {false, true}) {
     absl::StatusOr<TeLpResult> lp =
@@ -63,13 +46,8 @@ TEST(TeLpTest, TwoParallelPaths) {
 // A triangle of 1 Gb/s links, 3 units A -> B: 1.5 direct, 1.5 via C (the two-hop path uses
 // two links, each at 1.5). ECMP sends all 3 direct.
 TEST(TeLpTest, TriangleSplitsOverTheDetour) {
-  Topology topo;
-  const NodeId a = topo.AddNode("A", NodeKind::kSwitch);
-  const NodeId b = topo.AddNode("B", NodeKind::kSwitch);
-  const NodeId c = topo.AddNode("C", NodeKind::kSwitch);
-  topo.AddDuplexLink(a, b, Params(1));
-  topo.AddDuplexLink(b, c, Params(1));
-  topo.AddDuplexLink(c, a, Params(1));
+  const Topology topo = fluid_test::Triangle();
+  const NodeId a = 0, b = 1, c = 2;
   const std::vector<Demand> demand = {{a, b, 3.0}};
   absl::StatusOr<TeLpResult> lp = SolveMinMaxUtilization(topo, demand, kUnit);
   ASSERT_TRUE(lp.ok()) << lp.status();
