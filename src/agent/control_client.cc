@@ -325,7 +325,17 @@ bool ControlClient::SendSamples(Stream& stream) {
     x->set_probes_sent(s.probes_sent);
     x->set_probes_answered(s.probes_answered);
   }
+  // What the node sent per destination since the last samples (the run thread's alone).
+  const std::vector<uint64_t> sent = dataplane_.SentBytes();
+  sent_reported_.resize(sent.size(), 0);
+  for (size_t d = 0; d < sent.size() && d < config_.nodes.size(); ++d) {
+    if (sent[d] <= sent_reported_[d]) continue;
+    v1::SentBytes* x = out->add_sent();
+    x->set_destination_id(config_.nodes[d].id);
+    x->set_bytes(sent[d] - sent_reported_[d]);
+  }
   if (!Send(stream, m)) return false;
+  sent_reported_ = sent;
   std::lock_guard<std::mutex> lock(mu_);
   ++status_.samples_sent;
   return true;

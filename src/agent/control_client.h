@@ -53,6 +53,9 @@ class DataplaneControl {
   virtual absl::Status SetForwarding(const ForwardingConfig& config) = 0;
   virtual absl::Status SetProbeSettings(Duration interval, int missed_probes) = 0;
   virtual void InstallTables(std::shared_ptr<const AgentTables> tables) = 0;
+  // Bytes sent from the TUN per destination node since the start (by NodeId); empty: not
+  // counted (Dataplane::SentBytesByDestination).
+  virtual std::vector<uint64_t> SentBytes() { return {}; }
 };
 
 class DataplaneBridge final : public DataplaneControl {
@@ -60,6 +63,7 @@ class DataplaneBridge final : public DataplaneControl {
   // `dataplane` must outlive the bridge.
   explicit DataplaneBridge(Dataplane& dataplane) : dataplane_(dataplane) {}
   std::vector<NeighbourSample> Samples(Time now) override { return dataplane_.Samples(now); }
+  std::vector<uint64_t> SentBytes() override { return dataplane_.SentBytesByDestination(); }
   absl::Status SetKeys(const std::vector<KeyUpdate>& keys) override {
     return dataplane_.SetKeys(keys);
   }
@@ -184,6 +188,7 @@ class ControlClient {
   std::shared_ptr<grpc::ClientContext> context_;  // of the open stream, for Stop
   ControlClientStatus status_;
   std::thread thread_;
+  std::vector<uint64_t> sent_reported_;  // SentBytes() as of the last samples sent
 
   std::mutex write_mu_;                    // one writer at a time on the stream
   mutable std::mutex install_mu_;          // Maintain, and the table status it keeps

@@ -167,6 +167,13 @@ class FakeDataplane final : public DataplaneControl {
     d.up = false;
     return {a, d};
   }
+  // Totals since the start: 1,000 more bytes toward D (NodeId 3) at every call, none
+  // elsewhere.
+  std::vector<uint64_t> SentBytes() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    sent_to_d_ += 1000;
+    return {0, 0, 0, sent_to_d_};
+  }
   absl::Status SetKeys(const std::vector<KeyUpdate>& keys) override {
     std::lock_guard<std::mutex> lock(mu_);
     keys_ = keys;
@@ -207,6 +214,7 @@ class FakeDataplane final : public DataplaneControl {
  private:
   std::mutex mu_;
   std::shared_ptr<const AgentTables> tables_;
+  uint64_t sent_to_d_ = 0;
   std::vector<KeyUpdate> keys_;
   std::vector<ForwardingConfig> forwarding_;
   std::vector<std::pair<Duration, int>> probes_;
@@ -383,6 +391,18 @@ TEST_F(ControlClientTest, SaysHelloOverMutualTlsThenSendsSamples) {
   EXPECT_GT(a.time_unix_ns(), 1'600'000'000'000'000'000);
   EXPECT_EQ(samples.samples(1).neighbor_id(), 4u);
   EXPECT_FALSE(samples.samples(1).up());
+  // What the node sent since its previous samples, per destination: D's 1,000 bytes, each
+  // time anew.
+  for (int i = 0; i < 2; ++i) {
+    const v1::LinkSamples s =
+        i == 0
+            ? samples
+            : controller_->Next(cursor, [](const v1::AgentMessage& m) { return m.has_samples(); })
+                  .samples();
+    ASSERT_EQ(s.sent_size(), 1);
+    EXPECT_EQ(s.sent(0).destination_id(), 4u);
+    EXPECT_EQ(s.sent(0).bytes(), 1000u);
+  }
   // The static table is installed from the start.
   ASSERT_TRUE(Eventually([&] { return dataplane_.tables() != nullptr; }));
   EXPECT_TRUE(dataplane_.tables()->is_static);

@@ -513,6 +513,7 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
   for (size_t i = 0; i < c.overlay_addresses.size(); ++i) {
     dp->node_of_address_[c.overlay_addresses[i].value] = static_cast<NodeId>(i);
   }
+  dp->sent_to_ = std::vector<Counter>(c.overlay_addresses.size());
   if (!c.tun.name.empty()) {
     net::TunConfig tun_config = c.tun;
     tun_config.offload = c.tun_offload;
@@ -770,6 +771,12 @@ std::vector<bool> Dataplane::LinksUp() const {
   up.reserve(ports_.size());
   for (const auto& p : ports_) up.push_back(p->up.load(std::memory_order_relaxed));
   return up;
+}
+
+std::vector<uint64_t> Dataplane::SentBytesByDestination() const {
+  std::vector<uint64_t> out(sent_to_.size());
+  for (size_t i = 0; i < sent_to_.size(); ++i) out[i] = sent_to_[i].Get();
+  return out;
 }
 
 DataplaneCounters Dataplane::counters() const {
@@ -1284,6 +1291,7 @@ void Dataplane::EncapsulateBatch(const uint32_t* buffers, const size_t* sizes, s
     h.source = static_cast<uint32_t>(config_.node);
     h.destination = static_cast<uint32_t>(it->second);
     h.flow_hash = in.flow_hash;
+    sent_to_[static_cast<size_t>(it->second)].Add(sizes[i]);
     const absl::StatusOr<size_t> size =
         net::SealOverlayHeader(h, packet, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
     assert(size.ok());

@@ -353,6 +353,11 @@ class Dataplane {
 
   DataplaneCounters counters() const;
 
+  // Bytes of the IP packets read from the TUN and sent into the overlay, per destination node
+  // (by NodeId, one entry per node of DataplaneConfig::overlay_addresses), since the start:
+  // the demand this node originates. Thread-safe.
+  std::vector<uint64_t> SentBytesByDestination() const;
+
   // CPU time the data-plane thread has used (all runs); zero before the first Start. The
   // thread is named "dar-dp<node>" (for top, perf).
   Duration thread_cpu_time() const;
@@ -502,6 +507,7 @@ class Dataplane {
   Counter probes_sent_, probe_replies_sent_, probe_replies_received_, probe_replies_rejected_;
   Counter liveness_changes_, carrier_losses_, recv_errors_, receive_batches_, send_batches_,
       gso_messages_, gro_slots_, tun_super_reads_, tun_super_writes_;
+  std::vector<Counter> sent_to_;  // by destination NodeId: SentBytesByDestination
 };
 
 }  // namespace dar::agent

@@ -361,6 +361,13 @@ TEST(DataplaneNamespaceTest, UdpCrossesTwoHopsBothWays) {
   EXPECT_EQ(cc.delivered, static_cast<uint64_t>(kCount));
   EXPECT_EQ(cc.encapsulated, 1u);
   EXPECT_EQ(ca.delivered, 1u);
+  // The demand each node originates, per destination: A's 100 datagrams to C (IP and UDP
+  // headers, 28 bytes, and the payload), C's one reply to A; B originated nothing.
+  uint64_t to_c = 0;
+  for (int i = 0; i < kCount; ++i) to_c += 28 + fmt::format("datagram {} from A", i).size();
+  EXPECT_EQ(lab.dp(0).SentBytesByDestination(), (std::vector<uint64_t>{0, 0, to_c}));
+  EXPECT_EQ(lab.dp(1).SentBytesByDestination(), (std::vector<uint64_t>{0, 0, 0}));
+  EXPECT_EQ(lab.dp(2).SentBytesByDestination(), (std::vector<uint64_t>{28 + reply.size(), 0, 0}));
   for (const DataplaneCounters* x : {&ca, &cb, &cc}) {
     EXPECT_EQ(x->dropped(DropReason::kBadTag), 0u);
     EXPECT_EQ(x->dropped(DropReason::kNoRoute), 0u);

@@ -163,6 +163,15 @@ absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& r
                            r.OptionalChoice("policy_precision", "int8", {"int8", "float"})));
   p.policy_precision = precision == "int8" ? learn::LearnedPolicy::Precision::kInt8
                                            : learn::LearnedPolicy::Precision::kFloat;
+  ASSIGN_OR_RETURN(const std::string decision,
+                   loc.Key(node, "decision",
+                           r.OptionalChoice("decision", p.marginal ? "marginal" : "diffusion",
+                                            {"diffusion", "marginal"})));
+  p.marginal = decision == "marginal";
+  ASSIGN_OR_RETURN(p.marginal_config.publish_gain,
+                   loc.Key(node, "publish_gain",
+                           r.Optional<double>("publish_gain", p.marginal_config.publish_gain,
+                                              Bounds::InRange(0, 0.99))));
   return loc.CheckKeys(r, node);
 }
 

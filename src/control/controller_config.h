@@ -38,6 +38,9 @@
 //     policy_model: dar-policy.json    # optional: the learned policy's model, relative to
 //                                      # the file; absent: the analytic engine alone
 //     policy_precision: int8           # int8 | float: how the model runs
+//     decision: diffusion              # diffusion | marginal (DAR's objective for the demand
+//                                      # the agents report, core/marginal_decision.h)
+//     publish_gain: 0.02               # marginal: the utilisation norm new tables must gain
 //     policy_refresh_cycles: 4         # 1..1000: the model weighs each destination at least
 //                                      # every this many cycles, and at once where its next
 //                                      # hops change (RouteComputerConfig)
@@ -57,6 +60,7 @@
 
 #include "absl/status/statusor.h"
 #include "control/tls.h"
+#include "core/marginal_decision.h"
 #include "core/next_hop_chooser.h"
 #include "core/route_computer.h"
 #include "core/topology.h"
@@ -84,6 +88,11 @@ struct ControllerLinkConfig {
 // The tunable part: what SetPolicy may change at run time.
 struct ControllerPolicy {
   RouteComputerConfig routes;  // with the controller's defaults (see ParseControllerConfig)
+  // The decision layer: false (decision: diffusion, the default), the route computer's
+  // diffusion engine; true (decision: marginal), DAR's objective minimised for the demand
+  // the agents report (core/marginal_decision.h; its period is the cycle).
+  bool marginal = false;
+  MarginalDecisionConfig marginal_config;
   ForwardingMode forwarding_mode = ForwardingMode::kPerFlowlet;
   Duration cycle = Milliseconds(100);
   // The learned policy's model file (learn/policy_model.h), resolved against the

@@ -62,6 +62,16 @@ std::string ErrorOf(const std::string& text) {
   return c.ok() ? "" : std::string(c.status().message());
 }
 
+TEST(ControllerConfigTest, MarginalDecisionIsChosenInThePolicy) {
+  absl::StatusOr<ControllerConfig> c = ParseControllerConfig(
+      With("forwarding_mode: per_packet",
+           "forwarding_mode: per_packet\n  decision: marginal\n  publish_gain: 0.05"),
+      "/etc/dar/ctl.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->policy.marginal);
+  EXPECT_EQ(c->policy.marginal_config.publish_gain, 0.05);
+}
+
 TEST(ControllerConfigTest, ParsesEveryField) {
   absl::StatusOr<ControllerConfig> c = ParseControllerConfig(kGood, "/etc/dar/ctl.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -96,6 +106,7 @@ TEST(ControllerConfigTest, ParsesEveryField) {
   EXPECT_EQ(r.full_every, 20);
   EXPECT_EQ(r.threads, 1);
   EXPECT_EQ(r.policy_refresh_cycles, 2);
+  EXPECT_FALSE(c->policy.marginal);  // decision: diffusion unless said
   EXPECT_EQ(r.scales.reference_delay, Microseconds(300));
   EXPECT_EQ(r.latency.utilisation, 0.7);
   EXPECT_EQ(r.latency.loss, 1);  // default kept
@@ -159,6 +170,10 @@ TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
       {With("delay_us: 500", "delay_us: 0"), "ctl.yaml:20: links[1].delay_us"},
       {With("forwarding_mode: per_packet", "forwarding_mode: sprinkle"),
        "ctl.yaml:30: policy.forwarding_mode"},
+      {With("forwarding_mode: per_packet", "forwarding_mode: per_packet\n  decision: greedy"),
+       "ctl.yaml:31: policy.decision"},
+      {With("forwarding_mode: per_packet", "forwarding_mode: per_packet\n  publish_gain: 1"),
+       "ctl.yaml:31: policy.publish_gain"},
       {With("temperature: 0.2", "temperature: -1"), "ctl.yaml:24: policy.temperature"},
       {With("cycle_threads: 1", "cycle_threads: 0"), "ctl.yaml:28: policy.cycle_threads"},
       {With("cycle_threads: 1", "cycle_threads: 65"), "ctl.yaml:28: policy.cycle_threads"},

@@ -213,6 +213,7 @@ void ControllerCore::ResetComputer(Time now) {
   computer_->set_weight_policy(weight_policy_);
   policy_counted_ = RouteComputerStats{};
   computer_overlay_ = overlay_;
+  marginal_.reset();
   const int links = overlay_->topology.num_links();
   ends_.assign(links, LinkEnd{now, true, 0});
   cable_down_.assign(links, false);
@@ -391,6 +392,22 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
     batch.push_back(PendingSample{l, ToLinkSample(s, topo.link(l).params.capacity, now), now,
                                   unix_now, s.rtt_ms()});
   }
+  if (samples.sent_size() > topo.num_nodes()) {
+    return absl::InvalidArgumentError(
+        fmt::format("node {} sent {} sent-bytes entries, more than the {} nodes", wire_id,
+                    samples.sent_size(), topo.num_nodes()));
+  }
+  std::vector<PendingSent> sent;
+  for (int i = 0; i < samples.sent_size(); ++i) {
+    const v1::SentBytes& x = samples.sent(i);
+    const NodeId d = overlay->Find(x.destination_id());
+    if (d == kNoNode || d == v) {
+      return absl::InvalidArgumentError(
+          fmt::format("node {} sent sent[{}] for destination {}, which is {}", wire_id, i,
+                      x.destination_id(), d == v ? "itself" : "not a node of the overlay"));
+    }
+    sent.push_back(PendingSent{v, d, x.bytes()});
+  }
   size_t dropped = 0;
   bool newly_down = false;
   {
@@ -415,6 +432,9 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
         continue;
       }
       pending_.push_back(std::move(p));
+    }
+    if (pending_sent_.size() < 64 * static_cast<size_t>(topo.num_nodes()) * topo.num_nodes()) {
+      pending_sent_.insert(pending_sent_.end(), sent.begin(), sent.end());
     }
   }
   metrics_.sample_messages->Increment();
@@ -520,12 +540,19 @@ CycleReport ControllerCore::RunCycle() {
   const int64_t unix_now = clock_.UnixNanos();
   CycleReport report;
   std::vector<PendingSample> batch;
+  std::vector<PendingSent> sent;
   std::set<std::pair<std::string, std::string>> drained;
   std::optional<RouteComputerConfig> routes;
+  std::optional<MarginalDecisionConfig> marginal;
   Duration timeout;
   {
     std::lock_guard<std::mutex> lock(mu_);
     batch.swap(pending_);
+    sent.swap(pending_sent_);
+    if (policy_.marginal) {
+      marginal = policy_.marginal_config;
+      marginal->period = policy_.cycle;
+    }
     drained = drained_;
     if (policy_dirty_) routes = policy_.routes;
     policy_dirty_ = false;
@@ -537,7 +564,18 @@ CycleReport ControllerCore::RunCycle() {
   const auto t0 = std::chrono::steady_clock::now();
 
   if (routes) computer_->SetConfig(*routes);
+  if (!marginal) {
+    marginal_.reset();
+  } else if (marginal_ == nullptr || routes) {
+    marginal_ = std::make_unique<MarginalDecision>(topo, *marginal);
+  }
+  if (marginal_ != nullptr) {
+    for (const PendingSent& x : sent) {
+      marginal_->CountSent(x.src, x.dst, static_cast<int64_t>(x.bytes));
+    }
+  }
   for (const PendingSample& p : batch) {
+    if (marginal_ != nullptr) marginal_->ObserveThroughput(p.link, p.sample.throughput);
     computer_->Observe(p.link, p.sample);
     ends_[p.link] = LinkEnd{p.received, p.sample.up, p.received_unix_ns};
     // Half the base RTT, not the smoothed one: queueing must not pass for propagation (the
@@ -598,10 +636,28 @@ CycleReport ControllerCore::RunCycle() {
     links_down += cable_down_[l];
     links_drained += drained_links[l];
   }
-  const RouteCycle cycle = computer_->Cycle(/*force_full=*/false);
+  RouteCycle cycle = computer_->Cycle(/*force_full=*/false);
   CountPolicy(cycle, now);
-  std::shared_ptr<const RouteSnapshot> snapshot =
-      MakeSnapshot(overlay, *computer_, cycle, report.version, unix_now);
+  std::shared_ptr<const RouteSnapshot> snapshot;
+  if (marginal_ != nullptr) {
+    // The marginal layer decides over the links known up and not drained; the tables carry
+    // the computer's versions, and their potentials are ranks in each destination's DAG.
+    Topology known = topo;
+    for (LinkId l = 0; l < known.num_links(); ++l) {
+      if (cable_down_[l] || drained_links[l]) known.mutable_link(l).up = false;
+    }
+    const int64_t changes = marginal_->stats().route_changes;
+    const std::shared_ptr<const RoutingTables> in_force = marginal_->Decide(now, known);
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      auto tables = std::make_shared<RoutingTables>(*in_force);
+      tables->set_version(cycle.tables[cls]->version());
+      cycle.tables[cls] = std::move(tables);
+    }
+    cycle.route_changes = marginal_->stats().route_changes - changes;
+    snapshot = MakeRankedSnapshot(overlay, cycle.tables, report.version, unix_now);
+  } else {
+    snapshot = MakeSnapshot(overlay, *computer_, cycle, report.version, unix_now);
+  }
   const auto t1 = std::chrono::steady_clock::now();
   ConfigPush rekeyed;
   {

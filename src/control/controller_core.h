@@ -44,6 +44,7 @@
 #include "control/identity.h"
 #include "control/json_log.h"
 #include "control/key_ring.h"
+#include "core/marginal_decision.h"
 #include "core/route_computer.h"
 #include "dar/v1/admin.pb.h"
 #include "dar/v1/agent.pb.h"
@@ -277,6 +278,9 @@ class ControllerCore {
   mutable std::mutex cycle_mu_;
   std::unique_ptr<RouteComputer> computer_;
   std::shared_ptr<const Overlay> computer_overlay_;
+  // The marginal decision layer, over computer_overlay_'s topology, while the policy says
+  // `decision: marginal`; null otherwise.
+  std::unique_ptr<MarginalDecision> marginal_;
   std::vector<LinkEnd> ends_;                    // by link
   std::vector<bool> cable_down_;                 // by link, as last decided
   std::shared_ptr<WeightPolicy> weight_policy_;  // the learned policy; null: none
@@ -298,6 +302,11 @@ class ControllerCore {
   KeyRing keys_;
   std::map<uint32_t, Agent> agents_;  // by wire id; entries stay after a disconnect
   std::vector<PendingSample> pending_;
+  struct PendingSent {
+    NodeId src, dst;
+    uint64_t bytes;
+  };
+  std::vector<PendingSent> pending_sent_;  // what agents sent, for the marginal layer
   // What each link end's newest sample said (kUnheard, kUp, kDown), by LinkId of
   // `reported_overlay_`; reset when the overlay changes.
   enum class Reported : uint8_t { kUnheard, kUp, kDown };

@@ -316,6 +316,66 @@ TEST_F(CoreTest, DrainMovesRoutesOffTheLink) {
   EXPECT_EQ(core_->Drain("n1", "x9", true).status().code(), absl::StatusCode::kNotFound);
 }
 
+// `decision: marginal`: the agents report what they send, the controller minimises DAR's
+// objective for it. n1 sends 800 Mb/s to n4 while n2-n4 carries 100 Mb/s: the tables split
+// n1's traffic by what each branch can carry (about 9% via n2, where an even split would load
+// n2-n4 four times over), the ranks make every next hop downhill, and a sent-bytes entry for
+// an unknown node is refused.
+TEST_F(CoreTest, MarginalDecisionSplitsByTheDemandAgentsReport) {
+  config_.policy.marginal = true;
+  for (ControllerLinkConfig& l : config_.links) {
+    if (l.a == "n2" && l.b == "n4") l.capacity = DataRate::Mbps(100);
+  }
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  const auto link = std::make_shared<FakeLink>();
+  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), link).ok());
+  for (int cycle = 0; cycle < 10; ++cycle) {
+    ReportAll();
+    v1::LinkSamples sent;
+    v1::SentBytes* x = sent.add_sent();
+    x->set_destination_id(4);
+    x->set_bytes(10'000'000);  // 800 Mb/s over the 100 ms cycle
+    ASSERT_TRUE(core_->OnSamples(1, sent).ok());
+    clock_.Advance(Milliseconds(100));
+    core_->RunCycle();
+  }
+  v1::GetRoutesRequest req;
+  req.set_node("n1");
+  req.set_destination("n4");
+  req.set_traffic_class(1);
+  absl::StatusOr<v1::GetRoutesResponse> r = core_->GetRoutes(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->routes_size(), 1);
+  double via_n2 = 0;
+  for (const v1::NextHopView& h : r->routes(0).next_hops()) {
+    if (h.neighbor() == "n2") via_n2 = h.weight();
+  }
+  EXPECT_NEAR(via_n2, 0.09, 0.03);
+
+  // What the agent is sent: every next hop strictly below the node's potential.
+  std::shared_ptr<const RouteSnapshot> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(link->mu_);
+    ASSERT_FALSE(link->snapshots.empty());
+    snapshot = link->snapshots.back();
+  }
+  v1::RouteTable table;
+  BuildRouteTable(*snapshot, 0, nullptr, table);
+  ASSERT_GT(table.routes_size(), 0);
+  for (const v1::Route& route : table.routes()) {
+    for (const v1::NextHop& h : route.next_hops()) {
+      EXPECT_LT(h.potential(), route.potential());
+    }
+  }
+
+  v1::LinkSamples bad;
+  bad.add_sent()->set_destination_id(9);
+  EXPECT_THAT(std::string(core_->OnSamples(1, bad).message()),
+              HasSubstr("not a node of the overlay"));
+  bad.mutable_sent(0)->set_destination_id(1);
+  EXPECT_THAT(std::string(core_->OnSamples(1, bad).message()), HasSubstr("itself"));
+}
+
 TEST_F(CoreTest, PolicyIsValidatedAndAppliedAndTellsAgentsOfANewMode) {
   auto link = std::make_shared<FakeLink>();
   ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2}), link).ok());

@@ -1,5 +1,6 @@
 #include "control/controller_tables.h"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 
@@ -77,6 +78,55 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
     for (NodeId d = 0; d < n; ++d) {
       for (NodeId v = 0; v < n; ++v) {
         p[static_cast<size_t>(d) * n + v] = computer.Potential(cls, d, v);
+      }
+    }
+  }
+  s->overlay = std::move(overlay);
+  return s;
+}
+
+std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
+    std::shared_ptr<const Overlay> overlay,
+    const std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses>& tables,
+    uint64_t version, int64_t computed_unix_ns) {
+  auto s = std::make_shared<RouteSnapshot>();
+  s->version = version;
+  s->computed_unix_ns = computed_unix_ns;
+  s->tables = tables;
+  const Topology& topo = overlay->topology;
+  const int n = topo.num_nodes();
+  constexpr double kUnranked = -1;
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    std::vector<double>& p = s->potentials[cls];
+    p.assign(static_cast<size_t>(n) * n, kUnranked);
+    for (NodeId d = 0; d < n; ++d) {
+      double* rank = &p[static_cast<size_t>(d) * n];
+      rank[d] = 0;
+      // Depth-first, next hops before the node; a node on the stack has rank -2 (a loop,
+      // which the tables cannot have, would leave +infinity).
+      for (NodeId start = 0; start < n; ++start) {
+        if (rank[start] != kUnranked) continue;
+        std::vector<std::pair<NodeId, size_t>> stack = {{start, 0}};
+        rank[start] = -2;
+        while (!stack.empty()) {
+          auto& [v, i] = stack.back();
+          const absl::Span<const NextHop> hops = tables[cls]->Lookup(v, d);
+          if (i < hops.size()) {
+            const NodeId u = topo.link(hops[i++].link).dst;
+            if (rank[u] == kUnranked) {
+              rank[u] = -2;
+              stack.push_back({u, 0});
+            }
+            continue;
+          }
+          double r = hops.empty() ? std::numeric_limits<double>::infinity() : 0;
+          for (const NextHop& h : hops) {
+            const double below = rank[topo.link(h.link).dst];
+            r = below < 0 ? std::numeric_limits<double>::infinity() : std::max(r, below + 1);
+          }
+          rank[v] = r;
+          stack.pop_back();
+        }
       }
     }
   }

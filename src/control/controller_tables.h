@@ -65,6 +65,16 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
                                                   const RouteCycle& cycle, uint64_t version,
                                                   int64_t computed_unix_ns);
 
+// The snapshot of tables no route computer cut (the marginal decision layer's), with each
+// node's potential toward a destination its rank in that destination's next-hop graph: the
+// most hops any of its paths takes, 0 at the destination, +infinity without next hops. Every
+// next hop is then strictly downhill, as agents require. REQUIRES: the tables are loop-free
+// and of overlay->topology.
+std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
+    std::shared_ptr<const Overlay> overlay,
+    const std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses>& tables,
+    uint64_t version, int64_t computed_unix_ns);
+
 // The rows of `node` in `snapshot`: every (destination, class) it has next hops for, the node
 // itself excluded. With a `base` of the same overlay, a delta: rows whose next hops or weights
 // differ from `base` (with this snapshot's potentials), and the keys of rows `base` had and
