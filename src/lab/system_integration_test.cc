@@ -567,6 +567,57 @@ TEST_F(SystemTest, ControllerKilledAndRestartedUnderTraffic) {
   RecordProperty("longest_gap_ms", static_cast<int>(r.longest_gap_ms));
 }
 
+// The controller on DAR's marginal decision layer: the agents report what their TUNs send, and
+// an 80 Mbit/s UDP stream from A to D, with C-D at 50 Mbit/s, is split by what each branch
+// carries best: two thirds via B (utilisation 0.53 on both branches), where an even split
+// would load C-D to 0.8. Every agent takes the tables (downhill by rank).
+TEST_F(SystemTest, MarginalDecisionSplitsByWhatTheAgentsSend) {
+  Up('m', "50mbit");
+  if (IsSkipped() || HasFatalFailure()) return;
+  ASSERT_EQ(Cli({"stop", "ctl", "--dir", dir_}).exit_code, 0);
+  {
+    std::ofstream config(dir_ + "/controller.yaml", std::ios::app);
+    config << "policy: {decision: marginal}\n";
+  }
+  const CommandResult start = Cli({"start", "ctl", "--dir", dir_});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  absl::StatusOr<Child> server = IperfServer(5203);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<Child> client =
+      Iperf("A", {"-u", "-c", "10.77.0.4", "-p", "5203", "-b", "80M", "-t", "10"}, "iperf3-m.txt");
+  ASSERT_TRUE(client.ok()) << client.status();
+  const auto weight_via = [&](const std::string& via) {
+    const nlohmann::json r = Darctl({"show", "routes", "--node", "A", "--dest", "D"});
+    if (!r.is_object()) return -1.0;
+    for (const nlohmann::json& route : r.value("routes", nlohmann::json::array())) {
+      for (const nlohmann::json& h : route.value("next_hops", nlohmann::json::array())) {
+        if (h.value("neighbor", "") == via) return h.value("weight", 0.0);
+      }
+    }
+    return 0.0;
+  };
+  double via_b = 0;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        via_b = weight_via("B");
+        return via_b > 0.58 && via_b < 0.76;
+      },
+      std::chrono::seconds(9)))
+      << "A's weight toward D via B: " << via_b << "\n"
+      << Darctl({"show", "routes", "--node", "A"}).dump(1);
+  EXPECT_EQ(client->Wait(std::chrono::seconds(20)), std::optional<int>(0));
+  const nlohmann::json nodes = Darctl({"show", "nodes"});
+  ASSERT_EQ(nodes["nodes"].size(), 4u) << nodes.dump(1);
+  for (const nlohmann::json& n : nodes["nodes"]) {
+    EXPECT_EQ(U64(n["refused_tables"]), 0u) << n.dump();
+  }
+  std::printf(
+      "marginal decision, 80 Mbit/s from A to D, C-D at 50 Mbit/s: A sends %.0f%% via B "
+      "(the optimum 67%%)\n",
+      100 * via_b);
+  RecordProperty("via_b_percent", static_cast<int>(100 * via_b));
+}
+
 // A data-plane key rotation under a 1 ms stream: the new key is announced, then seals, then the
 // old one is retired, each step pushed to every agent; not one datagram is refused on the way.
 // Then an agent restarted while the controller is down still has the new key.
