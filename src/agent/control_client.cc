@@ -219,6 +219,9 @@ bool ControlClient::RunSession() {
   last_heard_ns_ = Now().count();
   std::unique_ptr<Stream> stream = stub->Connect(context.get());
 
+  // A new stream reports what is sent from now on: bytes sent while disconnected are no
+  // measure of one period's demand.
+  sent_reported_ = dataplane_.SentBytes();
   v1::AgentMessage hello;
   *hello.mutable_hello() = MakeHello();
   v1::TableStatus status_sent = hello.hello().table_status();

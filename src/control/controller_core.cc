@@ -392,19 +392,22 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
     batch.push_back(PendingSample{l, ToLinkSample(s, topo.link(l).params.capacity, now), now,
                                   unix_now, s.rtt_ms()});
   }
-  if (samples.sent_size() > topo.num_nodes()) {
-    return absl::InvalidArgumentError(
-        fmt::format("node {} sent {} sent-bytes entries, more than the {} nodes", wire_id,
-                    samples.sent_size(), topo.num_nodes()));
-  }
+  // What the node sent per destination. An entry for a node the overlay lacks (an agent
+  // with an older node list) or for the node itself, or an impossible count, is left out
+  // and said once per (node, destination) as an event; the samples still count.
   std::vector<PendingSent> sent;
-  for (int i = 0; i < samples.sent_size(); ++i) {
+  std::vector<std::pair<uint32_t, std::string>> ignored;  // destination id, why
+  for (int i = 0; i < samples.sent_size() && i < topo.num_nodes(); ++i) {
     const v1::SentBytes& x = samples.sent(i);
     const NodeId d = overlay->Find(x.destination_id());
-    if (d == kNoNode || d == v) {
-      return absl::InvalidArgumentError(
-          fmt::format("node {} sent sent[{}] for destination {}, which is {}", wire_id, i,
-                      x.destination_id(), d == v ? "itself" : "not a node of the overlay"));
+    if (d == kNoNode || d == v || x.bytes() > kMaxSentBytesPerReport) {
+      ignored.emplace_back(
+          x.destination_id(),
+          fmt::format("sent[{}] for destination {}: {}", i, x.destination_id(),
+                      d == kNoNode ? "not a node of the overlay"
+                      : d == v     ? "the node itself"
+                                   : fmt::format("{} bytes in one report", x.bytes())));
+      continue;
     }
     sent.push_back(PendingSent{v, d, x.bytes()});
   }
@@ -435,6 +438,11 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
     }
     if (pending_sent_.size() < 64 * static_cast<size_t>(topo.num_nodes()) * topo.num_nodes()) {
       pending_sent_.insert(pending_sent_.end(), sent.begin(), sent.end());
+    }
+    for (const auto& [destination, why] : ignored) {
+      if (sent_ignored_.insert({wire_id, destination}).second) {
+        RecordEventLocked("sent_ignored", overlay->name(v), why);
+      }
     }
   }
   metrics_.sample_messages->Increment();
@@ -566,8 +574,11 @@ CycleReport ControllerCore::RunCycle() {
   if (routes) computer_->SetConfig(*routes);
   if (!marginal) {
     marginal_.reset();
-  } else if (marginal_ == nullptr || routes) {
+  } else if (marginal_ == nullptr || marginal->period != marginal_config_.period ||
+             marginal->publish_gain != marginal_config_.publish_gain) {
+    // New settings start afresh; any other policy change keeps the demand and the tables.
     marginal_ = std::make_unique<MarginalDecision>(topo, *marginal);
+    marginal_config_ = *marginal;
   }
   if (marginal_ != nullptr) {
     for (const PendingSent& x : sent) {
@@ -1092,6 +1103,7 @@ absl::Status ControllerCore::Reload(const ControllerConfig& config) {
       overlay_ = MakeOverlay(config_);
       ResetComputer(clock_.Now());
       pending_.clear();
+      pending_sent_.clear();
       for (auto it = drained_.begin(); it != drained_.end();) {
         const NodeId a = overlay_->FindByNameOrId(it->first);
         const NodeId b = overlay_->FindByNameOrId(it->second);

@@ -281,6 +281,7 @@ class ControllerCore {
   // The marginal decision layer, over computer_overlay_'s topology, while the policy says
   // `decision: marginal`; null otherwise.
   std::unique_ptr<MarginalDecision> marginal_;
+  MarginalDecisionConfig marginal_config_;       // marginal_'s
   std::vector<LinkEnd> ends_;                    // by link
   std::vector<bool> cable_down_;                 // by link, as last decided
   std::shared_ptr<WeightPolicy> weight_policy_;  // the learned policy; null: none
@@ -307,6 +308,10 @@ class ControllerCore {
     uint64_t bytes;
   };
   std::vector<PendingSent> pending_sent_;  // what agents sent, for the marginal layer
+  // (wire id, destination id) of sent-bytes entries already reported as ignored.
+  std::set<std::pair<uint32_t, uint32_t>> sent_ignored_;
+  // More than a node sends in one report at 10 Tb/s for a minute: not a count.
+  static constexpr uint64_t kMaxSentBytesPerReport = uint64_t{75} << 40;
   // What each link end's newest sample said (kUnheard, kUp, kDown), by LinkId of
   // `reported_overlay_`; reset when the overlay changes.
   enum class Reported : uint8_t { kUnheard, kUp, kDown };

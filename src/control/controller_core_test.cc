@@ -319,8 +319,8 @@ TEST_F(CoreTest, DrainMovesRoutesOffTheLink) {
 // `decision: marginal`: the agents report what they send, the controller minimises DAR's
 // objective for it. n1 sends 800 Mb/s to n4 while n2-n4 carries 100 Mb/s: the tables split
 // n1's traffic by what each branch can carry (about 9% via n2, where an even split would load
-// n2-n4 four times over), the ranks make every next hop downhill, and a sent-bytes entry for
-// an unknown node is refused.
+// n2-n4 four times over), the ranks make every next hop downhill, and sent-bytes entries the
+// controller cannot use are left out.
 TEST_F(CoreTest, MarginalDecisionSplitsByTheDemandAgentsReport) {
   config_.policy.marginal = true;
   for (ControllerLinkConfig& l : config_.links) {
@@ -368,12 +368,21 @@ TEST_F(CoreTest, MarginalDecisionSplitsByTheDemandAgentsReport) {
     }
   }
 
-  v1::LinkSamples bad;
+  // Entries the controller cannot use are left out and said once; the message still counts.
+  v1::LinkSamples bad = Samples({{2, true}, {3, true}});
   bad.add_sent()->set_destination_id(9);
-  EXPECT_THAT(std::string(core_->OnSamples(1, bad).message()),
-              HasSubstr("not a node of the overlay"));
-  bad.mutable_sent(0)->set_destination_id(1);
-  EXPECT_THAT(std::string(core_->OnSamples(1, bad).message()), HasSubstr("itself"));
+  bad.add_sent()->set_destination_id(1);
+  bad.add_sent()->set_destination_id(4);
+  bad.mutable_sent(2)->set_bytes(uint64_t{1} << 63);
+  EXPECT_TRUE(core_->OnSamples(1, bad).ok());
+  EXPECT_TRUE(core_->OnSamples(1, bad).ok());
+  EXPECT_TRUE(HasEvent("sent_ignored", "destination 9: not a node of the overlay"));
+  EXPECT_TRUE(HasEvent("sent_ignored", "destination 1: the node itself"));
+  EXPECT_TRUE(HasEvent("sent_ignored", "bytes in one report"));
+  int events = 0;
+  for (const v1::Event& e : core_->ListEvents(0)) events += e.kind() == "sent_ignored";
+  EXPECT_EQ(events, 3);
+  core_->RunCycle();  // and the layer goes on
 }
 
 TEST_F(CoreTest, PolicyIsValidatedAndAppliedAndTellsAgentsOfANewMode) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/fluid.h"
 #include "core/routing.h"
@@ -65,7 +66,23 @@ std::vector<Demand> MarginalDecision::DemandEstimate() const {
 std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const Topology& known) {
   ++stats_.cycles;
   UpdateDemand(now);
-  const std::vector<Demand> demand = DemandEstimate();
+  // Pairs the known links cannot connect (a partition) are left out: the rest is still
+  // routed well, and their traffic has nowhere to go.
+  std::vector<Demand> demand = DemandEstimate();
+  std::unordered_map<NodeId, std::vector<double>> distance;  // by route target
+  std::erase_if(demand, [&](const Demand& x) {
+    if (x.src < 0 || x.src >= known.num_nodes() || x.dst < 0 || x.dst >= known.num_nodes()) {
+      return true;
+    }
+    const NodeId target = known.RouteTarget(x.dst);
+    if (target != x.dst) {
+      const LinkId last = known.FindLink(target, x.dst);
+      if (last == kNoLink || !known.link(last).up) return true;
+    }
+    auto it = distance.find(target);
+    if (it == distance.end()) it = distance.emplace(target, ShortestDistances(known, target)).first;
+    return !(it->second[x.src] < std::numeric_limits<double>::infinity());
+  });
   const bool valid = in_force_ != nullptr && ValidateTables(known, *in_force_).ok();
 
   // Load the demand does not explain under the tables in force.

@@ -126,5 +126,28 @@ TEST(MarginalDecisionTest, UnexplainedLoadIsRoutedAround) {
   EXPECT_LT(Weight(*tables, leaf0, leaf1, via_busy), 0.3);
 }
 
+// A host cut off (its only link down) while others keep sending to it: its pairs are left
+// out, the rest is still minimised, nothing fails.
+TEST(MarginalDecisionTest, APartitionedPairLeavesTheRestRouted) {
+  Topology topo = Fabric();
+  MarginalDecisionConfig config;
+  config.period = Milliseconds(1);
+  MarginalDecision d(topo, config);
+  d.Decide(Time(0), topo);
+  const NodeId h3 = *topo.FindNode("h3");
+  const NodeId leaf1 = *topo.FindNode("leaf1");
+  const LinkId slow = topo.FindLink(*topo.FindNode("leaf0"), *topo.FindNode("spine0"));
+  topo.mutable_link(slow).params.capacity = DataRate::Gbps(1);
+  for (LinkId l : {topo.FindLink(leaf1, h3), topo.FindLink(h3, leaf1)}) {
+    topo.mutable_link(l).up = false;
+  }
+  for (int i = 1; i <= 5; ++i) {
+    SendAcross(topo, d, 500'000);  // h1 -> h3 and h3 -> h1 among them
+    d.Decide(Time(Milliseconds(i)), topo);
+  }
+  EXPECT_EQ(d.stats().failures, 0) << d.last_error();
+  EXPECT_GE(d.stats().publishes, 2);
+}
+
 }  // namespace
 }  // namespace dar

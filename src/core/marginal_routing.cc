@@ -66,7 +66,14 @@ class Problem {
     std::optional<RoutingTables> ecmp;  // computed only if a destination needs it
     for (size_t t = 0; t < targets_.size(); ++t) {
       if (start != nullptr && StartFrom(*start, t, w[t])) continue;
-      if (!ecmp) ecmp = ComputeEcmpTables(topo_);
+      if (!ecmp) {
+        // ECMP over the usable links: a link of no capacity is no path.
+        Topology usable = topo_;
+        for (LinkId l = 0; l < usable.num_links(); ++l) {
+          if (usable.link(l).params.capacity.bps() <= 0) usable.mutable_link(l).up = false;
+        }
+        ecmp = ComputeEcmpTables(usable);
+      }
       std::fill(w[t].begin(), w[t].end(), 0.0);
       for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
         for (const NextHop& hop : ecmp->Lookup(v, targets_[t])) w[t][hop.link] = hop.weight;
@@ -185,7 +192,8 @@ LinkTerm TermOf(const Link& link, double load, double unit_bps, const RoutingObj
   const double capacity = static_cast<double>(link.params.capacity.bps()) / unit_bps;
   if (capacity <= 0) return {};
   const double p = o.power;
-  const double x = load / capacity / o.reference_utilization;
+  // Loads updated in place may round a little below zero.
+  const double x = std::max(0.0, load) / capacity / o.reference_utilization;
   const double length = o.length_weight * (1 + static_cast<double>(link.params.delay.count()) /
                                                    static_cast<double>(o.reference_delay.count()));
   const double x_p2 =
@@ -271,7 +279,7 @@ void StepToward(const Problem& p, size_t t, const DestinationFlow& flow,
       const double excess = terms.first[l] + m.delta[k] - best_cost;
       if (!(excess > tie)) continue;
       const double curvature = traffic * (terms.second[l] + m.curvature[k] + best_curvature);
-      const double share = curvature > 0 ? std::min(w[l], step * excess / curvature) : w[l];
+      const double share = curvature > 0 ? std::min(w[l], step * excess / curvature) : step * w[l];
       w[l] -= share;
       moved += share;
     }
