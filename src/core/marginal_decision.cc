@@ -30,6 +30,25 @@ int64_t ChangedRows(const Topology& topo, const RoutingTables& a, const RoutingT
   return changed;
 }
 
+// The pairs of `demand` whose destination `known`'s up links reach from their source.
+std::vector<Demand> Reachable(const Topology& known, std::vector<Demand> demand) {
+  std::unordered_map<NodeId, std::vector<double>> distance;  // by route target
+  std::erase_if(demand, [&](const Demand& x) {
+    if (x.src < 0 || x.src >= known.num_nodes() || x.dst < 0 || x.dst >= known.num_nodes()) {
+      return true;
+    }
+    const NodeId target = known.RouteTarget(x.dst);
+    if (target != x.dst) {
+      const LinkId last = known.FindLink(target, x.dst);
+      if (last == kNoLink || !known.link(last).up) return true;
+    }
+    auto it = distance.find(target);
+    if (it == distance.end()) it = distance.emplace(target, ShortestDistances(known, target)).first;
+    return !(it->second[x.src] < std::numeric_limits<double>::infinity());
+  });
+  return demand;
+}
+
 }  // namespace
 
 MarginalDecision::MarginalDecision(const Topology& topo, const MarginalDecisionConfig& config)
@@ -66,35 +85,24 @@ std::vector<Demand> MarginalDecision::DemandEstimate() const {
 std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const Topology& known) {
   ++stats_.cycles;
   UpdateDemand(now);
-  // Pairs the known links cannot connect (a partition) are left out: the rest is still
-  // routed well, and their traffic has nowhere to go.
   std::vector<Demand> demand = DemandEstimate();
-  std::unordered_map<NodeId, std::vector<double>> distance;  // by route target
-  std::erase_if(demand, [&](const Demand& x) {
-    if (x.src < 0 || x.src >= known.num_nodes() || x.dst < 0 || x.dst >= known.num_nodes()) {
-      return true;
-    }
-    const NodeId target = known.RouteTarget(x.dst);
-    if (target != x.dst) {
-      const LinkId last = known.FindLink(target, x.dst);
-      if (last == kNoLink || !known.link(last).up) return true;
-    }
-    auto it = distance.find(target);
-    if (it == distance.end()) it = distance.emplace(target, ShortestDistances(known, target)).first;
-    return !(it->second[x.src] < std::numeric_limits<double>::infinity());
-  });
+  // Only with links down can pairs be cut off (a partition); their traffic has nowhere to go,
+  // and they are left out so that the rest is still routed well.
+  const absl::Span<const Link> links = known.links();
+  if (std::any_of(links.begin(), links.end(), [](const Link& l) { return !l.up; })) {
+    demand = Reachable(known, std::move(demand));
+  }
   const bool valid = in_force_ != nullptr && ValidateTables(known, *in_force_).ok();
 
   // Load the demand does not explain under the tables in force.
   std::vector<double> other(known.num_links(), 0.0);
-  if (valid) {
-    if (absl::StatusOr<std::vector<double>> predicted = ComputeLinkLoads(known, *in_force_, demand);
-        predicted.ok()) {
-      for (LinkId l = 0; l < known.num_links(); ++l) {
-        const double slack = config_.other_load_slack *
-                             static_cast<double>(known.link(l).params.capacity.bps()) / kUnit;
-        other[l] = std::max(0.0, throughput_[l] - (*predicted)[l] - slack);
-      }
+  absl::StatusOr<std::vector<double>> predicted = absl::FailedPreconditionError("no tables");
+  if (valid) predicted = ComputeLinkLoads(known, *in_force_, demand);
+  if (predicted.ok()) {
+    for (LinkId l = 0; l < known.num_links(); ++l) {
+      const double slack = config_.other_load_slack *
+                           static_cast<double>(known.link(l).params.capacity.bps()) / kUnit;
+      other[l] = std::max(0.0, throughput_[l] - (*predicted)[l] - slack);
     }
   }
 
@@ -118,17 +126,17 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
   }
 
   bool publish = !valid;
-  if (valid && result.ok()) {
-    absl::StatusOr<std::vector<double>> now_loads = ComputeLinkLoads(known, *in_force_, demand);
+  if (valid && result.ok() && predicted.ok()) {
+    std::vector<double>& now_loads = *predicted;
     absl::StatusOr<std::vector<double>> next_loads = ComputeLinkLoads(known, *next, demand);
-    if (now_loads.ok() && next_loads.ok()) {
+    if (next_loads.ok()) {
       for (LinkId l = 0; l < known.num_links(); ++l) {
-        (*now_loads)[l] += other[l];
+        now_loads[l] += other[l];
         (*next_loads)[l] += other[l];
       }
       const double power = config_.routing.objective.power;
       publish = UtilizationNorm(known, *next_loads, kUnit, power) <
-                (1 - config_.publish_gain) * UtilizationNorm(known, *now_loads, kUnit, power);
+                (1 - config_.publish_gain) * UtilizationNorm(known, now_loads, kUnit, power);
     }
   }
   if (!publish) {

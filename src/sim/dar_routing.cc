@@ -46,7 +46,6 @@ void DarRouting::Start(ControlContext& ctx) {
     MarginalDecisionConfig m = config_.marginal;
     m.period = config_.agents.period;
     marginal_ = std::make_unique<MarginalDecision>(ctx.network.topology(), m);
-    alive_.assign(current.num_links(), true);
     ctx.network.set_send_observer(
         [this](NodeId, const Packet& p) { marginal_->CountSent(p.src, p.dst, p.size_bytes); });
   }
@@ -69,7 +68,6 @@ void DarRouting::OnLiveness(LinkId link, bool alive) {
   // The forwarder at the link's tail acts on its own probes at once; the controller learns
   // from the samples and recomputes.
   ctx_->network.SetLinkUsable(link, alive);
-  if (!alive_.empty()) alive_[link] = alive;
   for (auto& m : managers_) m->SetLinkUp(link, alive, ctx_->loop.now()).IgnoreError();
   ++local_failovers_;
 }
@@ -117,7 +115,7 @@ void DarRouting::Cycle(bool force_full, Duration push_delay) {
 Topology DarRouting::KnownTopology() const {
   Topology view = ctx_->network.current();
   for (LinkId l = 0; l < view.num_links(); ++l) {
-    if (!alive_[l]) view.mutable_link(l).up = false;
+    if (!ctx_->network.Forwardable(l)) view.mutable_link(l).up = false;
   }
   return view;
 }

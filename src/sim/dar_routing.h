@@ -114,7 +114,6 @@ class DarRouting : public ControlPlane {
 
   // The marginal decision layer (null: the diffusion engine decides).
   std::unique_ptr<MarginalDecision> marginal_;
-  std::vector<bool> alive_;  // by link: the probes' verdict
   uint64_t version_ = 0;
 };
 
