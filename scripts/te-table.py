@@ -51,8 +51,9 @@ def main():
             ratios, at_one = [], None
             for level in LEVELS:
                 dar = loads(args.dar_sim, f, "dar", demand, unit * level)
-                if not dar["dar"]["settled"]:
-                    sys.exit(f"{name} {demand} at ECMP {level}: DAR did not settle")
+                if not dar["dar"]["settled"] or dar["dar"]["oscillated"]:
+                    sys.exit(f"{name} {demand} at ECMP {level}: DAR did not settle"
+                             f" (oscillated: {dar['dar']['oscillated']})")
                 ratios.append(dar["max_utilization"] / (optimum * level))
                 if level == 1.0:
                     at_one = dar

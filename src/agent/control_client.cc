@@ -14,9 +14,9 @@
 namespace dar::agent {
 namespace {
 
-constexpr ForwardingMode kAllModes[] = {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet,
+constexpr ForwardingMode kAllModes[] = {ForwardingMode::kPerFlow,   ForwardingMode::kPerFlowlet,
                                         ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C,
-                                        ForwardingMode::kDrill};
+                                        ForwardingMode::kDrill,     ForwardingMode::kDrillFlowlet};
 
 double Millis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }
 

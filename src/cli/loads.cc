@@ -173,6 +173,7 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
       const MarginalRoutingResult& d = *routing.dar;
       doc["dar"] = {{"settled", d.settled},
                     {"iterations", d.iterations},
+                    {"oscillated", d.oscillated},
                     {"objective", d.objective},
                     {"lower_bound", d.lower_bound},
                     {"gap", RelativeGap(d)},
@@ -207,9 +208,9 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
     const MarginalRoutingResult& d = *routing.dar;
     out << fmt::format(
         "dar objective {:.6g} (p {}, length weight {}), at most {:.3g}% above its optimum; {} "
-        "after {} iterations\n",
+        "after {} iterations{}\n",
         d.objective, options.objective_power, options.objective_length_weight, 100 * RelativeGap(d),
-        d.settled ? "settled" : "stopped", d.iterations);
+        d.settled ? "settled" : "stopped", d.iterations, d.oscillated ? ", oscillated" : "");
   }
   if (routing.lp) {
     out << fmt::format("lp optimum {:.6f}{}, {} simplex iterations\n", routing.lp->lambda,

@@ -385,7 +385,10 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   RoutingObjective objective = config.objective;
   objective.reference_utilization = max_utilization(problem.Loads(flows));
   if (!(objective.reference_utilization > 0)) objective.reference_utilization = 1;
+  bool steady = false;
   for (int round = 0; round < config.reference_rounds; ++round) {
+    result.reference_trace.push_back(objective.reference_utilization);
+    const size_t round_start = result.objective_trace.size();
     std::vector<double> loads = problem.Loads(flows);
     ObjectiveTerms terms = EvaluateObjective(topo, loads, unit_bps, objective);
     result.lower_bound = 0;
@@ -444,6 +447,10 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
       terms = EvaluateObjective(topo, loads, unit_bps, objective);
       if (!(terms.value < before)) break;  // no step lowers J: as good as these weights get
       ++result.iterations;
+      if (result.objective_trace.size() > round_start &&
+          terms.value > result.objective_trace.back()) {
+        result.oscillated = true;
+      }
       result.objective_trace.push_back(terms.value);
       result.max_utilization.push_back(max_utilization(loads));
       const size_t n = result.objective_trace.size();
@@ -455,10 +462,15 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
       }
     }
     const double now = max_utilization(loads);
-    const bool steady =
+    steady =
         std::abs(now - objective.reference_utilization) <= 0.01 * objective.reference_utilization;
     if (steady || !(now > 0) || round + 1 == config.reference_rounds) break;
     objective.reference_utilization = now;
+  }
+  // The reference turned back (rose after falling, or fell after rising) and never steadied.
+  const std::vector<double>& u = result.reference_trace;
+  for (size_t i = 2; !steady && i < u.size(); ++i) {
+    if ((u[i] - u[i - 1]) * (u[i - 1] - u[i - 2]) < 0) result.oscillated = true;
   }
   result.reference_utilization = objective.reference_utilization;
   result.tables = TablesOf(problem, w, config.min_weight);

@@ -100,12 +100,19 @@ struct MarginalRoutingResult {
   // Whether the last minimisation stopped on the gap or the stall tolerance (false: it ran
   // out of iterations, or no step lowered J).
   bool settled = false;
+  // Whether the loop was seen to oscillate: J rose from one iteration to the next within a
+  // minimisation (the step rule forbids it, so this checks the argument rather than trusts
+  // it), or the reference utilisation, refreshed after each minimisation, turned back
+  // without becoming steady in `reference_rounds`.
+  bool oscillated = false;
   double objective = 0;  // J under `tables`, for the last reference utilisation
   double reference_utilization = 0;
   double lower_bound = 0;  // no routing of this demand has a smaller J
   // Per iteration: J and the maximum utilisation under that iteration's weights. J never
   // increases within a minimisation; a new reference utilisation starts a new J.
   std::vector<double> objective_trace, max_utilization;
+  // The reference utilisation of each minimisation, in order.
+  std::vector<double> reference_trace;
 };
 
 // Minimises J for `demand` (each unit `unit_bps` bits per second), starting from `start`

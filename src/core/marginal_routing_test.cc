@@ -141,6 +141,8 @@ TEST(MarginalRoutingTest, WansSettleNearTheOptimum) {
         absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
         ASSERT_TRUE(r.ok()) << r.status();
         EXPECT_TRUE(r->settled);
+        EXPECT_FALSE(r->oscillated);
+        EXPECT_GE(r->reference_trace.size(), 1u);
         EXPECT_TRUE(ValidateTables(topo, r->tables).ok());
         const double dar = MaxUtil(topo, r->tables, demand);
         EXPECT_LE(dar, ecmp_level * (1 + 1e-9));

@@ -12,9 +12,10 @@ absl::StatusOr<ForwardingMode> ParseForwardingMode(std::string_view name) {
   if (name == "per_packet") return ForwardingMode::kPerPacket;
   if (name == "per_packet_p2c") return ForwardingMode::kPerPacketP2C;
   if (name == "drill") return ForwardingMode::kDrill;
+  if (name == "drill_flowlet") return ForwardingMode::kDrillFlowlet;
   return absl::InvalidArgumentError(
       fmt::format("unknown forwarding mode '{}' (expected per_flow, per_flowlet, per_packet, "
-                  "per_packet_p2c or drill)",
+                  "per_packet_p2c, drill or drill_flowlet)",
                   name));
 }
 
@@ -30,6 +31,8 @@ std::string_view ForwardingModeName(ForwardingMode mode) {
       return "per_packet_p2c";
     case ForwardingMode::kDrill:
       return "drill";
+    case ForwardingMode::kDrillFlowlet:
+      return "drill_flowlet";
   }
   return "?";
 }
@@ -54,6 +57,10 @@ absl::Status ForwardingConfig::Validate() const {
   if (drill_memory < 0 || drill_memory > 1) {
     return absl::InvalidArgumentError(
         fmt::format("forwarding config: drill_memory is {}, must be 0 or 1", drill_memory));
+  }
+  if (reroute_threshold_bytes < 0) {
+    return absl::InvalidArgumentError(fmt::format(
+        "forwarding config: reroute_threshold_bytes is {}, must be >= 0", reroute_threshold_bytes));
   }
   return absl::OkStatus();
 }

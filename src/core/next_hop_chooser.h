@@ -30,10 +30,11 @@ enum class ForwardingMode : uint8_t {
   kPerFlowlet,    // re-pick by weight after the flow has been idle for flowlet_gap
   kPerPacket,     // weighted random per packet
   kPerPacketP2C,  // two weighted-random candidates, the one with the shorter queue wins
-  kDrill          // DRILL(d, m): d weighted-random candidates and the m last best, per packet
+  kDrill,         // DRILL(d, m): d weighted-random candidates and the m last best, per packet
+  kDrillFlowlet   // DRILL's choice per flowlet; moved within one only past reroute_threshold
 };
-// "per_flow", "per_flowlet", "per_packet", "per_packet_p2c" or "drill"; InvalidArgument
-// otherwise.
+// "per_flow", "per_flowlet", "per_packet", "per_packet_p2c", "drill" or "drill_flowlet";
+// InvalidArgument otherwise.
 absl::StatusOr<ForwardingMode> ParseForwardingMode(std::string_view name);
 std::string_view ForwardingModeName(ForwardingMode mode);
 
@@ -50,6 +51,14 @@ struct ForwardingConfig {
   // won the previous choice toward the same destination. The paper's default is DRILL(2, 1).
   int drill_samples = 2;
   int drill_memory = 1;
+  // drill_flowlet: a flowlet keeps its next hop while that one's local queue holds at most
+  // this many bytes more than DRILL's choice; past it the flowlet moves there. Cautious
+  // rerouting as in Hermes (Zhang et al., SIGCOMM 2017): a move skips at most the old queue's
+  // excess, so the reordering it causes stays within what the receiver's reordering window
+  // absorbs, and short flows on a quiet fabric are not split at all. The default, 15 KB
+  // (about ten full segments, 12 us at 10 Gb/s), is well inside the simulator's 50 us
+  // minimum reordering window (docs/transport.md).
+  int64_t reroute_threshold_bytes = 15 * 1024;
 
   // OK, or InvalidArgument naming the first bad field.
   absl::Status Validate() const;
@@ -83,6 +92,9 @@ concept LocalPortState = requires(const P& ports, LinkId link) {
 // queued bytes wins (the remembered one on a tie, then the earliest draw) and is remembered.
 // The memory is a table of destinations indexed by hash; colliding destinations share an
 // entry.
+// DRILL per flowlet: the flowlet table of per-flowlet mode; a flowlet's first packet takes
+// DRILL's choice; a later one stays on the flowlet's next hop unless DRILL's choice has more
+// than reroute_threshold_bytes fewer bytes queued, and then moves the flowlet there.
 //
 // Not thread-safe; give each forwarding thread its own chooser.
 class NextHopChooser {
@@ -129,6 +141,15 @@ class NextHopChooser {
   template <LocalPortState Ports>
   LinkId ChooseDrill(absl::Span<const NextHop> hops, NodeId destination, Random& rng,
                      const Ports& ports);
+  template <LocalPortState Ports>
+  LinkId ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination,
+                            Time now, Random& rng, const Ports& ports);
+  // The flowlet table entry of one direction of `flow`, allocating the table on first use;
+  // `fresh` tells whether the entry is this flow's, seen within flowlet_gap, and its next hop
+  // is still offered and forwardable.
+  template <LocalPortState Ports>
+  FlowletEntry& FindFlowlet(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination,
+                            Time now, const Ports& ports, bool& fresh);
 
   static constexpr size_t kDrillMemorySize = 1024;
 
@@ -167,24 +188,45 @@ LinkId NextHopChooser::PickByWeight(absl::Span<const NextHop> hops, double u, bo
 }
 
 template <LocalPortState Ports>
-LinkId NextHopChooser::ChooseFlowlet(absl::Span<const NextHop> hops, uint64_t flow,
-                                     NodeId destination, Time now, Random& rng,
-                                     const Ports& ports) {
+NextHopChooser::FlowletEntry& NextHopChooser::FindFlowlet(absl::Span<const NextHop> hops,
+                                                          uint64_t flow, NodeId destination,
+                                                          Time now, const Ports& ports,
+                                                          bool& fresh) {
   if (flowlets_.empty()) flowlets_.resize(config_.flowlet_table_size);
   // A flowlet is one direction of a flow: a flow's data and its ACKs are separate.
   const uint64_t key = Random::Hash(flow ^ (static_cast<uint64_t>(destination) << 40));
   FlowletEntry& e = flowlets_[(key ^ salt_) % flowlets_.size()];
-  const bool fresh =
-      e.key == key && e.last_seen.count() >= 0 && now - e.last_seen <= config_.flowlet_gap;
-  bool valid = false;
-  if (fresh && e.link != kNoLink && ports.forwardable(e.link)) {
-    for (const NextHop& nh : hops) valid |= nh.link == e.link;
+  fresh = false;
+  if (e.key == key && e.last_seen.count() >= 0 && now - e.last_seen <= config_.flowlet_gap &&
+      e.link != kNoLink && ports.forwardable(e.link)) {
+    for (const NextHop& nh : hops) fresh |= nh.link == e.link;
   }
-  if (!valid) {
-    e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/true, ports);
-    e.key = key;
-  }
+  e.key = key;
   e.last_seen = now;
+  return e;
+}
+
+template <LocalPortState Ports>
+LinkId NextHopChooser::ChooseFlowlet(absl::Span<const NextHop> hops, uint64_t flow,
+                                     NodeId destination, Time now, Random& rng,
+                                     const Ports& ports) {
+  bool fresh = false;
+  FlowletEntry& e = FindFlowlet(hops, flow, destination, now, ports, fresh);
+  if (!fresh) e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/true, ports);
+  return e.link;
+}
+
+template <LocalPortState Ports>
+LinkId NextHopChooser::ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64_t flow,
+                                          NodeId destination, Time now, Random& rng,
+                                          const Ports& ports) {
+  bool fresh = false;
+  FlowletEntry& e = FindFlowlet(hops, flow, destination, now, ports, fresh);
+  const LinkId drill = ChooseDrill(hops, destination, rng, ports);
+  if (!fresh || (drill != kNoLink && ports.queued_bytes(e.link) - ports.queued_bytes(drill) >
+                                         config_.reroute_threshold_bytes)) {
+    e.link = drill;
+  }
   return e.link;
 }
 
@@ -234,6 +276,8 @@ LinkId NextHopChooser::Choose(absl::Span<const NextHop> hops, uint64_t flow, Nod
     }
     case ForwardingMode::kDrill:
       return ChooseDrill(hops, destination, rng, ports);
+    case ForwardingMode::kDrillFlowlet:
+      return ChooseDrillFlowlet(hops, flow, destination, now, rng, ports);
   }
   return kNoLink;
 }

@@ -46,7 +46,7 @@ std::array<int, 4> Histogram(int n, F choose) {
 TEST(ForwardingModeTest, NamesRoundTrip) {
   for (ForwardingMode m :
        {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet, ForwardingMode::kPerPacket,
-        ForwardingMode::kPerPacketP2C, ForwardingMode::kDrill}) {
+        ForwardingMode::kPerPacketP2C, ForwardingMode::kDrill, ForwardingMode::kDrillFlowlet}) {
     absl::StatusOr<ForwardingMode> parsed = ParseForwardingMode(ForwardingModeName(m));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, m);
@@ -73,6 +73,9 @@ TEST(ForwardingConfigTest, ValidateNamesTheBadField) {
   c = ForwardingConfig();
   c.drill_memory = 2;
   EXPECT_THAT(c.Validate().message(), HasSubstr("drill_memory"));
+  c = ForwardingConfig();
+  c.reroute_threshold_bytes = -1;
+  EXPECT_THAT(c.Validate().message(), HasSubstr("reroute_threshold_bytes"));
 }
 
 TEST(NextHopChooserTest, PerPacketFollowsWeights) {
@@ -131,7 +134,7 @@ TEST(NextHopChooserTest, SkipsLinksThatAreNotForwardableInEveryMode) {
   const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.3}, {2, 0.2}};
   for (ForwardingMode mode :
        {ForwardingMode::kPerFlow, ForwardingMode::kPerFlowlet, ForwardingMode::kPerPacket,
-        ForwardingMode::kPerPacketP2C, ForwardingMode::kDrill}) {
+        ForwardingMode::kPerPacketP2C, ForwardingMode::kDrill, ForwardingMode::kDrillFlowlet}) {
     SCOPED_TRACE(ForwardingModeName(mode));
     FakePorts ports(3);
     ports.up[0] = false;
@@ -340,12 +343,60 @@ TEST(NextHopChooserTest, DrillRemembersTheLastBestNextHop) {
   for (int c : counts) EXPECT_NEAR(c / double(n), 0.25, 0.01);
 }
 
+// DRILL per flowlet: a flowlet starts on DRILL's choice and stays there while its queue is
+// within reroute_threshold_bytes of the shortest; past that it moves, and stays again.
+TEST(NextHopChooserTest, DrillFlowletMovesOnlyPastTheThreshold) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
+  FakePorts ports(2);
+  ports.queued = {0, 3000};
+  ForwardingConfig config = Config(ForwardingMode::kDrillFlowlet);
+  config.reroute_threshold_bytes = 6000;
+  config.drill_samples = 16;  // DRILL's choice is then the shorter queue but for 2^-16
+  NextHopChooser c(config, 5);
+  Random rng(3);
+  Time t{0};
+  auto next = [&] {
+    t += Microseconds(1);
+    return c.Choose(hops, /*flow=*/7, 9, t, rng, ports);
+  };
+  EXPECT_EQ(next(), 0);
+  // Link 0's queue grows past link 1's, but by no more than the threshold: the flowlet stays.
+  ports.queued = {9000, 3000};
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(next(), 0) << i;
+  // Past the threshold it moves, once, and then stays on its new next hop.
+  ports.queued = {9001, 3000};
+  EXPECT_EQ(next(), 1);
+  ports.queued = {4000, 9000};
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(next(), 1) << i;
+  // After a gap the flowlet starts afresh on DRILL's choice.
+  t += Microseconds(200);
+  ports.queued = {0, 9000};
+  EXPECT_EQ(next(), 0);
+  // A withdrawn next hop is left at once, whatever the threshold.
+  ports.up[0] = false;
+  EXPECT_EQ(next(), 1);
+  // Threshold 0: every packet takes a strictly shorter queue, as DRILL does.
+  config.reroute_threshold_bytes = 0;
+  NextHopChooser eager(config, 5);
+  ports.up[0] = true;
+  ports.queued = {100, 0};
+  int moved = 0;
+  for (int i = 0; i < 100; ++i) {
+    t += Microseconds(1);
+    ports.queued = i % 2 == 0 ? std::vector<int64_t>{100, 0} : std::vector<int64_t>{0, 100};
+    const LinkId l = eager.Choose(hops, 7, 9, t, rng, ports);
+    moved += ports.queued[l] == 0 ? 1 : 0;
+  }
+  EXPECT_GT(moved, 90);
+}
+
 TEST(NextHopChooserTest, SameSeedSameChoices) {
   const std::vector<NextHop> hops = {{0, 0.3}, {1, 0.3}, {2, 0.4}};
   FakePorts ports(3);
   ports.queued = {100, 5000, 0};
-  for (ForwardingMode mode : {ForwardingMode::kPerFlowlet, ForwardingMode::kPerPacket,
-                              ForwardingMode::kPerPacketP2C, ForwardingMode::kDrill}) {
+  for (ForwardingMode mode :
+       {ForwardingMode::kPerFlowlet, ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C,
+        ForwardingMode::kDrill, ForwardingMode::kDrillFlowlet}) {
     NextHopChooser a(Config(mode, 2000), 5), b(Config(mode, 2000), 5);
     Random ra(77), rb(77);
     for (int i = 0; i < 1000; ++i) {

@@ -277,6 +277,8 @@ TEST(BaselinesTest, EveryBaselineIsAPolicyNameWithItsDefaults) {
   }
   flat += "  - {name: letflow-50, routing: letflow, flowlet_gap_us: 50}\n";
   flat += "  - {name: drill-3, routing: drill, drill_samples: 3, drill_memory: 0}\n";
+  flat +=
+      "  - {name: drill-fl, routing: ecmp, forwarding: drill_flowlet, reroute_threshold_kb: 4}\n";
   flat += "  - {name: conga-fast, routing: conga, dre_period_us: 8, flowlet_gap_us: 100}\n";
   flat += "  - plb\n";
   flat += "  - {name: plb-6, routing: plb, rehash_rounds: 6, congested_fraction: 0.3}\n";
@@ -297,6 +299,9 @@ TEST(BaselinesTest, EveryBaselineIsAPolicyNameWithItsDefaults) {
   EXPECT_EQ(policy("drill").forwarding.drill_memory, 1);
   EXPECT_EQ(policy("drill-3").forwarding.drill_samples, 3);
   EXPECT_EQ(policy("drill-3").forwarding.drill_memory, 0);
+  EXPECT_EQ(policy("drill-fl").forwarding.mode, ForwardingMode::kDrillFlowlet);
+  EXPECT_EQ(policy("drill-fl").forwarding.reroute_threshold_bytes, 4096);
+  EXPECT_EQ(policy("drill").forwarding.reroute_threshold_bytes, 15 * 1024);
   EXPECT_EQ(policy("wcmp").routing, "wcmp");
   EXPECT_EQ(policy("conga").routing, "conga");
 
@@ -310,14 +315,23 @@ TEST(BaselinesTest, EveryBaselineIsAPolicyNameWithItsDefaults) {
     EXPECT_TRUE(p["metrics"]["completed"].get<bool>());
     EXPECT_EQ(p["metrics"]["routing_loops"], 0);
     EXPECT_GT(p["metrics"]["flows_completed"].get<int64_t>(), 0);
-    if (p["routing"] == "conga") EXPECT_GT(p["metrics"]["conga_feedback"].get<int64_t>(), 0);
-    if (p["routing"] == "plb") EXPECT_TRUE(p["metrics"]["plb_repaths"].is_number_integer());
+    if (p["routing"] == "conga") {
+      EXPECT_GT(p["metrics"]["conga_feedback"].get<int64_t>(), 0);
+    }
+    if (p["routing"] == "plb") {
+      EXPECT_TRUE(p["metrics"]["plb_repaths"].is_number_integer());
+    }
   }
   // A bad key value is refused with the policy and the key.
   absl::StatusOr<Scenario> bad = ParseScenario(
       std::string(kLeafSpine) + "  - {name: d, routing: drill, drill_memory: 3}\n", "b.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("policies[0].drill_memory"));
+  bad = ParseScenario(
+      std::string(kLeafSpine) + "  - {name: d, routing: ecmp, reroute_threshold_kb: -1}\n",
+      "b.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("policies[0].reroute_threshold_kb"));
   bad = ParseScenario(std::string(kLeafSpine) + "  - {name: c, routing: conga, dre_alpha: 1.5}\n",
                       "b.yaml");
   ASSERT_FALSE(bad.ok());

@@ -113,6 +113,9 @@ absl::Status ReadPolicyKeys(YamlReader& r, PolicySpec& p) {
   ASSIGN_OR_RETURN(
       p.forwarding.drill_memory,
       r.Optional<int>("drill_memory", p.forwarding.drill_memory, Bounds::InRange(0, 1)));
+  ASSIGN_OR_RETURN(p.forwarding.reroute_threshold_bytes,
+                   r.OptionalSize("reroute_threshold", p.forwarding.reroute_threshold_bytes,
+                                  Bounds::NonNegative()));
   return absl::OkStatus();
 }
 
