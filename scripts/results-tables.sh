@@ -11,7 +11,7 @@ table() {  # scenario, then metrics
   for m in "$@"; do args+=(--metric "$m"); done
   echo "### $s"
   echo
-  "$sim" table "$dir/$s" "${args[@]}"
+  "$sim" table "$dir/$s" "${args[@]}" --baseline ecmp
   echo
 }
 table allreduce-fattree comm_time_s iteration_time_s fct_p99_s
@@ -23,4 +23,10 @@ table replication-wan completion_mean_s completion_stddev_s completion_max_s
 table replication-geant completion_mean_s completion_stddev_s completion_max_s
 for load in 30 50 70 90; do
   table websearch-asym-$load fct_mean_s fct_p99_s packets_dropped
+done
+table allreduce-failing-spine comm_time_s comm_time_max_s iteration_time_s
+table allreduce-failed-core comm_time_s comm_time_max_s iteration_time_s
+table inference-rack-hotspot latency_p99_s latency_long_p99_s fct_mean_s
+for s in gray-failure flapping-link websearch-sym-70 websearch-sym-90 hadoop-sym-70 hadoop-sym-90; do
+  table $s fct_mean_s fct_p99_s spurious_retransmissions
 done

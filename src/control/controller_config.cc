@@ -48,6 +48,21 @@ class Located : public YamlLocator {
   absl::Status Key(const YAML::Node& map, std::string_view key, const absl::Status& s) const {
     return At(KeyNode(map, key), s);
   }
+  // An error `s` of a getter of `r` over `map`, located at the value of the key it names
+  // (its message starts with the key's path).
+  absl::Status Locate(const YamlReader& r, const YAML::Node& map, const absl::Status& s) const {
+    if (s.ok() || !map.IsMap()) return At(map, s);
+    for (const auto& entry : map) {
+      if (!entry.first.IsScalar()) continue;
+      const std::string path = r.Path(entry.first.Scalar());
+      const std::string message = Msg(s);
+      if (message.rfind(path, 0) == 0 && message.size() > path.size() &&
+          (message[path.size()] == ':' || message[path.size()] == '.')) {
+        return At(entry.second, s);
+      }
+    }
+    return At(map, s);
+  }
   // CheckNoUnknownKeys of `r` over `map`, located at the offending key.
   absl::Status CheckKeys(const YamlReader& r, const YAML::Node& map) const {
     const absl::Status s = r.CheckNoUnknownKeys();
@@ -82,61 +97,10 @@ std::string Resolve(const std::string& path, const std::string& file) {
   return (std::filesystem::path(file).parent_path() / path).lexically_normal().string();
 }
 
-absl::Status ReadWeights(const Located& loc, YamlReader& policy, const YAML::Node& policy_node,
-                         const std::string& key, ClassWeights& w) {
-  const YAML::Node node = Located::KeyNode(policy_node, key);
-  ASSIGN_OR_RETURN(YamlReader r, loc.At(node, policy.OptionalMap(key)));
-  ASSIGN_OR_RETURN(w.hop,
-                   loc.Key(node, "hop", r.Optional<double>("hop", w.hop, Bounds::Positive())));
-  ASSIGN_OR_RETURN(
-      w.latency,
-      loc.Key(node, "latency", r.Optional<double>("latency", w.latency, Bounds::NonNegative())));
-  ASSIGN_OR_RETURN(
-      w.loss, loc.Key(node, "loss", r.Optional<double>("loss", w.loss, Bounds::NonNegative())));
-  ASSIGN_OR_RETURN(w.utilisation, loc.Key(node, "utilisation",
-                                          r.Optional<double>("utilisation", w.utilisation,
-                                                             Bounds::NonNegative())));
-  ASSIGN_OR_RETURN(
-      w.capacity,
-      loc.Key(node, "capacity", r.Optional<double>("capacity", w.capacity, Bounds::NonNegative())));
-  return loc.CheckKeys(r, node);
-}
-
 absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& root,
                         const std::string& file, ControllerPolicy& p) {
   const YAML::Node node = Located::KeyNode(root, "policy");
   ASSIGN_OR_RETURN(YamlReader r, loc.At(node, top.OptionalMap("policy")));
-  RouteComputerConfig& c = p.routes;
-  ASSIGN_OR_RETURN(
-      c.diffusion.temperature,
-      loc.Key(node, "temperature",
-              r.Optional<double>("temperature", c.diffusion.temperature, Bounds::NonNegative())));
-  ASSIGN_OR_RETURN(
-      c.diffusion.hysteresis,
-      loc.Key(node, "hysteresis",
-              r.Optional<double>("hysteresis", c.diffusion.hysteresis, Bounds::InRange(0, 2))));
-  ASSIGN_OR_RETURN(
-      c.diffusion.min_weight,
-      loc.Key(node, "min_weight",
-              r.Optional<double>("min_weight", c.diffusion.min_weight, Bounds::InRange(0, 1))));
-  ASSIGN_OR_RETURN(
-      c.min_cost_change,
-      loc.Key(node, "min_cost_change",
-              r.Optional<double>("min_cost_change", c.min_cost_change, Bounds::NonNegative())));
-  ASSIGN_OR_RETURN(c.full_every, loc.Key(node, "full_every",
-                                         r.Optional<int>("full_every", c.full_every,
-                                                         Bounds::InRange(1, 1000000))));
-  ASSIGN_OR_RETURN(c.threads, loc.Key(node, "cycle_threads",
-                                      r.Optional<int>("cycle_threads", c.threads,
-                                                      Bounds::InRange(1, kMaxCycleThreads))));
-  ASSIGN_OR_RETURN(c.policy_refresh_cycles,
-                   loc.Key(node, "policy_refresh_cycles",
-                           r.Optional<int>("policy_refresh_cycles", c.policy_refresh_cycles,
-                                           Bounds::InRange(1, 1000))));
-  ASSIGN_OR_RETURN(
-      c.scales.reference_delay,
-      loc.Key(node, "reference_delay",
-              r.OptionalDuration("reference_delay", c.scales.reference_delay, Bounds::Positive())));
   ASSIGN_OR_RETURN(
       std::string mode,
       loc.Key(node, "forwarding_mode",
@@ -147,8 +111,6 @@ absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& r
     return loc.Key(node, "forwarding_mode", r.Error("forwarding_mode", parsed.status().message()));
   }
   p.forwarding_mode = *parsed;
-  RETURN_IF_ERROR(ReadWeights(loc, r, node, "latency_weights", c.latency));
-  RETURN_IF_ERROR(ReadWeights(loc, r, node, "bulk_weights", c.bulk));
   if (r.Has("policy_model")) {
     ASSIGN_OR_RETURN(p.policy_model,
                      loc.Key(node, "policy_model", r.Required<std::string>("policy_model")));
@@ -163,15 +125,21 @@ absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& r
                            r.OptionalChoice("policy_precision", "int8", {"int8", "float"})));
   p.policy_precision = precision == "int8" ? learn::LearnedPolicy::Precision::kInt8
                                            : learn::LearnedPolicy::Precision::kFloat;
-  ASSIGN_OR_RETURN(const std::string decision,
-                   loc.Key(node, "decision",
-                           r.OptionalChoice("decision", p.marginal ? "marginal" : "diffusion",
-                                            {"diffusion", "marginal"})));
-  p.marginal = decision == "marginal";
-  ASSIGN_OR_RETURN(p.marginal_config.publish_gain,
-                   loc.Key(node, "publish_gain",
-                           r.Optional<double>("publish_gain", p.marginal_config.publish_gain,
-                                              Bounds::InRange(0, 0.99))));
+  // The engine's keys, as the simulator reads them (core/engine_settings.h). A learned
+  // policy refines the diffusion engine's weights: naming one makes diffusion the default.
+  EngineSettings engine{.marginal = p.marginal && p.policy_model.empty(),
+                        .marginal_config = p.marginal_config,
+                        .routes = p.routes};
+  RETURN_IF_ERROR(loc.Locate(r, node, ReadEngineSettings(r, engine)));
+  if (engine.marginal && !p.policy_model.empty()) {
+    return loc.Key(node, "decision",
+                   r.Error("decision",
+                           "policy_model refines the diffusion engine's weights: it "
+                           "needs decision: diffusion"));
+  }
+  p.marginal = engine.marginal;
+  p.marginal_config = engine.marginal_config;
+  p.routes = engine.routes;
   return loc.CheckKeys(r, node);
 }
 
@@ -298,7 +266,7 @@ absl::Status ReadLinks(const Located& loc, YamlReader& top, const YAML::Node& ro
 }  // namespace
 
 RouteComputerConfig DefaultControllerRoutes() {
-  RouteComputerConfig c;
+  RouteComputerConfig c = DeployedEngineSettings().routes;
   c.down_from_samples = false;
   c.scales.reference_delay = Milliseconds(1);
   // Noisy samples move most links' costs at once; a full pass is then the cheaper one.
@@ -312,9 +280,6 @@ RouteComputerConfig DefaultControllerRoutes() {
   // The two traffic classes side by side: a controller has the cores, and a cycle with the
   // learned policy on a large fabric needs them (docs/learned-policy.md).
   c.threads = 2;
-  // A learned policy weighs each destination at least every 4 cycles, at once where its next
-  // hops change: a quarter of its work where the fabric is steady.
-  c.policy_refresh_cycles = kDeployedPolicyRefreshCycles;
   return c;
 }
 

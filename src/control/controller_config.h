@@ -60,6 +60,7 @@
 
 #include "absl/status/statusor.h"
 #include "control/tls.h"
+#include "core/engine_settings.h"
 #include "core/marginal_decision.h"
 #include "core/next_hop_chooser.h"
 #include "core/route_computer.h"
@@ -68,9 +69,6 @@
 #include "learn/policy_model.h"
 
 namespace dar::control {
-
-// policy.cycle_threads at most (RouteComputerConfig::threads).
-inline constexpr int kMaxCycleThreads = 64;
 
 struct ControllerNodeConfig {
   uint32_t id = 0;  // > 0; the agent's certificate says spiffe://<domain>/node/<id>
@@ -88,10 +86,11 @@ struct ControllerLinkConfig {
 // The tunable part: what SetPolicy may change at run time.
 struct ControllerPolicy {
   RouteComputerConfig routes;  // with the controller's defaults (see ParseControllerConfig)
-  // The decision layer: false (decision: diffusion, the default), the route computer's
-  // diffusion engine; true (decision: marginal), DAR's objective minimised for the demand
-  // the agents report (core/marginal_decision.h; its period is the cycle).
-  bool marginal = false;
+  // The decision layer (core/engine_settings.h): true (decision: marginal, the default),
+  // DAR's objective minimised for the demand the agents report (core/marginal_decision.h;
+  // its period is the cycle); false (decision: diffusion, the default where a policy_model
+  // is named), the route computer's diffusion engine.
+  bool marginal = true;
   MarginalDecisionConfig marginal_config;
   ForwardingMode forwarding_mode = ForwardingMode::kPerFlowlet;
   Duration cycle = Milliseconds(100);
@@ -130,7 +129,8 @@ struct ControllerConfig {
   ControllerPolicy policy;
 };
 
-// The controller's defaults for the route computer: the simulator's, with the controller's
+// The controller's defaults for the route computer: the deployed engine's
+// (DeployedEngineSettings), with the controller's
 // liveness rule (down_from_samples off: ends decide together), a 1 ms delay scale, a class
 // recomputed whole when over a quarter of the links changed cost, costs that fall over 4
 // cycles (cost_decay_periods), and links judged by what they are measured to do

@@ -106,7 +106,7 @@ TEST(ControllerConfigTest, ParsesEveryField) {
   EXPECT_EQ(r.full_every, 20);
   EXPECT_EQ(r.threads, 1);
   EXPECT_EQ(r.policy_refresh_cycles, 2);
-  EXPECT_FALSE(c->policy.marginal);  // decision: diffusion unless said
+  EXPECT_TRUE(c->policy.marginal);  // decision: marginal unless said
   EXPECT_EQ(r.scales.reference_delay, Microseconds(300));
   EXPECT_EQ(r.latency.utilisation, 0.7);
   EXPECT_EQ(r.latency.loss, 1);  // default kept
@@ -174,6 +174,10 @@ TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
        "ctl.yaml:31: policy.decision"},
       {With("forwarding_mode: per_packet", "forwarding_mode: per_packet\n  publish_gain: 1"),
        "ctl.yaml:31: policy.publish_gain"},
+      {With("forwarding_mode: per_packet", "forwarding_mode: per_packet\n  objective_power: 1"),
+       "ctl.yaml:31: policy.objective_power"},
+      {With("forwarding_mode: per_packet", "forwarding_mode: per_packet\n  cost_decay_periods: 0"),
+       "ctl.yaml:31: policy.cost_decay_periods"},
       {With("temperature: 0.2", "temperature: -1"), "ctl.yaml:24: policy.temperature"},
       {With("cycle_threads: 1", "cycle_threads: 0"), "ctl.yaml:28: policy.cycle_threads"},
       {With("cycle_threads: 1", "cycle_threads: 65"), "ctl.yaml:28: policy.cycle_threads"},
@@ -258,6 +262,10 @@ TEST(ControllerConfigTest, PolicyModelKeys) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->policy.policy_model, "/etc/dar/models/p.json");  // relative to the file
   EXPECT_EQ(c->policy.policy_precision, learn::LearnedPolicy::Precision::kFloat);
+  EXPECT_FALSE(c->policy.marginal);  // a learned policy refines the diffusion engine
+  EXPECT_THAT(ErrorOf(With("full_every: 20",
+                           "full_every: 20\n  policy_model: p.json\n  decision: marginal")),
+              HasSubstr("ctl.yaml:29: policy.decision: policy_model refines the diffusion"));
   c = ParseControllerConfig(With("full_every: 20", "full_every: 20\n  policy_model: /m/p.json"),
                             "/etc/dar/ctl.yaml");
   ASSERT_TRUE(c.ok()) << c.status();

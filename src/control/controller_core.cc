@@ -651,11 +651,18 @@ CycleReport ControllerCore::RunCycle() {
   CountPolicy(cycle, now);
   std::shared_ptr<const RouteSnapshot> snapshot;
   if (marginal_ != nullptr) {
-    // The marginal layer decides over the links known up and not drained; the tables carry
-    // the computer's versions, and their potentials are ranks in each destination's DAG.
+    // The marginal layer decides over the links known up and not drained, at what each is
+    // measured to deliver (a shaper or a congested underlay the configuration does not know
+    // of: the route computer's delivery estimate, at most the configured capacity); the
+    // tables carry the computer's versions, and their potentials are ranks in each
+    // destination's DAG.
     Topology known = topo;
     for (LinkId l = 0; l < known.num_links(); ++l) {
       if (cable_down_[l] || drained_links[l]) known.mutable_link(l).up = false;
+      const DataRate delivers = computer_->DeliveryCapacity(l);
+      if (delivers.bps() > 0 && delivers < known.link(l).params.capacity) {
+        known.mutable_link(l).params.capacity = delivers;
+      }
     }
     const int64_t changes = marginal_->stats().route_changes;
     const std::shared_ptr<const RoutingTables> in_force = marginal_->Decide(now, known);

@@ -1,5 +1,6 @@
 #include "control/controller_core.h"
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -383,6 +384,49 @@ TEST_F(CoreTest, MarginalDecisionSplitsByTheDemandAgentsReport) {
   for (const v1::Event& e : core_->ListEvents(0)) events += e.kind() == "sent_ignored";
   EXPECT_EQ(events, 3);
   core_->RunCycle();  // and the layer goes on
+}
+
+// A link slower than configured (a shaper the configuration does not know of): n2-n4 is
+// configured at 1 Gb/s but delivers 100 Mb/s while its queue stands. The marginal layer
+// routes at what the link is measured to deliver, as if it had been configured so.
+TEST_F(CoreTest, MarginalDecisionRoutesAtWhatALinkDelivers) {
+  ASSERT_TRUE(config_.policy.marginal);  // the default
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  const auto link = std::make_shared<FakeLink>();
+  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), link).ok());
+  for (int cycle = 0; cycle < 12; ++cycle) {
+    ASSERT_TRUE(core_->OnSamples(1, Samples({{2, true}, {3, true}})).ok());
+    ASSERT_TRUE(core_->OnSamples(3, Samples({{1, true}, {4, true}})).ok());
+    ASSERT_TRUE(core_->OnSamples(4, Samples({{2, true}, {3, true}})).ok());
+    v1::LinkSamples shaped = Samples({{1, true}, {4, true}});
+    v1::LinkSample* to_n4 = shaped.mutable_samples(1);
+    to_n4->set_rtt_ms(0.2 + 4.5 * std::min(cycle + 1, 10));  // a standing queue
+    to_n4->set_tx_bps(100e6);
+    to_n4->set_utilisation(0.1);
+    to_n4->set_loss(0.05);
+    ASSERT_TRUE(core_->OnSamples(2, shaped).ok());
+    v1::LinkSamples sent;
+    v1::SentBytes* x = sent.add_sent();
+    x->set_destination_id(4);
+    x->set_bytes(10'000'000);  // 800 Mb/s over the 100 ms cycle
+    ASSERT_TRUE(core_->OnSamples(1, sent).ok());
+    clock_.Advance(Milliseconds(100));
+    core_->RunCycle();
+  }
+  double via_n2 = 1;
+  v1::GetRoutesRequest req;
+  req.set_node("n1");
+  req.set_destination("n4");
+  absl::StatusOr<v1::GetRoutesResponse> r = core_->GetRoutes(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->routes_size(), 1);
+  for (const v1::NextHopView& h : r->routes(0).next_hops()) {
+    if (h.neighbor() == "n2") via_n2 = h.weight();
+  }
+  if (r->routes(0).next_hops_size() == 1 && r->routes(0).next_hops(0).neighbor() != "n2") {
+    via_n2 = 0;
+  }
+  EXPECT_LT(via_n2, 0.15);  // an even split would send 400 Mb/s into 100
 }
 
 TEST_F(CoreTest, PolicyIsValidatedAndAppliedAndTellsAgentsOfANewMode) {

@@ -93,6 +93,12 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
     demand = Reachable(known, std::move(demand));
   }
   const bool valid = in_force_ != nullptr && ValidateTables(known, *in_force_).ok();
+  bool came_up = false;
+  for (LinkId l = 0; l < known.num_links(); ++l) {
+    came_up |= !up_.empty() && known.link(l).up && !up_[l];
+  }
+  up_.resize(known.num_links());
+  for (LinkId l = 0; l < known.num_links(); ++l) up_[l] = known.link(l).up;
 
   // Load the demand does not explain under the tables in force.
   std::vector<double> other(known.num_links(), 0.0);
@@ -108,9 +114,11 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
 
   // The minimisation resumes where the last one stopped (its tables, published or not), so a
   // steady demand costs few iterations a cycle; the tables in force, or ECMP, where those
-  // route over a link now down.
-  const RoutingTables* start = valid ? in_force_.get() : nullptr;
-  if (candidate_ != nullptr && ValidateTables(known, *candidate_).ok()) start = candidate_.get();
+  // route over a link now down; WCMP when a link came up.
+  const RoutingTables* start = valid && !came_up ? in_force_.get() : nullptr;
+  if (!came_up && candidate_ != nullptr && ValidateTables(known, *candidate_).ok()) {
+    start = candidate_.get();
+  }
   std::shared_ptr<const RoutingTables> next;
   absl::StatusOr<MarginalRoutingResult> result =
       MinimiseRoutingObjective(known, demand, kUnit, config_.routing, start, &other);
@@ -125,8 +133,9 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
     next = std::make_shared<const RoutingTables>(ComputeEcmpTables(known));
   }
 
-  bool publish = !valid;
-  if (valid && result.ok() && predicted.ok()) {
+  const bool forced = !valid || came_up;
+  bool publish = forced;
+  if (!forced && result.ok() && predicted.ok()) {
     std::vector<double>& now_loads = *predicted;
     absl::StatusOr<std::vector<double>> next_loads = ComputeLinkLoads(known, *next, demand);
     if (next_loads.ok()) {
@@ -144,7 +153,7 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
     return in_force_;
   }
   if (in_force_ != nullptr) {
-    stats_.forced += !valid;
+    stats_.forced += forced;
     stats_.route_changes += ChangedRows(known, *in_force_, *next);
   }
   ++stats_.publishes;

@@ -16,6 +16,10 @@
 //   4. the rule that keeps tables still: the new tables replace those in force only if the
 //      utilisation norm they predict is at least publish_gain (relative) lower, or at once if
 //      the tables in force route over a link now down (they fail ValidateTables).
+// A link that comes (back) up restarts the minimisation from WCMP over the known links, and
+// its result is put in force whatever it gains: the tables in force were made for a network
+// without that link, and a destination that carries no traffic would otherwise never be
+// routed over it again (its rows do not move without demand).
 // The forwarders adapt within the tables in microseconds (flowlets, DRILL); this layer does
 // not chase what they fix.
 //
@@ -53,7 +57,7 @@ struct MarginalDecisionStats {
   int64_t cycles = 0;
   int64_t publishes = 0;  // new tables put in force (the first included)
   int64_t holds = 0;      // cycles that kept the tables in force
-  int64_t forced = 0;     // publishes because the tables in force used a link now down
+  int64_t forced = 0;     // publishes because a link in use went down or one came up
   int64_t failures = 0;   // cycles whose minimisation failed (then: ECMP over the known links)
   int64_t iterations = 0;
   int64_t route_changes = 0;  // (node, destination) rows changed by publishes
@@ -95,6 +99,7 @@ class MarginalDecision {
   Time demand_at_{0};
   std::shared_ptr<const RoutingTables> in_force_;
   std::shared_ptr<const RoutingTables> candidate_;  // the last minimisation's tables
+  std::vector<bool> up_;  // by link, whether it was up in the last cycle's known topology
   MarginalDecisionStats stats_;
   std::string last_error_;
 };

@@ -103,6 +103,37 @@ TEST(MarginalDecisionTest, MovesOffASlowLinkAndOffADownOne) {
   EXPECT_TRUE(ValidateTables(topo, *tables).ok());
 }
 
+// A link that comes back up is used again at once, by destinations with traffic and without:
+// the minimisation restarts from ECMP and its tables are put in force.
+TEST(MarginalDecisionTest, ALinkBackUpIsUsedAgainWithOrWithoutTraffic) {
+  const Topology base = LeafSpine({.leaves = 3,
+                                   .spines = 2,
+                                   .hosts_per_leaf = 1,
+                                   .host_link = Params(10),
+                                   .fabric_link = Params(10)});
+  Topology topo = base;
+  MarginalDecisionConfig config;
+  config.period = Milliseconds(1);
+  MarginalDecision d(base, config);
+  const NodeId h0 = *topo.FindNode("h0"), h1 = *topo.FindNode("h1");
+  const NodeId leaf0 = *topo.FindNode("leaf0"), leaf1 = *topo.FindNode("leaf1");
+  const NodeId leaf2 = *topo.FindNode("leaf2");
+  const LinkId link = topo.FindLink(leaf0, *topo.FindNode("spine0"));
+  d.Decide(Time(0), topo);
+  topo.mutable_link(link).up = false;
+  auto tables = d.Decide(Time(Milliseconds(1)), topo);
+  EXPECT_EQ(Weight(*tables, leaf0, leaf1, link), 0);
+  topo.mutable_link(link).up = true;
+  for (int i = 2; i <= 4; ++i) {
+    d.CountSent(h0, h1, 500'000);  // only toward leaf1 is there traffic
+    tables = d.Decide(Time(Milliseconds(i)), topo);
+  }
+  EXPECT_NEAR(Weight(*tables, leaf0, leaf1, link), 0.5, 1e-6);
+  EXPECT_NEAR(Weight(*tables, leaf0, leaf2, link), 0.5, 1e-6);
+  EXPECT_EQ(d.stats().forced, 2);  // the link down, then up
+  EXPECT_TRUE(ValidateTables(topo, *tables).ok());
+}
+
 // Throughput the demand does not explain, well beyond the slack, is held as load no routing
 // moves: traffic leaves the link that carries it.
 TEST(MarginalDecisionTest, UnexplainedLoadIsRoutedAround) {

@@ -60,23 +60,24 @@ class Problem {
 
   // The starting weights: those of `start` where it has a table for the destination that
   // uses only usable links, reaches the destination from every node ECMP does and has no
-  // loop; ECMP's elsewhere.
+  // loop; WCMP's elsewhere (ECMP's next hops weighted by the capacity each leads to: equal on
+  // a symmetric fabric, and a prior that already keeps new traffic off a degraded link).
   Weights Start(const RoutingTables* start) const {
     Weights w(targets_.size(), std::vector<double>(topo_.num_links(), 0.0));
-    std::optional<RoutingTables> ecmp;  // computed only if a destination needs it
+    std::optional<RoutingTables> wcmp;  // computed only if a destination needs it
     for (size_t t = 0; t < targets_.size(); ++t) {
       if (start != nullptr && StartFrom(*start, t, w[t])) continue;
-      if (!ecmp) {
-        // ECMP over the usable links: a link of no capacity is no path.
+      if (!wcmp) {
+        // Over the usable links: a link of no capacity is no path.
         Topology usable = topo_;
         for (LinkId l = 0; l < usable.num_links(); ++l) {
           if (usable.link(l).params.capacity.bps() <= 0) usable.mutable_link(l).up = false;
         }
-        ecmp = ComputeEcmpTables(usable);
+        wcmp = ComputeWcmpTables(usable);
       }
       std::fill(w[t].begin(), w[t].end(), 0.0);
       for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
-        for (const NextHop& hop : ecmp->Lookup(v, targets_[t])) w[t][hop.link] = hop.weight;
+        for (const NextHop& hop : wcmp->Lookup(v, targets_[t])) w[t][hop.link] = hop.weight;
       }
     }
     return w;

@@ -18,9 +18,9 @@
 // matrix doubled get the same tables. J is convex in F, so every local minimum is global, and
 // any routing's J is bounded below by the Frank-Wolfe bound J(F) - gap(F).
 //
-// U starts at ECMP's maximum utilisation; after J is minimised for it, U becomes the maximum
-// of the result and J is minimised again from there (at most `reference_rounds` times, until U
-// moves by less than 1%), so that beta means the same at the optimum as at the start.
+// U starts at the starting routing's maximum utilisation; after J is minimised for it, U becomes
+// the maximum of the result and J is minimised again from there (at most `reference_rounds` times,
+// until U moves by less than 1%), so that beta means the same at the optimum as at the start.
 //
 // The minimisation is Gallager's minimum-delay routing (Gallager, "A Minimum Delay Routing
 // Algorithm Using Distributed Computation", IEEE Trans. Commun. 1977) with the second-derivative
@@ -117,9 +117,10 @@ struct MarginalRoutingResult {
 
 // Minimises J for `demand` (each unit `unit_bps` bits per second), starting from `start`
 // where given — a live network's current tables, so that a new demand estimate moves them
-// only as far as it must — and from ECMP (topo's shortest paths by metric, equal weights)
-// for every destination `start` lacks or routes over a down or unknown link, or leaves a
-// node ECMP can route without a next hop. Every destination of topo.Destinations() gets a
+// only as far as it must — and from WCMP (topo's shortest paths by metric, each next hop
+// weighted by the capacity it leads to, core/routing.h; ECMP on a symmetric fabric) for every
+// destination `start` lacks or routes over a down or unknown link, or leaves a node ECMP can
+// route without a next hop. Every destination of topo.Destinations() gets a
 // table; rows that carry none of the demand keep their starting weights. Errors:
 // InvalidArgument for a bad demand, FailedPrecondition if a demand's destination cannot be
 // reached from its source over up links. REQUIRES: unit_bps > 0.

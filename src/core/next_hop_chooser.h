@@ -59,6 +59,12 @@ struct ForwardingConfig {
   // (about ten full segments, 12 us at 10 Gb/s), is well inside the simulator's 50 us
   // minimum reordering window (docs/transport.md).
   int64_t reroute_threshold_bytes = 15 * 1024;
+  // drill_flowlet: a flowlet is held as above for its first sticky_packets packets only;
+  // after them every packet takes DRILL's choice. Hermes reroutes only flows that have sent
+  // more than 100 KB: the short ones (RPCs, query responses) are where reordering costs most
+  // and balancing buys least, the long ones where per-packet balancing buys most. 68 packets
+  // are 100 KB of full-sized (1,500-byte) packets.
+  int sticky_packets = 68;
 
   // OK, or InvalidArgument naming the first bad field.
   absl::Status Validate() const;
@@ -93,8 +99,9 @@ concept LocalPortState = requires(const P& ports, LinkId link) {
 // The memory is a table of destinations indexed by hash; colliding destinations share an
 // entry.
 // DRILL per flowlet: the flowlet table of per-flowlet mode; a flowlet's first packet takes
-// DRILL's choice; a later one stays on the flowlet's next hop unless DRILL's choice has more
-// than reroute_threshold_bytes fewer bytes queued, and then moves the flowlet there.
+// DRILL's choice; a later one, among its first sticky_packets, stays on the flowlet's next hop
+// unless DRILL's choice has more than reroute_threshold_bytes fewer bytes queued, and then
+// moves the flowlet there; the packets after those take DRILL's choice each.
 //
 // Not thread-safe; give each forwarding thread its own chooser.
 class NextHopChooser {
@@ -125,6 +132,7 @@ class NextHopChooser {
     uint64_t key = 0;  // hash of (flow, destination): one direction of a flow
     Time last_seen{-1};
     LinkId link = kNoLink;
+    int32_t packets = 0;  // of this flowlet so far (drill_flowlet), saturating
   };
 
   // A next hop drawn by weight among the forwardable ones (u uniform in [0, 1)); with
@@ -222,9 +230,12 @@ LinkId NextHopChooser::ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64
                                           const Ports& ports) {
   bool fresh = false;
   FlowletEntry& e = FindFlowlet(hops, flow, destination, now, ports, fresh);
+  if (!fresh) e.packets = 0;
+  if (e.packets <= config_.sticky_packets) ++e.packets;
   const LinkId drill = ChooseDrill(hops, destination, rng, ports);
-  if (!fresh || (drill != kNoLink && ports.queued_bytes(e.link) - ports.queued_bytes(drill) >
-                                         config_.reroute_threshold_bytes)) {
+  if (!fresh || e.packets > config_.sticky_packets ||
+      (drill != kNoLink &&
+       ports.queued_bytes(e.link) - ports.queued_bytes(drill) > config_.reroute_threshold_bytes)) {
     e.link = drill;
   }
   return e.link;

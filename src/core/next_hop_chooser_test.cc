@@ -76,6 +76,9 @@ TEST(ForwardingConfigTest, ValidateNamesTheBadField) {
   c = ForwardingConfig();
   c.reroute_threshold_bytes = -1;
   EXPECT_THAT(c.Validate().message(), HasSubstr("reroute_threshold_bytes"));
+  c = ForwardingConfig();
+  c.sticky_packets = -1;
+  EXPECT_THAT(c.Validate().message(), HasSubstr("sticky_packets"));
 }
 
 TEST(NextHopChooserTest, PerPacketFollowsWeights) {
@@ -351,7 +354,8 @@ TEST(NextHopChooserTest, DrillFlowletMovesOnlyPastTheThreshold) {
   ports.queued = {0, 3000};
   ForwardingConfig config = Config(ForwardingMode::kDrillFlowlet);
   config.reroute_threshold_bytes = 6000;
-  config.drill_samples = 16;  // DRILL's choice is then the shorter queue but for 2^-16
+  config.sticky_packets = 1000;  // held for the whole test (the next test: after them)
+  config.drill_samples = 16;     // DRILL's choice is then the shorter queue but for 2^-16
   NextHopChooser c(config, 5);
   Random rng(3);
   Time t{0};
@@ -388,6 +392,47 @@ TEST(NextHopChooserTest, DrillFlowletMovesOnlyPastTheThreshold) {
     moved += ports.queued[l] == 0 ? 1 : 0;
   }
   EXPECT_GT(moved, 90);
+}
+
+// After sticky_packets packets a flowlet is balanced per packet: each takes DRILL's choice.
+TEST(NextHopChooserTest, DrillFlowletSpreadsALongFlowletPerPacket) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
+  FakePorts ports(2);
+  ForwardingConfig config = Config(ForwardingMode::kDrillFlowlet);
+  config.reroute_threshold_bytes = 6000;
+  config.sticky_packets = 10;
+  config.drill_samples = 16;
+  NextHopChooser c(config, 5);
+  Random rng(3);
+  Time t{0};
+  int on_shorter = 0, first_ten_moves = 0;
+  LinkId last = kNoLink;
+  for (int i = 0; i < 110; ++i) {
+    t += Microseconds(1);
+    // The queues swap every packet, by less than the threshold.
+    ports.queued = i % 2 == 0 ? std::vector<int64_t>{0, 3000} : std::vector<int64_t>{3000, 0};
+    const LinkId l = c.Choose(hops, 7, 9, t, rng, ports);
+    if (i < 10) {
+      first_ten_moves += last != kNoLink && l != last;
+    } else {
+      on_shorter += ports.queued[l] == 0;
+    }
+    last = l;
+  }
+  EXPECT_EQ(first_ten_moves, 0);  // held while short
+  EXPECT_EQ(on_shorter, 100);     // then every packet on the shorter queue
+  // A new flowlet (after a gap) is held again.
+  t += Microseconds(200);
+  last = kNoLink;
+  int moves = 0;
+  for (int i = 0; i < 10; ++i) {
+    t += Microseconds(1);
+    ports.queued = i % 2 == 0 ? std::vector<int64_t>{0, 3000} : std::vector<int64_t>{3000, 0};
+    const LinkId l = c.Choose(hops, 7, 9, t, rng, ports);
+    moves += last != kNoLink && l != last;
+    last = l;
+  }
+  EXPECT_EQ(moves, 0);
 }
 
 TEST(NextHopChooserTest, SameSeedSameChoices) {

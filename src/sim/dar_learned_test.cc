@@ -105,6 +105,7 @@ TEST(DarLearnedTest, AnalyticModelReproducesTheEngineWeights) {
   for (int i = 0; i < 2; ++i) {
     harness[i] = std::make_unique<testing::Harness>(topo, ForwardingMode::kPerFlowlet);
     DarConfig c;
+    c.decision = DarConfig::Decision::kDiffusion;  // what the learned policy refines
     if (i == 1) {
       c.weight_policy = std::make_shared<learn::LearnedPolicy>(AnalyticModel(), "mem");
     }
@@ -213,7 +214,8 @@ class NanPolicy : public WeightPolicy {
 };
 
 TEST(DarLearnedTest, InjectedPolicyReturningNanKeepsTheAnalyticTables) {
-  absl::StatusOr<nlohmann::json> analytic = RunYaml(Scenario("{name: dar, period_ms: 1}"));
+  absl::StatusOr<nlohmann::json> analytic =
+      RunYaml(Scenario("{name: dar, decision: diffusion, period_ms: 1}"));
   ASSERT_TRUE(analytic.ok()) << analytic.status();
   RunOptions options;
   options.weight_policy = std::make_shared<NanPolicy>();

@@ -209,71 +209,36 @@ void DarRouting::Report(nlohmann::json& metrics) const {
 
 namespace {
 
-absl::Status ReadWeights(YamlReader& policy, const std::string& key, ClassWeights& w) {
-  ASSIGN_OR_RETURN(YamlReader r, policy.OptionalMap(key));
-  ASSIGN_OR_RETURN(w.hop, r.Optional<double>("hop", w.hop, Bounds::Positive()));
-  ASSIGN_OR_RETURN(w.latency, r.Optional<double>("latency", w.latency, Bounds::NonNegative()));
-  ASSIGN_OR_RETURN(w.loss, r.Optional<double>("loss", w.loss, Bounds::NonNegative()));
-  ASSIGN_OR_RETURN(w.utilisation,
-                   r.Optional<double>("utilisation", w.utilisation, Bounds::NonNegative()));
-  ASSIGN_OR_RETURN(w.capacity, r.Optional<double>("capacity", w.capacity, Bounds::NonNegative()));
-  return r.CheckNoUnknownKeys();
-}
-
-// The settings "dar" and "dar-learned" share.
+// The settings "dar" and "dar-learned" share: the engine's (core/engine_settings.h), read as
+// the controller reads them, then the simulator's own.
 absl::Status ReadDarConfig(YamlReader& p, DarConfig& c) {
-  RouteComputerConfig& r = c.routes;
+  EngineSettings engine{.marginal = c.decision == DarConfig::Decision::kMarginal,
+                        .marginal_config = c.marginal,
+                        .routes = c.routes};
+  RETURN_IF_ERROR(ReadEngineSettings(p, engine));
+  c.decision = engine.marginal ? DarConfig::Decision::kMarginal : DarConfig::Decision::kDiffusion;
+  c.marginal = engine.marginal_config;
+  c.routes = engine.routes;
   ASSIGN_OR_RETURN(c.agents.period,
                    p.OptionalDuration("period", c.agents.period, Bounds::Positive()));
   ASSIGN_OR_RETURN(c.agents.report_delay,
                    p.OptionalDuration("report_delay", c.agents.report_delay));
   ASSIGN_OR_RETURN(c.push_delay, p.OptionalDuration("push_delay", c.push_delay));
-  ASSIGN_OR_RETURN(r.horizon_periods,
-                   p.Optional<int>("horizon_periods", r.horizon_periods, Bounds::AtLeast(1)));
-  ASSIGN_OR_RETURN(r.forecast.alpha, p.Optional<double>("forecast_alpha", r.forecast.alpha,
-                                                        Bounds::InRange(1e-6, 1)));
-  ASSIGN_OR_RETURN(r.forecast.beta,
-                   p.Optional<double>("forecast_beta", r.forecast.beta, Bounds::InRange(0, 1)));
-  ASSIGN_OR_RETURN(r.forecast.phi,
-                   p.Optional<double>("forecast_phi", r.forecast.phi, Bounds::InRange(1e-6, 1)));
-  ASSIGN_OR_RETURN(r.min_cost_change,
-                   p.Optional<double>("min_cost_change", r.min_cost_change, Bounds::NonNegative()));
-  ASSIGN_OR_RETURN(r.full_every, p.Optional<int>("full_every", r.full_every, Bounds::AtLeast(1)));
   ASSIGN_OR_RETURN(
-      r.diffusion.temperature,
-      p.Optional<double>("temperature", r.diffusion.temperature, Bounds::NonNegative()));
-  ASSIGN_OR_RETURN(r.diffusion.min_weight,
-                   p.Optional<double>("min_weight", r.diffusion.min_weight, Bounds::InRange(0, 1)));
-  ASSIGN_OR_RETURN(r.diffusion.hysteresis,
-                   p.Optional<double>("hysteresis", r.diffusion.hysteresis, Bounds::InRange(0, 2)));
-  ASSIGN_OR_RETURN(
-      r.scales.reference_delay,
-      p.OptionalDuration("reference_delay", r.scales.reference_delay, Bounds::Positive()));
-  ASSIGN_OR_RETURN(
-      r.policy_refresh_cycles,
-      p.Optional<int>("policy_refresh_cycles", r.policy_refresh_cycles, Bounds::AtLeast(1)));
+      c.routes.horizon_periods,
+      p.Optional<int>("horizon_periods", c.routes.horizon_periods, Bounds::InRange(1, 1000000)));
   ASSIGN_OR_RETURN(c.tables.stale_after,
                    p.OptionalDuration("stale_after", c.tables.stale_after, Bounds::Positive()));
-  RETURN_IF_ERROR(ReadWeights(p, "latency_weights", r.latency));
-  RETURN_IF_ERROR(ReadWeights(p, "bulk_weights", r.bulk));
-  ASSIGN_OR_RETURN(const std::string decision,
-                   p.OptionalChoice("decision", "diffusion", {"diffusion", "marginal"}));
-  c.decision =
-      decision == "marginal" ? DarConfig::Decision::kMarginal : DarConfig::Decision::kDiffusion;
-  RoutingObjective& o = c.marginal.routing.objective;
-  ASSIGN_OR_RETURN(o.power, p.Optional<double>("objective_power", o.power, Bounds::InRange(2, 64)));
-  ASSIGN_OR_RETURN(o.length_weight, p.Optional<double>("objective_length_weight", o.length_weight,
-                                                       Bounds::NonNegative()));
-  MarginalDecisionConfig& m = c.marginal;
-  ASSIGN_OR_RETURN(m.demand_periods,
-                   p.Optional<double>("demand_periods", m.demand_periods, Bounds::Positive()));
-  ASSIGN_OR_RETURN(m.publish_gain,
-                   p.Optional<double>("publish_gain", m.publish_gain, Bounds::InRange(0, 0.99)));
   return absl::OkStatus();
 }
 
 absl::StatusOr<ControlPlanePtr> MakeDar(YamlReader& p, const ConfigContext& ctx) {
   DarConfig c;
+  // A weight policy handed in (the trainer's) refines the diffusion engine's weights.
+  if (ctx.weight_policy != nullptr) {
+    c.decision = DarConfig::Decision::kDiffusion;
+    c.routes.policy_refresh_cycles = 1;
+  }
   RETURN_IF_ERROR(ReadDarConfig(p, c));
   c.weight_policy = ctx.weight_policy;
   return std::make_unique<DarRouting>(c);
@@ -281,10 +246,17 @@ absl::StatusOr<ControlPlanePtr> MakeDar(YamlReader& p, const ConfigContext& ctx)
 
 absl::StatusOr<ControlPlanePtr> MakeDarLearned(YamlReader& p, const ConfigContext& ctx) {
   DarConfig c;
+  // The learned policy refines the diffusion engine's weights.
+  c.decision = DarConfig::Decision::kDiffusion;
   // As the controller deploys the policy; a policy handed in (the trainer's) weighs every
   // row every cycle.
-  if (ctx.weight_policy == nullptr) c.routes.policy_refresh_cycles = kDeployedPolicyRefreshCycles;
+  if (ctx.weight_policy != nullptr) c.routes.policy_refresh_cycles = 1;
   RETURN_IF_ERROR(ReadDarConfig(p, c));
+  if (c.decision != DarConfig::Decision::kDiffusion) {
+    return p.Error("decision",
+                   "the learned policy refines the diffusion engine's weights: "
+                   "dar-learned runs decision: diffusion");
+  }
   c.learned = true;
   ASSIGN_OR_RETURN(std::string model, p.Optional<std::string>("model", ""));
   ASSIGN_OR_RETURN(std::string precision, p.OptionalChoice("precision", "int8", {"int8", "float"}));

@@ -14,13 +14,16 @@
 // at once; a forwarder stops using a dead local link immediately (network.h), and one whose
 // probes go unanswered (a gray failure that keeps carrier) as soon as its agent says so.
 //
-// The decision layer is the diffusion engine's (above) by default. With `decision: marginal`
-// it is DAR's objective instead (core/marginal_decision.h): the agents count the traffic their
-// node sends to every destination, and every cycle the controller minimises the objective for
-// the smoothed demand, starting from the tables in force, over the links it knows to be
-// usable, and puts new tables in force only when that pays (`publish_gain`); otherwise it
-// renews the tables in force (a new version, the same routes). Link samples still feed the
-// route computer, which this layer does not consult, and give it the links' throughput.
+// The engine's keys are the controller's, read by the same code with the same defaults and
+// bounds (core/engine_settings.h). The decision layer is DAR's objective by default
+// (`decision: marginal`, core/marginal_decision.h): the agents count the traffic their node
+// sends to every destination, and every cycle the controller minimises the objective for the
+// smoothed demand, starting from the tables in force, over the links it knows to be usable,
+// and puts new tables in force only when that pays (`publish_gain`); otherwise it renews the
+// tables in force (a new version, the same routes). Link samples still feed the route
+// computer, which this layer does not consult, and give it the links' throughput. With
+// `decision: diffusion` (the default where a weight policy is given) the diffusion engine
+// above decides.
 //
 // "dar-learned" is the same loop with a learned policy refining the engine's weights
 // (learn/policy_model.h, RouteComputer::set_weight_policy): the settings of "dar", plus
@@ -40,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine_settings.h"
 #include "core/marginal_decision.h"
 #include "core/route_computer.h"
 #include "core/table_manager.h"
@@ -52,12 +56,14 @@ namespace dar::sim {
 
 struct DarConfig {
   enum class Decision { kDiffusion, kMarginal };
-  Decision decision = Decision::kDiffusion;
+  Decision decision =
+      DeployedEngineSettings().marginal ? Decision::kMarginal : Decision::kDiffusion;
   // kMarginal: the layer's settings (its period is the agents').
   MarginalDecisionConfig marginal;
   AgentConfig agents;                     // period 100 ms, report delay 1 ms
   Duration push_delay = Milliseconds(1);  // controller -> forwarders
-  RouteComputerConfig routes;             // forecasts, costs, engines (core/route_computer.h)
+  // Forecasts, costs, engines (core/route_computer.h).
+  RouteComputerConfig routes = DeployedEngineSettings().routes;
   TableManagerConfig tables;
   // Refines the engine's weights (RouteComputer::set_weight_policy); null: the engine's.
   std::shared_ptr<WeightPolicy> weight_policy;

@@ -33,7 +33,7 @@ events:
 workloads:
   - {{type: bulk, size_kb: 64, transfers: [{{src: h0, dst: h7}}], start_ms: {}}}
 policies:
-  - {{name: dar, period_ms: 1, hysteresis: {}, min_cost_change: {}}}
+  - {{name: dar, decision: diffusion, period_ms: 1, hysteresis: {}, min_cost_change: {}}}
 )",
                      end_ms, hysteresis, min_cost_change);
 }
@@ -76,22 +76,41 @@ TEST(DarRoutingTest, BulkClassAvoidsADegradedLink) {
   const LinkId slow = topo.FindLink(a0, *topo.FindNode("c0"));
   const LinkId fast = topo.FindLink(a0, *topo.FindNode("c1"));
   topo.mutable_link(slow).params.capacity = DataRate::Gbps(2.5);
+  const NodeId remote = *topo.FindNode("e7");
+  const auto weights = [&](const RoutingTables* t) {
+    std::pair<double, double> w{0, 0};  // slow, fast
+    for (const NextHop& hop : t->Lookup(a0, remote)) {
+      if (hop.link == slow) w.first = hop.weight;
+      if (hop.link == fast) w.second = hop.weight;
+    }
+    return w;
+  };
+  {
+    testing::Harness h(topo, ForwardingMode::kPerFlowlet);
+    ControlContext ctx{h.loop, h.net, h.rng};
+    DarConfig config;
+    config.decision = DarConfig::Decision::kDiffusion;
+    DarRouting dar{config};
+    dar.Start(ctx);
+    ASSERT_NE(h.net.tables(1), nullptr);
+    const auto [w_slow, w_fast] = weights(h.net.tables(1));
+    EXPECT_GT(w_fast, 0.8);
+    EXPECT_LT(w_slow, 0.2);
+    // The latency class does not weigh capacity: both cores stay in use.
+    EXPECT_EQ(h.net.tables(0)->Lookup(a0, remote).size(), 2u);
+  }
+  // The marginal layer, before any traffic, starts from WCMP: a quarter of the capacity gets
+  // a fifth of the new traffic (2.5 of 12.5 Gb/s), in both classes.
   testing::Harness h(topo, ForwardingMode::kPerFlowlet);
   ControlContext ctx{h.loop, h.net, h.rng};
   DarRouting dar{DarConfig()};
   dar.Start(ctx);
-  const NodeId remote = *topo.FindNode("e7");
-  const RoutingTables* bulk = h.net.tables(1);
-  ASSERT_NE(bulk, nullptr);
-  double w_slow = 0, w_fast = 0;
-  for (const NextHop& hop : bulk->Lookup(a0, remote)) {
-    if (hop.link == slow) w_slow = hop.weight;
-    if (hop.link == fast) w_fast = hop.weight;
+  for (int cls = 0; cls < 2; ++cls) {
+    ASSERT_NE(h.net.tables(cls), nullptr);
+    const auto [w_slow, w_fast] = weights(h.net.tables(cls));
+    EXPECT_NEAR(w_slow, 0.2, 1e-9);
+    EXPECT_NEAR(w_fast, 0.8, 1e-9);
   }
-  EXPECT_GT(w_fast, 0.8);
-  EXPECT_LT(w_slow, 0.2);
-  // The latency class does not weigh capacity: both cores stay in use.
-  EXPECT_EQ(h.net.tables(0)->Lookup(a0, remote).size(), 2u);
 }
 
 // A gray failure (a link that loses everything but keeps carrier): nothing local sees it, so

@@ -116,6 +116,9 @@ absl::Status ReadPolicyKeys(YamlReader& r, PolicySpec& p) {
   ASSIGN_OR_RETURN(p.forwarding.reroute_threshold_bytes,
                    r.OptionalSize("reroute_threshold", p.forwarding.reroute_threshold_bytes,
                                   Bounds::NonNegative()));
+  ASSIGN_OR_RETURN(
+      p.forwarding.sticky_packets,
+      r.Optional<int>("sticky_packets", p.forwarding.sticky_packets, Bounds::InRange(0, 1 << 30)));
   return absl::OkStatus();
 }
 
