@@ -4,7 +4,13 @@
 // table. The controller runs its own cycle thread (100 ms). Reports the cycle's decision time
 // (median, p99, max, from the controller's JSON log) and what gRPC carried.
 //
+// Every agent also reports the bytes its node sent toward `--destinations` random others
+// (each pair's rate drifting around 1-20 Mbit/s), which the marginal decision layer
+// (`--decision marginal`) minimises its objective for; `--cycle_iterations N` caps its
+// iterations per cycle (one reference round).
+//
 //   controller_bench [--nodes 200] [--degree 6] [--seconds 10] [--rate_hz 10] [--seed 1]
+//                    [--decision diffusion|marginal [--cycle_iterations N]] [--destinations 4]
 //                    [--policy_model models/dar-policy.json [--precision int8|float]
 //                     [--policy_refresh_cycles 4]]
 #include <algorithm>
@@ -51,6 +57,9 @@ struct Flags {
   std::string policy_model;
   std::string precision = "int8";
   int policy_refresh_cycles = kDeployedPolicyRefreshCycles;  // the controller's default
+  std::string decision = "diffusion";                        // the controller's default
+  int destinations = 4;                                      // per node, with traffic toward them
+  int cycle_iterations = 0;                                  // 0: the layer's own limits
 };
 
 // A ring (connected) plus random chords until the mean degree is reached; no parallel links.
@@ -95,6 +104,11 @@ int Run(const Flags& flags) {
   ControllerConfig config =
       testing::MakeTestConfig(**pki, flags.nodes, links, dir.File("controller.jsonl"));
   config.log_level = "debug";  // a line per cycle, with its decision time
+  config.policy.marginal = flags.decision == "marginal";
+  if (flags.cycle_iterations > 0) {
+    config.policy.marginal_config.routing.max_iterations = flags.cycle_iterations;
+    config.policy.marginal_config.routing.reference_rounds = 1;
+  }
   if (!flags.policy_model.empty()) {
     config.policy.policy_model = std::filesystem::absolute(flags.policy_model).string();
     config.policy.routes.policy_refresh_cycles = flags.policy_refresh_cycles;
@@ -166,10 +180,26 @@ int Run(const Flags& flags) {
                                     rng.Uniform() < 0.05 ? 0.01 : 0.0};
     }
   }
+  // Per node: destinations and the rate (bits per second) it sends toward each.
+  std::map<uint32_t, std::vector<std::pair<uint32_t, double>>> demand;
+  for (int i = 1; i <= flags.nodes; ++i) {
+    for (int k = 0; k < flags.destinations; ++k) {
+      uint32_t d = 1 + static_cast<uint32_t>(rng.Below(flags.nodes));
+      if (d == static_cast<uint32_t>(i)) d = 1 + d % static_cast<uint32_t>(flags.nodes);
+      demand[i].push_back({d, 1e6 + 19e6 * rng.Uniform()});
+    }
+  }
+  const double period_s = 1.0 / flags.rate_hz;
   for (auto tick = start; tick < end; tick += period) {
     std::this_thread::sleep_until(tick);
     for (int i = 1; i <= flags.nodes; ++i) {
       v1::AgentMessage m;
+      for (auto& [d, bps] : demand[i]) {
+        bps = std::clamp(bps * (0.98 + 0.04 * rng.Uniform()), 1e6, 20e6);
+        v1::SentBytes* x = m.mutable_samples()->add_sent();
+        x->set_destination_id(d);
+        x->set_bytes(static_cast<uint64_t>(bps * period_s / 8));
+      }
       for (uint32_t nb : neighbours[i]) {
         v1::LinkSample* s = m.mutable_samples()->add_samples();
         s->set_neighbor_id(nb);
@@ -279,6 +309,13 @@ int main(int argc, char** argv) {
                  "Each row weighed at least every this many cycles (policy.policy_refresh_cycles)")
       ->check(CLI::Range(1, 1000));
   app.add_flag("--direct", flags.direct, "Samples straight into the core: no agents, no gRPC");
+  app.add_option("--decision", flags.decision, "The decision layer")
+      ->check(CLI::IsMember({"marginal", "diffusion"}));
+  app.add_option("--destinations", flags.destinations, "Destinations each node sends to")
+      ->check(CLI::Range(0, 100));
+  app.add_option("--cycle_iterations", flags.cycle_iterations,
+                 "Marginal layer: iterations per cycle at most (0: its defaults)")
+      ->check(CLI::Range(0, 100000));
   CLI11_PARSE(app, argc, argv);
   return dar::control::Run(flags);
 }

@@ -2,7 +2,7 @@
 """The headline table of a policy against ECMP and the strongest baseline, from the seed runs
 of `dar-sim run --seeds` (DIR/NAME/seed-N/results.json), as in docs/results.md.
 
-  scripts/summary-table.py [--dir out/eval] [--policy dar] [--also dar-diffusion]
+  scripts/summary-table.py [--dir out/eval] [--policy dar-marginal] [--also dar]
 
 Per use case (scenario and metric, listed below): ECMP's mean, the strongest baseline (the
 lowest mean among the policies that are neither --policy nor --also), --also's and --policy's
@@ -96,8 +96,8 @@ def cell(p):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="out/eval")
-    ap.add_argument("--policy", default="dar")
-    ap.add_argument("--also", default="dar-diffusion")
+    ap.add_argument("--policy", default="dar-marginal")
+    ap.add_argument("--also", default="dar")
     args = ap.parse_args()
     print(f"| use case | scenario | metric | ECMP | strongest baseline | {args.also} | {args.policy} "
           f"| {args.policy} vs ECMP | {args.policy} vs the strongest |")

@@ -369,9 +369,9 @@ TEST_F(ControlClientTest, SaysHelloOverMutualTlsThenSendsSamples) {
   EXPECT_EQ(hello.links(1).neighbor_id(), 4u);
   EXPECT_EQ(hello.links(1).capacity_bps(), 0u);
   EXPECT_TRUE(hello.capabilities().delta_tables());
-  EXPECT_THAT(
-      hello.capabilities().forwarding_modes(),
-      ::testing::ElementsAre("per_flow", "per_flowlet", "per_packet", "per_packet_p2c", "drill"));
+  EXPECT_THAT(hello.capabilities().forwarding_modes(),
+              ::testing::ElementsAre("per_flow", "per_flowlet", "per_packet", "per_packet_p2c",
+                                     "drill", "drill_flowlet"));
 
   const v1::LinkSamples samples =
       controller_->Next(cursor, [](const v1::AgentMessage& m) { return m.has_samples(); })

@@ -106,7 +106,7 @@ TEST(ControllerConfigTest, ParsesEveryField) {
   EXPECT_EQ(r.full_every, 20);
   EXPECT_EQ(r.threads, 1);
   EXPECT_EQ(r.policy_refresh_cycles, 2);
-  EXPECT_TRUE(c->policy.marginal);  // decision: marginal unless said
+  EXPECT_FALSE(c->policy.marginal);  // decision: diffusion unless said
   EXPECT_EQ(r.scales.reference_delay, Microseconds(300));
   EXPECT_EQ(r.latency.utilisation, 0.7);
   EXPECT_EQ(r.latency.loss, 1);  // default kept
@@ -262,7 +262,6 @@ TEST(ControllerConfigTest, PolicyModelKeys) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->policy.policy_model, "/etc/dar/models/p.json");  // relative to the file
   EXPECT_EQ(c->policy.policy_precision, learn::LearnedPolicy::Precision::kFloat);
-  EXPECT_FALSE(c->policy.marginal);  // a learned policy refines the diffusion engine
   EXPECT_THAT(ErrorOf(With("full_every: 20",
                            "full_every: 20\n  policy_model: p.json\n  decision: marginal")),
               HasSubstr("ctl.yaml:29: policy.decision: policy_model refines the diffusion"));

@@ -115,6 +115,30 @@ class CoreTest : public ::testing::Test {
     }
   }
 
+  // Node `src` reports `bytes` sent toward node 4 since its last report.
+  void ReportSentToN4(uint32_t src, uint64_t bytes) {
+    v1::LinkSamples sent;
+    v1::SentBytes* x = sent.add_sent();
+    x->set_destination_id(4);
+    x->set_bytes(bytes);
+    ASSERT_TRUE(core_->OnSamples(src, sent).ok());
+  }
+
+  // The weight of n1's next hop `via` toward n4 in class `cls` (0 if it is not one).
+  double WeightN1ToN4Via(const std::string& via, int cls = 0) {
+    v1::GetRoutesRequest req;
+    req.set_node("n1");
+    req.set_destination("n4");
+    req.set_traffic_class(cls);
+    absl::StatusOr<v1::GetRoutesResponse> r = core_->GetRoutes(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok() || r->routes_size() != 1) return -1;
+    for (const v1::NextHopView& h : r->routes(0).next_hops()) {
+      if (h.neighbor() == via) return h.weight();
+    }
+    return 0;
+  }
+
   testing::TempDir log_dir_;
   ManualClock clock_;
   ControllerConfig config_;
@@ -332,26 +356,11 @@ TEST_F(CoreTest, MarginalDecisionSplitsByTheDemandAgentsReport) {
   ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), link).ok());
   for (int cycle = 0; cycle < 10; ++cycle) {
     ReportAll();
-    v1::LinkSamples sent;
-    v1::SentBytes* x = sent.add_sent();
-    x->set_destination_id(4);
-    x->set_bytes(10'000'000);  // 800 Mb/s over the 100 ms cycle
-    ASSERT_TRUE(core_->OnSamples(1, sent).ok());
+    ReportSentToN4(1, 10'000'000);  // 800 Mb/s over the 100 ms cycle
     clock_.Advance(Milliseconds(100));
     core_->RunCycle();
   }
-  v1::GetRoutesRequest req;
-  req.set_node("n1");
-  req.set_destination("n4");
-  req.set_traffic_class(1);
-  absl::StatusOr<v1::GetRoutesResponse> r = core_->GetRoutes(req);
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->routes_size(), 1);
-  double via_n2 = 0;
-  for (const v1::NextHopView& h : r->routes(0).next_hops()) {
-    if (h.neighbor() == "n2") via_n2 = h.weight();
-  }
-  EXPECT_NEAR(via_n2, 0.09, 0.03);
+  EXPECT_NEAR(WeightN1ToN4Via("n2", 1), 0.09, 0.03);
 
   // What the agent is sent: every next hop strictly below the node's potential.
   std::shared_ptr<const RouteSnapshot> snapshot;
@@ -390,7 +399,7 @@ TEST_F(CoreTest, MarginalDecisionSplitsByTheDemandAgentsReport) {
 // configured at 1 Gb/s but delivers 100 Mb/s while its queue stands. The marginal layer
 // routes at what the link is measured to deliver, as if it had been configured so.
 TEST_F(CoreTest, MarginalDecisionRoutesAtWhatALinkDelivers) {
-  ASSERT_TRUE(config_.policy.marginal);  // the default
+  config_.policy.marginal = true;
   core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
   const auto link = std::make_shared<FakeLink>();
   ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), link).ok());
@@ -405,27 +414,12 @@ TEST_F(CoreTest, MarginalDecisionRoutesAtWhatALinkDelivers) {
     to_n4->set_utilisation(0.1);
     to_n4->set_loss(0.05);
     ASSERT_TRUE(core_->OnSamples(2, shaped).ok());
-    v1::LinkSamples sent;
-    v1::SentBytes* x = sent.add_sent();
-    x->set_destination_id(4);
-    x->set_bytes(10'000'000);  // 800 Mb/s over the 100 ms cycle
-    ASSERT_TRUE(core_->OnSamples(1, sent).ok());
+    ReportSentToN4(1, 10'000'000);  // 800 Mb/s over the 100 ms cycle
     clock_.Advance(Milliseconds(100));
     core_->RunCycle();
   }
-  double via_n2 = 1;
-  v1::GetRoutesRequest req;
-  req.set_node("n1");
-  req.set_destination("n4");
-  absl::StatusOr<v1::GetRoutesResponse> r = core_->GetRoutes(req);
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->routes_size(), 1);
-  for (const v1::NextHopView& h : r->routes(0).next_hops()) {
-    if (h.neighbor() == "n2") via_n2 = h.weight();
-  }
-  if (r->routes(0).next_hops_size() == 1 && r->routes(0).next_hops(0).neighbor() != "n2") {
-    via_n2 = 0;
-  }
+  const double via_n2 = WeightN1ToN4Via("n2");
+  EXPECT_GE(via_n2, 0);
   EXPECT_LT(via_n2, 0.15);  // an even split would send 400 Mb/s into 100
 }
 

@@ -2,8 +2,9 @@
 // simulator's `dar` and `dar-learned` policies read the same keys, with the same defaults and
 // the same bounds, here, so that what the simulator runs is what a deployment runs.
 //
-//   decision: marginal | diffusion       the decision layer (default marginal, or diffusion
-//                                        where the block names a learned policy's model)
+//   decision: diffusion | marginal       the decision layer (default diffusion; marginal, DAR's
+//                                        objective, core/marginal_decision.h, is opt-in until its
+//                                        cycle meets the budget at 200 agents: docs/decision.md)
 //   objective_power, objective_length_weight, demand_periods, publish_gain
 //                                        the marginal layer (core/marginal_decision.h)
 //   temperature, hysteresis, min_weight  the diffusion engine (core/diffusion.h)
@@ -17,8 +18,8 @@
 // `period`); whether links are judged by measurement over their configuration, where
 // liveness comes from, and the diffusion engine's damping and delay scale (the controller:
 // an overlay over an underlay it does not own; the simulator: links that are what their
-// parameters say); and the forwarding mode's key. The marginal layer, the default, has no
-// such differences: both worlds run it with exactly these settings.
+// parameters say); and the forwarding mode's key. The marginal layer has no such
+// differences: both worlds run it with exactly these settings.
 #ifndef DAR_CORE_ENGINE_SETTINGS_H_
 #define DAR_CORE_ENGINE_SETTINGS_H_
 
@@ -33,14 +34,14 @@ namespace dar {
 inline constexpr int kMaxCycleThreads = 64;
 
 struct EngineSettings {
-  bool marginal = true;                    // decision: marginal; false: diffusion
+  bool marginal = false;                   // decision: marginal; false: diffusion
   MarginalDecisionConfig marginal_config;  // its period is the caller's cycle
   RouteComputerConfig routes;              // the diffusion engine's, and the forecast's
 };
 
-// The deployed engine: the marginal layer with its defaults; for the diffusion decision, the
-// route computer's defaults, a learned policy refreshing each row at least every
-// kDeployedPolicyRefreshCycles.
+// The deployed engine: the diffusion decision with the route computer's defaults, a learned
+// policy refreshing each row at least every kDeployedPolicyRefreshCycles; the marginal
+// layer's defaults for when it is chosen.
 EngineSettings DeployedEngineSettings();
 
 // Reads the keys above from `r` into `s` (keys not given keep their value in `s`). Errors

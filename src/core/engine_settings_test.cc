@@ -19,20 +19,20 @@ absl::StatusOr<EngineSettings> Read(const std::string& yaml,
   return s;
 }
 
-TEST(EngineSettingsTest, DeployedDefaultsAreTheMarginalLayer) {
+TEST(EngineSettingsTest, DeployedDefaultsAreTheDiffusionEngine) {
   const EngineSettings s = DeployedEngineSettings();
-  EXPECT_TRUE(s.marginal);
+  EXPECT_FALSE(s.marginal);
   EXPECT_EQ(s.routes.policy_refresh_cycles, kDeployedPolicyRefreshCycles);
   EXPECT_TRUE(s.routes.Validate().ok());
   absl::StatusOr<EngineSettings> empty = Read("{}");
   ASSERT_TRUE(empty.ok()) << empty.status();
-  EXPECT_TRUE(empty->marginal);
+  EXPECT_FALSE(empty->marginal);
   EXPECT_EQ(empty->marginal_config.publish_gain, s.marginal_config.publish_gain);
 }
 
 TEST(EngineSettingsTest, ReadsEveryKey) {
   absl::StatusOr<EngineSettings> s = Read(R"(
-decision: diffusion
+decision: marginal
 objective_power: 16
 objective_length_weight: 0.001
 demand_periods: 8
@@ -53,7 +53,7 @@ latency_weights: {utilisation: 0.2}
 bulk_weights: {capacity: 2}
 )");
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_FALSE(s->marginal);
+  EXPECT_TRUE(s->marginal);
   EXPECT_EQ(s->marginal_config.routing.objective.power, 16);
   EXPECT_EQ(s->marginal_config.routing.objective.length_weight, 0.001);
   EXPECT_EQ(s->marginal_config.demand_periods, 8);

@@ -103,7 +103,9 @@ TEST(DarRoutingTest, BulkClassAvoidsADegradedLink) {
   // a fifth of the new traffic (2.5 of 12.5 Gb/s), in both classes.
   testing::Harness h(topo, ForwardingMode::kPerFlowlet);
   ControlContext ctx{h.loop, h.net, h.rng};
-  DarRouting dar{DarConfig()};
+  DarConfig marginal;
+  marginal.decision = DarConfig::Decision::kMarginal;
+  DarRouting dar{marginal};
   dar.Start(ctx);
   for (int cls = 0; cls < 2; ++cls) {
     ASSERT_NE(h.net.tables(cls), nullptr);
