@@ -416,6 +416,12 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
         for (; step[t] > 1e-9; step[t] /= 2) {
           std::vector<double> next = w[t];
           StepToward(problem, t, flows[t], terms, config, step[t], next);
+          if (next == w[t]) {
+            // Nothing to move (every next hop within the tie tolerance of the best): what the
+            // step below would do with a step of no change, without routing it.
+            step[t] = std::min(1.0, step[t] * 2);
+            break;
+          }
           ASSIGN_OR_RETURN(DestinationFlow next_flow, problem.Route(t, next));
           // J after the step, from the terms of the links whose load it changes.
           changed.clear();
