@@ -85,34 +85,34 @@ TEST(DarRoutingTest, BulkClassAvoidsADegradedLink) {
     }
     return w;
   };
-  {
+  // The tables DAR installs at its start, before any traffic, with `decision`.
+  const auto started = [&](DarConfig::Decision decision, auto&& check) {
     testing::Harness h(topo, ForwardingMode::kPerFlowlet);
     ControlContext ctx{h.loop, h.net, h.rng};
     DarConfig config;
-    config.decision = DarConfig::Decision::kDiffusion;
+    config.decision = decision;
     DarRouting dar{config};
     dar.Start(ctx);
+    ASSERT_NE(h.net.tables(0), nullptr);
     ASSERT_NE(h.net.tables(1), nullptr);
-    const auto [w_slow, w_fast] = weights(h.net.tables(1));
+    check(h.net);
+  };
+  started(DarConfig::Decision::kDiffusion, [&](const Network& net) {
+    const auto [w_slow, w_fast] = weights(net.tables(1));
     EXPECT_GT(w_fast, 0.8);
     EXPECT_LT(w_slow, 0.2);
     // The latency class does not weigh capacity: both cores stay in use.
-    EXPECT_EQ(h.net.tables(0)->Lookup(a0, remote).size(), 2u);
-  }
-  // The marginal layer, before any traffic, starts from WCMP: a quarter of the capacity gets
-  // a fifth of the new traffic (2.5 of 12.5 Gb/s), in both classes.
-  testing::Harness h(topo, ForwardingMode::kPerFlowlet);
-  ControlContext ctx{h.loop, h.net, h.rng};
-  DarConfig marginal;
-  marginal.decision = DarConfig::Decision::kMarginal;
-  DarRouting dar{marginal};
-  dar.Start(ctx);
-  for (int cls = 0; cls < 2; ++cls) {
-    ASSERT_NE(h.net.tables(cls), nullptr);
-    const auto [w_slow, w_fast] = weights(h.net.tables(cls));
-    EXPECT_NEAR(w_slow, 0.2, 1e-9);
-    EXPECT_NEAR(w_fast, 0.8, 1e-9);
-  }
+    EXPECT_EQ(net.tables(0)->Lookup(a0, remote).size(), 2u);
+  });
+  // The marginal layer starts from WCMP: a quarter of the capacity gets a fifth of the new
+  // traffic (2.5 of 12.5 Gb/s), in both classes.
+  started(DarConfig::Decision::kMarginal, [&](const Network& net) {
+    for (int cls = 0; cls < 2; ++cls) {
+      const auto [w_slow, w_fast] = weights(net.tables(cls));
+      EXPECT_NEAR(w_slow, 0.2, 1e-9);
+      EXPECT_NEAR(w_fast, 0.8, 1e-9);
+    }
+  });
 }
 
 // A gray failure (a link that loses everything but keeps carrier): nothing local sees it, so
