@@ -52,7 +52,11 @@ std::vector<Demand> Reachable(const Topology& known, std::vector<Demand> demand)
 }  // namespace
 
 MarginalDecision::MarginalDecision(const Topology& topo, const MarginalDecisionConfig& config)
-    : topo_(topo), config_(config), throughput_(topo.num_links(), 0.0) {}
+    : topo_(topo), config_(config), throughput_(topo.num_links(), 0.0) {
+  if (config_.other_load_horizon_periods > 0) {
+    other_forecast_.assign(topo.num_links(), HoltForecaster(config_.other_load_forecast));
+  }
+}
 
 void MarginalDecision::ObserveThroughput(LinkId link, DataRate throughput) {
   const double a = 1 - std::exp(-1 / config_.demand_periods);
@@ -109,6 +113,11 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
       const double slack = config_.other_load_slack *
                            static_cast<double>(known.link(l).params.capacity.bps()) / kUnit;
       other[l] = std::max(0.0, throughput_[l] - (*predicted)[l] - slack);
+      if (!other_forecast_.empty()) {
+        other_forecast_[l].Observe(other[l]);
+        other[l] =
+            std::max(other[l], other_forecast_[l].Predict(config_.other_load_horizon_periods).mean);
+      }
     }
   }
 

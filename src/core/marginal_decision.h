@@ -10,7 +10,8 @@
 //   2. other load: what a link carries beyond what the demand explains under the tables in
 //      force (its smoothed throughput less the predicted load, less other_load_slack of its
 //      capacity: below that it is the forwarders' uneven split, no one's traffic) — held fixed,
-//      as traffic no routing moves;
+//      as traffic no routing moves, or at its forecast other_load_horizon_periods ahead where
+//      that is higher;
 //   3. the objective's minimum for that demand over the known topology, resumed from where
 //      the last cycle's minimisation stopped (published or not);
 //   4. the rule that keeps tables still: the new tables replace those in force only if the
@@ -34,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/forecast.h"
 #include "core/marginal_routing.h"
 #include "core/routing_table.h"
 #include "core/topology.h"
@@ -51,6 +53,12 @@ struct MarginalDecisionConfig {
   double publish_gain = 0.02;
   // REQUIRES: >= 0.
   double other_load_slack = 0.1;
+  // The other load is held at the larger of what it is now and its forecast this many
+  // periods ahead (Holt's damped trend, `other_load_forecast`), so that load which ramps
+  // (a backup window opening, a neighbour's traffic growing) is routed around before it
+  // peaks. 0 (the default): the load as it is now. REQUIRES: >= 0.
+  int other_load_horizon_periods = 0;
+  HoltConfig other_load_forecast;
 };
 
 struct MarginalDecisionStats {
@@ -100,6 +108,7 @@ class MarginalDecision {
   std::shared_ptr<const RoutingTables> in_force_;
   std::shared_ptr<const RoutingTables> candidate_;  // the last minimisation's tables
   std::vector<bool> up_;  // by link, whether it was up in the last cycle's known topology
+  std::vector<HoltForecaster> other_forecast_;  // by link; empty without a horizon
   MarginalDecisionStats stats_;
   std::string last_error_;
 };

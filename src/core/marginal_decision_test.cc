@@ -103,6 +103,37 @@ TEST(MarginalDecisionTest, MovesOffASlowLinkAndOffADownOne) {
   EXPECT_TRUE(ValidateTables(topo, *tables).ok());
 }
 
+// Other load that ramps is routed around before it peaks when the layer forecasts it: after
+// the same ramp (spine0 -> leaf1 from 1 toward 8 Gb/s), the layer with a horizon has moved
+// more of leaf0's traffic off spine0 than the one without.
+TEST(MarginalDecisionTest, ARampingOtherLoadIsForecast) {
+  const Topology topo = Fabric();
+  const NodeId leaf0 = *topo.FindNode("leaf0"), leaf1 = *topo.FindNode("leaf1");
+  const LinkId busy = topo.FindLink(*topo.FindNode("spine0"), leaf1);
+  const LinkId via_busy = topo.FindLink(leaf0, *topo.FindNode("spine0"));
+  const auto weight_after_ramp = [&](int horizon) {
+    MarginalDecisionConfig config;
+    config.period = Milliseconds(1);
+    config.demand_periods = 1;
+    config.other_load_horizon_periods = horizon;
+    config.other_load_forecast.alpha = 0.5;
+    config.other_load_forecast.beta = 0.5;
+    MarginalDecision d(topo, config);
+    d.Decide(Time(0), topo);
+    std::shared_ptr<const RoutingTables> tables;
+    for (int i = 1; i <= 8; ++i) {
+      SendAcross(topo, d, 250'000);  // 2 Gb/s per pair
+      for (LinkId l = 0; l < topo.num_links(); ++l) {
+        d.ObserveThroughput(l, l == busy ? DataRate::Gbps(1.0 + 0.5 * i) : DataRate::Gbps(0));
+      }
+      tables = d.Decide(Time(Milliseconds(i)), topo);
+    }
+    return Weight(*tables, leaf0, leaf1, via_busy);
+  };
+  const double now = weight_after_ramp(0), ahead = weight_after_ramp(10);
+  EXPECT_LT(ahead, now - 0.05) << "without a horizon " << now << ", with " << ahead;
+}
+
 // A link that comes back up is used again at once, by destinations with traffic and without:
 // the minimisation restarts from ECMP and its tables are put in force.
 TEST(MarginalDecisionTest, ALinkBackUpIsUsedAgainWithOrWithoutTraffic) {
