@@ -56,8 +56,19 @@ class Located : public YamlLocator {
       if (!entry.first.IsScalar()) continue;
       const std::string path = r.Path(entry.first.Scalar());
       const std::string message = Msg(s);
-      if (message.rfind(path, 0) == 0 && message.size() > path.size() &&
-          (message[path.size()] == ':' || message[path.size()] == '.')) {
+      if (message.rfind(path, 0) != 0 || message.size() <= path.size()) continue;
+      if (message[path.size()] == ':') return At(entry.second, s);
+      if (message[path.size()] == '.' && entry.second.IsMap()) {
+        // A key of a nested map (latency_weights.hop): at that key's value.
+        for (const auto& inner : entry.second) {
+          if (!inner.first.IsScalar()) continue;
+          const std::string inner_path = path + "." + inner.first.Scalar();
+          if (message.rfind(inner_path, 0) == 0 && message.size() > inner_path.size() &&
+              message[inner_path.size()] == ':') {
+            return At(
+                message.find(": unknown key") == inner_path.size() ? inner.first : inner.second, s);
+          }
+        }
         return At(entry.second, s);
       }
     }

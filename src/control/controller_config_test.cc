@@ -62,6 +62,17 @@ std::string ErrorOf(const std::string& text) {
   return c.ok() ? "" : std::string(c.status().message());
 }
 
+// An error inside a nested map of the policy names the line of the key it is about, in block
+// style as in flow style.
+TEST(ControllerConfigTest, NestedPolicyErrorsNameTheirLine) {
+  EXPECT_THAT(ErrorOf(With("latency_weights: {utilisation: 0.7}",
+                           "latency_weights:\n    utilisation: 0.7\n    hop: 0")),
+              HasSubstr("ctl.yaml:34: policy.latency_weights.hop: must be > 0"));
+  EXPECT_THAT(ErrorOf(With("latency_weights: {utilisation: 0.7}",
+                           "latency_weights:\n    utilisation: 0.7\n    colour: 1")),
+              HasSubstr("ctl.yaml:34: policy.latency_weights.colour: unknown key"));
+}
+
 TEST(ControllerConfigTest, MarginalDecisionIsChosenInThePolicy) {
   absl::StatusOr<ControllerConfig> c = ParseControllerConfig(
       With("forwarding_mode: per_packet",

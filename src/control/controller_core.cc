@@ -574,9 +574,9 @@ CycleReport ControllerCore::RunCycle() {
   if (routes) computer_->SetConfig(*routes);
   if (!marginal) {
     marginal_.reset();
-  } else if (marginal_ == nullptr || marginal->period != marginal_config_.period ||
-             marginal->publish_gain != marginal_config_.publish_gain) {
-    // New settings start afresh; any other policy change keeps the demand and the tables.
+  } else if (marginal_ == nullptr || *marginal != marginal_config_) {
+    // New settings of the layer start it afresh; a policy change that does not touch them
+    // (the diffusion engine's keys, the forwarding mode) keeps the demand and the tables.
     marginal_ = std::make_unique<MarginalDecision>(topo, *marginal);
     marginal_config_ = *marginal;
   }

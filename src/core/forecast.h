@@ -30,6 +30,8 @@ struct Forecast {
 struct ForecastBounds {
   double lower = -std::numeric_limits<double>::infinity();
   double upper = std::numeric_limits<double>::infinity();
+
+  friend bool operator==(const ForecastBounds&, const ForecastBounds&) = default;
 };
 
 // The number of sample periods covering `horizon`, rounded up; at least 1.
@@ -82,6 +84,8 @@ struct HoltConfig {
 
   // OK, or InvalidArgument naming the first bad field.
   absl::Status Validate() const;
+
+  friend bool operator==(const HoltConfig&, const HoltConfig&) = default;
 };
 
 // Holt's linear trend method with a damped trend (Gardner & McKenzie 1985):

@@ -124,6 +124,7 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
   // The minimisation resumes where the last one stopped (its tables, published or not), so a
   // steady demand costs few iterations a cycle; the tables in force, or ECMP, where those
   // route over a link now down; WCMP when a link came up.
+  if (came_up) candidate_.reset();  // made without the link: never resumed from
   const RoutingTables* start = valid && !came_up ? in_force_.get() : nullptr;
   if (!came_up && candidate_ != nullptr && ValidateTables(known, *candidate_).ok()) {
     start = candidate_.get();

@@ -59,6 +59,8 @@ struct MarginalDecisionConfig {
   // peaks. 0 (the default): the load as it is now. REQUIRES: >= 0.
   int other_load_horizon_periods = 0;
   HoltConfig other_load_forecast;
+
+  friend bool operator==(const MarginalDecisionConfig&, const MarginalDecisionConfig&) = default;
 };
 
 struct MarginalDecisionStats {

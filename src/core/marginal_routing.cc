@@ -389,7 +389,6 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   bool steady = false;
   for (int round = 0; round < config.reference_rounds; ++round) {
     result.reference_trace.push_back(objective.reference_utilization);
-    const size_t round_start = result.objective_trace.size();
     std::vector<double> loads = problem.Loads(flows);
     ObjectiveTerms terms = EvaluateObjective(topo, loads, unit_bps, objective);
     result.lower_bound = 0;
@@ -452,12 +451,11 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
       // Against rounding drift of the loads updated in place.
       loads = problem.Loads(flows);
       terms = EvaluateObjective(topo, loads, unit_bps, objective);
+      // Every step taken lowered J as the incremental sums saw it; recomputed from scratch,
+      // J must not have risen over the sweep beyond rounding.
+      if (terms.value > before + 1e-9 * std::abs(before)) result.oscillated = true;
       if (!(terms.value < before)) break;  // no step lowers J: as good as these weights get
       ++result.iterations;
-      if (result.objective_trace.size() > round_start &&
-          terms.value > result.objective_trace.back()) {
-        result.oscillated = true;
-      }
       result.objective_trace.push_back(terms.value);
       result.max_utilization.push_back(max_utilization(loads));
       const size_t n = result.objective_trace.size();
@@ -474,8 +472,10 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     if (steady || !(now > 0) || round + 1 == config.reference_rounds) break;
     objective.reference_utilization = now;
   }
-  // The reference turned back (rose after falling, or fell after rising) and never steadied.
-  const std::vector<double>& u = result.reference_trace;
+  // The reference turned back (rose after falling, or fell after rising) and never steadied;
+  // the last minimisation's maximum counts as the next reference would have.
+  std::vector<double> u = result.reference_trace;
+  if (!result.max_utilization.empty()) u.push_back(result.max_utilization.back());
   for (size_t i = 2; !steady && i < u.size(); ++i) {
     if ((u[i] - u[i - 1]) * (u[i - 1] - u[i - 2]) < 0) result.oscillated = true;
   }

@@ -61,6 +61,8 @@ struct RoutingObjective {
   double reference_utilization = 1;
   // A link's length is 1 + delay / reference_delay. REQUIRES: > 0.
   Duration reference_delay = Milliseconds(1);
+
+  friend bool operator==(const RoutingObjective&, const RoutingObjective&) = default;
 };
 
 // J of link loads `loads` (traffic units, by LinkId; host links included), and its first and
@@ -92,6 +94,8 @@ struct MarginalRoutingConfig {
   // Next hops weighted below this in the result are dropped (their traffic goes to the
   // others in proportion).
   double min_weight = 1e-6;
+
+  friend bool operator==(const MarginalRoutingConfig&, const MarginalRoutingConfig&) = default;
 };
 
 struct MarginalRoutingResult {
@@ -100,9 +104,10 @@ struct MarginalRoutingResult {
   // Whether the last minimisation stopped on the gap or the stall tolerance (false: it ran
   // out of iterations, or no step lowered J).
   bool settled = false;
-  // Whether the loop was seen to oscillate: J rose from one iteration to the next within a
-  // minimisation (the step rule forbids it, so this checks the argument rather than trusts
-  // it), or the reference utilisation, refreshed after each minimisation, turned back
+  // Whether the loop was seen to oscillate: J, recomputed from the loads after a sweep over
+  // the destinations, rose above its value before the sweep (each step is accepted only if
+  // the incremental J falls, so this checks that argument against a fresh sum rather than
+  // trusts it), or the reference utilisation, refreshed after each minimisation, turned back
   // without becoming steady in `reference_rounds`.
   bool oscillated = false;
   double objective = 0;  // J under `tables`, for the last reference utilisation

@@ -58,9 +58,9 @@ absl::Status ForwardingConfig::Validate() const {
     return absl::InvalidArgumentError(
         fmt::format("forwarding config: drill_memory is {}, must be 0 or 1", drill_memory));
   }
-  if (sticky_packets < 0) {
-    return absl::InvalidArgumentError(
-        fmt::format("forwarding config: sticky_packets is {}, must be >= 0", sticky_packets));
+  if (sticky_packets < 0 || sticky_packets > (1 << 30)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "forwarding config: sticky_packets is {}, must be in [0, 2^30]", sticky_packets));
   }
   if (reroute_threshold_bytes < 0) {
     return absl::InvalidArgumentError(fmt::format(

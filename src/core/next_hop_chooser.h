@@ -101,7 +101,10 @@ concept LocalPortState = requires(const P& ports, LinkId link) {
 // DRILL per flowlet: the flowlet table of per-flowlet mode; a flowlet's first packet takes
 // DRILL's choice; a later one, among its first sticky_packets, stays on the flowlet's next hop
 // unless DRILL's choice has more than reroute_threshold_bytes fewer bytes queued, and then
-// moves the flowlet there; the packets after those take DRILL's choice each.
+// moves the flowlet there; the packets after those take DRILL's choice each. A flowlet whose
+// next hop is withdrawn or stops being forwardable starts afresh, held again for its first
+// packets on the new one, as after a gap: its path changed, and what follows is a new burst
+// on it.
 //
 // Not thread-safe; give each forwarding thread its own chooser.
 class NextHopChooser {
@@ -118,11 +121,11 @@ class NextHopChooser {
 
   // The link a packet of `flow` toward `destination` leaves on, among `hops` (a routing
   // table's next hops at this node); kNoLink if none of them is forwardable. `now` is the
-  // packet's time (only per-flowlet mode reads it; it must not go backwards). Draws from
-  // `rng` only in per-flowlet (at a flowlet's start), per-packet, power-of-two and DRILL modes,
-  // and only when there is more than one next hop.
-  // The first per-flowlet choice allocates the flowlet table, the first DRILL choice DRILL's
-  // memory; no other call allocates.
+  // packet's time (only the flowlet modes read it; it must not go backwards). Draws from
+  // `rng` only in per-flowlet (at a flowlet's start), per-packet, power-of-two, DRILL and
+  // DRILL-per-flowlet (every packet) modes, and only when there is more than one next hop.
+  // The first choice of a flowlet mode allocates the flowlet table, the first of a DRILL mode
+  // DRILL's memory; no other call allocates.
   template <LocalPortState Ports>
   LinkId Choose(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination, Time now,
                 Random& rng, const Ports& ports);

@@ -236,6 +236,12 @@ TEST(DarLearnedTest, InjectedPolicyReturningNanKeepsTheAnalyticTables) {
   EraseWallClock(a);
   EraseWallClock(m);
   EXPECT_EQ(m, a);
+  // A weight policy refines the diffusion engine: asking for the marginal layer with one is
+  // refused, not run without it.
+  absl::StatusOr<nlohmann::json> marginal =
+      RunYaml(Scenario("{name: dar, decision: marginal, period_ms: 1}"), options);
+  ASSERT_FALSE(marginal.ok());
+  EXPECT_THAT(std::string(marginal.status().message()), ::testing::HasSubstr("decision"));
 }
 
 }  // namespace

@@ -240,6 +240,11 @@ absl::StatusOr<ControlPlanePtr> MakeDar(YamlReader& p, const ConfigContext& ctx)
     c.routes.policy_refresh_cycles = 1;
   }
   RETURN_IF_ERROR(ReadDarConfig(p, c));
+  if (ctx.weight_policy != nullptr && c.decision != DarConfig::Decision::kDiffusion) {
+    return p.Error("decision",
+                   "a weight policy refines the diffusion engine's weights: it "
+                   "runs with decision: diffusion");
+  }
   c.weight_policy = ctx.weight_policy;
   return std::make_unique<DarRouting>(c);
 }
