@@ -97,12 +97,14 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
     demand = Reachable(known, std::move(demand));
   }
   const bool valid = in_force_ != nullptr && ValidateTables(known, *in_force_).ok();
+  // A link up now that was down in the last cycle (none on the first).
   bool came_up = false;
-  for (LinkId l = 0; l < known.num_links(); ++l) {
-    came_up |= !up_.empty() && known.link(l).up && !up_[l];
-  }
+  const bool first = up_.empty();
   up_.resize(known.num_links());
-  for (LinkId l = 0; l < known.num_links(); ++l) up_[l] = known.link(l).up;
+  for (LinkId l = 0; l < known.num_links(); ++l) {
+    came_up |= !first && known.link(l).up && !up_[l];
+    up_[l] = known.link(l).up;
+  }
 
   // Load the demand does not explain under the tables in force.
   std::vector<double> other(known.num_links(), 0.0);
@@ -126,9 +128,7 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
   // route over a link now down; WCMP when a link came up.
   if (came_up) candidate_.reset();  // made without the link: never resumed from
   const RoutingTables* start = valid && !came_up ? in_force_.get() : nullptr;
-  if (!came_up && candidate_ != nullptr && ValidateTables(known, *candidate_).ok()) {
-    start = candidate_.get();
-  }
+  if (candidate_ != nullptr && ValidateTables(known, *candidate_).ok()) start = candidate_.get();
   std::shared_ptr<const RoutingTables> next;
   absl::StatusOr<MarginalRoutingResult> result =
       MinimiseRoutingObjective(known, demand, kUnit, config_.routing, start, &other);

@@ -32,6 +32,13 @@ double Weight(const RoutingTables& t, NodeId node, NodeId dest, LinkId link) {
   return 0;
 }
 
+// The layer's defaults, cycling every millisecond (the tests' period).
+MarginalDecisionConfig EveryMillisecond() {
+  MarginalDecisionConfig config;
+  config.period = Milliseconds(1);
+  return config;
+}
+
 // One period of traffic: every host sends `bytes` to the host on the other leaf.
 void SendAcross(const Topology& topo, MarginalDecision& d, int64_t bytes) {
   const NodeId h0 = *topo.FindNode("h0"), h1 = *topo.FindNode("h1");
@@ -45,8 +52,7 @@ void SendAcross(const Topology& topo, MarginalDecision& d, int64_t bytes) {
 // The demand estimate is each pair's rate averaged over demand_periods periods.
 TEST(MarginalDecisionTest, DemandIsTheSmoothedRate) {
   const Topology topo = Fabric();
-  MarginalDecisionConfig config;
-  config.period = Milliseconds(1);
+  MarginalDecisionConfig config = EveryMillisecond();
   config.demand_periods = 4;
   MarginalDecision d(topo, config);
   d.Decide(Time(0), topo);
@@ -60,8 +66,7 @@ TEST(MarginalDecisionTest, DemandIsTheSmoothedRate) {
 // A symmetric fabric under even demand: ECMP's tables stay in force, cycle after cycle.
 TEST(MarginalDecisionTest, HoldsEcmpOnASymmetricFabric) {
   const Topology topo = Fabric();
-  MarginalDecisionConfig config;
-  config.period = Milliseconds(1);
+  MarginalDecisionConfig config = EveryMillisecond();
   MarginalDecision d(topo, config);
   const auto first = d.Decide(Time(0), topo);
   for (int i = 1; i <= 20; ++i) {
@@ -77,8 +82,7 @@ TEST(MarginalDecisionTest, HoldsEcmpOnASymmetricFabric) {
 // going down forces new tables at once.
 TEST(MarginalDecisionTest, MovesOffASlowLinkAndOffADownOne) {
   Topology topo = Fabric();
-  MarginalDecisionConfig config;
-  config.period = Milliseconds(1);
+  MarginalDecisionConfig config = EveryMillisecond();
   MarginalDecision d(topo, config);
   d.Decide(Time(0), topo);
   for (int i = 1; i <= 5; ++i) {
@@ -112,8 +116,7 @@ TEST(MarginalDecisionTest, ARampingOtherLoadIsForecast) {
   const LinkId busy = topo.FindLink(*topo.FindNode("spine0"), leaf1);
   const LinkId via_busy = topo.FindLink(leaf0, *topo.FindNode("spine0"));
   const auto weight_after_ramp = [&](int horizon) {
-    MarginalDecisionConfig config;
-    config.period = Milliseconds(1);
+    MarginalDecisionConfig config = EveryMillisecond();
     config.demand_periods = 1;
     config.other_load_horizon_periods = horizon;
     config.other_load_forecast.alpha = 0.5;
@@ -143,8 +146,7 @@ TEST(MarginalDecisionTest, ALinkBackUpIsUsedAgainWithOrWithoutTraffic) {
                                    .host_link = Params(10),
                                    .fabric_link = Params(10)});
   Topology topo = base;
-  MarginalDecisionConfig config;
-  config.period = Milliseconds(1);
+  MarginalDecisionConfig config = EveryMillisecond();
   MarginalDecision d(base, config);
   const NodeId h0 = *topo.FindNode("h0"), h1 = *topo.FindNode("h1");
   const NodeId leaf0 = *topo.FindNode("leaf0"), leaf1 = *topo.FindNode("leaf1");
@@ -169,8 +171,7 @@ TEST(MarginalDecisionTest, ALinkBackUpIsUsedAgainWithOrWithoutTraffic) {
 // moves: traffic leaves the link that carries it.
 TEST(MarginalDecisionTest, UnexplainedLoadIsRoutedAround) {
   const Topology topo = Fabric();
-  MarginalDecisionConfig config;
-  config.period = Milliseconds(1);
+  MarginalDecisionConfig config = EveryMillisecond();
   config.demand_periods = 1;
   MarginalDecision d(topo, config);
   d.Decide(Time(0), topo);
@@ -192,8 +193,7 @@ TEST(MarginalDecisionTest, UnexplainedLoadIsRoutedAround) {
 // out, the rest is still minimised, nothing fails.
 TEST(MarginalDecisionTest, APartitionedPairLeavesTheRestRouted) {
   Topology topo = Fabric();
-  MarginalDecisionConfig config;
-  config.period = Milliseconds(1);
+  MarginalDecisionConfig config = EveryMillisecond();
   MarginalDecision d(topo, config);
   d.Decide(Time(0), topo);
   const NodeId h3 = *topo.FindNode("h3");
