@@ -552,6 +552,7 @@ CycleReport ControllerCore::RunCycle() {
   std::set<std::pair<std::string, std::string>> drained;
   std::optional<RouteComputerConfig> routes;
   std::optional<MarginalDecisionConfig> marginal;
+  std::shared_ptr<const RouteSnapshot> previous;  // the last cycle's
   Duration timeout;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -562,6 +563,7 @@ CycleReport ControllerCore::RunCycle() {
       marginal->period = policy_.cycle;
     }
     drained = drained_;
+    previous = latest_;
     if (policy_dirty_) routes = policy_.routes;
     policy_dirty_ = false;
     report.version = next_version_++;
@@ -647,15 +649,14 @@ CycleReport ControllerCore::RunCycle() {
     links_down += cable_down_[l];
     links_drained += drained_links[l];
   }
-  RouteCycle cycle = computer_->Cycle(/*force_full=*/false);
-  CountPolicy(cycle, now);
+  RouteCycle cycle;
   std::shared_ptr<const RouteSnapshot> snapshot;
   if (marginal_ != nullptr) {
     // The marginal layer decides over the links known up and not drained, at what each is
     // measured to deliver (a shaper or a congested underlay the configuration does not know
     // of: the route computer's delivery estimate, at most the configured capacity); the
-    // tables carry the computer's versions, and their potentials are ranks in each
-    // destination's DAG.
+    // tables carry the computer's versions (its engines idle), and their potentials are
+    // ranks in each destination's DAG, kept from the last snapshot where a table is.
     Topology known = topo;
     for (LinkId l = 0; l < known.num_links(); ++l) {
       if (cable_down_[l] || drained_links[l]) known.mutable_link(l).up = false;
@@ -666,14 +667,17 @@ CycleReport ControllerCore::RunCycle() {
     }
     const int64_t changes = marginal_->stats().route_changes;
     const std::shared_ptr<const RoutingTables> in_force = marginal_->Decide(now, known);
+    const uint64_t first_version = computer_->SkipCycle();
     for (int cls = 0; cls < kTrafficClasses; ++cls) {
       auto tables = std::make_shared<RoutingTables>(*in_force);
-      tables->set_version(cycle.tables[cls]->version());
+      tables->set_version(first_version + static_cast<uint64_t>(cls));
       cycle.tables[cls] = std::move(tables);
     }
     cycle.route_changes = marginal_->stats().route_changes - changes;
-    snapshot = MakeRankedSnapshot(overlay, cycle.tables, report.version, unix_now);
+    snapshot = MakeRankedSnapshot(overlay, cycle.tables, report.version, unix_now, previous.get());
   } else {
+    cycle = computer_->Cycle(/*force_full=*/false);
+    CountPolicy(cycle, now);
     snapshot = MakeSnapshot(overlay, *computer_, cycle, report.version, unix_now);
   }
   const auto t1 = std::chrono::steady_clock::now();

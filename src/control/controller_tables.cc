@@ -88,7 +88,8 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
 std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
     std::shared_ptr<const Overlay> overlay,
     const std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses>& tables,
-    uint64_t version, int64_t computed_unix_ns) {
+    uint64_t version, int64_t computed_unix_ns, const RouteSnapshot* previous) {
+  if (previous != nullptr && previous->overlay != overlay) previous = nullptr;
   auto s = std::make_shared<RouteSnapshot>();
   s->version = version;
   s->computed_unix_ns = computed_unix_ns;
@@ -96,17 +97,31 @@ std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
   const Topology& topo = overlay->topology;
   const int n = topo.num_nodes();
   constexpr double kUnranked = -1;
+  std::vector<std::pair<NodeId, size_t>> stack;
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
     std::vector<double>& p = s->potentials[cls];
     p.assign(static_cast<size_t>(n) * n, kUnranked);
     for (NodeId d = 0; d < n; ++d) {
       double* rank = &p[static_cast<size_t>(d) * n];
+      // A table the classes share (the marginal layer's) has the same ranks.
+      const auto table_of = [d](const RoutingTables& t) {
+        return t.IsDestination(d) ? t.Table(d) : nullptr;
+      };
+      const DestinationTable* table = table_of(*tables[cls]);
+      if (cls > 0 && table != nullptr && table == table_of(*tables[0])) {
+        std::copy_n(&s->potentials[0][static_cast<size_t>(d) * n], n, rank);
+        continue;
+      }
+      if (previous != nullptr && table != nullptr && table == table_of(*previous->tables[cls])) {
+        std::copy_n(&previous->potentials[cls][static_cast<size_t>(d) * n], n, rank);
+        continue;
+      }
       rank[d] = 0;
       // Depth-first, next hops before the node; a node on the stack has rank -2 (a loop,
       // which the tables cannot have, would leave +infinity).
       for (NodeId start = 0; start < n; ++start) {
         if (rank[start] != kUnranked) continue;
-        std::vector<std::pair<NodeId, size_t>> stack = {{start, 0}};
+        stack.assign(1, {start, 0});
         rank[start] = -2;
         while (!stack.empty()) {
           auto& [v, i] = stack.back();

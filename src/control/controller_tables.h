@@ -68,12 +68,14 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
 // The snapshot of tables no route computer cut (the marginal decision layer's), with each
 // node's potential toward a destination its rank in that destination's next-hop graph: the
 // most hops any of its paths takes, 0 at the destination, +infinity without next hops. Every
-// next hop is then strictly downhill, as agents require. REQUIRES: the tables are loop-free
-// and of overlay->topology.
+// next hop is then strictly downhill, as agents require. A destination table that
+// `previous` (if given, of the same overlay) has too — the same object, for the same class —
+// keeps its potentials from there: a cycle that holds its tables ranks nothing. REQUIRES: the
+// tables are loop-free and of overlay->topology.
 std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
     std::shared_ptr<const Overlay> overlay,
     const std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses>& tables,
-    uint64_t version, int64_t computed_unix_ns);
+    uint64_t version, int64_t computed_unix_ns, const RouteSnapshot* previous = nullptr);
 
 // The rows of `node` in `snapshot`: every (destination, class) it has next hops for, the node
 // itself excluded. With a `base` of the same overlay, a delta: rows whose next hops or weights

@@ -32,7 +32,7 @@ int64_t ChangedRows(const Topology& topo, const RoutingTables& a, const RoutingT
 
 // The pairs of `demand` whose destination `known`'s up links reach from their source.
 std::vector<Demand> Reachable(const Topology& known, std::vector<Demand> demand) {
-  std::unordered_map<NodeId, std::vector<double>> distance;  // by route target
+  std::unordered_map<NodeId, std::vector<bool>> reaches;  // by route target
   std::erase_if(demand, [&](const Demand& x) {
     if (x.src < 0 || x.src >= known.num_nodes() || x.dst < 0 || x.dst >= known.num_nodes()) {
       return true;
@@ -42,9 +42,9 @@ std::vector<Demand> Reachable(const Topology& known, std::vector<Demand> demand)
       const LinkId last = known.FindLink(target, x.dst);
       if (last == kNoLink || !known.link(last).up) return true;
     }
-    auto it = distance.find(target);
-    if (it == distance.end()) it = distance.emplace(target, ShortestDistances(known, target)).first;
-    return !(it->second[x.src] < std::numeric_limits<double>::infinity());
+    auto it = reaches.find(target);
+    if (it == reaches.end()) it = reaches.emplace(target, ReachesDestination(known, target)).first;
+    return !it->second[x.src];
   });
   return demand;
 }
@@ -96,15 +96,25 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
   if (std::any_of(links.begin(), links.end(), [](const Link& l) { return !l.up; })) {
     demand = Reachable(known, std::move(demand));
   }
-  const bool valid = in_force_ != nullptr && ValidateTables(known, *in_force_).ok();
   // A link up now that was down in the last cycle (none on the first).
-  bool came_up = false;
+  bool came_up = false, changed = false;
   const bool first = up_.empty();
   up_.resize(known.num_links());
   for (LinkId l = 0; l < known.num_links(); ++l) {
     came_up |= !first && known.link(l).up && !up_[l];
+    changed |= known.link(l).up != up_[l];
     up_[l] = known.link(l).up;
   }
+  // Tables valid in the last cycle stay valid while no link changes state.
+  if (changed) validated_.clear();
+  const auto is_valid = [&](const std::shared_ptr<const RoutingTables>& tables) {
+    if (tables == nullptr) return false;
+    if (std::find(validated_.begin(), validated_.end(), tables) != validated_.end()) return true;
+    if (!ValidateTables(known, *tables).ok()) return false;
+    validated_.push_back(tables);
+    return true;
+  };
+  const bool valid = is_valid(in_force_);
 
   // Load the demand does not explain under the tables in force.
   std::vector<double> other(known.num_links(), 0.0);
@@ -128,13 +138,15 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
   // route over a link now down; WCMP when a link came up.
   if (came_up) candidate_.reset();  // made without the link: never resumed from
   const RoutingTables* start = valid && !came_up ? in_force_.get() : nullptr;
-  if (candidate_ != nullptr && ValidateTables(known, *candidate_).ok()) start = candidate_.get();
+  if (is_valid(candidate_)) start = candidate_.get();
   std::shared_ptr<const RoutingTables> next;
+  std::vector<double> next_loads;  // under `next`, other load included
   absl::StatusOr<MarginalRoutingResult> result =
       MinimiseRoutingObjective(known, demand, kUnit, config_.routing, start, &other);
   if (result.ok()) {
     stats_.iterations += result->iterations;
     next = std::make_shared<const RoutingTables>(std::move(result->tables));
+    next_loads = std::move(result->loads);
     candidate_ = next;
   } else {
     // A demand the known links cannot carry (a partition): shortest paths over what is left.
@@ -147,17 +159,13 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
   bool publish = forced;
   if (!forced && result.ok() && predicted.ok()) {
     std::vector<double>& now_loads = *predicted;
-    absl::StatusOr<std::vector<double>> next_loads = ComputeLinkLoads(known, *next, demand);
-    if (next_loads.ok()) {
-      for (LinkId l = 0; l < known.num_links(); ++l) {
-        now_loads[l] += other[l];
-        (*next_loads)[l] += other[l];
-      }
-      const double power = config_.routing.objective.power;
-      publish = UtilizationNorm(known, *next_loads, kUnit, power) <
-                (1 - config_.publish_gain) * UtilizationNorm(known, now_loads, kUnit, power);
-    }
+    for (LinkId l = 0; l < known.num_links(); ++l) now_loads[l] += other[l];
+    const double power = config_.routing.objective.power;
+    publish = UtilizationNorm(known, next_loads, kUnit, power) <
+              (1 - config_.publish_gain) * UtilizationNorm(known, now_loads, kUnit, power);
   }
+  // Only what may be validated again is remembered.
+  std::erase_if(validated_, [&](const auto& t) { return t != in_force_ && t != candidate_; });
   if (!publish) {
     ++stats_.holds;
     return in_force_;

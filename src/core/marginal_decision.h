@@ -110,6 +110,8 @@ class MarginalDecision {
   std::shared_ptr<const RoutingTables> in_force_;
   std::shared_ptr<const RoutingTables> candidate_;  // the last minimisation's tables
   std::vector<bool> up_;  // by link, whether it was up in the last cycle's known topology
+  // Tables (in force or candidate) found valid over up_: no need to validate them again.
+  std::vector<std::shared_ptr<const RoutingTables>> validated_;
   std::vector<HoltForecaster> other_forecast_;  // by link; empty without a horizon
   MarginalDecisionStats stats_;
   std::string last_error_;

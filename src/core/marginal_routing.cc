@@ -62,11 +62,13 @@ class Problem {
   // uses only usable links, reaches the destination from every node ECMP does and has no
   // loop; WCMP's elsewhere (ECMP's next hops weighted by the capacity each leads to: equal on
   // a symmetric fabric, and a prior that already keeps new traffic off a degraded link).
-  Weights Start(const RoutingTables* start) const {
+  // `orders[t]` is the order of w[t] where `start`'s table was taken; empty otherwise.
+  Weights Start(const RoutingTables* start, std::vector<std::vector<NodeId>>& orders) const {
     Weights w(targets_.size(), std::vector<double>(topo_.num_links(), 0.0));
+    orders.assign(targets_.size(), {});
     std::optional<RoutingTables> wcmp;  // computed only if a destination needs it
     for (size_t t = 0; t < targets_.size(); ++t) {
-      if (start != nullptr && StartFrom(*start, t, w[t])) continue;
+      if (start != nullptr && StartFrom(*start, t, w[t], orders[t])) continue;
       if (!wcmp) {
         // Over the usable links: a link of no capacity is no path.
         Topology usable = topo_;
@@ -83,9 +85,16 @@ class Problem {
     return w;
   }
 
-  absl::StatusOr<DestinationFlow> Route(size_t t, const std::vector<double>& w) const {
+  // The flow of weights `w` toward targets[t]. `order`, if given, is an order of weights
+  // with the same next hops (the same links weighted above zero), reused.
+  absl::StatusOr<DestinationFlow> Route(size_t t, const std::vector<double>& w,
+                                        const std::vector<NodeId>* order = nullptr) const {
     DestinationFlow f;
-    ASSIGN_OR_RETURN(f.order, Order(w));
+    if (order != nullptr) {
+      f.order = *order;
+    } else {
+      ASSIGN_OR_RETURN(f.order, Order(w));
+    }
     f.through = injected_[t];
     f.links.assign(topo_.num_links(), 0.0);
     for (NodeId v : f.order) {
@@ -120,7 +129,8 @@ class Problem {
   }
 
  private:
-  bool StartFrom(const RoutingTables& start, size_t t, std::vector<double>& w) const {
+  bool StartFrom(const RoutingTables& start, size_t t, std::vector<double>& w,
+                 std::vector<NodeId>& order) const {
     const NodeId target = targets_[t];
     if (start.num_nodes() != topo_.num_nodes() || !start.IsDestination(target) ||
         start.Table(target) == nullptr) {
@@ -143,7 +153,10 @@ class Problem {
         w[hop.link] = hop.weight;
       }
     }
-    return Order(w).ok();
+    absl::StatusOr<std::vector<NodeId>> ordered = Order(w);
+    if (!ordered.ok()) return false;
+    order = *std::move(ordered);
+    return true;
   }
 
   // The nodes in an order where every node comes before its next hops (Kahn). The weights
@@ -314,10 +327,16 @@ double LowerBound(const Problem& p, const std::vector<DestinationFlow>& flows,
 }
 
 // The tables of weights `w`: next hops below min_weight dropped, the rest renormalised.
-RoutingTables TablesOf(const Problem& p, const Weights& w, double min_weight) {
+// Destinations whose weights are `start`'s table unchanged (`kept`) keep that table.
+RoutingTables TablesOf(const Problem& p, const Weights& w, double min_weight,
+                       const RoutingTables* start, const std::vector<bool>& kept) {
   const Topology& topo = p.topo();
   RoutingTables tables(topo.num_nodes(), p.targets());
   for (size_t t = 0; t < p.targets().size(); ++t) {
+    if (kept[t]) {
+      tables.Set(start->SharedTable(p.targets()[t]));
+      continue;
+    }
     std::vector<std::vector<NextHop>> rows(topo.num_nodes());
     for (NodeId v = 0; v < topo.num_nodes(); ++v) {
       if (topo.StubUplink(v) != kNoLink) continue;
@@ -373,10 +392,14 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   }
   const Problem problem(topo, std::move(split), unit_bps);
   const size_t targets = problem.targets().size();
-  Weights w = problem.Start(start);
+  std::vector<std::vector<NodeId>> orders;
+  Weights w = problem.Start(start, orders);
   std::vector<DestinationFlow> flows(targets);
+  // Destinations still at `start`'s weights.
+  std::vector<bool> kept(targets);
   for (size_t t = 0; t < targets; ++t) {
-    ASSIGN_OR_RETURN(flows[t], problem.Route(t, w[t]));
+    kept[t] = !orders[t].empty();
+    ASSIGN_OR_RETURN(flows[t], problem.Route(t, w[t], kept[t] ? &orders[t] : nullptr));
   }
   const auto max_utilization = [&](const std::vector<double>& loads) {
     return MaxUtilization(topo, Scaled(loads, unit_bps));
@@ -402,7 +425,8 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     const std::vector<double> no_traffic;
     for (int i = 0; i < config.max_iterations; ++i) {
       // The bound costs a shortest-path tree per destination: every tenth iteration.
-      if (i % 10 == 0) {
+      // None when fewer than ten iterations are left: a capped minimisation stops on its cap.
+      if (i % 10 == 0 && config.max_iterations - i >= 10) {
         result.lower_bound = std::max(result.lower_bound, LowerBound(problem, flows, terms));
       }
       if (terms.value - result.lower_bound <= config.gap_tolerance * std::abs(terms.value)) {
@@ -421,7 +445,13 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
             step[t] = std::min(1.0, step[t] * 2);
             break;
           }
-          ASSIGN_OR_RETURN(DestinationFlow next_flow, problem.Route(t, next));
+          // A step that only reweights next hops keeps the order of the flow.
+          bool same_hops = true;
+          for (size_t l = 0; same_hops && l < next.size(); ++l) {
+            same_hops = (next[l] > 0) == (w[t][l] > 0);
+          }
+          ASSIGN_OR_RETURN(DestinationFlow next_flow,
+                           problem.Route(t, next, same_hops ? &flows[t].order : nullptr));
           // J after the step, from the terms of the links whose load it changes.
           changed.clear();
           double value = terms.value;
@@ -442,6 +472,7 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
             terms.value = value;
             w[t] = std::move(next);
             flows[t] = std::move(next_flow);
+            kept[t] = false;
             step[t] = std::min(1.0, step[t] * 2);
             break;
           }
@@ -480,12 +511,12 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     if ((u[i] - u[i - 1]) * (u[i - 1] - u[i - 2]) < 0) result.oscillated = true;
   }
   result.reference_utilization = objective.reference_utilization;
-  result.tables = TablesOf(problem, w, config.min_weight);
-  ASSIGN_OR_RETURN(std::vector<double> loads, ComputeLinkLoads(topo, result.tables, demand));
+  result.tables = TablesOf(problem, w, config.min_weight, start, kept);
+  ASSIGN_OR_RETURN(result.loads, ComputeLinkLoads(topo, result.tables, demand));
   if (other_loads != nullptr) {
-    for (LinkId l = 0; l < topo.num_links(); ++l) loads[l] += (*other_loads)[l];
+    for (LinkId l = 0; l < topo.num_links(); ++l) result.loads[l] += (*other_loads)[l];
   }
-  result.objective = EvaluateObjective(topo, loads, unit_bps, objective).value;
+  result.objective = EvaluateObjective(topo, result.loads, unit_bps, objective).value;
   return result;
 }
 

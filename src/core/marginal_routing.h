@@ -111,6 +111,8 @@ struct MarginalRoutingResult {
   // without becoming steady in `reference_rounds`.
   bool oscillated = false;
   double objective = 0;  // J under `tables`, for the last reference utilisation
+  // Every link's load under `tables` (traffic units, by LinkId; other_loads included).
+  std::vector<double> loads;
   double reference_utilization = 0;
   double lower_bound = 0;  // no routing of this demand has a smaller J
   // Per iteration: J and the maximum utilisation under that iteration's weights. J never

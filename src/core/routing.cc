@@ -85,6 +85,23 @@ std::vector<double> ShortestDistances(const Topology& topo, NodeId dest,
   return dist;
 }
 
+std::vector<bool> ReachesDestination(const Topology& topo, NodeId dest) {
+  std::vector<bool> reaches(topo.num_nodes(), false);
+  std::vector<NodeId> queue = {dest};
+  reaches[dest] = true;
+  for (size_t i = 0; i < queue.size(); ++i) {
+    const NodeId u = queue[i];
+    if (!Forwards(topo, u, dest)) continue;
+    for (LinkId l : topo.node(u).in_links) {
+      const Link& link = topo.link(l);
+      if (!link.up || reaches[link.src]) continue;
+      reaches[link.src] = true;
+      queue.push_back(link.src);
+    }
+  }
+  return reaches;
+}
+
 RoutingTables ComputeStaticTables(const Topology& topo) {
   return ComputeTables(topo, [&topo](std::vector<LinkId> links, size_t dest_index) {
     std::vector<NextHop> hops;

@@ -26,6 +26,10 @@ std::vector<double> ShortestDistances(const Topology& topo, NodeId dest);
 // cost is finite. REQUIRES: link_costs.size() == topo.num_links(), finite costs > 0.
 std::vector<double> ShortestDistances(const Topology& topo, NodeId dest,
                                       absl::Span<const double> link_costs);
+// Whether each node reaches `dest` over up links (ShortestDistances finite), by a
+// breadth-first search: what a validator or a partition check needs, without a heap.
+// REQUIRES: 0 <= dest < topo.num_nodes().
+std::vector<bool> ReachesDestination(const Topology& topo, NodeId dest);
 
 // For every destination in topo.Destinations(), one shortest-path next hop (weight 1) at
 // every node that can reach it. Ties are broken per destination, D-mod-k style: with the

@@ -44,6 +44,32 @@ TEST(RoutingTest, ShortestDistancesUseMetricsAndUpLinks) {
   EXPECT_TRUE(std::isinf(dist[d.s]));
 }
 
+TEST(RoutingTest, ReachesDestinationIsWhereShortestDistancesAreFinite) {
+  Diamond d;
+  // A host hanging off a and b: it reaches t, but nothing reaches t through it.
+  const NodeId h = d.topo.AddNode("h", NodeKind::kHost);
+  d.topo.AddDuplexLink(h, d.a, LinkParams());
+  d.topo.AddDuplexLink(h, d.b, LinkParams());
+  const auto agrees = [&](NodeId dest) {
+    const std::vector<double> dist = ShortestDistances(d.topo, dest);
+    const std::vector<bool> reaches = ReachesDestination(d.topo, dest);
+    for (NodeId v = 0; v < d.topo.num_nodes(); ++v) {
+      if (reaches[v] != std::isfinite(dist[v])) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(ReachesDestination(d.topo, d.t)[h]);
+  // Cut a off from everything but h: h must not carry it to b.
+  d.topo.mutable_link(d.topo.FindLink(d.a, d.t)).up = false;
+  d.topo.mutable_link(d.topo.FindLink(d.a, d.s)).up = false;
+  EXPECT_FALSE(ReachesDestination(d.topo, d.t)[d.a]);
+  for (NodeId dest = 0; dest < d.topo.num_nodes(); ++dest) EXPECT_TRUE(agrees(dest)) << dest;
+  d.topo.mutable_link(d.st).up = false;
+  d.topo.mutable_link(d.topo.FindLink(d.b, d.t)).up = false;
+  EXPECT_FALSE(ReachesDestination(d.topo, d.t)[d.s]);
+  for (NodeId dest = 0; dest < d.topo.num_nodes(); ++dest) EXPECT_TRUE(agrees(dest)) << dest;
+}
+
 TEST(RoutingTest, EcmpSplitsEquallyAndStaticPicksOnePerDestination) {
   Diamond d;
   const RoutingTables ecmp = ComputeEcmpTables(d.topo);

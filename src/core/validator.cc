@@ -32,14 +32,14 @@ class Checker {
       CheckHops(v, table.At(v));
       for (NodeId u : next_[v]) transit[u] = true;
     }
-    const std::vector<double> dist = ShortestDistances(topo_, dest);
+    const std::vector<bool> reaches = ReachesDestination(topo_, dest);
     for (NodeId v = 0; v < n; ++v) {
       if (v == dest) continue;
       if (transit[v] && topo_.node(v).kind == NodeKind::kHost) {
         ++report_.black_holes;
         Note(absl::StrCat("black hole: host '", Name(v), "' is sent transit traffic toward '",
                           Name(dest), "'"));
-      } else if ((transit[v] || std::isfinite(dist[v])) && table.At(v).empty() &&
+      } else if ((transit[v] || reaches[v]) && table.At(v).empty() &&
                  topo_.StubUplink(v) == kNoLink) {
         ++report_.black_holes;
         Note(absl::StrCat("black hole: node '", Name(v), "' has no next hop toward '", Name(dest),
