@@ -7,10 +7,11 @@
 // Every agent also reports the bytes its node sent toward `--destinations` random others
 // (each pair's rate drifting around 1-20 Mbit/s), which the marginal decision layer
 // (`--decision marginal`) minimises its objective for; `--cycle_iterations N` caps its
-// iterations per cycle (one reference round).
+// iterations per cycle (one reference round), `--max_link_scans N` its work per cycle.
 //
 //   controller_bench [--nodes 200] [--degree 6] [--seconds 10] [--rate_hz 10] [--seed 1]
-//                    [--decision diffusion|marginal [--cycle_iterations N]] [--destinations 4]
+//                    [--decision diffusion|marginal [--cycle_iterations N] [--max_link_scans N]]
+//                    [--destinations 4]
 //                    [--policy_model models/dar-policy.json [--precision int8|float]
 //                     [--policy_refresh_cycles 4]]
 #include <algorithm>
@@ -60,6 +61,7 @@ struct Flags {
   std::string decision = "diffusion";                        // the controller's default
   int destinations = 4;                                      // per node, with traffic toward them
   int cycle_iterations = 0;                                  // 0: the layer's own limits
+  int64_t max_link_scans = -1;                               // -1: the controller's default
 };
 
 // A ring (connected) plus random chords until the mean degree is reached; no parallel links.
@@ -108,6 +110,9 @@ int Run(const Flags& flags) {
   if (flags.cycle_iterations > 0) {
     config.policy.marginal_config.routing.max_iterations = flags.cycle_iterations;
     config.policy.marginal_config.routing.reference_rounds = 1;
+  }
+  if (flags.max_link_scans >= 0) {
+    config.policy.marginal_config.routing.max_link_scans = flags.max_link_scans;
   }
   if (!flags.policy_model.empty()) {
     config.policy.policy_model = std::filesystem::absolute(flags.policy_model).string();
@@ -316,6 +321,9 @@ int main(int argc, char** argv) {
   app.add_option("--cycle_iterations", flags.cycle_iterations,
                  "Marginal layer: iterations per cycle at most (0: its defaults)")
       ->check(CLI::Range(0, 100000));
+  app.add_option("--max_link_scans", flags.max_link_scans,
+                 "Marginal layer: link scans per cycle at most (0: unbounded; default: the "
+                 "controller's)");
   CLI11_PARSE(app, argc, argv);
   return dar::control::Run(flags);
 }

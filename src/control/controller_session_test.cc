@@ -5,6 +5,7 @@
 
 #include "control/controller_tables.h"
 #include "control/controller_test_util.h"
+#include "core/routing.h"
 #include "gtest/gtest.h"
 
 namespace dar::control {
@@ -151,6 +152,34 @@ TEST_F(SessionTest, PotentialsMovingAloneAreNotResent) {
       }
     }
   }
+}
+
+// Ranked potentials (the marginal layer's tables): a node's rank is the most hops of its
+// paths; a destination table the last snapshot has too keeps that snapshot's potentials, and
+// one the classes share is ranked once.
+TEST_F(SessionTest, RankedSnapshotsRankOnceAndKeepWhatTheLastSnapshotHas) {
+  const auto ecmp = std::make_shared<const RoutingTables>(ComputeEcmpTables(overlay_->topology));
+  const std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> tables = {ecmp, ecmp};
+  const std::shared_ptr<const RouteSnapshot> first = MakeRankedSnapshot(overlay_, tables, 1, 1000);
+  // Toward n1: n2 and n4 one hop, n3 two (both ways are two hops).
+  EXPECT_EQ(first->Potential(0, 0, 0), 0);
+  EXPECT_EQ(first->Potential(0, 0, 1), 1);
+  EXPECT_EQ(first->Potential(0, 0, 2), 2);
+  EXPECT_EQ(first->Potential(1, 0, 2), 2);
+  // A last snapshot with other potentials for the same table objects: they are kept.
+  auto marked = std::make_shared<RouteSnapshot>(*first);
+  for (std::vector<double>& p : marked->potentials) {
+    for (double& x : p) x += 10;
+  }
+  const std::shared_ptr<const RouteSnapshot> kept =
+      MakeRankedSnapshot(overlay_, tables, 2, 2000, marked.get());
+  EXPECT_EQ(kept->Potential(0, 0, 2), 12);
+  EXPECT_EQ(kept->Potential(1, 0, 2), 12);
+  // New table objects (the same contents) are ranked afresh.
+  const auto copy = std::make_shared<const RoutingTables>(ComputeEcmpTables(overlay_->topology));
+  const std::shared_ptr<const RouteSnapshot> fresh =
+      MakeRankedSnapshot(overlay_, {{copy, copy}}, 3, 3000, marked.get());
+  EXPECT_EQ(fresh->Potential(0, 0, 2), 2);
 }
 
 TEST_F(SessionTest, ConfigFirstThenStopAndWaitTables) {

@@ -40,6 +40,9 @@ absl::Status ReadEngineSettings(YamlReader& r, EngineSettings& s) {
                    r.Optional<double>("demand_periods", m.demand_periods, Bounds::Positive()));
   ASSIGN_OR_RETURN(m.publish_gain,
                    r.Optional<double>("publish_gain", m.publish_gain, Bounds::InRange(0, 0.99)));
+  ASSIGN_OR_RETURN(
+      m.routing.max_link_scans,
+      r.Optional<int64_t>("max_link_scans", m.routing.max_link_scans, Bounds::InRange(0, 1e12)));
   ASSIGN_OR_RETURN(m.other_load_horizon_periods,
                    r.Optional<int>("other_load_horizon_periods", m.other_load_horizon_periods,
                                    Bounds::InRange(0, 1000000)));

@@ -6,7 +6,8 @@
 //                                        objective, core/marginal_decision.h, is opt-in until its
 //                                        cycle meets the budget at 200 agents: docs/decision.md)
 //   objective_power, objective_length_weight, demand_periods, publish_gain,
-//   other_load_horizon_periods           the marginal layer (core/marginal_decision.h)
+//   other_load_horizon_periods, max_link_scans
+//                                        the marginal layer (core/marginal_decision.h)
 //   temperature, hysteresis, min_weight  the diffusion engine (core/diffusion.h)
 //   min_cost_change, full_every, reference_delay_<unit>, forecast_alpha, forecast_beta,
 //   forecast_phi, cost_decay_periods, policy_refresh_cycles, cycle_threads,

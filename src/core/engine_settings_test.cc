@@ -38,6 +38,7 @@ objective_length_weight: 0.001
 demand_periods: 8
 publish_gain: 0.05
 other_load_horizon_periods: 30
+max_link_scans: 5000
 temperature: 0.7
 hysteresis: 0.1
 min_weight: 0.01
@@ -60,6 +61,7 @@ bulk_weights: {capacity: 2}
   EXPECT_EQ(s->marginal_config.demand_periods, 8);
   EXPECT_EQ(s->marginal_config.publish_gain, 0.05);
   EXPECT_EQ(s->marginal_config.other_load_horizon_periods, 30);
+  EXPECT_EQ(s->marginal_config.routing.max_link_scans, 5000);
   EXPECT_EQ(s->routes.diffusion.temperature, 0.7);
   EXPECT_EQ(s->routes.diffusion.hysteresis, 0.1);
   EXPECT_EQ(s->routes.diffusion.min_weight, 0.01);
@@ -89,6 +91,7 @@ TEST(EngineSettingsTest, RefusesOutOfBoundsValuesNamingTheKey) {
            {"publish_gain: 1", "policy.publish_gain"},
            {"demand_periods: 0", "policy.demand_periods"},
            {"other_load_horizon_periods: -1", "policy.other_load_horizon_periods"},
+           {"max_link_scans: -1", "policy.max_link_scans"},
            {"hysteresis: 3", "policy.hysteresis"},
            {"full_every: 0", "policy.full_every"},
            {"policy_refresh_cycles: 1001", "policy.policy_refresh_cycles"},

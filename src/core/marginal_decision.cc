@@ -145,9 +145,12 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
       MinimiseRoutingObjective(known, demand, kUnit, config_.routing, start, &other);
   if (result.ok()) {
     stats_.iterations += result->iterations;
+    stats_.out_of_scans += result->out_of_scans;
     next = std::make_shared<const RoutingTables>(std::move(result->tables));
     next_loads = std::move(result->loads);
     candidate_ = next;
+    // Made over `known`'s usable links, loop-free by construction (marginal_routing.h).
+    validated_.push_back(next);
   } else {
     // A demand the known links cannot carry (a partition): shortest paths over what is left.
     ++stats_.failures;

@@ -43,8 +43,13 @@
 
 namespace dar {
 
+// A cycle's work at most (MarginalRoutingConfig::max_link_scans): about 20-30 ms on one
+// core of the development machine (docs/decision.md, Speed); 200 agents' overlay (200
+// destinations, 1,200 links) takes about four iterations a cycle, a k=8 fat-tree forty.
+inline constexpr int64_t kCycleLinkScans = 1'000'000;
+
 struct MarginalDecisionConfig {
-  MarginalRoutingConfig routing;
+  MarginalRoutingConfig routing{.max_link_scans = kCycleLinkScans};
   // The sample period, and the demand's and throughputs' time constant in periods.
   // REQUIRES: period > 0, demand_periods > 0.
   Duration period = Milliseconds(100);
@@ -70,6 +75,7 @@ struct MarginalDecisionStats {
   int64_t forced = 0;     // publishes because a link in use went down or one came up
   int64_t failures = 0;   // cycles whose minimisation failed (then: ECMP over the known links)
   int64_t iterations = 0;
+  int64_t out_of_scans = 0;   // cycles whose minimisation stopped on routing.max_link_scans
   int64_t route_changes = 0;  // (node, destination) rows changed by publishes
 };
 

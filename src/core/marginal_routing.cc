@@ -332,13 +332,14 @@ RoutingTables TablesOf(const Problem& p, const Weights& w, double min_weight,
                        const RoutingTables* start, const std::vector<bool>& kept) {
   const Topology& topo = p.topo();
   RoutingTables tables(topo.num_nodes(), p.targets());
+  std::vector<std::vector<NextHop>> rows(topo.num_nodes());
   for (size_t t = 0; t < p.targets().size(); ++t) {
     if (kept[t]) {
       tables.Set(start->SharedTable(p.targets()[t]));
       continue;
     }
-    std::vector<std::vector<NextHop>> rows(topo.num_nodes());
     for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      rows[v].clear();
       if (topo.StubUplink(v) != kNoLink) continue;
       double sum = 0;
       for (LinkId l : topo.node(v).out_links) {
@@ -410,7 +411,13 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   objective.reference_utilization = max_utilization(problem.Loads(flows));
   if (!(objective.reference_utilization > 0)) objective.reference_utilization = 1;
   bool steady = false;
-  for (int round = 0; round < config.reference_rounds; ++round) {
+  const int64_t links = topo.num_links();
+  int64_t iteration_scans = 0;  // a step of every destination with traffic
+  for (size_t t = 0; t < targets; ++t) iteration_scans += problem.HasTraffic(t) ? links : 0;
+  const auto out_of_scans = [&] {
+    return config.max_link_scans > 0 && result.link_scans >= config.max_link_scans;
+  };
+  for (int round = 0; round < config.reference_rounds && !result.out_of_scans; ++round) {
     result.reference_trace.push_back(objective.reference_utilization);
     std::vector<double> loads = problem.Loads(flows);
     ObjectiveTerms terms = EvaluateObjective(topo, loads, unit_bps, objective);
@@ -424,9 +431,16 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     std::vector<std::pair<LinkId, LinkTerm>> changed;
     const std::vector<double> no_traffic;
     for (int i = 0; i < config.max_iterations; ++i) {
-      // The bound costs a shortest-path tree per destination: every tenth iteration.
-      // None when fewer than ten iterations are left: a capped minimisation stops on its cap.
-      if (i % 10 == 0 && config.max_iterations - i >= 10) {
+      if (out_of_scans()) {
+        result.out_of_scans = true;
+        break;
+      }
+      // The bound costs a shortest-path tree per destination: every tenth iteration. None
+      // when fewer than ten iterations are left: a capped minimisation stops on its cap.
+      const bool ten_left = config.max_iterations - i >= 10 &&
+                            (config.max_link_scans == 0 ||
+                             config.max_link_scans - result.link_scans >= 10 * iteration_scans);
+      if (i % 10 == 0 && ten_left) {
         result.lower_bound = std::max(result.lower_bound, LowerBound(problem, flows, terms));
       }
       if (terms.value - result.lower_bound <= config.gap_tolerance * std::abs(terms.value)) {
@@ -437,6 +451,7 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
       for (size_t t = 0; t < targets; ++t) {
         if (!problem.HasTraffic(t)) continue;
         for (; step[t] > 1e-9; step[t] /= 2) {
+          result.link_scans += links;
           std::vector<double> next = w[t];
           StepToward(problem, t, flows[t], terms, config, step[t], next);
           if (next == w[t]) {
@@ -500,7 +515,10 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     const double now = max_utilization(loads);
     steady =
         std::abs(now - objective.reference_utilization) <= 0.01 * objective.reference_utilization;
-    if (steady || !(now > 0) || round + 1 == config.reference_rounds) break;
+    if (steady || !(now > 0) || round + 1 == config.reference_rounds || out_of_scans()) {
+      result.out_of_scans = result.out_of_scans || (!steady && out_of_scans());
+      break;
+    }
     objective.reference_utilization = now;
   }
   // The reference turned back (rose after falling, or fell after rising) and never steadied;

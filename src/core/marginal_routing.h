@@ -94,6 +94,14 @@ struct MarginalRoutingConfig {
   // Next hops weighted below this in the result are dropped (their traffic goes to the
   // others in proportion).
   double min_weight = 1e-6;
+  // A bound on the work of one call, in link scans: a destination's step scans every link
+  // of the topology once, so an iteration scans (destinations with traffic) x (links), more
+  // where steps are halved. The minimisation stops after the iteration that reaches it; at
+  // least one iteration runs. What a decision cycle may spend whatever the network's size:
+  // a small network settles within a cycle, a large one moves a few iterations toward the
+  // optimum each cycle and resumes from there the next. 0: no bound.
+  // REQUIRES: >= 0.
+  int64_t max_link_scans = 0;
 
   friend bool operator==(const MarginalRoutingConfig&, const MarginalRoutingConfig&) = default;
 };
@@ -104,6 +112,9 @@ struct MarginalRoutingResult {
   // Whether the last minimisation stopped on the gap or the stall tolerance (false: it ran
   // out of iterations, or no step lowered J).
   bool settled = false;
+  // Whether it stopped on max_link_scans, and the link scans it made.
+  bool out_of_scans = false;
+  int64_t link_scans = 0;
   // Whether the loop was seen to oscillate: J, recomputed from the loads after a sweep over
   // the destinations, rose above its value before the sweep (each step is accepted only if
   // the incremental J falls, so this checks that argument against a fresh sum rather than

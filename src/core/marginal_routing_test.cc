@@ -215,6 +215,62 @@ TEST(MarginalRoutingTest, WarmStartKeepsGoodTablesAndDropsStaleOnes) {
       << ValidateTables(topo, after->tables).ToStatus();
 }
 
+// A destination the demand does not use keeps the start's table itself (the same object):
+// nothing of it moved, so nothing of it is rebuilt or resent. One that moved is rebuilt.
+TEST(MarginalRoutingTest, UnmovedDestinationsKeepTheirTables) {
+  const Topology topo = Wan("Abilene");
+  const std::vector<Demand> gravity = GravityDemand(topo).value();
+  // The gravity matrix's traffic toward one destination only.
+  const NodeId moved = gravity.front().dst;
+  std::vector<Demand> demand;
+  for (const Demand& d : gravity) {
+    if (d.dst == moved) demand.push_back(d);
+  }
+  ASSERT_GT(demand.size(), 2u);
+  const RoutingTables ecmp = ComputeEcmpTables(topo);
+  absl::StatusOr<MarginalRoutingResult> r =
+      MinimiseRoutingObjective(topo, Scale(demand, 4), kUnit, MarginalRoutingConfig(), &ecmp);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GT(r->iterations, 0);
+  for (NodeId d : topo.Destinations()) {
+    if (d == moved) {
+      EXPECT_NE(r->tables.Table(d), ecmp.Table(d));
+    } else {
+      EXPECT_EQ(r->tables.Table(d), ecmp.Table(d)) << topo.node(d).name;
+    }
+  }
+}
+
+// max_link_scans bounds a call's work: it stops after the iteration that reaches the bound,
+// and a call resumed from its tables goes on toward the same optimum.
+TEST(MarginalRoutingTest, MaxLinkScansBoundsACallAndResumes) {
+  const Topology topo = Wan("Abilene");
+  const std::vector<Demand> demand = UniformDemand(topo);
+  absl::StatusOr<MarginalRoutingResult> full = MinimiseRoutingObjective(topo, demand, kUnit);
+  ASSERT_TRUE(full.ok()) << full.status();
+  ASSERT_GT(full->iterations, 3);
+  EXPECT_FALSE(full->out_of_scans);
+  const int64_t one_iteration = static_cast<int64_t>(topo.Destinations().size()) * topo.num_links();
+  MarginalRoutingConfig capped;
+  capped.max_link_scans = one_iteration;
+  absl::StatusOr<MarginalRoutingResult> step =
+      MinimiseRoutingObjective(topo, demand, kUnit, capped);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_TRUE(step->out_of_scans);
+  EXPECT_FALSE(step->settled);
+  EXPECT_EQ(step->iterations, 1);
+  EXPECT_GE(step->link_scans, one_iteration);
+  // Resumed cycle after cycle, it reaches the uncapped optimum's maximum utilisation.
+  absl::StatusOr<MarginalRoutingResult> resumed = step;
+  for (int cycle = 0; cycle < 5 * full->iterations && resumed->out_of_scans; ++cycle) {
+    const RoutingTables tables = resumed->tables;
+    resumed = MinimiseRoutingObjective(topo, demand, kUnit, capped, &tables);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+  }
+  EXPECT_NEAR(MaxUtil(topo, resumed->tables, demand), MaxUtil(topo, full->tables, demand),
+              0.02 * MaxUtil(topo, full->tables, demand));
+}
+
 // Load that no routing moves (other traffic on a link) counts: two equal paths, half of one
 // taken by other traffic, and the demand balances the two at 0.75.
 TEST(MarginalRoutingTest, OtherLoadsAreRoutedAround) {

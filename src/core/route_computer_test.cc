@@ -108,6 +108,22 @@ TEST(RouteComputerTest, FirstCycleIsFullAndVersionsGrowPerClass) {
   EXPECT_EQ(rc.stats().full_cycles, 1);
 }
 
+// A cycle another layer decides takes the versions a cycle would and leaves the engines idle;
+// the next cycle of the engines recomputes every destination.
+TEST(RouteComputerTest, SkippedCyclesTakeVersionsAndTheNextIsFull) {
+  Diamond g;
+  RouteComputer rc(g.topo, RouteComputerConfig());
+  rc.Cycle(false);
+  rc.Cycle(false);  // versions 3 and 4, not full
+  EXPECT_EQ(rc.SkipCycle(), 5u);
+  EXPECT_EQ(rc.version(), 6u);
+  const RouteCycle next = rc.Cycle(false);
+  EXPECT_TRUE(next.full);
+  EXPECT_EQ(next.tables[0]->version(), 7u);
+  ExpectValid(rc, next);
+  EXPECT_EQ(rc.stats().cycles, 4);
+}
+
 TEST(RouteComputerTest, KnownDownAndDrainedLinksCarryNothing) {
   Diamond g;
   RouteComputer rc(g.topo, RouteComputerConfig());

@@ -11,6 +11,9 @@ DestinationTable::DestinationTable(NodeId destination,
   for (size_t first = 0; first < per_node.size(); first += kRowsPerBlock) {
     auto block = std::make_shared<Block>();
     const size_t last = std::min(per_node.size(), first + kRowsPerBlock);
+    size_t hops = 0;
+    for (size_t v = first; v < last; ++v) hops += per_node[v].size();
+    block->hops.reserve(hops);
     for (size_t v = first; v < last; ++v) {
       block->hops.insert(block->hops.end(), per_node[v].begin(), per_node[v].end());
       block->offsets[v - first + 1] = static_cast<uint32_t>(block->hops.size());

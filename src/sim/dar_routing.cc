@@ -173,11 +173,9 @@ void DarRouting::Report(nlohmann::json& metrics) const {
   metrics["route_changes_per_s"] = seconds > 0 ? route_changes / seconds : 0.0;
   if (marginal) {
     const MarginalDecisionStats& m = marginal_->stats();
-    metrics["marginal"] = {{"publishes", m.publishes},
-                           {"holds", m.holds},
-                           {"forced", m.forced},
-                           {"failures", m.failures},
-                           {"iterations", m.iterations}};
+    metrics["marginal"] = {{"publishes", m.publishes},   {"holds", m.holds},
+                           {"forced", m.forced},         {"failures", m.failures},
+                           {"iterations", m.iterations}, {"out_of_scans", m.out_of_scans}};
   } else {
     metrics["full_recomputes"] = stats.full_cycles;
   }
