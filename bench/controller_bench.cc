@@ -58,7 +58,7 @@ struct Flags {
   std::string policy_model;
   std::string precision = "int8";
   int policy_refresh_cycles = kDeployedPolicyRefreshCycles;  // the controller's default
-  std::string decision = "diffusion";                        // the controller's default
+  std::string decision = "marginal";                         // the controller's default
   int destinations = 4;                                      // per node, with traffic toward them
   int cycle_iterations = 0;                                  // 0: the layer's own limits
   int64_t max_link_scans = -1;                               // -1: the controller's default

@@ -2,10 +2,11 @@
 """The headline table of a policy against ECMP and the strongest baseline, from the seed runs
 of `dar-sim run --seeds` (DIR/NAME/seed-N/results.json), as in docs/results.md.
 
-  scripts/summary-table.py [--dir out/eval] [--policy dar-marginal] [--also dar]
+  scripts/summary-table.py [--dir out/eval] [--policy dar] [--also dar-diffusion]
 
 Per use case (scenario and metric, listed below): ECMP's mean, the strongest baseline (the
-lowest mean among the policies that are neither --policy nor --also), --also's and --policy's
+lowest mean among the policies that are not DAR's: neither --policy, --also nor dar-*),
+--also's and --policy's
 means, and --policy's paired per-seed differences against ECMP and against the strongest, each
 relative to the other's mean with a 95% Student t interval; bold where the interval excludes
 zero. Means are ± half the 95% interval. Python 3 standard library only.
@@ -96,8 +97,8 @@ def cell(p):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="out/eval")
-    ap.add_argument("--policy", default="dar-marginal")
-    ap.add_argument("--also", default="dar")
+    ap.add_argument("--policy", default="dar")
+    ap.add_argument("--also", default="dar-diffusion")
     args = ap.parse_args()
     print(f"| use case | scenario | metric | ECMP | strongest baseline | {args.also} | {args.policy} "
           f"| {args.policy} vs ECMP | {args.policy} vs the strongest |")
@@ -112,7 +113,9 @@ def main():
         unit, suffix = (1e3, " ms") if metric.endswith("_s") else (1, "")
         if metric.startswith("completion"):
             unit, suffix = 1, " s"
-        baselines = {p: v for p, v in values.items() if p not in (args.policy, args.also)}
+        # DAR's own variants (dar-learned) are not baselines.
+        baselines = {p: v for p, v in values.items()
+                     if p not in (args.policy, args.also) and not p.startswith("dar")}
         strongest = min(baselines, key=lambda p: sum(baselines[p]) / len(baselines[p]))
 
         def mean_cell(p):

@@ -137,9 +137,11 @@ absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& r
   p.policy_precision = precision == "int8" ? learn::LearnedPolicy::Precision::kInt8
                                            : learn::LearnedPolicy::Precision::kFloat;
   // The engine's keys, as the simulator reads them (core/engine_settings.h). A learned
-  // policy refines the diffusion engine's weights.
-  EngineSettings engine{
-      .marginal = p.marginal, .marginal_config = p.marginal_config, .routes = p.routes};
+  // policy refines the diffusion engine's weights: naming one makes diffusion the decision
+  // unless `decision` says otherwise (and then it is refused).
+  EngineSettings engine{.marginal = p.marginal && p.policy_model.empty(),
+                        .marginal_config = p.marginal_config,
+                        .routes = p.routes};
   RETURN_IF_ERROR(loc.Locate(r, node, ReadEngineSettings(r, engine)));
   if (engine.marginal && !p.policy_model.empty()) {
     return loc.Key(node, "decision",

@@ -86,11 +86,11 @@ struct ControllerLinkConfig {
 // The tunable part: what SetPolicy may change at run time.
 struct ControllerPolicy {
   RouteComputerConfig routes;  // with the controller's defaults (see ParseControllerConfig)
-  // The decision layer (core/engine_settings.h): false (decision: diffusion, the default),
-  // the route computer's diffusion engine; true (decision: marginal), DAR's objective
-  // minimised for the demand the agents report (core/marginal_decision.h; its period is the
-  // cycle).
-  bool marginal = false;
+  // The decision layer (core/engine_settings.h): true (decision: marginal, the default),
+  // DAR's objective minimised for the demand the agents report (core/marginal_decision.h;
+  // its period is the cycle); false (decision: diffusion, and always with a policy_model),
+  // the route computer's diffusion engine.
+  bool marginal = true;
   MarginalDecisionConfig marginal_config;
   ForwardingMode forwarding_mode = ForwardingMode::kPerFlowlet;
   Duration cycle = Milliseconds(100);

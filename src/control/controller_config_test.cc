@@ -117,7 +117,7 @@ TEST(ControllerConfigTest, ParsesEveryField) {
   EXPECT_EQ(r.full_every, 20);
   EXPECT_EQ(r.threads, 1);
   EXPECT_EQ(r.policy_refresh_cycles, 2);
-  EXPECT_FALSE(c->policy.marginal);  // decision: diffusion unless said
+  EXPECT_TRUE(c->policy.marginal);  // decision: marginal unless said
   EXPECT_EQ(r.scales.reference_delay, Microseconds(300));
   EXPECT_EQ(r.latency.utilisation, 0.7);
   EXPECT_EQ(r.latency.loss, 1);  // default kept

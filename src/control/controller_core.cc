@@ -558,7 +558,8 @@ CycleReport ControllerCore::RunCycle() {
     std::lock_guard<std::mutex> lock(mu_);
     batch.swap(pending_);
     sent.swap(pending_sent_);
-    if (policy_.marginal) {
+    // A learned policy refines the diffusion engine's weights: with a model, diffusion.
+    if (policy_.marginal && policy_.policy_model.empty()) {
       marginal = policy_.marginal_config;
       marginal->period = policy_.cycle;
     }

@@ -424,6 +424,8 @@ TEST_F(CoreTest, MarginalDecisionRoutesAtWhatALinkDelivers) {
 }
 
 TEST_F(CoreTest, PolicyIsValidatedAndAppliedAndTellsAgentsOfANewMode) {
+  config_.policy.marginal = false;  // the diffusion engine, whose cycles can be full
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
   auto link = std::make_shared<FakeLink>();
   ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2}), link).ok());
   v1::PolicySettings p = core_->GetPolicy();

@@ -2,9 +2,9 @@
 // simulator's `dar` and `dar-learned` policies read the same keys, with the same defaults and
 // the same bounds, here, so that what the simulator runs is what a deployment runs.
 //
-//   decision: diffusion | marginal       the decision layer (default diffusion; marginal, DAR's
-//                                        objective, core/marginal_decision.h, is opt-in until its
-//                                        cycle meets the budget at 200 agents: docs/decision.md)
+//   decision: marginal | diffusion       the decision layer (default marginal: DAR's objective,
+//                                        core/marginal_decision.h; diffusion: the potential
+//                                        field of core/diffusion.h, which a learned policy refines)
 //   objective_power, objective_length_weight, demand_periods, publish_gain,
 //   other_load_horizon_periods, max_link_scans
 //                                        the marginal layer (core/marginal_decision.h)
@@ -35,14 +35,14 @@ namespace dar {
 inline constexpr int kMaxCycleThreads = 64;
 
 struct EngineSettings {
-  bool marginal = false;                   // decision: marginal; false: diffusion
+  bool marginal = true;                    // decision: marginal; false: diffusion
   MarginalDecisionConfig marginal_config;  // its period is the caller's cycle
   RouteComputerConfig routes;              // the diffusion engine's, and the forecast's
 };
 
-// The deployed engine: the diffusion decision with the route computer's defaults, a learned
-// policy refreshing each row at least every kDeployedPolicyRefreshCycles; the marginal
-// layer's defaults for when it is chosen.
+// The deployed engine: the marginal decision with its defaults; for decision: diffusion,
+// the route computer's defaults, a learned policy refreshing each row at least every
+// kDeployedPolicyRefreshCycles.
 EngineSettings DeployedEngineSettings();
 
 // Reads the keys above from `r` into `s` (keys not given keep their value in `s`). Errors

@@ -19,15 +19,19 @@ absl::StatusOr<EngineSettings> Read(const std::string& yaml,
   return s;
 }
 
-TEST(EngineSettingsTest, DeployedDefaultsAreTheDiffusionEngine) {
+TEST(EngineSettingsTest, DeployedDefaultsAreTheMarginalLayer) {
   const EngineSettings s = DeployedEngineSettings();
-  EXPECT_FALSE(s.marginal);
+  EXPECT_TRUE(s.marginal);
+  EXPECT_EQ(s.marginal_config.routing.max_link_scans, kCycleLinkScans);
   EXPECT_EQ(s.routes.policy_refresh_cycles, kDeployedPolicyRefreshCycles);
   EXPECT_TRUE(s.routes.Validate().ok());
   absl::StatusOr<EngineSettings> empty = Read("{}");
   ASSERT_TRUE(empty.ok()) << empty.status();
-  EXPECT_FALSE(empty->marginal);
-  EXPECT_EQ(empty->marginal_config.publish_gain, s.marginal_config.publish_gain);
+  EXPECT_TRUE(empty->marginal);
+  EXPECT_EQ(empty->marginal_config, s.marginal_config);
+  absl::StatusOr<EngineSettings> diffusion = Read("decision: diffusion");
+  ASSERT_TRUE(diffusion.ok()) << diffusion.status();
+  EXPECT_FALSE(diffusion->marginal);
 }
 
 TEST(EngineSettingsTest, ReadsEveryKey) {
