@@ -423,6 +423,47 @@ TEST_F(CoreTest, MarginalDecisionRoutesAtWhatALinkDelivers) {
   EXPECT_LT(via_n2, 0.15);  // an even split would send 400 Mb/s into 100
 }
 
+// A reload may switch the decision layer: to diffusion, whose first cycle after the marginal
+// layer recomputes every destination (its engines idled), and back, which starts the
+// marginal layer afresh from its demand. Versions keep rising and the split follows each
+// layer.
+TEST_F(CoreTest, ReloadSwitchesTheDecisionLayer) {
+  for (ControllerLinkConfig& l : config_.links) {
+    if (l.a == "n2" && l.b == "n4") l.capacity = DataRate::Mbps(100);
+  }
+  core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
+  ASSERT_TRUE(config_.policy.marginal);  // the default
+  const auto link = std::make_shared<FakeLink>();
+  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), link).ok());
+  uint64_t version = 0;
+  const auto cycles = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      ReportAll();
+      ReportSentToN4(1, 10'000'000);  // 800 Mb/s over the 100 ms cycle
+      clock_.Advance(Milliseconds(100));
+      const CycleReport r = core_->RunCycle();
+      EXPECT_GT(r.version, version);
+      version = r.version;
+    }
+  };
+  cycles(10);
+  EXPECT_NEAR(WeightN1ToN4Via("n2"), 0.09, 0.03);  // the demand's optimum
+
+  ControllerConfig diffusion = config_;
+  diffusion.policy.marginal = false;
+  ASSERT_TRUE(core_->Reload(diffusion).ok());
+  ReportAll();
+  clock_.Advance(Milliseconds(100));
+  EXPECT_TRUE(core_->RunCycle().full);
+  // The diffusion engine splits by link costs, not by the demand: n2's share is not the 9%.
+  const double diffusion_share = WeightN1ToN4Via("n2");
+  EXPECT_GT(diffusion_share, 0.15);
+
+  ASSERT_TRUE(core_->Reload(config_).ok());
+  cycles(10);
+  EXPECT_NEAR(WeightN1ToN4Via("n2"), 0.09, 0.03);
+}
+
 TEST_F(CoreTest, PolicyIsValidatedAndAppliedAndTellsAgentsOfANewMode) {
   config_.policy.marginal = false;  // the diffusion engine, whose cycles can be full
   core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
