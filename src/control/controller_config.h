@@ -38,9 +38,11 @@
 //     policy_model: dar-policy.json    # optional: the learned policy's model, relative to
 //                                      # the file; absent: the analytic engine alone
 //     policy_precision: int8           # int8 | float: how the model runs
-//     decision: diffusion              # diffusion | marginal (DAR's objective for the demand
-//                                      # the agents report, core/marginal_decision.h)
+//     decision: marginal               # marginal (the default: DAR's objective for the
+//                                      # demand the agents report, core/marginal_decision.h)
+//                                      # | diffusion (always with a policy_model)
 //     publish_gain: 0.02               # marginal: the utilisation norm new tables must gain
+//     max_link_scans: 1000000          # marginal: a cycle's work at most
 //     policy_refresh_cycles: 4         # 1..1000: the model weighs each destination at least
 //                                      # every this many cycles, and at once where its next
 //                                      # hops change (RouteComputerConfig)
