@@ -42,7 +42,7 @@
 //                                      # demand the agents report, core/marginal_decision.h)
 //                                      # | diffusion (always with a policy_model)
 //     publish_gain: 0.02               # marginal: the utilisation norm new tables must gain
-//     max_link_scans: 1000000          # marginal: a cycle's work at most
+//     max_link_scans: 500000           # marginal: a cycle's work at most
 //     policy_refresh_cycles: 4         # 1..1000: the model weighs each destination at least
 //                                      # every this many cycles, and at once where its next
 //                                      # hops change (RouteComputerConfig)

@@ -43,10 +43,10 @@
 
 namespace dar {
 
-// A cycle's work at most (MarginalRoutingConfig::max_link_scans): about 20-30 ms on one
-// core of the development machine (docs/decision.md, Speed); 200 agents' overlay (200
-// destinations, 1,200 links) takes about four iterations a cycle, a k=8 fat-tree forty.
-inline constexpr int64_t kCycleLinkScans = 1'000'000;
+// A cycle's work at most (MarginalRoutingConfig::max_link_scans): about 10 ms on one core
+// of the development machine (docs/decision.md, Speed); 200 agents' overlay (200
+// destinations, 1,200 links) takes about two iterations a cycle, a k=8 fat-tree twenty.
+inline constexpr int64_t kCycleLinkScans = 500'000;
 
 struct MarginalDecisionConfig {
   MarginalRoutingConfig routing{.max_link_scans = kCycleLinkScans};
