@@ -124,7 +124,7 @@ void DecideCycles(benchmark::State& state, const Topology& topo, int warmup) {
   state.counters["publishes"] = static_cast<double>(after.publishes);
 }
 
-// k=16 after 150 cycles of a steady demand (a cold start settles in 175 iterations; here two
+// k=16 after 150 cycles of a steady demand (a cold start settles in 175 iterations; here one
 // a cycle within the bound). Under the bound a cycle does not see that it has settled: the
 // stall test needs 50 iterations in one call, the lower bound ten left, so every cycle spends
 // its bound.

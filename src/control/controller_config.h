@@ -38,9 +38,10 @@
 //     policy_model: dar-policy.json    # optional: the learned policy's model, relative to
 //                                      # the file; absent: the analytic engine alone
 //     policy_precision: int8           # int8 | float: how the model runs
-//     decision: marginal               # marginal (the default: DAR's objective for the
-//                                      # demand the agents report, core/marginal_decision.h)
-//                                      # | diffusion (always with a policy_model)
+//     decision: diffusion              # marginal (the default without a policy_model: DAR's
+//                                      # objective for the demand the agents report,
+//                                      # core/marginal_decision.h) | diffusion (the default
+//                                      # with one; marginal beside a model is refused)
 //     publish_gain: 0.02               # marginal: the utilisation norm new tables must gain
 //     max_link_scans: 500000           # marginal: a cycle's work at most
 //     policy_refresh_cycles: 4         # 1..1000: the model weighs each destination at least

@@ -1,6 +1,7 @@
 #include "control/controller_core.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -423,10 +424,10 @@ TEST_F(CoreTest, MarginalDecisionRoutesAtWhatALinkDelivers) {
   EXPECT_LT(via_n2, 0.15);  // an even split would send 400 Mb/s into 100
 }
 
-// A reload may switch the decision layer: to diffusion, whose first cycle after the marginal
-// layer recomputes every destination (its engines idled), and back, which starts the
-// marginal layer afresh from its demand. Versions keep rising and the split follows each
-// layer.
+// A reload may switch the decision layer: to diffusion, whose first cycle recomputes every
+// destination, and back, which starts the marginal layer afresh from its demand. Versions
+// keep rising and the split follows each layer. While the marginal layer decides, the link
+// costs the admin view shows stay current (the diffusion engines idle, the costs do not).
 TEST_F(CoreTest, ReloadSwitchesTheDecisionLayer) {
   for (ControllerLinkConfig& l : config_.links) {
     if (l.a == "n2" && l.b == "n4") l.capacity = DataRate::Mbps(100);
@@ -448,6 +449,12 @@ TEST_F(CoreTest, ReloadSwitchesTheDecisionLayer) {
   };
   cycles(10);
   EXPECT_NEAR(WeightN1ToN4Via("n2"), 0.09, 0.03);  // the demand's optimum
+  const std::vector<v1::LinkView> links = core_->ListLinks();
+  ASSERT_FALSE(links.empty());
+  for (const v1::LinkView& l : links) {
+    EXPECT_TRUE(std::isfinite(l.cost_latency())) << l.src_name() << "-" << l.dst_name();
+    EXPECT_GT(l.cost_latency(), 0) << l.src_name() << "-" << l.dst_name();
+  }
 
   ControllerConfig diffusion = config_;
   diffusion.policy.marginal = false;

@@ -92,7 +92,8 @@ struct MarginalRoutingConfig {
   // keeps its equal split.
   double tie_tolerance = 1e-9;
   // Next hops weighted below this in the result are dropped (their traffic goes to the
-  // others in proportion).
+  // others in proportion). A destination still at the start's weights keeps the start's
+  // table as it is.
   double min_weight = 1e-6;
   // A bound on the work of one call, in link scans: a destination's step scans every link
   // of the topology once, so an iteration scans (destinations with traffic) x (links), more

@@ -472,6 +472,22 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
   return out;
 }
 
+uint64_t RouteComputer::SkipCycle() {
+  ++stats_.cycles;
+  force_full_ = true;
+  const int links = topology_.num_links();
+  std::vector<LinkState> states(links);
+  std::vector<char> slow(links);
+  for (LinkId l = 0; l < links; ++l) {
+    states[l] = StateOf(l);
+    slow[l] = Slow(l);
+  }
+  for (int cls = 0; cls < kTrafficClasses; ++cls) ClassCosts(cls, /*full=*/true, states, slow);
+  const uint64_t first_version = version_ + 1;
+  version_ += kTrafficClasses;
+  return first_version;
+}
+
 bool RouteComputer::ClassCosts(int cls, bool full, absl::Span<const LinkState> states,
                                const std::vector<char>& slow_links) {
   const int links = topology_.num_links();

@@ -220,16 +220,11 @@ class RouteComputer {
 
   // Computes the tables of the next cycle. The first cycle is always full.
   RouteCycle Cycle(bool force_full);
-  // A cycle whose tables another layer computes (the marginal decision layer): takes the
-  // versions Cycle would, first_version + class, and returns first_version; the engines do
-  // nothing, and the next Cycle recomputes every destination.
-  uint64_t SkipCycle() {
-    ++stats_.cycles;
-    force_full_ = true;
-    const uint64_t first_version = version_ + 1;
-    version_ += kTrafficClasses;
-    return first_version;
-  }
+  // A cycle whose tables another layer computes (the marginal decision layer): the link
+  // costs are brought up to date (Cost() shows them) and the versions Cycle would take are
+  // taken, first_version + class; returns first_version. The engines do nothing, and the
+  // next Cycle recomputes every destination.
+  uint64_t SkipCycle();
 
   // The state the next cycle will see for `link`. Queueing is the larger of the reported
   // queue (queue_bytes at the link's capacity) and the RTT's inflation above its base that the

@@ -115,8 +115,13 @@ TEST(RouteComputerTest, SkippedCyclesTakeVersionsAndTheNextIsFull) {
   RouteComputer rc(g.topo, RouteComputerConfig());
   rc.Cycle(false);
   rc.Cycle(false);  // versions 3 and 4, not full
+  // A link down while cycles are skipped: its cost says so at once.
+  ASSERT_TRUE(std::isfinite(rc.Cost(0, g.sa)));
+  rc.SetKnownDown(g.sa, true);
   EXPECT_EQ(rc.SkipCycle(), 5u);
   EXPECT_EQ(rc.version(), 6u);
+  EXPECT_FALSE(std::isfinite(rc.Cost(0, g.sa)));
+  rc.SetKnownDown(g.sa, false);
   const RouteCycle next = rc.Cycle(false);
   EXPECT_TRUE(next.full);
   EXPECT_EQ(next.tables[0]->version(), 7u);

@@ -15,15 +15,15 @@
 // probes go unanswered (a gray failure that keeps carrier) as soon as its agent says so.
 //
 // The engine's keys are the controller's, read by the same code with the same defaults and
-// bounds (core/engine_settings.h). The decision layer is the diffusion engine (above) by
-// default; with `decision: marginal` it is DAR's objective instead (core/marginal_decision.h),
-// the controller's opt-in layer likewise: the agents count the traffic their node
-// sends to every destination, and every cycle the controller minimises the objective for the
-// smoothed demand, starting from the tables in force, over the links it knows to be usable,
-// and puts new tables in force only when that pays (`publish_gain`); otherwise it renews the
-// tables in force (a new version, the same routes). Link samples still feed the route
-// computer, which this layer does not consult, and give it the links' throughput. A weight
-// policy (dar-learned, the trainer's) always runs with the diffusion engine.
+// bounds (core/engine_settings.h). The decision layer is DAR's objective by default
+// (`decision: marginal`, core/marginal_decision.h), as in the controller; with `decision:
+// diffusion` it is the diffusion engine above. In the marginal layer the agents count the traffic
+// their node sends to every destination, and every cycle the controller minimises the objective for
+// the smoothed demand, starting from the tables in force, over the links it knows to be usable, and
+// puts new tables in force only when that pays (`publish_gain`); otherwise it renews the tables in
+// force (a new version, the same routes). Link samples still feed the route computer, which this
+// layer does not consult, and give it the links' throughput. A weight policy (dar-learned, the
+// trainer's) always runs with the diffusion engine.
 //
 // "dar-learned" is the same loop with a learned policy refining the engine's weights
 // (learn/policy_model.h, RouteComputer::set_weight_policy): the settings of "dar", plus

@@ -181,7 +181,7 @@ TEST(ScenarioTest, TheReadmeExampleIsValid) {
   ASSERT_NE(end, std::string::npos);
   absl::StatusOr<Scenario> s = ParseScenario(doc.substr(begin + 8, end - begin - 8), path);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->policies.size(), 12u);
+  EXPECT_EQ(s->policies.size(), 13u);
   EXPECT_EQ(s->events.size(), 5u);
   EXPECT_EQ(s->workloads.size(), 6u);
   EXPECT_EQ(s->topology.Hosts().size(), 128u);
