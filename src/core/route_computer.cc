@@ -402,13 +402,9 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
     ++stats_.full_cycles;
   }
   out.full = full;
-  const int links = topology_.num_links();
-  std::vector<LinkState> states(links);
-  std::vector<char> slow(links);
-  for (LinkId l = 0; l < links; ++l) {
-    states[l] = StateOf(l);
-    slow[l] = Slow(l);
-  }
+  std::vector<LinkState> states;
+  std::vector<char> slow;
+  LinkStates(states, slow);
   const uint64_t first_version = version_ + 1;
   version_ += kTrafficClasses;
   std::array<bool, kTrafficClasses> whole{}, run{};
@@ -472,16 +468,22 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
   return out;
 }
 
-uint64_t RouteComputer::SkipCycle() {
-  ++stats_.cycles;
-  force_full_ = true;
+void RouteComputer::LinkStates(std::vector<LinkState>& states, std::vector<char>& slow) const {
   const int links = topology_.num_links();
-  std::vector<LinkState> states(links);
-  std::vector<char> slow(links);
+  states.resize(links);
+  slow.resize(links);
   for (LinkId l = 0; l < links; ++l) {
     states[l] = StateOf(l);
     slow[l] = Slow(l);
   }
+}
+
+uint64_t RouteComputer::SkipCycle() {
+  ++stats_.cycles;
+  force_full_ = true;
+  std::vector<LinkState> states;
+  std::vector<char> slow;
+  LinkStates(states, slow);
   for (int cls = 0; cls < kTrafficClasses; ++cls) ClassCosts(cls, /*full=*/true, states, slow);
   const uint64_t first_version = version_ + 1;
   version_ += kTrafficClasses;

@@ -317,6 +317,8 @@ class RouteComputer {
   std::shared_ptr<const RoutingTables> RefinedTables(int cls, const RoutingTables& engine,
                                                      const RoutingTables* engine_before,
                                                      int64_t& held);
+  // Every link's state this cycle (StateOf) and whether it is slow (Slow).
+  void LinkStates(std::vector<LinkState>& states, std::vector<char>& slow) const;
   // Class `cls`'s costs for this cycle into costs_[cls], the links whose cost moved into
   // changed_[cls]; whether its engines must recompute every destination (full, or too many
   // links moved).
