@@ -429,7 +429,6 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     // the rest back.
     std::vector<double> step(targets, 1.0);
     std::vector<std::pair<LinkId, LinkTerm>> changed;
-    const std::vector<double> no_traffic;
     for (int i = 0; i < config.max_iterations; ++i) {
       if (out_of_scans()) {
         result.out_of_scans = true;
