@@ -1,12 +1,15 @@
 #include "core/marginal_routing.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "core/routing.h"
 #include "core/status_macros.h"
 
@@ -24,7 +27,28 @@ using Weights = std::vector<std::vector<double>>;
 struct DestinationFlow {
   std::vector<double> through;  // by NodeId
   std::vector<NodeId> order;
-  std::vector<double> links;  // by LinkId
+  std::vector<double> links;    // by LinkId
+  std::vector<LinkId> carried;  // the links `links` is above zero on, in no particular order
+};
+
+// A set of links, drained in the order of their ids: a bit a link.
+class LinkSet {
+ public:
+  explicit LinkSet(int links) : words_((links + 63) / 64, 0) {}
+  void Mark(LinkId l) { words_[l >> 6] |= uint64_t{1} << (l & 63); }
+  // Calls f(l) for every marked link, in increasing order, and empties the set.
+  template <typename F>
+  void Drain(F f) {
+    for (size_t i = 0; i < words_.size(); ++i) {
+      for (uint64_t word = words_[i]; word != 0; word &= word - 1) {
+        f(static_cast<LinkId>(i * 64 + std::countr_zero(word)));
+      }
+      words_[i] = 0;
+    }
+  }
+
+ private:
+  std::vector<uint64_t> words_;
 };
 
 std::vector<double> Scaled(std::vector<double> loads, double unit_bps) {
@@ -34,8 +58,29 @@ std::vector<double> Scaled(std::vector<double> loads, double unit_bps) {
 
 class Problem {
  public:
+  // An out-link of a node, with the node it leads to.
+  struct Out {
+    LinkId link;
+    NodeId head;
+  };
+
   Problem(const Topology& topo, TargetDemand demand, double unit_bps)
       : topo_(topo), unit_bps_(unit_bps), targets_(topo.Destinations()) {
+    const int n = topo.num_nodes();
+    out_begin_.reserve(n + 1);
+    forwards_.resize(n);
+    for (NodeId v = 0; v < n; ++v) {
+      out_begin_.push_back(static_cast<int>(out_.size()));
+      for (LinkId l : topo.node(v).out_links) out_.push_back({l, topo.link(l).dst});
+      forwards_[v] = topo.StubUplink(v) == kNoLink;
+    }
+    out_begin_.push_back(static_cast<int>(out_.size()));
+    open_.resize(topo.num_links());
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      const Link& link = topo.link(l);
+      open_[l] = link.up && link.params.capacity.bps() > 0;
+      into_host_.push_back(topo.node(link.dst).kind == NodeKind::kHost);
+    }
     host_loads_ = std::move(demand.host_loads);
     injected_.assign(targets_.size(), std::vector<double>(topo.num_nodes(), 0.0));
     for (size_t t = 0; t < targets_.size(); ++t) {
@@ -54,9 +99,16 @@ class Problem {
   // host other than the target (hosts forward nothing).
   bool Usable(size_t t, LinkId l) const {
     const Link& link = topo_.link(l);
-    return link.up && link.params.capacity.bps() > 0 && link.src != targets_[t] &&
-           (link.dst == targets_[t] || topo_.node(link.dst).kind != NodeKind::kHost);
+    return open_[l] && link.src != targets_[t] && (link.dst == targets_[t] || !into_host_[l]);
   }
+
+  // Node v's out-links, in the order of topo's.
+  absl::Span<const Out> OutOf(NodeId v) const {
+    return absl::MakeConstSpan(out_.data() + out_begin_[v], out_.data() + out_begin_[v + 1]);
+  }
+  // Whether node v may carry traffic toward a destination other than itself: a host on a
+  // single uplink (a stub) does not, as nothing reaches it but its own traffic.
+  bool Forwards(NodeId v) const { return forwards_[v]; }
 
   // The starting weights: those of `start` where it has a table for the destination that
   // uses only usable links, reaches the destination from every node ECMP does and has no
@@ -85,26 +137,29 @@ class Problem {
     return w;
   }
 
-  // The flow of weights `w` toward targets[t]. `order`, if given, is an order of weights
-  // with the same next hops (the same links weighted above zero), reused.
-  absl::StatusOr<DestinationFlow> Route(size_t t, const std::vector<double>& w,
-                                        const std::vector<NodeId>* order = nullptr) const {
-    DestinationFlow f;
+  // The flow of weights `w` toward targets[t], into `f` (whose vectors are reused). `order`,
+  // if given, is an order of weights with the same next hops (the same links weighted above
+  // zero), reused.
+  absl::Status Route(size_t t, const std::vector<double>& w, const std::vector<NodeId>* order,
+                     DestinationFlow& f) const {
     if (order != nullptr) {
       f.order = *order;
     } else {
       ASSIGN_OR_RETURN(f.order, Order(w));
     }
     f.through = injected_[t];
-    f.links.assign(topo_.num_links(), 0.0);
+    f.links.resize(topo_.num_links(), 0.0);
+    for (LinkId l : f.carried) f.links[l] = 0;
+    f.carried.clear();
     for (NodeId v : f.order) {
       if (v == targets_[t] || f.through[v] == 0) continue;
       bool sent = false;
-      for (LinkId l : topo_.node(v).out_links) {
+      for (const auto [l, head] : OutOf(v)) {
         if (w[l] <= 0) continue;
         const double share = f.through[v] * w[l];
-        f.links[l] += share;
-        f.through[topo_.link(l).dst] += share;
+        f.links[l] = share;  // every link leaves one node, visited once
+        f.carried.push_back(l);
+        f.through[head] += share;
         sent = true;
       }
       if (!sent) {
@@ -112,14 +167,14 @@ class Problem {
             "'", topo_.node(v).name, "' cannot reach '", topo_.node(targets_[t]).name, "'"));
       }
     }
-    return f;
+    return absl::OkStatus();
   }
 
   // Every link's load: the host links' and every destination's.
   std::vector<double> Loads(const std::vector<DestinationFlow>& flows) const {
     std::vector<double> loads = host_loads_;
     for (const DestinationFlow& f : flows) {
-      for (LinkId l = 0; l < topo_.num_links(); ++l) loads[l] += f.links[l];
+      for (LinkId l : f.carried) loads[l] += f.links[l];
     }
     return loads;
   }
@@ -171,8 +226,8 @@ class Problem {
       if (in[v] == 0) order.push_back(v);
     }
     for (size_t i = 0; i < order.size(); ++i) {
-      for (LinkId l : topo_.node(order[i]).out_links) {
-        if (w[l] > 0 && --in[topo_.link(l).dst] == 0) order.push_back(topo_.link(l).dst);
+      for (const auto [l, head] : OutOf(order[i])) {
+        if (w[l] > 0 && --in[head] == 0) order.push_back(head);
       }
     }
     if (static_cast<int>(order.size()) != n) {
@@ -184,6 +239,10 @@ class Problem {
   const Topology& topo_;
   double unit_bps_;
   std::vector<NodeId> targets_;
+  std::vector<int> out_begin_;  // by NodeId, into out_; one past the last node too
+  std::vector<Out> out_;
+  std::vector<bool> forwards_;            // by NodeId
+  std::vector<bool> open_, into_host_;    // by LinkId: up and of some capacity; into a host
   std::vector<std::vector<double>> injected_;  // [t][node]
   std::vector<double> host_loads_;
 };
@@ -202,45 +261,80 @@ double IntPow(double x, int n) {
 struct LinkTerm {
   double value = 0, first = 0, second = 0;
 };
-LinkTerm TermOf(const Link& link, double load, double unit_bps, const RoutingObjective& o) {
-  const double capacity = static_cast<double>(link.params.capacity.bps()) / unit_bps;
+// What a link's term depends on besides its load: its capacity in traffic units, and beta
+// times its length.
+struct LinkScale {
+  double capacity = 0, length = 0;
+};
+LinkScale ScaleOf(const Link& link, double unit_bps, const RoutingObjective& o) {
+  return {.capacity = static_cast<double>(link.params.capacity.bps()) / unit_bps,
+          .length = o.length_weight * (1 + static_cast<double>(link.params.delay.count()) /
+                                               static_cast<double>(o.reference_delay.count()))};
+}
+std::vector<LinkScale> ScalesOf(const Topology& topo, double unit_bps,
+                                const RoutingObjective& o) {
+  std::vector<LinkScale> scales;
+  scales.reserve(topo.num_links());
+  for (const Link& link : topo.links()) scales.push_back(ScaleOf(link, unit_bps, o));
+  return scales;
+}
+LinkTerm TermOf(const LinkScale& s, double load, const RoutingObjective& o) {
+  const double capacity = s.capacity;
   if (capacity <= 0) return {};
   const double p = o.power;
   // Loads updated in place may round a little below zero.
   const double x = std::max(0.0, load) / capacity / o.reference_utilization;
-  const double length = o.length_weight * (1 + static_cast<double>(link.params.delay.count()) /
-                                                   static_cast<double>(o.reference_delay.count()));
   const double x_p2 =
       p == std::floor(p) && p <= 64 ? IntPow(x, static_cast<int>(p) - 2) : std::pow(x, p - 2);
-  return {.value = capacity * o.reference_utilization * x_p2 * x * x / p + length * load,
-          .first = x_p2 * x + length,
+  return {.value = capacity * o.reference_utilization * x_p2 * x * x / p + s.length * load,
+          .first = x_p2 * x + s.length,
           .second = (p - 1) * x_p2 / (capacity * o.reference_utilization)};
+}
+
+ObjectiveTerms Evaluate(const std::vector<LinkScale>& scales, const std::vector<double>& loads,
+                        const RoutingObjective& objective) {
+  ObjectiveTerms terms;
+  terms.first.resize(scales.size());
+  terms.second.resize(scales.size());
+  terms.values.resize(scales.size());
+  for (size_t l = 0; l < scales.size(); ++l) {
+    const LinkTerm t = TermOf(scales[l], loads[l], objective);
+    terms.value += t.value;
+    terms.first[l] = t.first;
+    terms.second[l] = t.second;
+    terms.values[l] = t.value;
+  }
+  return terms;
 }
 
 // Per destination, the marginal distance of every node (delta), the curvature of its paths
 // (H = sum_k phi_k^2 (J''_k + H_k): how fast delta rises with traffic added at the node), and
-// whether an uphill link (delta not falling along it) lies downstream.
+// whether an uphill link (delta not falling along it) lies downstream. Reused from one
+// destination to the next.
 struct Marginals {
   std::vector<double> delta, curvature;
-  std::vector<bool> tainted;
+  std::vector<char> tainted;
 };
 
-Marginals MarginalsToward(const Problem& p, size_t t, const std::vector<double>& w,
-                          const std::vector<NodeId>& order, const ObjectiveTerms& terms) {
+void ComputeMarginals(const Problem& p, size_t t, const std::vector<double>& w,
+                      const std::vector<NodeId>& order, const ObjectiveTerms& terms,
+                      Marginals& m) {
   const Topology& topo = p.topo();
   const int n = topo.num_nodes();
-  Marginals m{std::vector<double>(n, kInf), std::vector<double>(n, 0.0),
-              std::vector<bool>(n, false)};
+  m.delta.assign(n, kInf);
+  m.curvature.assign(n, 0.0);
+  m.tainted.assign(n, false);
   const NodeId target = p.targets()[t];
   m.delta[target] = 0;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const NodeId v = *it;
-    if (v == target) continue;
+    // Nothing is sent toward a stub host, so its marginals are never read.
+    if (v == target || !p.Forwards(v)) continue;
     double delta = 0, curvature = 0;
     bool any = false, tainted = false;
-    for (LinkId l : topo.node(v).out_links) {
+    const absl::Span<const Problem::Out> out = p.OutOf(v);
+    for (const auto [l, k] : out) {
       if (w[l] <= 0) continue;
-      const NodeId k = topo.link(l).dst;
       any = true;
       delta += w[l] * (terms.first[l] + m.delta[k]);
       curvature += w[l] * w[l] * (terms.second[l] + m.curvature[k]);
@@ -248,56 +342,56 @@ Marginals MarginalsToward(const Problem& p, size_t t, const std::vector<double>&
     if (!any) continue;
     m.delta[v] = delta;
     m.curvature[v] = curvature;
-    for (LinkId l : topo.node(v).out_links) {
+    for (const auto [l, k] : out) {
       if (w[l] <= 0) continue;
-      const NodeId k = topo.link(l).dst;
       tainted = tainted || m.tainted[k] || !(m.delta[k] < delta);
     }
     m.tainted[v] = tainted;
   }
-  return m;
 }
 
-// One Gallager step toward targets[t] with step scale `step`: at every node, traffic moves
-// from each next hop to the one of least marginal cost.
-void StepToward(const Problem& p, size_t t, const DestinationFlow& flow,
+// One Gallager step toward targets[t] with step scale `step`, on `w` in place, under the
+// marginals `m` of `w`: at every node, traffic moves from each next hop to the one of least
+// marginal cost. Every weight it changes is appended to `undo` with its old value.
+void StepToward(const Problem& p, size_t t, const DestinationFlow& flow, const Marginals& m,
                 const ObjectiveTerms& terms, const MarginalRoutingConfig& config, double step,
-                std::vector<double>& w) {
+                std::vector<double>& w, std::vector<std::pair<LinkId, double>>& undo) {
   const Topology& topo = p.topo();
-  const Marginals m = MarginalsToward(p, t, w, flow.order, terms);
   const NodeId target = p.targets()[t];
+  const auto set = [&](LinkId l, double weight) {
+    if (weight != w[l]) undo.push_back({l, w[l]});
+    w[l] = weight;
+  };
   for (NodeId v = 0; v < topo.num_nodes(); ++v) {
     // A node without traffic keeps its weights: they steer only what may come, and moving
     // them would churn tables for nothing.
     if (v == target || m.delta[v] == kInf || !(flow.through[v] > 0)) continue;
-    const std::vector<LinkId>& out = topo.node(v).out_links;
+    const absl::Span<const Problem::Out> out = p.OutOf(v);
     // The next hop of least marginal cost: a current one, or a neighbour v may start using.
     LinkId best = kNoLink;
+    NodeId best_k = kNoNode;
     double best_cost = kInf;
-    for (LinkId l : out) {
-      const NodeId k = topo.link(l).dst;
+    for (const auto [l, k] : out) {
       const bool allowed = w[l] > 0 || (p.Usable(t, l) && !m.tainted[k] && m.delta[k] < m.delta[v]);
       if (!allowed) continue;
       const double a = terms.first[l] + m.delta[k];
-      if (a < best_cost) best_cost = a, best = l;
+      if (a < best_cost) best_cost = a, best = l, best_k = k;
     }
     if (best == kNoLink) continue;
     const double traffic = flow.through[v];
-    const NodeId best_k = topo.link(best).dst;
     const double best_curvature = terms.second[best] + m.curvature[best_k];
     const double tie = config.tie_tolerance * std::max(std::abs(best_cost), 1e-300);
     double moved = 0;
-    for (LinkId l : out) {
+    for (const auto [l, k] : out) {
       if (l == best || w[l] <= 0) continue;
-      const NodeId k = topo.link(l).dst;
       const double excess = terms.first[l] + m.delta[k] - best_cost;
       if (!(excess > tie)) continue;
       const double curvature = traffic * (terms.second[l] + m.curvature[k] + best_curvature);
       const double share = curvature > 0 ? std::min(w[l], step * excess / curvature) : step * w[l];
-      w[l] -= share;
+      set(l, w[l] - share);
       moved += share;
     }
-    w[best] += moved;
+    set(best, w[best] + moved);
   }
 }
 
@@ -371,16 +465,7 @@ double UtilizationNorm(const Topology& topo, const std::vector<double>& loads, d
 
 ObjectiveTerms EvaluateObjective(const Topology& topo, const std::vector<double>& loads,
                                  double unit_bps, const RoutingObjective& objective) {
-  ObjectiveTerms terms;
-  terms.first.assign(topo.num_links(), 0.0);
-  terms.second.assign(topo.num_links(), 0.0);
-  for (LinkId l = 0; l < topo.num_links(); ++l) {
-    const LinkTerm t = TermOf(topo.link(l), loads[l], unit_bps, objective);
-    terms.value += t.value;
-    terms.first[l] = t.first;
-    terms.second[l] = t.second;
-  }
-  return terms;
+  return Evaluate(ScalesOf(topo, unit_bps, objective), loads, objective);
 }
 
 absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
@@ -392,6 +477,7 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     for (LinkId l = 0; l < topo.num_links(); ++l) split.host_loads[l] += (*other_loads)[l];
   }
   const Problem problem(topo, std::move(split), unit_bps);
+  const std::vector<LinkScale> scales = ScalesOf(topo, unit_bps, config.objective);
   const size_t targets = problem.targets().size();
   std::vector<std::vector<NodeId>> orders;
   Weights w = problem.Start(start, orders);
@@ -400,7 +486,7 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   std::vector<bool> kept(targets);
   for (size_t t = 0; t < targets; ++t) {
     kept[t] = !orders[t].empty();
-    ASSIGN_OR_RETURN(flows[t], problem.Route(t, w[t], kept[t] ? &orders[t] : nullptr));
+    RETURN_IF_ERROR(problem.Route(t, w[t], kept[t] ? &orders[t] : nullptr, flows[t]));
   }
   const auto max_utilization = [&](const std::vector<double>& loads) {
     return MaxUtilization(topo, Scaled(loads, unit_bps));
@@ -420,7 +506,7 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   for (int round = 0; round < config.reference_rounds && !result.out_of_scans; ++round) {
     result.reference_trace.push_back(objective.reference_utilization);
     std::vector<double> loads = problem.Loads(flows);
-    ObjectiveTerms terms = EvaluateObjective(topo, loads, unit_bps, objective);
+    ObjectiveTerms terms = Evaluate(scales, loads, objective);
     result.lower_bound = 0;
     result.settled = false;
     // Each destination's step scale, by Armijo backtracking: halved until J falls, doubled
@@ -429,6 +515,10 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     // the rest back.
     std::vector<double> step(targets, 1.0);
     std::vector<std::pair<LinkId, LinkTerm>> changed;
+    std::vector<std::pair<LinkId, double>> undo;
+    Marginals marginals;
+    DestinationFlow next_flow;
+    LinkSet touched(topo.num_links());
     for (int i = 0; i < config.max_iterations; ++i) {
       if (out_of_scans()) {
         result.out_of_scans = true;
@@ -449,53 +539,61 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
       const double before = terms.value;
       for (size_t t = 0; t < targets; ++t) {
         if (!problem.HasTraffic(t)) continue;
+        bool have_marginals = false;  // of w[t] under terms: the same for every halving
         for (; step[t] > 1e-9; step[t] /= 2) {
           result.link_scans += links;
-          std::vector<double> next = w[t];
-          StepToward(problem, t, flows[t], terms, config, step[t], next);
-          if (next == w[t]) {
+          if (!have_marginals) {
+            ComputeMarginals(problem, t, w[t], flows[t].order, terms, marginals);
+            have_marginals = true;
+          }
+          undo.clear();
+          StepToward(problem, t, flows[t], marginals, terms, config, step[t], w[t], undo);
+          if (undo.empty()) {
             // Nothing to move (every next hop within the tie tolerance of the best): what the
             // step below would do with a step of no change, without routing it.
             step[t] = std::min(1.0, step[t] * 2);
             break;
           }
           // A step that only reweights next hops keeps the order of the flow.
-          bool same_hops = true;
-          for (size_t l = 0; same_hops && l < next.size(); ++l) {
-            same_hops = (next[l] > 0) == (w[t][l] > 0);
-          }
-          ASSIGN_OR_RETURN(DestinationFlow next_flow,
-                           problem.Route(t, next, same_hops ? &flows[t].order : nullptr));
-          // J after the step, from the terms of the links whose load it changes.
+          const bool same_hops = std::all_of(undo.begin(), undo.end(), [&](const auto& u) {
+            return (w[t][u.first] > 0) == (u.second > 0);
+          });
+          RETURN_IF_ERROR(
+              problem.Route(t, w[t], same_hops ? &flows[t].order : nullptr, next_flow));
+          // J after the step, from the terms of the links whose load it changes: those either
+          // flow carries, in the order of their ids (so that the sum is the same however the
+          // flows list them).
+          for (LinkId l : flows[t].carried) touched.Mark(l);
+          for (LinkId l : next_flow.carried) touched.Mark(l);
           changed.clear();
           double value = terms.value;
-          for (LinkId l = 0; l < topo.num_links(); ++l) {
+          touched.Drain([&](LinkId l) {
             const double delta = next_flow.links[l] - flows[t].links[l];
-            if (delta == 0) continue;
-            const LinkTerm before_l = TermOf(topo.link(l), loads[l], unit_bps, objective);
-            const LinkTerm after_l = TermOf(topo.link(l), loads[l] + delta, unit_bps, objective);
-            value += after_l.value - before_l.value;
+            if (delta == 0) return;
+            const LinkTerm after_l = TermOf(scales[l], loads[l] + delta, objective);
+            value += after_l.value - terms.values[l];
             changed.push_back({l, after_l});
-          }
+          });
           if (value <= terms.value) {
             for (const auto& [l, term] : changed) {
               loads[l] += next_flow.links[l] - flows[t].links[l];
               terms.first[l] = term.first;
               terms.second[l] = term.second;
+              terms.values[l] = term.value;
             }
             terms.value = value;
-            w[t] = std::move(next);
-            flows[t] = std::move(next_flow);
+            std::swap(flows[t], next_flow);
             kept[t] = false;
             step[t] = std::min(1.0, step[t] * 2);
             break;
           }
+          for (auto it = undo.rbegin(); it != undo.rend(); ++it) w[t][it->first] = it->second;
         }
         step[t] = std::max(step[t], 1e-9);
       }
       // Against rounding drift of the loads updated in place.
       loads = problem.Loads(flows);
-      terms = EvaluateObjective(topo, loads, unit_bps, objective);
+      terms = Evaluate(scales, loads, objective);
       // Every step taken lowered J as the incremental sums saw it; recomputed from scratch,
       // J must not have risen over the sweep beyond rounding.
       if (terms.value > before + 1e-9 * std::abs(before)) result.oscillated = true;

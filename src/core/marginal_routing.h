@@ -65,11 +65,11 @@ struct RoutingObjective {
   friend bool operator==(const RoutingObjective&, const RoutingObjective&) = default;
 };
 
-// J of link loads `loads` (traffic units, by LinkId; host links included), and its first and
-// second derivatives with respect to one link's load.
+// J of link loads `loads` (traffic units, by LinkId; host links included), its first and
+// second derivatives with respect to one link's load, and each link's term of J.
 struct ObjectiveTerms {
   double value = 0;
-  std::vector<double> first, second;  // by LinkId
+  std::vector<double> first, second, values;  // by LinkId
 };
 // Links of zero capacity carry nothing and contribute nothing. REQUIRES: unit_bps > 0,
 // loads.size() == topo.num_links().
