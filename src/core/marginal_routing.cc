@@ -241,8 +241,8 @@ class Problem {
   std::vector<NodeId> targets_;
   std::vector<int> out_begin_;  // by NodeId, into out_; one past the last node too
   std::vector<Out> out_;
-  std::vector<bool> forwards_;            // by NodeId
-  std::vector<bool> open_, into_host_;    // by LinkId: up and of some capacity; into a host
+  std::vector<bool> forwards_;                 // by NodeId
+  std::vector<bool> open_, into_host_;         // by LinkId: up and of some capacity; into a host
   std::vector<std::vector<double>> injected_;  // [t][node]
   std::vector<double> host_loads_;
 };
@@ -271,8 +271,7 @@ LinkScale ScaleOf(const Link& link, double unit_bps, const RoutingObjective& o) 
           .length = o.length_weight * (1 + static_cast<double>(link.params.delay.count()) /
                                                static_cast<double>(o.reference_delay.count()))};
 }
-std::vector<LinkScale> ScalesOf(const Topology& topo, double unit_bps,
-                                const RoutingObjective& o) {
+std::vector<LinkScale> ScalesOf(const Topology& topo, double unit_bps, const RoutingObjective& o) {
   std::vector<LinkScale> scales;
   scales.reserve(topo.num_links());
   for (const Link& link : topo.links()) scales.push_back(ScaleOf(link, unit_bps, o));
@@ -317,8 +316,7 @@ struct Marginals {
 };
 
 void ComputeMarginals(const Problem& p, size_t t, const std::vector<double>& w,
-                      const std::vector<NodeId>& order, const ObjectiveTerms& terms,
-                      Marginals& m) {
+                      const std::vector<NodeId>& order, const ObjectiveTerms& terms, Marginals& m) {
   const Topology& topo = p.topo();
   const int n = topo.num_nodes();
   m.delta.assign(n, kInf);
@@ -471,7 +469,7 @@ ObjectiveTerms EvaluateObjective(const Topology& topo, const std::vector<double>
 absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
     const MarginalRoutingConfig& config, const RoutingTables* start,
-    const std::vector<double>* other_loads) {
+    const std::vector<double>* other_loads, size_t first_destination) {
   ASSIGN_OR_RETURN(TargetDemand split, SplitDemand(topo, demand));
   if (other_loads != nullptr) {
     for (LinkId l = 0; l < topo.num_links(); ++l) split.host_loads[l] += (*other_loads)[l];
@@ -503,6 +501,8 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   const auto out_of_scans = [&] {
     return config.max_link_scans > 0 && result.link_scans >= config.max_link_scans;
   };
+  // Where each sweep over the destinations starts: where the last call's stopped.
+  size_t next = targets == 0 ? 0 : first_destination % targets;
   for (int round = 0; round < config.reference_rounds && !result.out_of_scans; ++round) {
     result.reference_trace.push_back(objective.reference_utilization);
     std::vector<double> loads = problem.Loads(flows);
@@ -537,8 +537,15 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
         break;
       }
       const double before = terms.value;
-      for (size_t t = 0; t < targets; ++t) {
+      bool partial = false;  // the sweep stopped on the bound before its last destination
+      for (size_t j = 0; j < targets; ++j) {
+        const size_t t = (next + j) % targets;
         if (!problem.HasTraffic(t)) continue;
+        if (result.link_scans > 0 && out_of_scans()) {
+          result.out_of_scans = partial = true;
+          next = t;
+          break;
+        }
         bool have_marginals = false;  // of w[t] under terms: the same for every halving
         for (; step[t] > 1e-9; step[t] /= 2) {
           result.link_scans += links;
@@ -558,8 +565,7 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
           const bool same_hops = std::all_of(undo.begin(), undo.end(), [&](const auto& u) {
             return (w[t][u.first] > 0) == (u.second > 0);
           });
-          RETURN_IF_ERROR(
-              problem.Route(t, w[t], same_hops ? &flows[t].order : nullptr, next_flow));
+          RETURN_IF_ERROR(problem.Route(t, w[t], same_hops ? &flows[t].order : nullptr, next_flow));
           // J after the step, from the terms of the links whose load it changes: those either
           // flow carries, in the order of their ids (so that the sum is the same however the
           // flows list them).
@@ -591,6 +597,7 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
         }
         step[t] = std::max(step[t], 1e-9);
       }
+      if (partial) break;
       // Against rounding drift of the loads updated in place.
       loads = problem.Loads(flows);
       terms = Evaluate(scales, loads, objective);
@@ -626,6 +633,7 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     if ((u[i] - u[i - 1]) * (u[i - 1] - u[i - 2]) < 0) result.oscillated = true;
   }
   result.reference_utilization = objective.reference_utilization;
+  result.next_destination = next;
   result.tables = TablesOf(problem, w, config.min_weight, start, kept);
   ASSIGN_OR_RETURN(result.loads, ComputeLinkLoads(topo, result.tables, demand));
   if (other_loads != nullptr) {

@@ -95,13 +95,14 @@ struct MarginalRoutingConfig {
   // others in proportion). A destination still at the start's weights keeps the start's
   // table as it is.
   double min_weight = 1e-6;
-  // A bound on the work of one call, in link scans: a destination's step scans every link
-  // of the topology once, so an iteration scans (destinations with traffic) x (links), more
-  // where steps are halved. The minimisation stops after the iteration that reaches it; at
-  // least one iteration runs. What a decision cycle may spend whatever the network's size:
-  // a small network settles within a cycle, a large one moves a few iterations toward the
-  // optimum each cycle and resumes from there the next. 0: no bound.
-  // REQUIRES: >= 0.
+  // A bound on the work of one call, in link scans: a destination's step counts as a scan of
+  // every link of the topology, so an iteration scans (destinations with traffic) x (links),
+  // more where steps are halved. The minimisation stops after the destination's step that
+  // reaches it, within an iteration if need be; at least one destination steps. What a
+  // decision cycle may spend whatever the network's size: a small network settles within a
+  // cycle, a large one moves some destinations toward the optimum each cycle, and the next
+  // call resumes with the destination after them (MarginalRoutingResult::next_destination).
+  // 0: no bound. REQUIRES: >= 0.
   int64_t max_link_scans = 0;
 
   friend bool operator==(const MarginalRoutingConfig&, const MarginalRoutingConfig&) = default;
@@ -116,6 +117,9 @@ struct MarginalRoutingResult {
   // Whether it stopped on max_link_scans, and the link scans it made.
   bool out_of_scans = false;
   int64_t link_scans = 0;
+  // The destination (an index into topo.Destinations()) the next call's first sweep should
+  // start with: the first one this call's bound left unstepped in its last sweep.
+  size_t next_destination = 0;
   // Whether the loop was seen to oscillate: J, recomputed from the loads after a sweep over
   // the destinations, rose above its value before the sweep (each step is accepted only if
   // the incremental J falls, so this checks that argument against a fresh sum rather than
@@ -144,11 +148,13 @@ struct MarginalRoutingResult {
 // InvalidArgument for a bad demand, FailedPrecondition if a demand's destination cannot be
 // reached from its source over up links. REQUIRES: unit_bps > 0.
 // `other_loads` (by LinkId, traffic units), if given, is load on the links that no routing
-// moves: traffic the demand does not account for.
+// moves: traffic the demand does not account for. Every sweep over the destinations starts
+// with `first_destination` (modulo their number).
 absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
     const MarginalRoutingConfig& config = MarginalRoutingConfig(),
-    const RoutingTables* start = nullptr, const std::vector<double>* other_loads = nullptr);
+    const RoutingTables* start = nullptr, const std::vector<double>* other_loads = nullptr,
+    size_t first_destination = 0);
 
 // The capacity-weighted p-norm of the utilisations, (sum_l kappa_l u_l^p)^(1/p): for large p
 // about the maximum utilisation, but every link counts. 0 if nothing is loaded.

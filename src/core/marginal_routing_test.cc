@@ -241,8 +241,8 @@ TEST(MarginalRoutingTest, UnmovedDestinationsKeepTheirTables) {
   }
 }
 
-// max_link_scans bounds a call's work: it stops after the iteration that reaches the bound,
-// and a call resumed from its tables goes on toward the same optimum.
+// max_link_scans bounds a call's work: a bound of one iteration's scans stops the call after
+// its first iteration, and a call resumed from its tables goes on toward the same optimum.
 TEST(MarginalRoutingTest, MaxLinkScansBoundsACallAndResumes) {
   const Topology topo = Wan("Abilene");
   const std::vector<Demand> demand = UniformDemand(topo);
@@ -264,6 +264,61 @@ TEST(MarginalRoutingTest, MaxLinkScansBoundsACallAndResumes) {
   for (int cycle = 0; cycle < 5 * full->iterations && resumed->out_of_scans; ++cycle) {
     const RoutingTables tables = resumed->tables;
     resumed = MinimiseRoutingObjective(topo, demand, kUnit, capped, &tables);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+  }
+  EXPECT_NEAR(MaxUtil(topo, resumed->tables, demand), MaxUtil(topo, full->tables, demand),
+              0.02 * MaxUtil(topo, full->tables, demand));
+}
+
+// A bound below one iteration stops within the sweep: the destinations after the bound keep
+// their starting tables, and the next call, started where this one stopped, moves them; resumed
+// so, the calls reach the optimum as whole iterations do.
+TEST(MarginalRoutingTest, ABoundWithinAnIterationResumesWithTheNextDestination) {
+  const Topology topo = Wan("Abilene");
+  const std::vector<Demand> demand = UniformDemand(topo);
+  const std::vector<NodeId> targets = topo.Destinations();
+  ASSERT_GT(targets.size(), 4u);
+  MarginalRoutingConfig capped;
+  capped.max_link_scans = 3 * topo.num_links();
+  absl::StatusOr<MarginalRoutingResult> part =
+      MinimiseRoutingObjective(topo, demand, kUnit, capped);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_TRUE(part->out_of_scans);
+  EXPECT_EQ(part->iterations, 0);
+  ASSERT_GE(part->next_destination, 3u);
+  ASSERT_LT(part->next_destination, targets.size());
+  const RoutingTables wcmp = ComputeWcmpTables(topo);
+  const auto same = [&](const RoutingTables& a, const RoutingTables& b, NodeId d) {
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      if (topo.StubUplink(v) != kNoLink) continue;
+      const absl::Span<const NextHop> x = a.Lookup(v, d), y = b.Lookup(v, d);
+      if (x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (x[i].link != y[i].link || std::abs(x[i].weight - y[i].weight) > 1e-12) return false;
+      }
+    }
+    return true;
+  };
+  int moved = 0;
+  for (size_t t = 0; t < targets.size(); ++t) {
+    if (t >= part->next_destination) {
+      EXPECT_TRUE(same(part->tables, wcmp, targets[t])) << topo.node(targets[t]).name;
+    } else {
+      moved += !same(part->tables, wcmp, targets[t]);
+    }
+  }
+  EXPECT_GT(moved, 0);
+  // The next call starts with the first destination left.
+  absl::StatusOr<MarginalRoutingResult> resumed = MinimiseRoutingObjective(
+      topo, demand, kUnit, capped, &part->tables, nullptr, part->next_destination);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_FALSE(same(resumed->tables, wcmp, targets[part->next_destination]));
+  absl::StatusOr<MarginalRoutingResult> full = MinimiseRoutingObjective(topo, demand, kUnit);
+  ASSERT_TRUE(full.ok()) << full.status();
+  for (int call = 0; call < 100 * full->iterations && resumed->out_of_scans; ++call) {
+    const RoutingTables tables = resumed->tables;
+    resumed = MinimiseRoutingObjective(topo, demand, kUnit, capped, &tables, nullptr,
+                                       resumed->next_destination);
     ASSERT_TRUE(resumed.ok()) << resumed.status();
   }
   EXPECT_NEAR(MaxUtil(topo, resumed->tables, demand), MaxUtil(topo, full->tables, demand),
