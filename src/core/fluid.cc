@@ -18,7 +18,7 @@ absl::StatusOr<std::vector<NodeId>> ForwardingOrder(const Topology& topo,
                                                     const DestinationTable& table, NodeId dest,
                                                     const std::vector<NodeId>& sources) {
   enum : uint8_t { kWhite, kGrey, kBlack };
-  const std::string toward = absl::StrCat(" toward '", topo.node(dest).name, "'");
+  const auto toward = [&] { return absl::StrCat(" toward '", topo.node(dest).name, "'"); };
   std::vector<uint8_t> color(topo.num_nodes(), kWhite);
   std::vector<NodeId> post_order;
   std::vector<std::pair<NodeId, size_t>> stack;  // node, index of its next hop to visit
@@ -31,7 +31,7 @@ absl::StatusOr<std::vector<NodeId>> ForwardingOrder(const Topology& topo,
       const absl::Span<const NextHop> hops = v == dest ? absl::Span<const NextHop>() : table.At(v);
       if (v != dest && hops.empty()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "traffic reaches node '", topo.node(v).name, "' with no next hop", toward));
+            "traffic reaches node '", topo.node(v).name, "' with no next hop", toward()));
       }
       if (i == hops.size()) {
         color[v] = kBlack;
@@ -43,16 +43,16 @@ absl::StatusOr<std::vector<NodeId>> ForwardingOrder(const Topology& topo,
       const LinkId l = hops[i].link;
       if (l < 0 || l >= topo.num_links() || topo.link(l).src != v || !topo.link(l).up) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "node '", topo.node(v).name, "' forwards over a bad or down link ", l, toward));
+            "node '", topo.node(v).name, "' forwards over a bad or down link ", l, toward()));
       }
       const NodeId u = topo.link(l).dst;
       if (u != dest && topo.node(u).kind == NodeKind::kHost) {
         return absl::FailedPreconditionError(
-            absl::StrCat("traffic would pass through host '", topo.node(u).name, "'", toward));
+            absl::StrCat("traffic would pass through host '", topo.node(u).name, "'", toward()));
       }
       if (color[u] == kGrey) {
         return absl::FailedPreconditionError(
-            absl::StrCat("forwarding loop through '", topo.node(u).name, "'", toward));
+            absl::StrCat("forwarding loop through '", topo.node(u).name, "'", toward()));
       }
       if (color[u] == kWhite) {
         color[u] = kGrey;
@@ -144,8 +144,21 @@ absl::StatusOr<TargetDemand> SplitDemand(const Topology& topo, const std::vector
     if (e.last != kNoLink) out.host_loads[e.last] += d.amount;
     if (e.up != kNoLink) out.host_loads[e.up] += d.amount;
     if (e.from == d.dst) continue;
-    auto [it, inserted] = out.injected.try_emplace(e.target, topo.num_nodes(), 0.0);
-    it->second[e.from] += d.amount;
+    out.injected[e.target].push_back({e.from, d.amount});
+  }
+  // One entry a node, in NodeId order, each node's amounts summed in the demands' order.
+  for (auto& [target, entries] : out.injected) {
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    size_t kept = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (kept > 0 && entries[kept - 1].first == entries[i].first) {
+        entries[kept - 1].second += entries[i].second;
+      } else {
+        entries[kept++] = entries[i];
+      }
+    }
+    entries.resize(kept);
   }
   return out;
 }
@@ -155,11 +168,14 @@ absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
                                                      const std::vector<Demand>& demands) {
   ASSIGN_OR_RETURN(TargetDemand split, SplitDemand(topo, demands));
   std::vector<double>& loads = split.host_loads;
-  for (auto& [dest, inflow] : split.injected) {
+  std::vector<double> inflow(topo.num_nodes(), 0.0);  // toward one target; zero between
+  std::vector<NodeId> sources;
+  for (const auto& [dest, entries] : split.injected) {
     ASSIGN_OR_RETURN(const DestinationTable* const table, TableToward(topo, tables, dest));
-    std::vector<NodeId> sources;
-    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-      if (inflow[v] > 0) sources.push_back(v);
+    sources.clear();
+    for (const auto& [v, amount] : entries) {
+      inflow[v] = amount;
+      if (amount > 0) sources.push_back(v);
     }
     ASSIGN_OR_RETURN(const std::vector<NodeId> order, ForwardingOrder(topo, *table, dest, sources));
     for (NodeId v : order) {
@@ -170,6 +186,8 @@ absl::StatusOr<std::vector<double>> ComputeLinkLoads(const Topology& topo,
         inflow[topo.link(hop.link).dst] += share;
       }
     }
+    for (NodeId v : order) inflow[v] = 0;
+    for (const auto& [v, amount] : entries) inflow[v] = 0;
   }
   return std::move(loads);
 }

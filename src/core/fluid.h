@@ -36,8 +36,10 @@ std::vector<Demand> UniformDemand(const Topology& topo);
 // it (a stub host's traffic enters at its switch), and the loads of the host links at either
 // end, which no table changes.
 struct TargetDemand {
-  std::map<NodeId, std::vector<double>> injected;  // route target -> per node, by NodeId
-  std::vector<double> host_loads;                  // per link, by LinkId
+  // Route target -> the nodes whose traffic enters toward it and how much, one entry a node,
+  // in increasing NodeId order.
+  std::map<NodeId, std::vector<std::pair<NodeId, double>>> injected;
+  std::vector<double> host_loads;  // per link, by LinkId
 };
 
 // Errors: InvalidArgument for a bad demand, FailedPrecondition if a host end of one has its

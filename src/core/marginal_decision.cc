@@ -141,10 +141,9 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
   if (is_valid(candidate_)) start = candidate_.get();
   std::shared_ptr<const RoutingTables> next;
   std::vector<double> next_loads;  // under `next`, other load included
-  absl::StatusOr<MarginalRoutingResult> result = MinimiseRoutingObjective(
-      known, demand, kUnit, config_.routing, start, &other, next_destination_);
+  absl::StatusOr<MarginalRoutingResult> result =
+      MinimiseRoutingObjective(known, demand, kUnit, config_.routing, start, &other, &state_);
   if (result.ok()) {
-    next_destination_ = result->next_destination;
     stats_.iterations += result->iterations;
     stats_.out_of_scans += result->out_of_scans;
     next = std::make_shared<const RoutingTables>(std::move(result->tables));

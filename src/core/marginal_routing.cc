@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,13 +23,13 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // toward targets[t] that leaves on link l.
 using Weights = std::vector<std::vector<double>>;
 
-// What one destination's weights do to its traffic: the traffic through every node, the order
-// in which it flows (every node before its next hops) and its load on every link.
+// What one destination's weights do to its traffic: the order in which it flows (every node
+// that forwards, before its next hops), the traffic through every node that sends some on,
+// and the load on every link that carries some.
 struct DestinationFlow {
-  std::vector<double> through;  // by NodeId
   std::vector<NodeId> order;
-  std::vector<double> links;    // by LinkId
-  std::vector<LinkId> carried;  // the links `links` is above zero on, in no particular order
+  std::vector<std::pair<NodeId, double>> through;  // in `order`'s order
+  std::vector<std::pair<LinkId, double>> links;    // in no particular order
 };
 
 // A set of links, drained in the order of their ids: a bit a link.
@@ -82,7 +83,7 @@ class Problem {
       into_host_.push_back(topo.node(link.dst).kind == NodeKind::kHost);
     }
     host_loads_ = std::move(demand.host_loads);
-    injected_.assign(targets_.size(), std::vector<double>(topo.num_nodes(), 0.0));
+    injected_.resize(targets_.size());
     for (size_t t = 0; t < targets_.size(); ++t) {
       auto it = demand.injected.find(targets_[t]);
       if (it != demand.injected.end()) injected_[t] = std::move(it->second);
@@ -92,7 +93,8 @@ class Problem {
   const Topology& topo() const { return topo_; }
   double unit_bps() const { return unit_bps_; }
   const std::vector<NodeId>& targets() const { return targets_; }
-  const std::vector<double>& injected(size_t t) const { return injected_[t]; }
+  // The nodes whose traffic enters toward targets[t], and how much, in NodeId order.
+  const std::vector<std::pair<NodeId, double>>& injected(size_t t) const { return injected_[t]; }
   const std::vector<double>& host_loads() const { return host_loads_; }
 
   // Whether traffic toward targets[t] may take link l: up, of some capacity, and not into a
@@ -100,6 +102,25 @@ class Problem {
   bool Usable(size_t t, LinkId l) const {
     const Link& link = topo_.link(l);
     return open_[l] && link.src != targets_[t] && (link.dst == targets_[t] || !into_host_[l]);
+  }
+
+  // By LinkId: up and of some capacity.
+  const std::vector<bool>& open() const { return open_; }
+
+  // The weights of `table` into `w` (by LinkId, sized). Whether a link weighted in `w` before
+  // is not in the table.
+  bool WeightsOf(const DestinationTable& table, std::vector<double>& w) const {
+    bool dropped = false;
+    for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
+      const absl::Span<const NextHop> hops = table.At(v);
+      size_t i = 0;
+      for (const auto [l, head] : OutOf(v)) {
+        const double weight = i < hops.size() && hops[i].link == l ? hops[i++].weight : 0.0;
+        dropped = dropped || (w[l] > 0 && weight == 0);
+        w[l] = weight;
+      }
+    }
+    return dropped;
   }
 
   // Node v's out-links, in the order of topo's.
@@ -115,11 +136,24 @@ class Problem {
   // loop; WCMP's elsewhere (ECMP's next hops weighted by the capacity each leads to: equal on
   // a symmetric fabric, and a prior that already keeps new traffic off a degraded link).
   // `orders[t]` is the order of w[t] where `start`'s table was taken; empty otherwise.
-  Weights Start(const RoutingTables* start, std::vector<std::vector<NodeId>>& orders) const {
-    Weights w(targets_.size(), std::vector<double>(topo_.num_links(), 0.0));
+  // A destination whose table in `start` is the one `state` holds for it, over the same
+  // usable links, takes the state's weights and order as they are (moved out of it).
+  Weights Start(const RoutingTables* start, MarginalRoutingState* state,
+                std::vector<std::vector<NodeId>>& orders) const {
+    Weights w(targets_.size());
     orders.assign(targets_.size(), {});
+    const bool held = start != nullptr && state != nullptr &&
+                      state->tables.size() == targets_.size() && state->open == open_ &&
+                      start->num_nodes() == topo_.num_nodes();
     std::optional<RoutingTables> wcmp;  // computed only if a destination needs it
     for (size_t t = 0; t < targets_.size(); ++t) {
+      if (held && state->tables[t] != nullptr && start->IsDestination(targets_[t]) &&
+          start->SharedTable(targets_[t]) == state->tables[t]) {
+        w[t] = std::move(state->weights[t]);
+        orders[t] = std::move(state->orders[t]);
+        continue;
+      }
+      w[t].assign(topo_.num_links(), 0.0);
       if (start != nullptr && StartFrom(*start, t, w[t], orders[t])) continue;
       if (!wcmp) {
         // Over the usable links: a link of no capacity is no path.
@@ -139,48 +173,57 @@ class Problem {
 
   // The flow of weights `w` toward targets[t], into `f` (whose vectors are reused). `order`,
   // if given, is an order of weights with the same next hops (the same links weighted above
-  // zero), reused.
+  // zero), reused. `through`: by NodeId, all zero, and left so.
   absl::Status Route(size_t t, const std::vector<double>& w, const std::vector<NodeId>* order,
-                     DestinationFlow& f) const {
+                     DestinationFlow& f, std::vector<double>& through) const {
     if (order != nullptr) {
-      f.order = *order;
+      if (order != &f.order) f.order = *order;
     } else {
       ASSIGN_OR_RETURN(f.order, Order(w));
     }
-    f.through = injected_[t];
-    f.links.resize(topo_.num_links(), 0.0);
-    for (LinkId l : f.carried) f.links[l] = 0;
-    f.carried.clear();
+    for (const auto& [v, amount] : injected_[t]) through[v] = amount;
+    f.through.clear();
+    f.links.clear();
+    absl::Status status;
     for (NodeId v : f.order) {
-      if (v == targets_[t] || f.through[v] == 0) continue;
+      const double x = through[v];
+      if (v == targets_[t] || x == 0) continue;
+      f.through.push_back({v, x});
       bool sent = false;
       for (const auto [l, head] : OutOf(v)) {
         if (w[l] <= 0) continue;
-        const double share = f.through[v] * w[l];
-        f.links[l] = share;  // every link leaves one node, visited once
-        f.carried.push_back(l);
-        f.through[head] += share;
+        const double share = x * w[l];
+        f.links.push_back({l, share});  // every link leaves one node, visited once
+        through[head] += share;
         sent = true;
       }
       if (!sent) {
-        return absl::FailedPreconditionError(absl::StrCat(
+        status = absl::FailedPreconditionError(absl::StrCat(
             "'", topo_.node(v).name, "' cannot reach '", topo_.node(targets_[t]).name, "'"));
+        break;
       }
     }
-    return absl::OkStatus();
+    for (const auto& [v, amount] : injected_[t]) through[v] = 0;
+    for (const auto& [l, share] : f.links) through[topo_.link(l).dst] = 0;
+    return status;
   }
 
   // Every link's load: the host links' and every destination's.
   std::vector<double> Loads(const std::vector<DestinationFlow>& flows) const {
     std::vector<double> loads = host_loads_;
     for (const DestinationFlow& f : flows) {
-      for (LinkId l : f.carried) loads[l] += f.links[l];
+      for (const auto& [l, x] : f.links) loads[l] += x;
     }
     return loads;
   }
 
+  absl::StatusOr<std::vector<NodeId>> OrderOf(const std::vector<double>& w) const {
+    return Order(w);
+  }
+
   bool HasTraffic(size_t t) const {
-    return std::any_of(injected_[t].begin(), injected_[t].end(), [](double x) { return x > 0; });
+    return std::any_of(injected_[t].begin(), injected_[t].end(),
+                       [](const auto& e) { return e.second > 0; });
   }
 
  private:
@@ -216,10 +259,11 @@ class Problem {
 
   // The nodes in an order where every node comes before its next hops (Kahn). The weights
   // are loop-free by construction; a loop is a bug.
+  // Stub hosts, which forward nothing, are left out of it.
   absl::StatusOr<std::vector<NodeId>> Order(const std::vector<double>& w) const {
     const int n = topo_.num_nodes();
     std::vector<int> in(n, 0);
-    for (LinkId l = 0; l < topo_.num_links(); ++l) in[topo_.link(l).dst] += w[l] > 0;
+    for (const auto [l, head] : out_) in[head] += w[l] > 0;
     std::vector<NodeId> order;
     order.reserve(n);
     for (NodeId v = 0; v < n; ++v) {
@@ -233,6 +277,7 @@ class Problem {
     if (static_cast<int>(order.size()) != n) {
       return absl::InternalError("marginal routing: the next hops of a destination form a loop");
     }
+    std::erase_if(order, [&](NodeId v) { return !forwards_[v]; });
     return order;
   }
 
@@ -241,9 +286,9 @@ class Problem {
   std::vector<NodeId> targets_;
   std::vector<int> out_begin_;  // by NodeId, into out_; one past the last node too
   std::vector<Out> out_;
-  std::vector<bool> forwards_;                 // by NodeId
-  std::vector<bool> open_, into_host_;         // by LinkId: up and of some capacity; into a host
-  std::vector<std::vector<double>> injected_;  // [t][node]
+  std::vector<bool> forwards_;          // by NodeId
+  std::vector<bool> open_, into_host_;  // by LinkId: up and of some capacity; into a host
+  std::vector<std::vector<std::pair<NodeId, double>>> injected_;  // [t]
   std::vector<double> host_loads_;
 };
 
@@ -360,10 +405,10 @@ void StepToward(const Problem& p, size_t t, const DestinationFlow& flow, const M
     if (weight != w[l]) undo.push_back({l, w[l]});
     w[l] = weight;
   };
-  for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-    // A node without traffic keeps its weights: they steer only what may come, and moving
-    // them would churn tables for nothing.
-    if (v == target || m.delta[v] == kInf || !(flow.through[v] > 0)) continue;
+  // A node without traffic keeps its weights: they steer only what may come, and moving them
+  // would churn tables for nothing.
+  for (const auto [v, traffic] : flow.through) {
+    if (v == target || m.delta[v] == kInf || !(traffic > 0)) continue;
     const absl::Span<const Problem::Out> out = p.OutOf(v);
     // The next hop of least marginal cost: a current one, or a neighbour v may start using.
     LinkId best = kNoLink;
@@ -376,7 +421,6 @@ void StepToward(const Problem& p, size_t t, const DestinationFlow& flow, const M
       if (a < best_cost) best_cost = a, best = l, best_k = k;
     }
     if (best == kNoLink) continue;
-    const double traffic = flow.through[v];
     const double best_curvature = terms.second[best] + m.curvature[best_k];
     const double tie = config.tie_tolerance * std::max(std::abs(best_cost), 1e-300);
     double moved = 0;
@@ -401,18 +445,18 @@ double LowerBound(const Problem& p, const std::vector<DestinationFlow>& flows,
   const Topology& topo = p.topo();
   double now = 0, shortest = 0;
   for (const DestinationFlow& f : flows) {
-    for (LinkId l = 0; l < topo.num_links(); ++l) now += terms.first[l] * f.links[l];
+    for (const auto& [l, x] : f.links) now += terms.first[l] * x;
   }
   for (size_t t = 0; t < p.targets().size(); ++t) {
     if (!p.HasTraffic(t)) continue;
-    const std::vector<double>& injected = p.injected(t);
+
     std::vector<double> lengths(topo.num_links(), kInf);
     for (LinkId l = 0; l < topo.num_links(); ++l) {
       if (p.Usable(t, l)) lengths[l] = std::max(terms.first[l], 1e-300);
     }
     const std::vector<double> distance = ShortestDistances(topo, p.targets()[t], lengths);
-    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-      if (injected[v] > 0) shortest += injected[v] * distance[v];
+    for (const auto& [v, amount] : p.injected(t)) {
+      if (amount > 0) shortest += amount * distance[v];
     }
   }
   return terms.value - std::max(0.0, now - shortest);
@@ -469,7 +513,7 @@ ObjectiveTerms EvaluateObjective(const Topology& topo, const std::vector<double>
 absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
     const MarginalRoutingConfig& config, const RoutingTables* start,
-    const std::vector<double>* other_loads, size_t first_destination) {
+    const std::vector<double>* other_loads, MarginalRoutingState* state) {
   ASSIGN_OR_RETURN(TargetDemand split, SplitDemand(topo, demand));
   if (other_loads != nullptr) {
     for (LinkId l = 0; l < topo.num_links(); ++l) split.host_loads[l] += (*other_loads)[l];
@@ -478,13 +522,16 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   const std::vector<LinkScale> scales = ScalesOf(topo, unit_bps, config.objective);
   const size_t targets = problem.targets().size();
   std::vector<std::vector<NodeId>> orders;
-  Weights w = problem.Start(start, orders);
+  Weights w = problem.Start(start, state, orders);
+  const size_t first_destination = state != nullptr ? state->next_destination : 0;
+  if (state != nullptr) *state = MarginalRoutingState();  // refilled if the call succeeds
   std::vector<DestinationFlow> flows(targets);
+  std::vector<double> through(topo.num_nodes(), 0.0);  // Route's, by NodeId
   // Destinations still at `start`'s weights.
   std::vector<bool> kept(targets);
   for (size_t t = 0; t < targets; ++t) {
     kept[t] = !orders[t].empty();
-    RETURN_IF_ERROR(problem.Route(t, w[t], kept[t] ? &orders[t] : nullptr, flows[t]));
+    RETURN_IF_ERROR(problem.Route(t, w[t], kept[t] ? &orders[t] : nullptr, flows[t], through));
   }
   const auto max_utilization = [&](const std::vector<double>& loads) {
     return MaxUtilization(topo, Scaled(loads, unit_bps));
@@ -514,11 +561,12 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     // each against the loads the others left, so one that needs a short step does not hold
     // the rest back.
     std::vector<double> step(targets, 1.0);
-    std::vector<std::pair<LinkId, LinkTerm>> changed;
+    std::vector<std::tuple<LinkId, double, LinkTerm>> changed;  // link, load change, term
     std::vector<std::pair<LinkId, double>> undo;
     Marginals marginals;
     DestinationFlow next_flow;
     LinkSet touched(topo.num_links());
+    std::vector<double> was(topo.num_links(), 0.0), is(topo.num_links(), 0.0);  // by LinkId
     for (int i = 0; i < config.max_iterations; ++i) {
       if (out_of_scans()) {
         result.out_of_scans = true;
@@ -565,24 +613,26 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
           const bool same_hops = std::all_of(undo.begin(), undo.end(), [&](const auto& u) {
             return (w[t][u.first] > 0) == (u.second > 0);
           });
-          RETURN_IF_ERROR(problem.Route(t, w[t], same_hops ? &flows[t].order : nullptr, next_flow));
+          RETURN_IF_ERROR(
+              problem.Route(t, w[t], same_hops ? &flows[t].order : nullptr, next_flow, through));
           // J after the step, from the terms of the links whose load it changes: those either
           // flow carries, in the order of their ids (so that the sum is the same however the
           // flows list them).
-          for (LinkId l : flows[t].carried) touched.Mark(l);
-          for (LinkId l : next_flow.carried) touched.Mark(l);
+          for (const auto& [l, x] : flows[t].links) touched.Mark(l), was[l] = x;
+          for (const auto& [l, x] : next_flow.links) touched.Mark(l), is[l] = x;
           changed.clear();
           double value = terms.value;
           touched.Drain([&](LinkId l) {
-            const double delta = next_flow.links[l] - flows[t].links[l];
+            const double delta = is[l] - was[l];
+            is[l] = was[l] = 0;
             if (delta == 0) return;
             const LinkTerm after_l = TermOf(scales[l], loads[l] + delta, objective);
             value += after_l.value - terms.values[l];
-            changed.push_back({l, after_l});
+            changed.push_back({l, delta, after_l});
           });
           if (value <= terms.value) {
-            for (const auto& [l, term] : changed) {
-              loads[l] += next_flow.links[l] - flows[t].links[l];
+            for (const auto& [l, delta, term] : changed) {
+              loads[l] += delta;
               terms.first[l] = term.first;
               terms.second[l] = term.second;
               terms.values[l] = term.value;
@@ -633,13 +683,30 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     if ((u[i] - u[i - 1]) * (u[i - 1] - u[i - 2]) < 0) result.oscillated = true;
   }
   result.reference_utilization = objective.reference_utilization;
-  result.next_destination = next;
   result.tables = TablesOf(problem, w, config.min_weight, start, kept);
-  ASSIGN_OR_RETURN(result.loads, ComputeLinkLoads(topo, result.tables, demand));
-  if (other_loads != nullptr) {
-    for (LinkId l = 0; l < topo.num_links(); ++l) result.loads[l] += (*other_loads)[l];
+  // The weights and flows of what the tables say (next hops below min_weight dropped, the
+  // rest renormalised); a kept destination's are its table's already.
+  for (size_t t = 0; t < targets; ++t) {
+    if (kept[t]) continue;
+    const bool dropped = problem.WeightsOf(*result.tables.SharedTable(problem.targets()[t]), w[t]);
+    if (dropped) {
+      ASSIGN_OR_RETURN(flows[t].order, problem.OrderOf(w[t]));
+    }
+    RETURN_IF_ERROR(problem.Route(t, w[t], &flows[t].order, flows[t], through));
   }
+  result.loads = problem.Loads(flows);  // other_loads included
   result.objective = EvaluateObjective(topo, result.loads, unit_bps, objective).value;
+  if (state != nullptr) {
+    state->tables.resize(targets);
+    state->orders.resize(targets);
+    for (size_t t = 0; t < targets; ++t) {
+      state->tables[t] = result.tables.SharedTable(problem.targets()[t]);
+      state->orders[t] = std::move(flows[t].order);
+    }
+    state->weights = std::move(w);
+    state->open = problem.open();
+    state->next_destination = next;
+  }
   return result;
 }
 

@@ -101,7 +101,7 @@ struct MarginalRoutingConfig {
   // reaches it, within an iteration if need be; at least one destination steps. What a
   // decision cycle may spend whatever the network's size: a small network settles within a
   // cycle, a large one moves some destinations toward the optimum each cycle, and the next
-  // call resumes with the destination after them (MarginalRoutingResult::next_destination).
+  // call resumes with the destination after them (MarginalRoutingState::next_destination).
   // 0: no bound. REQUIRES: >= 0.
   int64_t max_link_scans = 0;
 
@@ -117,9 +117,6 @@ struct MarginalRoutingResult {
   // Whether it stopped on max_link_scans, and the link scans it made.
   bool out_of_scans = false;
   int64_t link_scans = 0;
-  // The destination (an index into topo.Destinations()) the next call's first sweep should
-  // start with: the first one this call's bound left unstepped in its last sweep.
-  size_t next_destination = 0;
   // Whether the loop was seen to oscillate: J, recomputed from the loads after a sweep over
   // the destinations, rose above its value before the sweep (each step is accepted only if
   // the incremental J falls, so this checks that argument against a fresh sum rather than
@@ -147,14 +144,31 @@ struct MarginalRoutingResult {
 // table; rows that carry none of the demand keep their starting weights. Errors:
 // InvalidArgument for a bad demand, FailedPrecondition if a demand's destination cannot be
 // reached from its source over up links. REQUIRES: unit_bps > 0.
+// What a minimisation leaves for the next over the same topology, so that a call resumed
+// from the tables it returned neither rebuilds nor re-checks them, and a call its bound
+// stopped within a sweep is followed by one that resumes the sweep. A caller that resumes
+// passes the same state to every call (a default-constructed one at first); a failed call
+// leaves it empty. It holds about what a call works on: a weight a link and destination.
+struct MarginalRoutingState {
+  // Per destination (as topo.Destinations()): the table the last call returned, its weights
+  // by LinkId, and an order of the nodes in which every node comes before its next hops.
+  std::vector<DestinationTablePtr> tables;
+  std::vector<std::vector<double>> weights;
+  std::vector<std::vector<NodeId>> orders;
+  // By LinkId: whether the link was up and of some capacity in that call's topology.
+  std::vector<bool> open;
+  // The destination (an index into topo.Destinations()) the next call's sweeps start with:
+  // the first that the last call's bound left unstepped in its last sweep.
+  size_t next_destination = 0;
+};
+
 // `other_loads` (by LinkId, traffic units), if given, is load on the links that no routing
-// moves: traffic the demand does not account for. Every sweep over the destinations starts
-// with `first_destination` (modulo their number).
+// moves: traffic the demand does not account for. `state`, if given, is the last call's.
 absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
     const MarginalRoutingConfig& config = MarginalRoutingConfig(),
     const RoutingTables* start = nullptr, const std::vector<double>* other_loads = nullptr,
-    size_t first_destination = 0);
+    MarginalRoutingState* state = nullptr);
 
 // The capacity-weighted p-norm of the utilisations, (sum_l kappa_l u_l^p)^(1/p): for large p
 // about the maximum utilisation, but every link counts. 0 if nothing is loaded.

@@ -280,13 +280,15 @@ TEST(MarginalRoutingTest, ABoundWithinAnIterationResumesWithTheNextDestination) 
   ASSERT_GT(targets.size(), 4u);
   MarginalRoutingConfig capped;
   capped.max_link_scans = 3 * topo.num_links();
+  MarginalRoutingState state;
   absl::StatusOr<MarginalRoutingResult> part =
-      MinimiseRoutingObjective(topo, demand, kUnit, capped);
+      MinimiseRoutingObjective(topo, demand, kUnit, capped, nullptr, nullptr, &state);
   ASSERT_TRUE(part.ok()) << part.status();
   EXPECT_TRUE(part->out_of_scans);
   EXPECT_EQ(part->iterations, 0);
-  ASSERT_GE(part->next_destination, 3u);
-  ASSERT_LT(part->next_destination, targets.size());
+  const size_t next = state.next_destination;
+  ASSERT_GE(next, 3u);
+  ASSERT_LT(next, targets.size());
   const RoutingTables wcmp = ComputeWcmpTables(topo);
   const auto same = [&](const RoutingTables& a, const RoutingTables& b, NodeId d) {
     for (NodeId v = 0; v < topo.num_nodes(); ++v) {
@@ -301,7 +303,7 @@ TEST(MarginalRoutingTest, ABoundWithinAnIterationResumesWithTheNextDestination) 
   };
   int moved = 0;
   for (size_t t = 0; t < targets.size(); ++t) {
-    if (t >= part->next_destination) {
+    if (t >= next) {
       EXPECT_TRUE(same(part->tables, wcmp, targets[t])) << topo.node(targets[t]).name;
     } else {
       moved += !same(part->tables, wcmp, targets[t]);
@@ -309,16 +311,16 @@ TEST(MarginalRoutingTest, ABoundWithinAnIterationResumesWithTheNextDestination) 
   }
   EXPECT_GT(moved, 0);
   // The next call starts with the first destination left.
-  absl::StatusOr<MarginalRoutingResult> resumed = MinimiseRoutingObjective(
-      topo, demand, kUnit, capped, &part->tables, nullptr, part->next_destination);
+  const RoutingTables part_tables = part->tables;
+  absl::StatusOr<MarginalRoutingResult> resumed =
+      MinimiseRoutingObjective(topo, demand, kUnit, capped, &part_tables, nullptr, &state);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_FALSE(same(resumed->tables, wcmp, targets[part->next_destination]));
+  EXPECT_FALSE(same(resumed->tables, wcmp, targets[next]));
   absl::StatusOr<MarginalRoutingResult> full = MinimiseRoutingObjective(topo, demand, kUnit);
   ASSERT_TRUE(full.ok()) << full.status();
   for (int call = 0; call < 100 * full->iterations && resumed->out_of_scans; ++call) {
     const RoutingTables tables = resumed->tables;
-    resumed = MinimiseRoutingObjective(topo, demand, kUnit, capped, &tables, nullptr,
-                                       resumed->next_destination);
+    resumed = MinimiseRoutingObjective(topo, demand, kUnit, capped, &tables, nullptr, &state);
     ASSERT_TRUE(resumed.ok()) << resumed.status();
   }
   EXPECT_NEAR(MaxUtil(topo, resumed->tables, demand), MaxUtil(topo, full->tables, demand),
