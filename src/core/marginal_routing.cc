@@ -70,10 +70,14 @@ class Problem {
     const int n = topo.num_nodes();
     out_begin_.reserve(n + 1);
     forwards_.resize(n);
+    for (NodeId v = 0; v < n; ++v) forwards_[v] = topo.StubUplink(v) == kNoLink;
+    // A link into a stub host carries nothing toward any destination (a stub host is none:
+    // its switch is its route target), and is left out.
     for (NodeId v = 0; v < n; ++v) {
       out_begin_.push_back(static_cast<int>(out_.size()));
-      for (LinkId l : topo.node(v).out_links) out_.push_back({l, topo.link(l).dst});
-      forwards_[v] = topo.StubUplink(v) == kNoLink;
+      for (LinkId l : topo.node(v).out_links) {
+        if (forwards_[topo.link(l).dst]) out_.push_back({l, topo.link(l).dst});
+      }
     }
     out_begin_.push_back(static_cast<int>(out_.size()));
     open_.resize(topo.num_links());
@@ -123,7 +127,7 @@ class Problem {
     return dropped;
   }
 
-  // Node v's out-links, in the order of topo's.
+  // Node v's out-links but those into stub hosts, in the order of topo's.
   absl::Span<const Out> OutOf(NodeId v) const {
     return absl::MakeConstSpan(out_.data() + out_begin_[v], out_.data() + out_begin_[v + 1]);
   }
@@ -539,7 +543,9 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
 
   MarginalRoutingResult result;
   RoutingObjective objective = config.objective;
-  objective.reference_utilization = max_utilization(problem.Loads(flows));
+  // The loads under w: at the start of every round, those the last round ended with.
+  std::vector<double> loads = problem.Loads(flows);
+  objective.reference_utilization = max_utilization(loads);
   if (!(objective.reference_utilization > 0)) objective.reference_utilization = 1;
   bool steady = false;
   const int64_t links = topo.num_links();
@@ -552,7 +558,6 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   size_t next = targets == 0 ? 0 : first_destination % targets;
   for (int round = 0; round < config.reference_rounds && !result.out_of_scans; ++round) {
     result.reference_trace.push_back(objective.reference_utilization);
-    std::vector<double> loads = problem.Loads(flows);
     ObjectiveTerms terms = Evaluate(scales, loads, objective);
     result.lower_bound = 0;
     result.settled = false;
