@@ -116,10 +116,21 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
   };
   const bool valid = is_valid(in_force_);
 
+  // The minimisation resumes where the last one stopped (its tables, published or not), so a
+  // steady demand costs few iterations a cycle; the tables in force, or ECMP, where those
+  // route over a link now down; WCMP when a link came up.
+  if (came_up) candidate_.reset();  // made without the link: never resumed from
+  const RoutingTables* start = valid && !came_up ? in_force_.get() : nullptr;
+  if (is_valid(candidate_)) start = candidate_.get();
+  const absl::Status started = router_.Start(known, demand, kUnit, start);
+
   // Load the demand does not explain under the tables in force.
   std::vector<double> other(known.num_links(), 0.0);
   absl::StatusOr<std::vector<double>> predicted = absl::FailedPreconditionError("no tables");
-  if (valid) predicted = ComputeLinkLoads(known, *in_force_, demand);
+  if (valid) {
+    predicted =
+        started.ok() ? router_.LoadsUnder(*in_force_) : ComputeLinkLoads(known, *in_force_, demand);
+  }
   if (predicted.ok()) {
     for (LinkId l = 0; l < known.num_links(); ++l) {
       const double slack = config_.other_load_slack *
@@ -133,16 +144,11 @@ std::shared_ptr<const RoutingTables> MarginalDecision::Decide(Time now, const To
     }
   }
 
-  // The minimisation resumes where the last one stopped (its tables, published or not), so a
-  // steady demand costs few iterations a cycle; the tables in force, or ECMP, where those
-  // route over a link now down; WCMP when a link came up.
-  if (came_up) candidate_.reset();  // made without the link: never resumed from
-  const RoutingTables* start = valid && !came_up ? in_force_.get() : nullptr;
-  if (is_valid(candidate_)) start = candidate_.get();
   std::shared_ptr<const RoutingTables> next;
   std::vector<double> next_loads;  // under `next`, other load included
   absl::StatusOr<MarginalRoutingResult> result =
-      MinimiseRoutingObjective(known, demand, kUnit, config_.routing, start, &other, &state_);
+      started.ok() ? router_.Minimise(config_.routing, &other)
+                   : absl::StatusOr<MarginalRoutingResult>(started);
   if (result.ok()) {
     stats_.iterations += result->iterations;
     stats_.out_of_scans += result->out_of_scans;

@@ -119,7 +119,7 @@ class MarginalDecision {
   // Tables (in force or candidate) found valid over up_: no need to validate them again.
   std::vector<std::shared_ptr<const RoutingTables>> validated_;
   std::vector<HoltForecaster> other_forecast_;  // by link; empty without a horizon
-  MarginalRoutingState state_;                  // what the last minimisation left for the next
+  MarginalRouter router_;                       // what the last minimisation left for the next
   MarginalDecisionStats stats_;
   std::string last_error_;
 };

@@ -52,6 +52,15 @@ class LinkSet {
   std::vector<uint64_t> words_;
 };
 
+// What the last minimisation left for the next (MarginalRouter): per destination the table it
+// returned, its weights (by LinkId) and an order of its nodes; the links usable then.
+struct Held {
+  std::vector<DestinationTablePtr> tables;
+  std::vector<std::vector<double>> weights;
+  std::vector<std::vector<NodeId>> orders;
+  std::vector<bool> open;
+};
+
 std::vector<double> Scaled(std::vector<double> loads, double unit_bps) {
   for (double& x : loads) x *= unit_bps;
   return loads;
@@ -100,6 +109,9 @@ class Problem {
   // The nodes whose traffic enters toward targets[t], and how much, in NodeId order.
   const std::vector<std::pair<NodeId, double>>& injected(size_t t) const { return injected_[t]; }
   const std::vector<double>& host_loads() const { return host_loads_; }
+  void AddToHostLoads(const std::vector<double>& loads) {
+    for (LinkId l = 0; l < topo_.num_links(); ++l) host_loads_[l] += loads[l];
+  }
 
   // Whether traffic toward targets[t] may take link l: up, of some capacity, and not into a
   // host other than the target (hosts forward nothing).
@@ -111,18 +123,29 @@ class Problem {
   // By LinkId: up and of some capacity.
   const std::vector<bool>& open() const { return open_; }
 
-  // The weights of `table` into `w` (by LinkId, sized). Whether a link weighted in `w` before
-  // is not in the table.
-  bool WeightsOf(const DestinationTable& table, std::vector<double>& w) const {
+  // The weights of `table` toward targets[t] into `w` (by LinkId, sized). Whether a link
+  // weighted in `w` before is not in the table. FailedPrecondition if a next hop is not a link
+  // out of its node that traffic toward targets[t] may take.
+  absl::StatusOr<bool> WeightsOf(size_t t, const DestinationTable& table,
+                                 std::vector<double>& w) const {
     bool dropped = false;
+    std::vector<LinkId> before;  // v's links weighted before
     for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
-      const absl::Span<const NextHop> hops = table.At(v);
-      size_t i = 0;
+      before.clear();
       for (const auto [l, head] : OutOf(v)) {
-        const double weight = i < hops.size() && hops[i].link == l ? hops[i++].weight : 0.0;
-        dropped = dropped || (w[l] > 0 && weight == 0);
-        w[l] = weight;
+        if (w[l] > 0) before.push_back(l);
+        w[l] = 0;
       }
+      for (const NextHop& hop : table.At(v)) {
+        if (hop.link < 0 || hop.link >= topo_.num_links() || topo_.link(hop.link).src != v ||
+            !Usable(t, hop.link)) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("node '", topo_.node(v).name, "' forwards over a bad or unusable link ",
+                           hop.link, " toward '", topo_.node(targets_[t]).name, "'"));
+        }
+        w[hop.link] = hop.weight;
+      }
+      for (LinkId l : before) dropped = dropped || !(w[l] > 0);
     }
     return dropped;
   }
@@ -140,21 +163,20 @@ class Problem {
   // loop; WCMP's elsewhere (ECMP's next hops weighted by the capacity each leads to: equal on
   // a symmetric fabric, and a prior that already keeps new traffic off a degraded link).
   // `orders[t]` is the order of w[t] where `start`'s table was taken; empty otherwise.
-  // A destination whose table in `start` is the one `state` holds for it, over the same
-  // usable links, takes the state's weights and order as they are (moved out of it).
-  Weights Start(const RoutingTables* start, MarginalRoutingState* state,
+  // A destination whose table in `start` is the one `held` holds for it, over the same
+  // usable links, takes the held weights and order as they are (moved out of `held`).
+  Weights Start(const RoutingTables* start, Held& held,
                 std::vector<std::vector<NodeId>>& orders) const {
     Weights w(targets_.size());
     orders.assign(targets_.size(), {});
-    const bool held = start != nullptr && state != nullptr &&
-                      state->tables.size() == targets_.size() && state->open == open_ &&
-                      start->num_nodes() == topo_.num_nodes();
+    const bool reuse = start != nullptr && held.tables.size() == targets_.size() &&
+                       held.open == open_ && start->num_nodes() == topo_.num_nodes();
     std::optional<RoutingTables> wcmp;  // computed only if a destination needs it
     for (size_t t = 0; t < targets_.size(); ++t) {
-      if (held && state->tables[t] != nullptr && start->IsDestination(targets_[t]) &&
-          start->SharedTable(targets_[t]) == state->tables[t]) {
-        w[t] = std::move(state->weights[t]);
-        orders[t] = std::move(state->orders[t]);
+      if (reuse && held.tables[t] != nullptr && start->IsDestination(targets_[t]) &&
+          start->SharedTable(targets_[t]) == held.tables[t]) {
+        w[t] = std::move(held.weights[t]);
+        orders[t] = std::move(held.orders[t]);
         continue;
       }
       w[t].assign(topo_.num_links(), 0.0);
@@ -467,15 +489,16 @@ double LowerBound(const Problem& p, const std::vector<DestinationFlow>& flows,
 }
 
 // The tables of weights `w`: next hops below min_weight dropped, the rest renormalised.
-// Destinations whose weights are `start`'s table unchanged (`kept`) keep that table.
+// Destinations whose weights are their starting table's unchanged (`kept`) keep that table.
 RoutingTables TablesOf(const Problem& p, const Weights& w, double min_weight,
-                       const RoutingTables* start, const std::vector<bool>& kept) {
+                       const std::vector<DestinationTablePtr>& start,
+                       const std::vector<bool>& kept) {
   const Topology& topo = p.topo();
   RoutingTables tables(topo.num_nodes(), p.targets());
   std::vector<std::vector<NextHop>> rows(topo.num_nodes());
   for (size_t t = 0; t < p.targets().size(); ++t) {
     if (kept[t]) {
-      tables.Set(start->SharedTable(p.targets()[t]));
+      tables.Set(start[t]);
       continue;
     }
     for (NodeId v = 0; v < topo.num_nodes(); ++v) {
@@ -514,29 +537,106 @@ ObjectiveTerms EvaluateObjective(const Topology& topo, const std::vector<double>
   return Evaluate(ScalesOf(topo, unit_bps, objective), loads, objective);
 }
 
-absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
-    const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
-    const MarginalRoutingConfig& config, const RoutingTables* start,
-    const std::vector<double>* other_loads, MarginalRoutingState* state) {
+struct MarginalRouter::Impl {
+  // What Start sets for Minimise.
+  const Topology* topo = nullptr;
+  double unit_bps = 1;
+  std::optional<Problem> problem;
+  Weights w;
+  std::vector<DestinationFlow> flows;
+  std::vector<bool> kept;                         // still at the starting table's weights
+  std::vector<DestinationTablePtr> start_tables;  // where kept: that table
+  // What the last Minimise left for the next.
+  Held held;
+  size_t next_destination = 0;
+};
+
+MarginalRouter::MarginalRouter() : impl_(std::make_unique<Impl>()) {}
+MarginalRouter::~MarginalRouter() = default;
+
+absl::Status MarginalRouter::Start(const Topology& topo, const std::vector<Demand>& demand,
+                                   double unit_bps, const RoutingTables* start) {
+  Impl& m = *impl_;
+  m.problem.reset();
   ASSIGN_OR_RETURN(TargetDemand split, SplitDemand(topo, demand));
-  if (other_loads != nullptr) {
-    for (LinkId l = 0; l < topo.num_links(); ++l) split.host_loads[l] += (*other_loads)[l];
-  }
-  const Problem problem(topo, std::move(split), unit_bps);
-  const std::vector<LinkScale> scales = ScalesOf(topo, unit_bps, config.objective);
+  Problem& problem = m.problem.emplace(topo, std::move(split), unit_bps);
+  m.topo = &topo;
+  m.unit_bps = unit_bps;
   const size_t targets = problem.targets().size();
   std::vector<std::vector<NodeId>> orders;
-  Weights w = problem.Start(start, state, orders);
-  const size_t first_destination = state != nullptr ? state->next_destination : 0;
-  if (state != nullptr) *state = MarginalRoutingState();  // refilled if the call succeeds
-  std::vector<DestinationFlow> flows(targets);
-  std::vector<double> through(topo.num_nodes(), 0.0);  // Route's, by NodeId
-  // Destinations still at `start`'s weights.
-  std::vector<bool> kept(targets);
+  m.w = problem.Start(start, m.held, orders);
+  m.held = Held();  // refilled by Minimise
+  m.flows.assign(targets, DestinationFlow());
+  m.kept.assign(targets, false);
+  m.start_tables.assign(targets, nullptr);
+  std::vector<double> through(topo.num_nodes(), 0.0);
   for (size_t t = 0; t < targets; ++t) {
-    kept[t] = !orders[t].empty();
-    RETURN_IF_ERROR(problem.Route(t, w[t], kept[t] ? &orders[t] : nullptr, flows[t], through));
+    m.kept[t] = !orders[t].empty();
+    if (m.kept[t]) m.start_tables[t] = start->SharedTable(problem.targets()[t]);
+    absl::Status routed =
+        problem.Route(t, m.w[t], m.kept[t] ? &orders[t] : nullptr, m.flows[t], through);
+    if (!routed.ok()) {
+      m.problem.reset();
+      return routed;
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> MarginalRouter::LoadsUnder(const RoutingTables& tables) const {
+  const Impl& m = *impl_;
+  if (!m.problem) return absl::FailedPreconditionError("marginal routing: no demand started");
+  const Problem& problem = *m.problem;
+  const Topology& topo = *m.topo;
+  std::vector<double> loads = problem.host_loads();
+  std::vector<double> w, through(topo.num_nodes(), 0.0);
+  DestinationFlow flow;
+  for (size_t t = 0; t < problem.targets().size(); ++t) {
+    if (!problem.HasTraffic(t)) continue;
+    const NodeId target = problem.targets()[t];
+    const DestinationTable* table =
+        tables.num_nodes() == topo.num_nodes() && tables.IsDestination(target)
+            ? tables.Table(target)
+            : nullptr;
+    if (table == nullptr || table->num_nodes() != topo.num_nodes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no routing table toward '", topo.node(target).name, "'"));
+    }
+    const DestinationFlow* f = &m.flows[t];
+    if (!m.kept[t] || table != m.start_tables[t].get()) {
+      w.assign(topo.num_links(), 0.0);
+      RETURN_IF_ERROR(problem.WeightsOf(t, *table, w).status());
+      absl::StatusOr<std::vector<NodeId>> order = problem.OrderOf(w);
+      if (!order.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("forwarding loop toward '", topo.node(target).name, "'"));
+      }
+      RETURN_IF_ERROR(problem.Route(t, w, &*order, flow, through));
+      f = &flow;
+    }
+    for (const auto& [l, x] : f->links) loads[l] += x;
+  }
+  return loads;
+}
+
+absl::StatusOr<MarginalRoutingResult> MarginalRouter::Minimise(
+    const MarginalRoutingConfig& config, const std::vector<double>* other_loads) {
+  Impl& m = *impl_;
+  if (!m.problem) return absl::FailedPreconditionError("marginal routing: no demand started");
+  // The started demand is spent whatever happens below; after an error nothing is held.
+  std::optional<Problem> started = std::move(m.problem);
+  m.problem.reset();
+  Problem& problem = *started;
+  const Topology& topo = *m.topo;
+  const double unit_bps = m.unit_bps;
+  if (other_loads != nullptr) problem.AddToHostLoads(*other_loads);
+  const std::vector<LinkScale> scales = ScalesOf(topo, unit_bps, config.objective);
+  const size_t targets = problem.targets().size();
+  Weights& w = m.w;
+  std::vector<DestinationFlow>& flows = m.flows;
+  std::vector<bool>& kept = m.kept;
+  const size_t first_destination = m.next_destination;
+  std::vector<double> through(topo.num_nodes(), 0.0);  // Route's, by NodeId
   const auto max_utilization = [&](const std::vector<double>& loads) {
     return MaxUtilization(topo, Scaled(loads, unit_bps));
   };
@@ -688,12 +788,13 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     if ((u[i] - u[i - 1]) * (u[i - 1] - u[i - 2]) < 0) result.oscillated = true;
   }
   result.reference_utilization = objective.reference_utilization;
-  result.tables = TablesOf(problem, w, config.min_weight, start, kept);
+  result.tables = TablesOf(problem, w, config.min_weight, m.start_tables, kept);
   // The weights and flows of what the tables say (next hops below min_weight dropped, the
   // rest renormalised); a kept destination's are its table's already.
   for (size_t t = 0; t < targets; ++t) {
     if (kept[t]) continue;
-    const bool dropped = problem.WeightsOf(*result.tables.SharedTable(problem.targets()[t]), w[t]);
+    ASSIGN_OR_RETURN(const bool dropped,
+                     problem.WeightsOf(t, *result.tables.SharedTable(problem.targets()[t]), w[t]));
     if (dropped) {
       ASSIGN_OR_RETURN(flows[t].order, problem.OrderOf(w[t]));
     }
@@ -701,18 +802,25 @@ absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
   }
   result.loads = problem.Loads(flows);  // other_loads included
   result.objective = EvaluateObjective(topo, result.loads, unit_bps, objective).value;
-  if (state != nullptr) {
-    state->tables.resize(targets);
-    state->orders.resize(targets);
-    for (size_t t = 0; t < targets; ++t) {
-      state->tables[t] = result.tables.SharedTable(problem.targets()[t]);
-      state->orders[t] = std::move(flows[t].order);
-    }
-    state->weights = std::move(w);
-    state->open = problem.open();
-    state->next_destination = next;
+  m.held.tables.resize(targets);
+  m.held.orders.resize(targets);
+  for (size_t t = 0; t < targets; ++t) {
+    m.held.tables[t] = result.tables.SharedTable(problem.targets()[t]);
+    m.held.orders[t] = std::move(flows[t].order);
   }
+  m.held.weights = std::move(w);
+  m.held.open = problem.open();
+  m.next_destination = next;
   return result;
+}
+
+absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
+    const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
+    const MarginalRoutingConfig& config, const RoutingTables* start,
+    const std::vector<double>* other_loads) {
+  MarginalRouter router;
+  RETURN_IF_ERROR(router.Start(topo, demand, unit_bps, start));
+  return router.Minimise(config, other_loads);
 }
 
 }  // namespace dar

@@ -42,6 +42,7 @@
 #ifndef DAR_CORE_MARGINAL_ROUTING_H_
 #define DAR_CORE_MARGINAL_ROUTING_H_
 
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -101,7 +102,7 @@ struct MarginalRoutingConfig {
   // reaches it, within an iteration if need be; at least one destination steps. What a
   // decision cycle may spend whatever the network's size: a small network settles within a
   // cycle, a large one moves some destinations toward the optimum each cycle, and the next
-  // call resumes with the destination after them (MarginalRoutingState::next_destination).
+  // call of a MarginalRouter resumes with the destination after them.
   // 0: no bound. REQUIRES: >= 0.
   int64_t max_link_scans = 0;
 
@@ -144,31 +145,54 @@ struct MarginalRoutingResult {
 // table; rows that carry none of the demand keep their starting weights. Errors:
 // InvalidArgument for a bad demand, FailedPrecondition if a demand's destination cannot be
 // reached from its source over up links. REQUIRES: unit_bps > 0.
-// What a minimisation leaves for the next over the same topology, so that a call resumed
-// from the tables it returned neither rebuilds nor re-checks them, and a call its bound
-// stopped within a sweep is followed by one that resumes the sweep. A caller that resumes
-// passes the same state to every call (a default-constructed one at first); a failed call
-// leaves it empty. It holds about what a call works on: a weight a link and destination.
-struct MarginalRoutingState {
-  // Per destination (as topo.Destinations()): the table the last call returned, its weights
-  // by LinkId, and an order of the nodes in which every node comes before its next hops.
-  std::vector<DestinationTablePtr> tables;
-  std::vector<std::vector<double>> weights;
-  std::vector<std::vector<NodeId>> orders;
-  // By LinkId: whether the link was up and of some capacity in that call's topology.
-  std::vector<bool> open;
-  // The destination (an index into topo.Destinations()) the next call's sweeps start with:
-  // the first that the last call's bound left unstepped in its last sweep.
-  size_t next_destination = 0;
-};
-
 // `other_loads` (by LinkId, traffic units), if given, is load on the links that no routing
-// moves: traffic the demand does not account for. `state`, if given, is the last call's.
+// moves: traffic the demand does not account for.
 absl::StatusOr<MarginalRoutingResult> MinimiseRoutingObjective(
     const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
     const MarginalRoutingConfig& config = MarginalRoutingConfig(),
-    const RoutingTables* start = nullptr, const std::vector<double>* other_loads = nullptr,
-    MarginalRoutingState* state = nullptr);
+    const RoutingTables* start = nullptr, const std::vector<double>* other_loads = nullptr);
+
+// The minimisation as a caller that runs it every cycle uses it (the decision layer): each
+// cycle, Start with the cycle's demand, read the loads that demand puts on the tables in
+// force (LoadsUnder), then Minimise. MinimiseRoutingObjective is one Start and one Minimise
+// of a new router. The router keeps what one Minimise leaves for the next cycle:
+//   - a destination started from the very table the last Minimise returned for it takes that
+//     table's weights and order as they are, not rebuilt from the table nor checked again,
+//     while the topology's usable links stay the same;
+//   - a sweep that max_link_scans stopped goes on, in the next Minimise, with the destination
+//     it stopped at.
+// It holds about what a minimisation works on: a weight a link and destination. Not
+// thread-safe.
+class MarginalRouter {
+ public:
+  MarginalRouter();
+  ~MarginalRouter();
+  MarginalRouter(const MarginalRouter&) = delete;
+  MarginalRouter& operator=(const MarginalRouter&) = delete;
+
+  // The demand of this cycle over `topo`, which must outlive the Minimise that follows, from
+  // `start` (as MinimiseRoutingObjective). Errors as MinimiseRoutingObjective's; after one,
+  // LoadsUnder and Minimise fail until the next successful Start.
+  absl::Status Start(const Topology& topo, const std::vector<Demand>& demand, double unit_bps,
+                     const RoutingTables* start = nullptr);
+
+  // The load of the started demand on every link (traffic units, by LinkId) under `tables`,
+  // the host links' included, as ComputeLinkLoads gives it. A destination whose table is the
+  // one it was started from costs nothing more; another's table is routed. Errors:
+  // InvalidArgument if `tables` lacks a destination with traffic, FailedPrecondition if a
+  // table forwards over a link that is down, of no capacity or into a host, has a loop, or
+  // leaves a node with traffic without a next hop; FailedPrecondition with no demand started.
+  absl::StatusOr<std::vector<double>> LoadsUnder(const RoutingTables& tables) const;
+
+  // Minimises J for the started demand, `other_loads` added (as MinimiseRoutingObjective's).
+  // Spends the started demand: the next Minimise needs a new Start.
+  absl::StatusOr<MarginalRoutingResult> Minimise(const MarginalRoutingConfig& config,
+                                                 const std::vector<double>* other_loads = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // The capacity-weighted p-norm of the utilisations, (sum_l kappa_l u_l^p)^(1/p): for large p
 // about the maximum utilisation, but every link counts. 0 if nothing is loaded.
