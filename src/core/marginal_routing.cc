@@ -23,11 +23,31 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // toward targets[t] that leaves on link l.
 using Weights = std::vector<std::vector<double>>;
 
-// What one destination's weights do to its traffic: the order in which it flows (every node
-// that forwards, before its next hops), the traffic through every node that sends some on,
-// and the load on every link that carries some.
-struct DestinationFlow {
+// An out-link of a node, with the node it leads to.
+struct Out {
+  LinkId link;
+  NodeId head;
+};
+
+// A destination's next-hop graph: the nodes that forward, each before its next hops, and each
+// one's weighted out-links (in topo's order). Made when the weighted links change; shared,
+// unchanged, by the weights that only reweight them.
+struct Dag {
   std::vector<NodeId> order;
+  std::vector<int> begin;  // by position in `order`, into `links`; one past the last too
+  std::vector<Out> links;
+
+  absl::Span<const Out> LinksAt(size_t i) const {
+    return absl::MakeConstSpan(links.data() + begin[i], links.data() + begin[i + 1]);
+  }
+};
+using DagPtr = std::shared_ptr<const Dag>;
+
+// What one destination's weights do to its traffic: its next-hop graph, the traffic through
+// every node that sends some on (in the graph's order), and the load on every link that
+// carries some.
+struct DestinationFlow {
+  DagPtr dag;
   std::vector<std::pair<NodeId, double>> through;  // in `order`'s order
   std::vector<std::pair<LinkId, double>> links;    // in no particular order
 };
@@ -57,7 +77,7 @@ class LinkSet {
 struct Held {
   std::vector<DestinationTablePtr> tables;
   std::vector<std::vector<double>> weights;
-  std::vector<std::vector<NodeId>> orders;
+  std::vector<DagPtr> dags;
   std::vector<bool> open;
 };
 
@@ -68,12 +88,6 @@ std::vector<double> Scaled(std::vector<double> loads, double unit_bps) {
 
 class Problem {
  public:
-  // An out-link of a node, with the node it leads to.
-  struct Out {
-    LinkId link;
-    NodeId head;
-  };
-
   Problem(const Topology& topo, TargetDemand demand, double unit_bps)
       : topo_(topo), unit_bps_(unit_bps), targets_(topo.Destinations()) {
     const int n = topo.num_nodes();
@@ -165,10 +179,9 @@ class Problem {
   // `orders[t]` is the order of w[t] where `start`'s table was taken; empty otherwise.
   // A destination whose table in `start` is the one `held` holds for it, over the same
   // usable links, takes the held weights and order as they are (moved out of `held`).
-  Weights Start(const RoutingTables* start, Held& held,
-                std::vector<std::vector<NodeId>>& orders) const {
+  Weights Start(const RoutingTables* start, Held& held, std::vector<DagPtr>& dags) const {
     Weights w(targets_.size());
-    orders.assign(targets_.size(), {});
+    dags.assign(targets_.size(), nullptr);
     const bool reuse = start != nullptr && held.tables.size() == targets_.size() &&
                        held.open == open_ && start->num_nodes() == topo_.num_nodes();
     std::optional<RoutingTables> wcmp;  // computed only if a destination needs it
@@ -176,11 +189,11 @@ class Problem {
       if (reuse && held.tables[t] != nullptr && start->IsDestination(targets_[t]) &&
           start->SharedTable(targets_[t]) == held.tables[t]) {
         w[t] = std::move(held.weights[t]);
-        orders[t] = std::move(held.orders[t]);
+        dags[t] = std::move(held.dags[t]);
         continue;
       }
       w[t].assign(topo_.num_links(), 0.0);
-      if (start != nullptr && StartFrom(*start, t, w[t], orders[t])) continue;
+      if (start != nullptr && StartFrom(*start, t, w[t], dags[t])) continue;
       if (!wcmp) {
         // Over the usable links: a link of no capacity is no path.
         Topology usable = topo_;
@@ -200,23 +213,25 @@ class Problem {
   // The flow of weights `w` toward targets[t], into `f` (whose vectors are reused). `order`,
   // if given, is an order of weights with the same next hops (the same links weighted above
   // zero), reused. `through`: by NodeId, all zero, and left so.
-  absl::Status Route(size_t t, const std::vector<double>& w, const std::vector<NodeId>* order,
-                     DestinationFlow& f, std::vector<double>& through) const {
-    if (order != nullptr) {
-      if (order != &f.order) f.order = *order;
+  absl::Status Route(size_t t, const std::vector<double>& w, const DagPtr* dag, DestinationFlow& f,
+                     std::vector<double>& through) const {
+    if (dag != nullptr) {
+      f.dag = *dag;
     } else {
-      ASSIGN_OR_RETURN(f.order, Order(w));
+      ASSIGN_OR_RETURN(f.dag, Order(w));
     }
     for (const auto& [v, amount] : injected_[t]) through[v] = amount;
     f.through.clear();
     f.links.clear();
     absl::Status status;
-    for (NodeId v : f.order) {
+    const Dag& g = *f.dag;
+    for (size_t i = 0; i < g.order.size(); ++i) {
+      const NodeId v = g.order[i];
       const double x = through[v];
       if (v == targets_[t] || x == 0) continue;
       f.through.push_back({v, x});
       bool sent = false;
-      for (const auto [l, head] : OutOf(v)) {
+      for (const auto [l, head] : g.LinksAt(i)) {
         if (w[l] <= 0) continue;
         const double share = x * w[l];
         f.links.push_back({l, share});  // every link leaves one node, visited once
@@ -243,9 +258,7 @@ class Problem {
     return loads;
   }
 
-  absl::StatusOr<std::vector<NodeId>> OrderOf(const std::vector<double>& w) const {
-    return Order(w);
-  }
+  absl::StatusOr<DagPtr> OrderOf(const std::vector<double>& w) const { return Order(w); }
 
   bool HasTraffic(size_t t) const {
     return std::any_of(injected_[t].begin(), injected_[t].end(),
@@ -253,8 +266,7 @@ class Problem {
   }
 
  private:
-  bool StartFrom(const RoutingTables& start, size_t t, std::vector<double>& w,
-                 std::vector<NodeId>& order) const {
+  bool StartFrom(const RoutingTables& start, size_t t, std::vector<double>& w, DagPtr& dag) const {
     const NodeId target = targets_[t];
     if (start.num_nodes() != topo_.num_nodes() || !start.IsDestination(target) ||
         start.Table(target) == nullptr) {
@@ -277,16 +289,16 @@ class Problem {
         w[hop.link] = hop.weight;
       }
     }
-    absl::StatusOr<std::vector<NodeId>> ordered = Order(w);
+    absl::StatusOr<DagPtr> ordered = Order(w);
     if (!ordered.ok()) return false;
-    order = *std::move(ordered);
+    dag = *std::move(ordered);
     return true;
   }
 
   // The nodes in an order where every node comes before its next hops (Kahn). The weights
   // are loop-free by construction; a loop is a bug.
   // Stub hosts, which forward nothing, are left out of it.
-  absl::StatusOr<std::vector<NodeId>> Order(const std::vector<double>& w) const {
+  absl::StatusOr<DagPtr> Order(const std::vector<double>& w) const {
     const int n = topo_.num_nodes();
     std::vector<int> in(n, 0);
     for (const auto [l, head] : out_) in[head] += w[l] > 0;
@@ -303,8 +315,17 @@ class Problem {
     if (static_cast<int>(order.size()) != n) {
       return absl::InternalError("marginal routing: the next hops of a destination form a loop");
     }
-    std::erase_if(order, [&](NodeId v) { return !forwards_[v]; });
-    return order;
+    auto dag = std::make_shared<Dag>();
+    dag->begin.push_back(0);
+    for (NodeId v : order) {
+      if (!forwards_[v]) continue;
+      dag->order.push_back(v);
+      for (const Out& out : OutOf(v)) {
+        if (w[out.link] > 0) dag->links.push_back(out);
+      }
+      dag->begin.push_back(static_cast<int>(dag->links.size()));
+    }
+    return dag;
   }
 
   const Topology& topo_;
@@ -386,35 +407,27 @@ struct Marginals {
   std::vector<char> tainted;
 };
 
-void ComputeMarginals(const Problem& p, size_t t, const std::vector<double>& w,
-                      const std::vector<NodeId>& order, const ObjectiveTerms& terms, Marginals& m) {
-  const Topology& topo = p.topo();
-  const int n = topo.num_nodes();
+void ComputeMarginals(const Problem& p, size_t t, const std::vector<double>& w, const Dag& dag,
+                      const ObjectiveTerms& terms, Marginals& m) {
+  const int n = p.topo().num_nodes();
   m.delta.assign(n, kInf);
   m.curvature.assign(n, 0.0);
   m.tainted.assign(n, false);
   const NodeId target = p.targets()[t];
   m.delta[target] = 0;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const NodeId v = *it;
-    // Nothing is sent toward a stub host, so its marginals are never read.
-    if (v == target || !p.Forwards(v)) continue;
+  for (size_t i = dag.order.size(); i-- > 0;) {
+    const NodeId v = dag.order[i];
+    const absl::Span<const Out> out = dag.LinksAt(i);
+    if (v == target || out.empty()) continue;
     double delta = 0, curvature = 0;
-    bool any = false, tainted = false;
-    const absl::Span<const Problem::Out> out = p.OutOf(v);
+    bool tainted = false;
     for (const auto [l, k] : out) {
-      if (w[l] <= 0) continue;
-      any = true;
       delta += w[l] * (terms.first[l] + m.delta[k]);
       curvature += w[l] * w[l] * (terms.second[l] + m.curvature[k]);
     }
-    if (!any) continue;
     m.delta[v] = delta;
     m.curvature[v] = curvature;
-    for (const auto [l, k] : out) {
-      if (w[l] <= 0) continue;
-      tainted = tainted || m.tainted[k] || !(m.delta[k] < delta);
-    }
+    for (const auto [l, k] : out) tainted = tainted || m.tainted[k] || !(m.delta[k] < delta);
     m.tainted[v] = tainted;
   }
 }
@@ -435,7 +448,7 @@ void StepToward(const Problem& p, size_t t, const DestinationFlow& flow, const M
   // would churn tables for nothing.
   for (const auto [v, traffic] : flow.through) {
     if (v == target || m.delta[v] == kInf || !(traffic > 0)) continue;
-    const absl::Span<const Problem::Out> out = p.OutOf(v);
+    const absl::Span<const Out> out = p.OutOf(v);
     // The next hop of least marginal cost: a current one, or a neighbour v may start using.
     LinkId best = kNoLink;
     NodeId best_k = kNoNode;
@@ -563,18 +576,18 @@ absl::Status MarginalRouter::Start(const Topology& topo, const std::vector<Deman
   m.topo = &topo;
   m.unit_bps = unit_bps;
   const size_t targets = problem.targets().size();
-  std::vector<std::vector<NodeId>> orders;
-  m.w = problem.Start(start, m.held, orders);
-  m.held = Held();  // refilled by Minimise
-  m.flows.assign(targets, DestinationFlow());
+  std::vector<DagPtr> dags;
+  m.w = problem.Start(start, m.held, dags);
+  m.held = Held();          // refilled by Minimise
+  m.flows.resize(targets);  // their vectors reused: Route clears them
   m.kept.assign(targets, false);
   m.start_tables.assign(targets, nullptr);
   std::vector<double> through(topo.num_nodes(), 0.0);
   for (size_t t = 0; t < targets; ++t) {
-    m.kept[t] = !orders[t].empty();
+    m.kept[t] = dags[t] != nullptr;
     if (m.kept[t]) m.start_tables[t] = start->SharedTable(problem.targets()[t]);
     absl::Status routed =
-        problem.Route(t, m.w[t], m.kept[t] ? &orders[t] : nullptr, m.flows[t], through);
+        problem.Route(t, m.w[t], m.kept[t] ? &dags[t] : nullptr, m.flows[t], through);
     if (!routed.ok()) {
       m.problem.reset();
       return routed;
@@ -606,12 +619,12 @@ absl::StatusOr<std::vector<double>> MarginalRouter::LoadsUnder(const RoutingTabl
     if (!m.kept[t] || table != m.start_tables[t].get()) {
       w.assign(topo.num_links(), 0.0);
       RETURN_IF_ERROR(problem.WeightsOf(t, *table, w).status());
-      absl::StatusOr<std::vector<NodeId>> order = problem.OrderOf(w);
-      if (!order.ok()) {
+      absl::StatusOr<DagPtr> dag = problem.OrderOf(w);
+      if (!dag.ok()) {
         return absl::FailedPreconditionError(
             absl::StrCat("forwarding loop toward '", topo.node(target).name, "'"));
       }
-      RETURN_IF_ERROR(problem.Route(t, w, &*order, flow, through));
+      RETURN_IF_ERROR(problem.Route(t, w, &*dag, flow, through));
       f = &flow;
     }
     for (const auto& [l, x] : f->links) loads[l] += x;
@@ -703,7 +716,7 @@ absl::StatusOr<MarginalRoutingResult> MarginalRouter::Minimise(
         for (; step[t] > 1e-9; step[t] /= 2) {
           result.link_scans += links;
           if (!have_marginals) {
-            ComputeMarginals(problem, t, w[t], flows[t].order, terms, marginals);
+            ComputeMarginals(problem, t, w[t], *flows[t].dag, terms, marginals);
             have_marginals = true;
           }
           undo.clear();
@@ -719,7 +732,7 @@ absl::StatusOr<MarginalRoutingResult> MarginalRouter::Minimise(
             return (w[t][u.first] > 0) == (u.second > 0);
           });
           RETURN_IF_ERROR(
-              problem.Route(t, w[t], same_hops ? &flows[t].order : nullptr, next_flow, through));
+              problem.Route(t, w[t], same_hops ? &flows[t].dag : nullptr, next_flow, through));
           // J after the step, from the terms of the links whose load it changes: those either
           // flow carries, in the order of their ids (so that the sum is the same however the
           // flows list them).
@@ -796,17 +809,18 @@ absl::StatusOr<MarginalRoutingResult> MarginalRouter::Minimise(
     ASSIGN_OR_RETURN(const bool dropped,
                      problem.WeightsOf(t, *result.tables.SharedTable(problem.targets()[t]), w[t]));
     if (dropped) {
-      ASSIGN_OR_RETURN(flows[t].order, problem.OrderOf(w[t]));
+      ASSIGN_OR_RETURN(flows[t].dag, problem.OrderOf(w[t]));
     }
-    RETURN_IF_ERROR(problem.Route(t, w[t], &flows[t].order, flows[t], through));
+    const DagPtr dag = flows[t].dag;
+    RETURN_IF_ERROR(problem.Route(t, w[t], &dag, flows[t], through));
   }
   result.loads = problem.Loads(flows);  // other_loads included
   result.objective = EvaluateObjective(topo, result.loads, unit_bps, objective).value;
   m.held.tables.resize(targets);
-  m.held.orders.resize(targets);
+  m.held.dags.resize(targets);
   for (size_t t = 0; t < targets; ++t) {
     m.held.tables[t] = result.tables.SharedTable(problem.targets()[t]);
-    m.held.orders[t] = std::move(flows[t].order);
+    m.held.dags[t] = flows[t].dag;
   }
   m.held.weights = std::move(w);
   m.held.open = problem.open();
