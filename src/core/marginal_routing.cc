@@ -36,6 +36,9 @@ struct Dag {
   std::vector<NodeId> order;
   std::vector<int> begin;  // by position in `order`, into `links`; one past the last too
   std::vector<Out> links;
+  // Each link's weight, where the graph is a table's (DagOfTable); empty where the weights
+  // are a destination's weights being minimised, kept elsewhere.
+  std::vector<double> weights;
 
   absl::Span<const Out> LinksAt(size_t i) const {
     return absl::MakeConstSpan(links.data() + begin[i], links.data() + begin[i + 1]);
@@ -231,9 +234,11 @@ class Problem {
       if (v == targets_[t] || x == 0) continue;
       f.through.push_back({v, x});
       bool sent = false;
-      for (const auto [l, head] : g.LinksAt(i)) {
-        if (w[l] <= 0) continue;
-        const double share = x * w[l];
+      for (int j = g.begin[i]; j < g.begin[i + 1]; ++j) {
+        const auto [l, head] = g.links[j];
+        const double weight = g.weights.empty() ? w[l] : g.weights[j];
+        if (weight <= 0) continue;
+        const double share = x * weight;
         f.links.push_back({l, share});  // every link leaves one node, visited once
         through[head] += share;
         sent = true;
@@ -259,6 +264,54 @@ class Problem {
   }
 
   absl::StatusOr<DagPtr> OrderOf(const std::vector<double>& w) const { return Order(w); }
+
+  // The next-hop graph of `table` toward targets[t], weights included. FailedPrecondition if
+  // a next hop is not a link out of its node that traffic toward targets[t] may take, or the
+  // next hops form a loop.
+  absl::StatusOr<DagPtr> DagOfTable(size_t t, const DestinationTable& table) const {
+    const int n = topo_.num_nodes();
+    const auto toward = [&] {
+      return absl::StrCat(" toward '", topo_.node(targets_[t]).name, "'");
+    };
+    std::vector<int> in(n, 0);
+    for (NodeId v = 0; v < n; ++v) {
+      for (const NextHop& hop : table.At(v)) {
+        if (hop.link < 0 || hop.link >= topo_.num_links() || topo_.link(hop.link).src != v ||
+            !Usable(t, hop.link)) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("node '", topo_.node(v).name, "' forwards over a bad or unusable link ",
+                           hop.link, toward()));
+        }
+        ++in[topo_.link(hop.link).dst];
+      }
+    }
+    std::vector<NodeId> order;
+    order.reserve(n);
+    for (NodeId v = 0; v < n; ++v) {
+      if (in[v] == 0) order.push_back(v);
+    }
+    for (size_t i = 0; i < order.size(); ++i) {
+      for (const NextHop& hop : table.At(order[i])) {
+        const NodeId head = topo_.link(hop.link).dst;
+        if (--in[head] == 0) order.push_back(head);
+      }
+    }
+    if (static_cast<int>(order.size()) != n) {
+      return absl::FailedPreconditionError(absl::StrCat("forwarding loop", toward()));
+    }
+    auto dag = std::make_shared<Dag>();
+    dag->begin.push_back(0);
+    for (NodeId v : order) {
+      if (!forwards_[v]) continue;
+      dag->order.push_back(v);
+      for (const NextHop& hop : table.At(v)) {
+        dag->links.push_back({hop.link, topo_.link(hop.link).dst});
+        dag->weights.push_back(hop.weight);
+      }
+      dag->begin.push_back(static_cast<int>(dag->links.size()));
+    }
+    return dag;
+  }
 
   bool HasTraffic(size_t t) const {
     return std::any_of(injected_[t].begin(), injected_[t].end(),
@@ -561,6 +614,10 @@ struct MarginalRouter::Impl {
   std::vector<DestinationTablePtr> start_tables;  // where kept: that table
   // What the last Minimise left for the next.
   Held held;
+  // Per destination, the last table LoadsUnder routed other than the start's, and its graph;
+  // all made over the usable links table_dags_open.
+  std::vector<std::pair<DestinationTablePtr, DagPtr>> table_dags;
+  std::vector<bool> table_dags_open;
   size_t next_destination = 0;
 };
 
@@ -596,14 +653,18 @@ absl::Status MarginalRouter::Start(const Topology& topo, const std::vector<Deman
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<double>> MarginalRouter::LoadsUnder(const RoutingTables& tables) const {
-  const Impl& m = *impl_;
+absl::StatusOr<std::vector<double>> MarginalRouter::LoadsUnder(const RoutingTables& tables) {
+  Impl& m = *impl_;
   if (!m.problem) return absl::FailedPreconditionError("marginal routing: no demand started");
   const Problem& problem = *m.problem;
   const Topology& topo = *m.topo;
   std::vector<double> loads = problem.host_loads();
-  std::vector<double> w, through(topo.num_nodes(), 0.0);
+  std::vector<double> through(topo.num_nodes(), 0.0);
   DestinationFlow flow;
+  if (m.table_dags_open != problem.open()) {  // graphs made over other links: none holds
+    m.table_dags.assign(problem.targets().size(), {});
+    m.table_dags_open = problem.open();
+  }
   for (size_t t = 0; t < problem.targets().size(); ++t) {
     if (!problem.HasTraffic(t)) continue;
     const NodeId target = problem.targets()[t];
@@ -617,14 +678,13 @@ absl::StatusOr<std::vector<double>> MarginalRouter::LoadsUnder(const RoutingTabl
     }
     const DestinationFlow* f = &m.flows[t];
     if (!m.kept[t] || table != m.start_tables[t].get()) {
-      w.assign(topo.num_links(), 0.0);
-      RETURN_IF_ERROR(problem.WeightsOf(t, *table, w).status());
-      absl::StatusOr<DagPtr> dag = problem.OrderOf(w);
-      if (!dag.ok()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("forwarding loop toward '", topo.node(target).name, "'"));
+      // The table's graph, made once for every table object while the usable links stay.
+      auto& [of, dag] = m.table_dags[t];
+      if (of.get() != table) {
+        of = tables.SharedTable(target);
+        ASSIGN_OR_RETURN(dag, problem.DagOfTable(t, *table));
       }
-      RETURN_IF_ERROR(problem.Route(t, w, &*dag, flow, through));
+      RETURN_IF_ERROR(problem.Route(t, {}, &dag, flow, through));
       f = &flow;
     }
     for (const auto& [l, x] : f->links) loads[l] += x;

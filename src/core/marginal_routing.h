@@ -178,11 +178,12 @@ class MarginalRouter {
 
   // The load of the started demand on every link (traffic units, by LinkId) under `tables`,
   // the host links' included, as ComputeLinkLoads gives it. A destination whose table is the
-  // one it was started from costs nothing more; another's table is routed. Errors:
+  // one it was started from costs nothing more; another's table is routed (its graph made once
+  // for every table object). Errors:
   // InvalidArgument if `tables` lacks a destination with traffic, FailedPrecondition if a
   // table forwards over a link that is down, of no capacity or into a host, has a loop, or
   // leaves a node with traffic without a next hop; FailedPrecondition with no demand started.
-  absl::StatusOr<std::vector<double>> LoadsUnder(const RoutingTables& tables) const;
+  absl::StatusOr<std::vector<double>> LoadsUnder(const RoutingTables& tables);
 
   // Minimises J for the started demand, `other_loads` added (as MinimiseRoutingObjective's).
   // Spends the started demand: the next Minimise needs a new Start.
