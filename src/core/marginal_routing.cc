@@ -148,6 +148,7 @@ class Problem {
     bool dropped = false;
     std::vector<LinkId> before;  // v's links weighted before
     for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
+      if (!forwards_[v]) continue;  // a stub host's weights steer nothing
       before.clear();
       for (const auto [l, head] : OutOf(v)) {
         if (w[l] > 0) before.push_back(l);
@@ -249,8 +250,9 @@ class Problem {
         break;
       }
     }
+    // Traffic reached only nodes of the graph (every next hop is one) and its sources.
     for (const auto& [v, amount] : injected_[t]) through[v] = 0;
-    for (const auto& [l, share] : f.links) through[topo_.link(l).dst] = 0;
+    for (NodeId v : g.order) through[v] = 0;
     return status;
   }
 
@@ -569,9 +571,9 @@ RoutingTables TablesOf(const Problem& p, const Weights& w, double min_weight,
     }
     for (NodeId v = 0; v < topo.num_nodes(); ++v) {
       rows[v].clear();
-      if (topo.StubUplink(v) != kNoLink) continue;
+      if (!p.Forwards(v)) continue;
       double sum = 0;
-      for (LinkId l : topo.node(v).out_links) {
+      for (const auto [l, head] : p.OutOf(v)) {
         if (w[t][l] >= min_weight) rows[v].push_back({l, w[t][l]}), sum += w[t][l];
       }
       for (NextHop& hop : rows[v]) hop.weight /= sum;
@@ -593,7 +595,12 @@ double UtilizationNorm(const Topology& topo, const std::vector<double>& loads, d
   if (!(max > 0)) return 0;
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const double capacity = static_cast<double>(topo.link(l).params.capacity.bps()) / unit_bps;
-    if (capacity > 0) sum += capacity * std::pow(loads[l] / capacity / max, power);
+    if (capacity > 0) {
+      const double x = loads[l] / capacity / max;
+      sum +=
+          capacity * (power == std::floor(power) && power <= 64 ? IntPow(x, static_cast<int>(power))
+                                                                : std::pow(x, power));
+    }
   }
   return max * std::pow(sum, 1 / power);
 }
