@@ -36,21 +36,22 @@ struct Dag {
   std::vector<NodeId> order;
   std::vector<int> begin;  // by position in `order`, into `links`; one past the last too
   std::vector<Out> links;
-  // Each link's weight, where the graph is a table's (DagOfTable); empty where the weights
-  // are a destination's weights being minimised, kept elsewhere.
-  std::vector<double> weights;
 
   absl::Span<const Out> LinksAt(size_t i) const {
     return absl::MakeConstSpan(links.data() + begin[i], links.data() + begin[i + 1]);
   }
 };
 using DagPtr = std::shared_ptr<const Dag>;
+// Weights of a graph's links, in the order of Dag::links: a table's, or a destination's held
+// from one cycle to the next. Read in order, they cost a route less than weights by LinkId.
+using AlignedPtr = std::shared_ptr<const std::vector<double>>;
 
 // What one destination's weights do to its traffic: its next-hop graph, the traffic through
 // every node that sends some on (in the graph's order), and the load on every link that
 // carries some.
 struct DestinationFlow {
   DagPtr dag;
+  AlignedPtr aligned;  // the weights routed, where they were aligned with the graph
   std::vector<std::pair<NodeId, double>> through;  // in `order`'s order
   std::vector<std::pair<LinkId, double>> links;    // in no particular order
 };
@@ -81,6 +82,7 @@ struct Held {
   std::vector<DestinationTablePtr> tables;
   std::vector<std::vector<double>> weights;
   std::vector<DagPtr> dags;
+  std::vector<AlignedPtr> aligned;
   std::vector<bool> open;
 };
 
@@ -183,9 +185,11 @@ class Problem {
   // `orders[t]` is the order of w[t] where `start`'s table was taken; empty otherwise.
   // A destination whose table in `start` is the one `held` holds for it, over the same
   // usable links, takes the held weights and order as they are (moved out of `held`).
-  Weights Start(const RoutingTables* start, Held& held, std::vector<DagPtr>& dags) const {
+  Weights Start(const RoutingTables* start, Held& held, std::vector<DagPtr>& dags,
+                std::vector<AlignedPtr>& aligned) const {
     Weights w(targets_.size());
     dags.assign(targets_.size(), nullptr);
+    aligned.assign(targets_.size(), nullptr);
     const bool reuse = start != nullptr && held.tables.size() == targets_.size() &&
                        held.open == open_ && start->num_nodes() == topo_.num_nodes();
     std::optional<RoutingTables> wcmp;  // computed only if a destination needs it
@@ -194,6 +198,7 @@ class Problem {
           start->SharedTable(targets_[t]) == held.tables[t]) {
         w[t] = std::move(held.weights[t]);
         dags[t] = std::move(held.dags[t]);
+        aligned[t] = std::move(held.aligned[t]);
         continue;
       }
       w[t].assign(topo_.num_links(), 0.0);
@@ -217,13 +222,17 @@ class Problem {
   // The flow of weights `w` toward targets[t], into `f` (whose vectors are reused). `order`,
   // if given, is an order of weights with the same next hops (the same links weighted above
   // zero), reused. `through`: by NodeId, all zero, and left so.
-  absl::Status Route(size_t t, const std::vector<double>& w, const DagPtr* dag, DestinationFlow& f,
+  // `aligned`, if given, are those weights in the order of the graph's links.
+  absl::Status Route(size_t t, const std::vector<double>& w, const DagPtr* dag,
+                     const AlignedPtr& aligned, DestinationFlow& f,
                      std::vector<double>& through) const {
     if (dag != nullptr) {
       f.dag = *dag;
     } else {
       ASSIGN_OR_RETURN(f.dag, Order(w));
     }
+    f.aligned = aligned;
+    const double* by_position = aligned != nullptr ? aligned->data() : nullptr;
     for (const auto& [v, amount] : injected_[t]) through[v] = amount;
     f.through.clear();
     f.links.clear();
@@ -237,7 +246,7 @@ class Problem {
       bool sent = false;
       for (int j = g.begin[i]; j < g.begin[i + 1]; ++j) {
         const auto [l, head] = g.links[j];
-        const double weight = g.weights.empty() ? w[l] : g.weights[j];
+        const double weight = by_position != nullptr ? by_position[j] : w[l];
         if (weight <= 0) continue;
         const double share = x * weight;
         f.links.push_back({l, share});  // every link leaves one node, visited once
@@ -270,7 +279,8 @@ class Problem {
   // The next-hop graph of `table` toward targets[t], weights included. FailedPrecondition if
   // a next hop is not a link out of its node that traffic toward targets[t] may take, or the
   // next hops form a loop.
-  absl::StatusOr<DagPtr> DagOfTable(size_t t, const DestinationTable& table) const {
+  absl::StatusOr<std::pair<DagPtr, AlignedPtr>> DagOfTable(size_t t,
+                                                           const DestinationTable& table) const {
     const int n = topo_.num_nodes();
     const auto toward = [&] {
       return absl::StrCat(" toward '", topo_.node(targets_[t]).name, "'");
@@ -302,17 +312,18 @@ class Problem {
       return absl::FailedPreconditionError(absl::StrCat("forwarding loop", toward()));
     }
     auto dag = std::make_shared<Dag>();
+    auto weights = std::make_shared<std::vector<double>>();
     dag->begin.push_back(0);
     for (NodeId v : order) {
       if (!forwards_[v]) continue;
       dag->order.push_back(v);
       for (const NextHop& hop : table.At(v)) {
         dag->links.push_back({hop.link, topo_.link(hop.link).dst});
-        dag->weights.push_back(hop.weight);
+        weights->push_back(hop.weight);
       }
       dag->begin.push_back(static_cast<int>(dag->links.size()));
     }
-    return dag;
+    return std::pair<DagPtr, AlignedPtr>(std::move(dag), std::move(weights));
   }
 
   bool HasTraffic(size_t t) const {
@@ -623,7 +634,7 @@ struct MarginalRouter::Impl {
   Held held;
   // Per destination, the last table LoadsUnder routed other than the start's, and its graph;
   // all made over the usable links table_dags_open.
-  std::vector<std::pair<DestinationTablePtr, DagPtr>> table_dags;
+  std::vector<std::pair<DestinationTablePtr, std::pair<DagPtr, AlignedPtr>>> table_dags;
   std::vector<bool> table_dags_open;
   size_t next_destination = 0;
 };
@@ -641,7 +652,8 @@ absl::Status MarginalRouter::Start(const Topology& topo, const std::vector<Deman
   m.unit_bps = unit_bps;
   const size_t targets = problem.targets().size();
   std::vector<DagPtr> dags;
-  m.w = problem.Start(start, m.held, dags);
+  std::vector<AlignedPtr> aligned;
+  m.w = problem.Start(start, m.held, dags, aligned);
   m.held = Held();          // refilled by Minimise
   m.flows.resize(targets);  // their vectors reused: Route clears them
   m.kept.assign(targets, false);
@@ -651,7 +663,7 @@ absl::Status MarginalRouter::Start(const Topology& topo, const std::vector<Deman
     m.kept[t] = dags[t] != nullptr;
     if (m.kept[t]) m.start_tables[t] = start->SharedTable(problem.targets()[t]);
     absl::Status routed =
-        problem.Route(t, m.w[t], m.kept[t] ? &dags[t] : nullptr, m.flows[t], through);
+        problem.Route(t, m.w[t], m.kept[t] ? &dags[t] : nullptr, aligned[t], m.flows[t], through);
     if (!routed.ok()) {
       m.problem.reset();
       return routed;
@@ -686,12 +698,12 @@ absl::StatusOr<std::vector<double>> MarginalRouter::LoadsUnder(const RoutingTabl
     const DestinationFlow* f = &m.flows[t];
     if (!m.kept[t] || table != m.start_tables[t].get()) {
       // The table's graph, made once for every table object while the usable links stay.
-      auto& [of, dag] = m.table_dags[t];
+      auto& [of, graph] = m.table_dags[t];
       if (of.get() != table) {
         of = tables.SharedTable(target);
-        ASSIGN_OR_RETURN(dag, problem.DagOfTable(t, *table));
+        ASSIGN_OR_RETURN(graph, problem.DagOfTable(t, *table));
       }
-      RETURN_IF_ERROR(problem.Route(t, {}, &dag, flow, through));
+      RETURN_IF_ERROR(problem.Route(t, {}, &graph.first, graph.second, flow, through));
       f = &flow;
     }
     for (const auto& [l, x] : f->links) loads[l] += x;
@@ -798,8 +810,8 @@ absl::StatusOr<MarginalRoutingResult> MarginalRouter::Minimise(
           const bool same_hops = std::all_of(undo.begin(), undo.end(), [&](const auto& u) {
             return (w[t][u.first] > 0) == (u.second > 0);
           });
-          RETURN_IF_ERROR(
-              problem.Route(t, w[t], same_hops ? &flows[t].dag : nullptr, next_flow, through));
+          RETURN_IF_ERROR(problem.Route(t, w[t], same_hops ? &flows[t].dag : nullptr, nullptr,
+                                        next_flow, through));
           // J after the step, from the terms of the links whose load it changes: those either
           // flow carries, in the order of their ids (so that the sum is the same however the
           // flows list them).
@@ -879,15 +891,24 @@ absl::StatusOr<MarginalRoutingResult> MarginalRouter::Minimise(
       ASSIGN_OR_RETURN(flows[t].dag, problem.OrderOf(w[t]));
     }
     const DagPtr dag = flows[t].dag;
-    RETURN_IF_ERROR(problem.Route(t, w[t], &dag, flows[t], through));
+    RETURN_IF_ERROR(problem.Route(t, w[t], &dag, nullptr, flows[t], through));
   }
   result.loads = problem.Loads(flows);  // other_loads included
   result.objective = EvaluateObjective(topo, result.loads, unit_bps, objective).value;
   m.held.tables.resize(targets);
   m.held.dags.resize(targets);
+  m.held.aligned.resize(targets);
   for (size_t t = 0; t < targets; ++t) {
     m.held.tables[t] = result.tables.SharedTable(problem.targets()[t]);
     m.held.dags[t] = flows[t].dag;
+    // A kept destination routed by aligned weights still has them; the others get them.
+    m.held.aligned[t] = flows[t].aligned;
+    if (m.held.aligned[t] == nullptr && flows[t].dag != nullptr) {
+      auto weights = std::make_shared<std::vector<double>>();
+      weights->reserve(flows[t].dag->links.size());
+      for (const Out& out : flows[t].dag->links) weights->push_back(w[t][out.link]);
+      m.held.aligned[t] = std::move(weights);
+    }
   }
   m.held.weights = std::move(w);
   m.held.open = problem.open();
