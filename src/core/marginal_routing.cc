@@ -142,11 +142,9 @@ class Problem {
   // By LinkId: up and of some capacity.
   const std::vector<bool>& open() const { return open_; }
 
-  // The weights of `table` toward targets[t] into `w` (by LinkId, sized). Whether a link
-  // weighted in `w` before is not in the table. FailedPrecondition if a next hop is not a link
-  // out of its node that traffic toward targets[t] may take.
-  absl::StatusOr<bool> WeightsOf(size_t t, const DestinationTable& table,
-                                 std::vector<double>& w) const {
+  // The weights of `table`, one of the minimisation's own (over usable links), into `w`
+  // (by LinkId, sized). Whether a link weighted in `w` before is not in the table.
+  bool WeightsOf(const DestinationTable& table, std::vector<double>& w) const {
     bool dropped = false;
     std::vector<LinkId> before;  // v's links weighted before
     for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
@@ -156,15 +154,7 @@ class Problem {
         if (w[l] > 0) before.push_back(l);
         w[l] = 0;
       }
-      for (const NextHop& hop : table.At(v)) {
-        if (hop.link < 0 || hop.link >= topo_.num_links() || topo_.link(hop.link).src != v ||
-            !Usable(t, hop.link)) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("node '", topo_.node(v).name, "' forwards over a bad or unusable link ",
-                           hop.link, " toward '", topo_.node(targets_[t]).name, "'"));
-        }
-        w[hop.link] = hop.weight;
-      }
+      for (const NextHop& hop : table.At(v)) w[hop.link] = hop.weight;
       for (LinkId l : before) dropped = dropped || !(w[l] > 0);
     }
     return dropped;
@@ -281,47 +271,22 @@ class Problem {
   // next hops form a loop.
   absl::StatusOr<std::pair<DagPtr, AlignedPtr>> DagOfTable(size_t t,
                                                            const DestinationTable& table) const {
-    const int n = topo_.num_nodes();
-    const auto toward = [&] {
-      return absl::StrCat(" toward '", topo_.node(targets_[t]).name, "'");
-    };
-    std::vector<int> in(n, 0);
-    for (NodeId v = 0; v < n; ++v) {
+    for (NodeId v = 0; v < topo_.num_nodes(); ++v) {
       for (const NextHop& hop : table.At(v)) {
-        if (hop.link < 0 || hop.link >= topo_.num_links() || topo_.link(hop.link).src != v ||
-            !Usable(t, hop.link)) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("node '", topo_.node(v).name, "' forwards over a bad or unusable link ",
-                           hop.link, toward()));
-        }
-        ++in[topo_.link(hop.link).dst];
+        if (!Takes(t, v, hop)) return BadHop(t, v, hop);
       }
     }
-    std::vector<NodeId> order;
-    order.reserve(n);
-    for (NodeId v = 0; v < n; ++v) {
-      if (in[v] == 0) order.push_back(v);
+    DagPtr dag = MakeDag([&](NodeId v, const auto& f) {
+      for (const NextHop& hop : table.At(v)) f(Out{hop.link, topo_.link(hop.link).dst});
+    });
+    if (dag == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("forwarding loop toward '", topo_.node(targets_[t]).name, "'"));
     }
-    for (size_t i = 0; i < order.size(); ++i) {
-      for (const NextHop& hop : table.At(order[i])) {
-        const NodeId head = topo_.link(hop.link).dst;
-        if (--in[head] == 0) order.push_back(head);
-      }
-    }
-    if (static_cast<int>(order.size()) != n) {
-      return absl::FailedPreconditionError(absl::StrCat("forwarding loop", toward()));
-    }
-    auto dag = std::make_shared<Dag>();
     auto weights = std::make_shared<std::vector<double>>();
-    dag->begin.push_back(0);
-    for (NodeId v : order) {
-      if (!forwards_[v]) continue;
-      dag->order.push_back(v);
-      for (const NextHop& hop : table.At(v)) {
-        dag->links.push_back({hop.link, topo_.link(hop.link).dst});
-        weights->push_back(hop.weight);
-      }
-      dag->begin.push_back(static_cast<int>(dag->links.size()));
+    weights->reserve(dag->links.size());
+    for (NodeId v : dag->order) {
+      for (const NextHop& hop : table.At(v)) weights->push_back(hop.weight);
     }
     return std::pair<DagPtr, AlignedPtr>(std::move(dag), std::move(weights));
   }
@@ -348,10 +313,7 @@ class Problem {
         return false;
       }
       for (const NextHop& hop : hops) {
-        if (hop.link < 0 || hop.link >= topo_.num_links() || topo_.link(hop.link).src != v ||
-            !Usable(t, hop.link) || !(hop.weight > 0)) {
-          return false;
-        }
+        if (!Takes(t, v, hop) || !(hop.weight > 0)) return false;
         w[hop.link] = hop.weight;
       }
     }
@@ -361,37 +323,59 @@ class Problem {
     return true;
   }
 
-  // The nodes in an order where every node comes before its next hops (Kahn). The weights
-  // are loop-free by construction; a loop is a bug.
-  // Stub hosts, which forward nothing, are left out of it.
-  absl::StatusOr<DagPtr> Order(const std::vector<double>& w) const {
+  // The next-hop graph whose next hops at v are those `next_hops(v, f)` passes to f, one
+  // Out each: its nodes in an order where every node comes before its next hops (Kahn),
+  // stub hosts, which forward nothing, left out. Null if the next hops form a loop.
+  template <typename NextHops>
+  DagPtr MakeDag(const NextHops& next_hops) const {
     const int n = topo_.num_nodes();
     std::vector<int> in(n, 0);
-    for (const auto [l, head] : out_) in[head] += w[l] > 0;
+    for (NodeId v = 0; v < n; ++v) next_hops(v, [&](const Out& out) { ++in[out.head]; });
     std::vector<NodeId> order;
     order.reserve(n);
     for (NodeId v = 0; v < n; ++v) {
       if (in[v] == 0) order.push_back(v);
     }
     for (size_t i = 0; i < order.size(); ++i) {
-      for (const auto [l, head] : OutOf(order[i])) {
-        if (w[l] > 0 && --in[head] == 0) order.push_back(head);
-      }
+      next_hops(order[i], [&](const Out& out) {
+        if (--in[out.head] == 0) order.push_back(out.head);
+      });
     }
-    if (static_cast<int>(order.size()) != n) {
-      return absl::InternalError("marginal routing: the next hops of a destination form a loop");
-    }
+    if (static_cast<int>(order.size()) != n) return nullptr;
     auto dag = std::make_shared<Dag>();
     dag->begin.push_back(0);
     for (NodeId v : order) {
       if (!forwards_[v]) continue;
       dag->order.push_back(v);
-      for (const Out& out : OutOf(v)) {
-        if (w[out.link] > 0) dag->links.push_back(out);
-      }
+      next_hops(v, [&](const Out& out) { dag->links.push_back(out); });
       dag->begin.push_back(static_cast<int>(dag->links.size()));
     }
     return dag;
+  }
+
+  // The next-hop graph of weights `w`. The weights are loop-free by construction; a loop is
+  // a bug.
+  absl::StatusOr<DagPtr> Order(const std::vector<double>& w) const {
+    DagPtr dag = MakeDag([&](NodeId v, const auto& f) {
+      for (const Out& out : OutOf(v)) {
+        if (w[out.link] > 0) f(out);
+      }
+    });
+    if (dag == nullptr) {
+      return absl::InternalError("marginal routing: the next hops of a destination form a loop");
+    }
+    return dag;
+  }
+
+  // Whether `hop`, at node v, is a link out of v that traffic toward targets[t] may take.
+  bool Takes(size_t t, NodeId v, const NextHop& hop) const {
+    return hop.link >= 0 && hop.link < topo_.num_links() && topo_.link(hop.link).src == v &&
+           Usable(t, hop.link);
+  }
+  absl::Status BadHop(size_t t, NodeId v, const NextHop& hop) const {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node '", topo_.node(v).name, "' forwards over a bad or unusable link ",
+                     hop.link, " toward '", topo_.node(targets_[t]).name, "'"));
   }
 
   const Topology& topo_;
@@ -885,9 +869,7 @@ absl::StatusOr<MarginalRoutingResult> MarginalRouter::Minimise(
   // rest renormalised); a kept destination's are its table's already.
   for (size_t t = 0; t < targets; ++t) {
     if (kept[t]) continue;
-    ASSIGN_OR_RETURN(const bool dropped,
-                     problem.WeightsOf(t, *result.tables.SharedTable(problem.targets()[t]), w[t]));
-    if (dropped) {
+    if (problem.WeightsOf(*result.tables.SharedTable(problem.targets()[t]), w[t])) {
       ASSIGN_OR_RETURN(flows[t].dag, problem.OrderOf(w[t]));
     }
     const DagPtr dag = flows[t].dag;
