@@ -65,6 +65,11 @@ struct ForwardingConfig {
   // and balancing buys least, the long ones where per-packet balancing buys most. 68 packets
   // are 100 KB of full-sized (1,500-byte) packets.
   int sticky_packets = 68;
+  // drill_flowlet: the packets after those spread by the table's weights alone (a weighted
+  // random draw each, as spraying does) instead of DRILL's choice by local queues. Where a
+  // failure upstream leaves paths of unequal capacity that the local queues do not show,
+  // the weights do. Off by default.
+  bool spray_long_flows = false;
 
   // OK, or InvalidArgument naming the first bad field.
   absl::Status Validate() const;
@@ -235,6 +240,10 @@ LinkId NextHopChooser::ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64
   FlowletEntry& e = FindFlowlet(hops, flow, destination, now, ports, fresh);
   if (!fresh) e.packets = 0;
   if (e.packets <= config_.sticky_packets) ++e.packets;
+  if (config_.spray_long_flows && fresh && e.packets > config_.sticky_packets) {
+    e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/false, ports);
+    return e.link;
+  }
   const LinkId drill = ChooseDrill(hops, destination, rng, ports);
   if (!fresh || e.packets > config_.sticky_packets ||
       (drill != kNoLink &&

@@ -435,6 +435,27 @@ TEST(NextHopChooserTest, DrillFlowletSpreadsALongFlowletPerPacket) {
   EXPECT_EQ(moves, 0);
 }
 
+// With spray_long_flows, the packets after the first sticky_packets follow the weights, not
+// the queues: a 1:3 split whatever the queues say (DRILL would take the empty one every time).
+TEST(NextHopChooserTest, DrillFlowletCanSprayALongFlowletByWeight) {
+  const std::vector<NextHop> hops = {{0, 0.25}, {1, 0.75}};
+  FakePorts ports(2);
+  ports.queued = {0, 100000};  // the heavier next hop has the long queue
+  ForwardingConfig config = Config(ForwardingMode::kDrillFlowlet);
+  config.sticky_packets = 10;
+  config.spray_long_flows = true;
+  NextHopChooser c(config, 5);
+  Random rng(3);
+  Time t{0};
+  int on_heavier = 0;
+  for (int i = 0; i < 4010; ++i) {
+    t += Microseconds(1);
+    const LinkId l = c.Choose(hops, 7, 9, t, rng, ports);
+    if (i >= 10) on_heavier += l == 1;
+  }
+  EXPECT_NEAR(on_heavier / 4000.0, 0.75, 0.03);
+}
+
 TEST(NextHopChooserTest, SameSeedSameChoices) {
   const std::vector<NextHop> hops = {{0, 0.3}, {1, 0.3}, {2, 0.4}};
   FakePorts ports(3);
