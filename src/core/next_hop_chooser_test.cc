@@ -394,13 +394,15 @@ TEST(NextHopChooserTest, DrillFlowletMovesOnlyPastTheThreshold) {
   EXPECT_GT(moved, 90);
 }
 
-// After sticky_packets packets a flowlet is balanced per packet: each takes DRILL's choice.
+// Without spray_long_flows, after sticky_packets packets a flowlet is balanced per packet:
+// each takes DRILL's choice.
 TEST(NextHopChooserTest, DrillFlowletSpreadsALongFlowletPerPacket) {
   const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
   FakePorts ports(2);
   ForwardingConfig config = Config(ForwardingMode::kDrillFlowlet);
   config.reroute_threshold_bytes = 6000;
   config.sticky_packets = 10;
+  config.spray_long_flows = false;
   config.drill_samples = 16;
   NextHopChooser c(config, 5);
   Random rng(3);
@@ -435,8 +437,9 @@ TEST(NextHopChooserTest, DrillFlowletSpreadsALongFlowletPerPacket) {
   EXPECT_EQ(moves, 0);
 }
 
-// With spray_long_flows, the packets after the first sticky_packets follow the weights, not
-// the queues: a 1:3 split whatever the queues say (DRILL would take the empty one every time).
+// With spray_long_flows (the default), the packets after the first sticky_packets follow the
+// weights, not the queues: a 1:3 split whatever the queues say (DRILL would take the empty
+// one every time).
 TEST(NextHopChooserTest, DrillFlowletCanSprayALongFlowletByWeight) {
   const std::vector<NextHop> hops = {{0, 0.25}, {1, 0.75}};
   FakePorts ports(2);
