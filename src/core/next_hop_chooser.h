@@ -107,7 +107,8 @@ concept LocalPortState = requires(const P& ports, LinkId link) {
 // DRILL per flowlet: the flowlet table of per-flowlet mode; a flowlet's first packet takes
 // DRILL's choice; a later one, among its first sticky_packets, stays on the flowlet's next hop
 // unless DRILL's choice has more than reroute_threshold_bytes fewer bytes queued, and then
-// moves the flowlet there; the packets after those take DRILL's choice each. A flowlet whose
+// moves the flowlet there; the packets after those are each drawn by weight
+// (spray_long_flows), or take DRILL's choice each. A flowlet whose
 // next hop is withdrawn or stops being forwardable starts afresh, held again for its first
 // packets on the new one, as after a gap: its path changed, and what follows is a new burst
 // on it.
