@@ -264,7 +264,19 @@ class Problem {
     return loads;
   }
 
-  absl::StatusOr<DagPtr> OrderOf(const std::vector<double>& w) const { return Order(w); }
+  // The next-hop graph of weights `w`. The weights are loop-free by construction; a loop is
+  // a bug.
+  absl::StatusOr<DagPtr> Order(const std::vector<double>& w) const {
+    DagPtr dag = MakeDag([&](NodeId v, const auto& f) {
+      for (const Out& out : OutOf(v)) {
+        if (w[out.link] > 0) f(out);
+      }
+    });
+    if (dag == nullptr) {
+      return absl::InternalError("marginal routing: the next hops of a destination form a loop");
+    }
+    return dag;
+  }
 
   // The next-hop graph of `table` toward targets[t], weights included. FailedPrecondition if
   // a next hop is not a link out of its node that traffic toward targets[t] may take, or the
@@ -349,20 +361,6 @@ class Problem {
       dag->order.push_back(v);
       next_hops(v, [&](const Out& out) { dag->links.push_back(out); });
       dag->begin.push_back(static_cast<int>(dag->links.size()));
-    }
-    return dag;
-  }
-
-  // The next-hop graph of weights `w`. The weights are loop-free by construction; a loop is
-  // a bug.
-  absl::StatusOr<DagPtr> Order(const std::vector<double>& w) const {
-    DagPtr dag = MakeDag([&](NodeId v, const auto& f) {
-      for (const Out& out : OutOf(v)) {
-        if (w[out.link] > 0) f(out);
-      }
-    });
-    if (dag == nullptr) {
-      return absl::InternalError("marginal routing: the next hops of a destination form a loop");
     }
     return dag;
   }
@@ -870,7 +868,7 @@ absl::StatusOr<MarginalRoutingResult> MarginalRouter::Minimise(
   for (size_t t = 0; t < targets; ++t) {
     if (kept[t]) continue;
     if (problem.WeightsOf(*result.tables.SharedTable(problem.targets()[t]), w[t])) {
-      ASSIGN_OR_RETURN(flows[t].dag, problem.OrderOf(w[t]));
+      ASSIGN_OR_RETURN(flows[t].dag, problem.Order(w[t]));
     }
     const DagPtr dag = flows[t].dag;
     RETURN_IF_ERROR(problem.Route(t, w[t], &dag, nullptr, flows[t], through));
