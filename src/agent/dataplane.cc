@@ -1316,8 +1316,8 @@ void Dataplane::Route(uint32_t buffer, uint8_t* data, size_t size, const net::Ov
   const NodeId destination = static_cast<NodeId>(header.destination);
   const absl::Span<const NextHop> hops =
       active_tables_->Lookup(static_cast<int>(header.traffic_class), destination);
-  const LinkId link =
-      chooser_.Choose(hops, header.flow_hash, destination, now, rng_, PortView{this});
+  const LinkId link = chooser_.Choose(hops, header.flow_hash, destination, now, rng_,
+                                      PortView{this}, static_cast<int>(header.traffic_class));
   if (link == kNoLink) {
     DropBuffer(DropReason::kNoRoute, buffer);
     return;

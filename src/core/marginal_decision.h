@@ -48,8 +48,15 @@ namespace dar {
 // destinations, 1,200 links) takes about two iterations a cycle, a k=8 fat-tree twenty.
 inline constexpr int64_t kCycleLinkScans = 500'000;
 
+// The routing settings of one decision cycle: the defaults, bounded by kCycleLinkScans.
+inline MarginalRoutingConfig CycleRoutingConfig() {
+  MarginalRoutingConfig config;
+  config.max_link_scans = kCycleLinkScans;
+  return config;
+}
+
 struct MarginalDecisionConfig {
-  MarginalRoutingConfig routing{.max_link_scans = kCycleLinkScans};
+  MarginalRoutingConfig routing = CycleRoutingConfig();
   // The sample period, and the demand's and throughputs' time constant in periods.
   // REQUIRES: period > 0, demand_periods > 0.
   Duration period = Milliseconds(100);

@@ -62,6 +62,10 @@ absl::Status ForwardingConfig::Validate() const {
     return absl::InvalidArgumentError(fmt::format(
         "forwarding config: sticky_packets is {}, must be in [0, 2^30]", sticky_packets));
   }
+  if (bulk_sticky_packets < 0 || bulk_sticky_packets > (1 << 30)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "forwarding config: bulk_sticky_packets is {}, must be in [0, 2^30]", bulk_sticky_packets));
+  }
   if (reroute_threshold_bytes < 0) {
     return absl::InvalidArgumentError(fmt::format(
         "forwarding config: reroute_threshold_bytes is {}, must be >= 0", reroute_threshold_bytes));

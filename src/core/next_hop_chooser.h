@@ -59,12 +59,18 @@ struct ForwardingConfig {
   // (about ten full segments, 12 us at 10 Gb/s), is well inside the simulator's 50 us
   // minimum reordering window (docs/transport.md).
   int64_t reroute_threshold_bytes = 15 * 1024;
-  // drill_flowlet: a flowlet is held as above for its first sticky_packets packets only;
-  // after them every packet takes DRILL's choice. Hermes reroutes only flows that have sent
-  // more than 100 KB: the short ones (RPCs, query responses) are where reordering costs most
-  // and balancing buys least, the long ones where per-packet balancing buys most. 68 packets
-  // are 100 KB of full-sized (1,500-byte) packets.
+  // drill_flowlet: a flowlet of the latency class (0) is held as above for its first
+  // sticky_packets packets only; after them every packet takes DRILL's choice. Hermes
+  // reroutes only flows that have sent more than 100 KB: the short ones (RPCs, query
+  // responses) are where reordering costs most and balancing buys least, the long ones where
+  // per-packet balancing buys most. 68 packets are 100 KB of full-sized (1,500-byte) packets.
   int sticky_packets = 68;
+  // drill_flowlet: the same for the bulk class (1: collectives, replication), whose
+  // transfers are long and judged by when they complete, not by their first packets' delay.
+  // Holding their first 100 KB on one path cost AllReduce a sixth of its gain over failed
+  // core links; 16 packets (24 KB) did not, nor cost the web-search or serving scenarios
+  // (docs/results.md: chosen on development seeds 1-5). Every other class counts as latency.
+  int bulk_sticky_packets = 16;
   // drill_flowlet: the packets after those spread by the table's weights alone (a weighted
   // random draw each, as spraying does) instead of DRILL's choice by local queues. Where a
   // failure upstream leaves paths of unequal capacity that the local queues do not show,
@@ -105,7 +111,8 @@ concept LocalPortState = requires(const P& ports, LinkId link) {
 // The memory is a table of destinations indexed by hash; colliding destinations share an
 // entry.
 // DRILL per flowlet: the flowlet table of per-flowlet mode; a flowlet's first packet takes
-// DRILL's choice; a later one, among its first sticky_packets, stays on the flowlet's next hop
+// DRILL's choice; a later one, among its first sticky_packets (bulk_sticky_packets in the bulk
+// class), stays on the flowlet's next hop
 // unless DRILL's choice has more than reroute_threshold_bytes fewer bytes queued, and then
 // moves the flowlet there; the packets after those are each drawn by weight
 // (spray_long_flows), or take DRILL's choice each. A flowlet whose
@@ -131,11 +138,12 @@ class NextHopChooser {
   // packet's time (only the flowlet modes read it; it must not go backwards). Draws from
   // `rng` only in per-flowlet (at a flowlet's start), per-packet, power-of-two, DRILL and
   // DRILL-per-flowlet (every packet) modes, and only when there is more than one next hop.
+  // `traffic_class` (0 latency, 1 bulk) is read only by drill_flowlet.
   // The first choice of a flowlet mode allocates the flowlet table, the first of a DRILL mode
   // DRILL's memory; no other call allocates.
   template <LocalPortState Ports>
   LinkId Choose(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination, Time now,
-                Random& rng, const Ports& ports);
+                Random& rng, const Ports& ports, int traffic_class = 0);
 
  private:
   struct FlowletEntry {
@@ -161,7 +169,7 @@ class NextHopChooser {
                      const Ports& ports);
   template <LocalPortState Ports>
   LinkId ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination,
-                            Time now, Random& rng, const Ports& ports);
+                            Time now, Random& rng, const Ports& ports, int sticky_packets);
   // The flowlet table entry of one direction of `flow`, allocating the table on first use;
   // `fresh` tells whether the entry is this flow's, seen within flowlet_gap, and its next hop
   // is still offered and forwardable.
@@ -237,17 +245,17 @@ LinkId NextHopChooser::ChooseFlowlet(absl::Span<const NextHop> hops, uint64_t fl
 template <LocalPortState Ports>
 LinkId NextHopChooser::ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64_t flow,
                                           NodeId destination, Time now, Random& rng,
-                                          const Ports& ports) {
+                                          const Ports& ports, int sticky_packets) {
   bool fresh = false;
   FlowletEntry& e = FindFlowlet(hops, flow, destination, now, ports, fresh);
   if (!fresh) e.packets = 0;
-  if (e.packets <= config_.sticky_packets) ++e.packets;
-  if (config_.spray_long_flows && fresh && e.packets > config_.sticky_packets) {
+  if (e.packets <= sticky_packets) ++e.packets;
+  if (config_.spray_long_flows && fresh && e.packets > sticky_packets) {
     e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/false, ports);
     return e.link;
   }
   const LinkId drill = ChooseDrill(hops, destination, rng, ports);
-  if (!fresh || e.packets > config_.sticky_packets ||
+  if (!fresh || e.packets > sticky_packets ||
       (drill != kNoLink &&
        ports.queued_bytes(e.link) - ports.queued_bytes(drill) > config_.reroute_threshold_bytes)) {
     e.link = drill;
@@ -281,7 +289,7 @@ LinkId NextHopChooser::ChooseDrill(absl::Span<const NextHop> hops, NodeId destin
 
 template <LocalPortState Ports>
 LinkId NextHopChooser::Choose(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination,
-                              Time now, Random& rng, const Ports& ports) {
+                              Time now, Random& rng, const Ports& ports, int traffic_class) {
   if (hops.empty()) return kNoLink;
   if (hops.size() == 1) return ports.forwardable(hops[0].link) ? hops[0].link : kNoLink;
   switch (config_.mode) {
@@ -302,7 +310,9 @@ LinkId NextHopChooser::Choose(absl::Span<const NextHop> hops, uint64_t flow, Nod
     case ForwardingMode::kDrill:
       return ChooseDrill(hops, destination, rng, ports);
     case ForwardingMode::kDrillFlowlet:
-      return ChooseDrillFlowlet(hops, flow, destination, now, rng, ports);
+      return ChooseDrillFlowlet(
+          hops, flow, destination, now, rng, ports,
+          traffic_class == 1 ? config_.bulk_sticky_packets : config_.sticky_packets);
   }
   return kNoLink;
 }

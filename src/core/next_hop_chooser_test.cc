@@ -79,6 +79,9 @@ TEST(ForwardingConfigTest, ValidateNamesTheBadField) {
   c = ForwardingConfig();
   c.sticky_packets = -1;
   EXPECT_THAT(c.Validate().message(), HasSubstr("sticky_packets"));
+  c = ForwardingConfig();
+  c.bulk_sticky_packets = -1;
+  EXPECT_THAT(c.Validate().message(), HasSubstr("bulk_sticky_packets"));
 }
 
 TEST(NextHopChooserTest, PerPacketFollowsWeights) {
@@ -457,6 +460,35 @@ TEST(NextHopChooserTest, DrillFlowletCanSprayALongFlowletByWeight) {
     if (i >= 10) on_heavier += l == 1;
   }
   EXPECT_NEAR(on_heavier / 4000.0, 0.75, 0.03);
+}
+
+// A bulk-class flowlet is held for bulk_sticky_packets, then sprayed; a latency-class one,
+// and one of any other class, for sticky_packets.
+TEST(NextHopChooserTest, DrillFlowletHoldsABulkFlowletForFewerPackets) {
+  const std::vector<NextHop> hops = {{0, 0.5}, {1, 0.5}};
+  FakePorts ports(2);  // empty queues: DRILL never moves a held flowlet
+  ForwardingConfig config = Config(ForwardingMode::kDrillFlowlet);
+  config.sticky_packets = 60;
+  config.bulk_sticky_packets = 10;
+  // The index of the first packet that leaves on another next hop than the first one.
+  auto first_move = [&](int traffic_class) {
+    NextHopChooser c(config, 5);
+    Random rng(3);
+    Time t{0};
+    LinkId first = kNoLink;
+    for (int i = 0; i < 200; ++i) {
+      t += Microseconds(1);
+      const LinkId l = c.Choose(hops, 7, 9, t, rng, ports, traffic_class);
+      if (first == kNoLink) first = l;
+      if (l != first) return i;
+    }
+    return -1;
+  };
+  EXPECT_GE(first_move(0), 60);
+  EXPECT_GE(first_move(3), 60);
+  const int bulk = first_move(1);
+  EXPECT_GE(bulk, 10);
+  EXPECT_LT(bulk, 60);
 }
 
 TEST(NextHopChooserTest, SameSeedSameChoices) {

@@ -272,7 +272,8 @@ void Network::Forward(NodeId node, PacketPtr p) {
     if (balancer_ && hops.size() > 1) out = balancer_->Choose(node, *p, hops, loop_.now());
     if (out == kNoLink) {
       const uint64_t flow = p->flow_id ^ (static_cast<uint64_t>(p->path_label) << 32);
-      out = choosers_[node].Choose(hops, flow, p->dst, loop_.now(), rng_, PortView(ports_));
+      out = choosers_[node].Choose(hops, flow, p->dst, loop_.now(), rng_, PortView(ports_),
+                                   p->traffic_class);
     }
   }
   if (out == kNoLink) {

@@ -119,6 +119,9 @@ absl::Status ReadPolicyKeys(YamlReader& r, PolicySpec& p) {
   ASSIGN_OR_RETURN(
       p.forwarding.sticky_packets,
       r.Optional<int>("sticky_packets", p.forwarding.sticky_packets, Bounds::InRange(0, 1 << 30)));
+  ASSIGN_OR_RETURN(p.forwarding.bulk_sticky_packets,
+                   r.Optional<int>("bulk_sticky_packets", p.forwarding.bulk_sticky_packets,
+                                   Bounds::InRange(0, 1 << 30)));
   ASSIGN_OR_RETURN(p.forwarding.spray_long_flows,
                    r.Optional<bool>("spray_long_flows", p.forwarding.spray_long_flows));
   return absl::OkStatus();
