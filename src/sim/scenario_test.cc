@@ -228,6 +228,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "colour"},
         BadCase{"BadForwarding", "forwarding: per_packet", "forwarding: sideways",
                 "unknown forwarding mode"},
+        BadCase{"NegativeBulkHold", "forwarding: per_packet,",
+                "forwarding: per_packet, bulk_sticky_packets: -1,",
+                "bulk_sticky_packets: must be >= 0"},
         BadCase{"DuplicatePolicy", "name: ecmp,", "name: static,", "listed twice"},
         BadCase{"NotYaml", "policies:", "policies: [", "test.yaml"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
