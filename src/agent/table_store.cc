@@ -16,6 +16,7 @@
 #include "agent/dataplane.h"
 #include "control/certs.h"
 #include "core/routing.h"
+#include "core/routing_table.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
 
@@ -26,8 +27,6 @@ namespace {
 constexpr size_t kMaxTableFileBytes = 64 << 20;
 constexpr char kFileMagic[] = "dar-agent-table";
 constexpr int kFileFormat = 1;
-// How far the weights of a row may sum from 1.
-constexpr double kWeightTolerance = 1e-6;
 
 uint64_t Fnv1a64(std::string_view data) {
   uint64_t h = 0xcbf29ce484222325ULL;
@@ -137,7 +136,7 @@ absl::Status TableStore::CheckRoute(const v1::Route& route, CheckMode mode, Node
     }
     sum += h.weight();
   }
-  if (std::abs(sum - 1.0) > kWeightTolerance) {
+  if (std::abs(sum - 1.0) > kWeightSumTolerance) {
     return Refusal(fmt::format("weights sum to {:.9g}, not 1", sum));
   }
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/parallel.h"
+#include "core/routing_table.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
 
@@ -664,7 +665,7 @@ absl::Status RouteComputer::CheckPolicyWeights(int cls) const {
       }
       sum += w;
     }
-    if (!(std::abs(sum - 1) <= 1e-6)) {
+    if (!(std::abs(sum - 1) <= kWeightSumTolerance)) {
       return absl::InvalidArgumentError("a row's weights do not sum to 1 (within 1e-6)");
     }
   }

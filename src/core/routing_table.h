@@ -27,6 +27,11 @@ struct NextHop {
   double weight = 0;      // share of traffic; the weights at one (node, destination) sum to 1
 };
 
+// How far the weights of one (node, destination) may sum from 1 in a table that is accepted:
+// the one tolerance of the route computer's output check, the validator and the agent's
+// table store.
+inline constexpr double kWeightSumTolerance = 1e-6;
+
 // Next hops of every node toward one destination. Immutable once built.
 //
 // Rows are stored in blocks of kRowsPerBlock; a block is immutable and may be shared by several

@@ -77,7 +77,7 @@ class Checker {
       if (!std::isfinite(hop.weight) || hop.weight <= 0) bad_weight = true;
       sum += hop.weight;
     }
-    if (!hops.empty() && (bad_weight || !(std::abs(sum - 1) <= 1e-6))) {
+    if (!hops.empty() && (bad_weight || !(std::abs(sum - 1) <= kWeightSumTolerance))) {
       ++report_.bad_weights;
       Note(absl::StrCat("bad weights: node '", Name(v), "' toward '", Name(dest_),
                         "': weights sum to ", sum, bad_weight ? " and include a bad weight" : ""));
