@@ -68,8 +68,9 @@ struct ForwardingConfig {
   // drill_flowlet: the same for the bulk class (1: collectives, replication), whose
   // transfers are long and judged by when they complete, not by their first packets' delay.
   // Holding their first 100 KB on one path cost AllReduce a sixth of its gain over failed
-  // core links; 16 packets (24 KB) did not, nor cost the web-search or serving scenarios
-  // (docs/results.md: chosen on development seeds 1-5). Every other class counts as latency.
+  // core links; 16 packets (24 KB) did not, at a cost of 2 points of MoE's gain, and left
+  // the web-search and serving scenarios level (docs/results.md: chosen on development
+  // seeds 1-5). Every other class counts as latency.
   int bulk_sticky_packets = 16;
   // drill_flowlet: the packets after those spread by the table's weights alone (a weighted
   // random draw each, as spraying does) instead of DRILL's choice by local queues. Where a
@@ -312,7 +313,7 @@ LinkId NextHopChooser::Choose(absl::Span<const NextHop> hops, uint64_t flow, Nod
     case ForwardingMode::kDrillFlowlet:
       return ChooseDrillFlowlet(
           hops, flow, destination, now, rng, ports,
-          traffic_class == 1 ? config_.bulk_sticky_packets : config_.sticky_packets);
+          traffic_class == kBulkClass ? config_.bulk_sticky_packets : config_.sticky_packets);
   }
   return kNoLink;
 }

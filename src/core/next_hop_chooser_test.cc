@@ -486,7 +486,7 @@ TEST(NextHopChooserTest, DrillFlowletHoldsABulkFlowletForFewerPackets) {
   };
   EXPECT_GE(first_move(0), 60);
   EXPECT_GE(first_move(3), 60);
-  const int bulk = first_move(1);
+  const int bulk = first_move(kBulkClass);
   EXPECT_GE(bulk, 10);
   EXPECT_LT(bulk, 60);
 }

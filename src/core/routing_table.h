@@ -32,6 +32,10 @@ struct NextHop {
 // table store.
 inline constexpr double kWeightSumTolerance = 1e-6;
 
+// The bulk traffic class (collectives, replication; the overlay's TrafficClass::kBulk).
+// Class 0 is the latency class.
+inline constexpr int kBulkClass = 1;
+
 // Next hops of every node toward one destination. Immutable once built.
 //
 // Rows are stored in blocks of kRowsPerBlock; a block is immutable and may be shared by several
