@@ -64,15 +64,16 @@ void ObserveRandomLoad(RouteComputer& rc, Random& rng) {
   }
 }
 
-// A k=16 fat-tree route computer whose links carry random load, its cycle on `threads`, a
-// policy weighing each destination at least every `policy_refresh_cycles` cycles.
-std::unique_ptr<RouteComputer> LoadedComputer(int threads = 1, int policy_refresh_cycles = 1) {
+// A k=16 fat-tree route computer whose links carry random load, its cycle on `executor` (null:
+// the caller's thread), a policy weighing each destination at least every
+// `policy_refresh_cycles` cycles.
+std::unique_ptr<RouteComputer> LoadedComputer(Executor* executor = nullptr,
+                                              int policy_refresh_cycles = 1) {
   FatTreeParams p;
   p.k = 16;
   RouteComputerConfig config;
-  config.threads = threads;
   config.policy_refresh_cycles = policy_refresh_cycles;
-  auto rc = std::make_unique<RouteComputer>(FatTree(p), config);
+  auto rc = std::make_unique<RouteComputer>(FatTree(p), config, executor);
   Random rng(7);
   ObserveRandomLoad(*rc, rng);
   return rc;
@@ -81,7 +82,8 @@ std::unique_ptr<RouteComputer> LoadedComputer(int threads = 1, int policy_refres
 // Keeps the batch it is given and answers with the engine's weights.
 class Recorder : public WeightPolicy {
  public:
-  absl::Status Weigh(const PolicyBatch& b, absl::Span<double> weights) override {
+  absl::Status Weigh(const PolicyBatch& b, absl::Span<double> weights,
+                     Executor& executor) override {
     batch = b;
     for (size_t i = 0; i < weights.size(); ++i) weights[i] = b.candidates[i].analytic_weight;
     return absl::OkStatus();
@@ -159,8 +161,9 @@ void BM_BuildFeatures(benchmark::State& state) {
   PolicyFeatureBuilder builder;
   PolicyBatch batch;
   const int threads = static_cast<int>(state.range(0));
+  ThreadPool pool(threads);
   for (auto _ : state) {
-    builder.Build(in, batch, threads);
+    builder.Build(in, batch, pool);
     benchmark::DoNotOptimize(batch.candidates.data());
   }
   state.counters["ns_per_candidate"] = benchmark::Counter(
@@ -177,11 +180,11 @@ void BM_Inference(benchmark::State& state) {
   const PolicyBatch& batch = RealBatch();
   learn::LearnedPolicy policy(DefaultShapeModel(static_cast<int>(state.range(2))), "bench",
                               state.range(0) == 1 ? learn::LearnedPolicy::Precision::kInt8
-                                                  : learn::LearnedPolicy::Precision::kFloat,
-                              static_cast<int>(state.range(1)));
+                                                  : learn::LearnedPolicy::Precision::kFloat);
+  ThreadPool pool(static_cast<int>(state.range(1)));
   std::vector<double> weights(batch.candidates.size());
   for (auto _ : state) {
-    benchmark::DoNotOptimize(policy.Weigh(batch, absl::MakeSpan(weights)));
+    benchmark::DoNotOptimize(policy.Weigh(batch, absl::MakeSpan(weights), pool));
   }
   const double decisions = static_cast<double>(batch.decisions.size());
   state.counters["ns_per_decision"] =
@@ -234,8 +237,8 @@ void BM_Int8AgreesWithFloat(benchmark::State& state) {
   learn::LearnedPolicy fp32(DefaultShapeModel(), "bench", learn::LearnedPolicy::Precision::kFloat);
   std::vector<double> wq(batch.candidates.size()), wf(batch.candidates.size());
   for (auto _ : state) {
-    benchmark::DoNotOptimize(int8.Weigh(batch, absl::MakeSpan(wq)));
-    benchmark::DoNotOptimize(fp32.Weigh(batch, absl::MakeSpan(wf)));
+    benchmark::DoNotOptimize(int8.Weigh(batch, absl::MakeSpan(wq), InlineExecutorInstance()));
+    benchmark::DoNotOptimize(fp32.Weigh(batch, absl::MakeSpan(wf), InlineExecutorInstance()));
   }
   const learn::PolicyAgreement a = learn::CompareWeights(batch, wq, wf);
   state.counters["same_choice_pct"] = 100 * a.same_argmax_share();
@@ -248,7 +251,7 @@ void BM_Int8AgreesWithFloat(benchmark::State& state) {
 BENCHMARK(BM_Int8AgreesWithFloat)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // A full cycle (both classes, every destination). Args: 0 no policy, 1 INT8, 2 FP32; the
-// cycle's threads (RouteComputerConfig::threads; 2: the classes side by side). Wall time:
+// cycle's threads (a ThreadPool of that many; 2: the classes side by side). Wall time:
 // with 2 threads the CPU time of the benchmark's own thread says little.
 // With a policy refreshed in turns: the share of the rows with a choice it weighed.
 std::string RefreshLabel(const RouteComputer& rc) {
@@ -262,14 +265,13 @@ std::string RefreshLabel(const RouteComputer& rc) {
 
 // Args: 0 no policy, 1 INT8, 2 FP32; threads; RouteComputerConfig::policy_refresh_cycles.
 void BM_FullCycleK16(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(1));
-  std::unique_ptr<RouteComputer> rc = LoadedComputer(threads, static_cast<int>(state.range(2)));
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  std::unique_ptr<RouteComputer> rc = LoadedComputer(&pool, static_cast<int>(state.range(2)));
   if (state.range(0) > 0) {
     rc->set_weight_policy(std::make_shared<learn::LearnedPolicy>(
         DefaultShapeModel(), "bench",
         state.range(0) == 1 ? learn::LearnedPolicy::Precision::kInt8
-                            : learn::LearnedPolicy::Precision::kFloat,
-        threads));
+                            : learn::LearnedPolicy::Precision::kFloat));
   }
   rc->Cycle(true);  // warm, as in a running controller
   for (auto _ : state) benchmark::DoNotOptimize(rc->Cycle(true));
@@ -289,11 +291,11 @@ BENCHMARK(BM_FullCycleK16)
 // timed), so that no row's inputs stay as they were: the cost under churn, where nothing
 // that depends on last cycle's inputs can be reused. Args: 0 no policy, 1 INT8; threads.
 void BM_FullCycleK16Moving(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(1));
-  std::unique_ptr<RouteComputer> rc = LoadedComputer(threads, static_cast<int>(state.range(2)));
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  std::unique_ptr<RouteComputer> rc = LoadedComputer(&pool, static_cast<int>(state.range(2)));
   if (state.range(0) > 0) {
     rc->set_weight_policy(std::make_shared<learn::LearnedPolicy>(
-        DefaultShapeModel(), "bench", learn::LearnedPolicy::Precision::kInt8, threads));
+        DefaultShapeModel(), "bench", learn::LearnedPolicy::Precision::kInt8));
   }
   rc->Cycle(true);
   Random rng(8);

@@ -141,7 +141,8 @@ absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& r
   // unless `decision` says otherwise (and then it is refused).
   EngineSettings engine{.marginal = p.marginal && p.policy_model.empty(),
                         .marginal_config = p.marginal_config,
-                        .routes = p.routes};
+                        .routes = p.routes,
+                        .cycle_threads = p.cycle_threads};
   RETURN_IF_ERROR(loc.Locate(r, node, ReadEngineSettings(r, engine)));
   if (engine.marginal && !p.policy_model.empty()) {
     return loc.Key(node, "decision",
@@ -152,6 +153,7 @@ absl::Status ReadPolicy(const Located& loc, YamlReader& top, const YAML::Node& r
   p.marginal = engine.marginal;
   p.marginal_config = engine.marginal_config;
   p.routes = engine.routes;
+  p.cycle_threads = engine.cycle_threads;
   return loc.CheckKeys(r, node);
 }
 
@@ -289,9 +291,6 @@ RouteComputerConfig DefaultControllerRoutes() {
   // The underlay may be slower than configured (a shaper, a policer, a congested provider):
   // trust queueing, loss and delivered throughput over configured capacities.
   c.measured_links = true;
-  // The two traffic classes side by side: a controller has the cores, and a cycle with the
-  // learned policy on a large fabric needs them (docs/learned-policy.md).
-  c.threads = 2;
   return c;
 }
 
@@ -438,8 +437,8 @@ absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> LoadLearnedPolicy(
     const ControllerConfig& config) {
-  absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> policy = learn::LearnedPolicy::Load(
-      config.policy.policy_model, config.policy.policy_precision, config.policy.routes.threads);
+  absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> policy =
+      learn::LearnedPolicy::Load(config.policy.policy_model, config.policy.policy_precision);
   if (!policy.ok()) {
     return absl::Status(policy.status().code(), fmt::format("{}: policy.policy_model: {}",
                                                             config.file, Msg(policy.status())));

@@ -29,8 +29,8 @@
 //     min_cost_change: 0.05
 //     full_every: 50
 //     cycle_threads: 2                 # 1..64: the cycle's parts (each class's engines,
-//                                      # policy features, refined tables) on up to this many
-//                                      # threads (2, the default), or all on one
+//                                      # policy features, refined tables) on a pool of this
+//                                      # many threads (2, the default), or all on one
 //     forwarding_mode: per_flowlet     # per_flow | per_flowlet | per_packet | per_packet_p2c
 //     reference_delay_ms: 1            # cost scale of delay (_us/_ms/_s)
 //     latency_weights: {hop: 1, latency: 0.3, loss: 1, utilisation: 0.3, capacity: 0}
@@ -89,6 +89,10 @@ struct ControllerLinkConfig {
 // The tunable part: what SetPolicy may change at run time.
 struct ControllerPolicy {
   RouteComputerConfig routes;  // with the controller's defaults (see ParseControllerConfig)
+  // The threads of the pool a cycle's parts run on (EngineSettings::cycle_threads): the
+  // classes side by side by default, since a controller has the cores and a cycle with the
+  // learned policy on a large fabric needs them (docs/learned-policy.md).
+  int cycle_threads = 2;
   // The decision layer (core/engine_settings.h): true (decision: marginal, the default),
   // DAR's objective minimised for the demand the agents report (core/marginal_decision.h;
   // its period is the cycle); false (decision: diffusion, and always with a policy_model),

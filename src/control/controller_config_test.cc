@@ -115,7 +115,7 @@ TEST(ControllerConfigTest, ParsesEveryField) {
   EXPECT_EQ(r.diffusion.hysteresis, 0.1);
   EXPECT_EQ(r.min_cost_change, 0.1);
   EXPECT_EQ(r.full_every, 20);
-  EXPECT_EQ(r.threads, 1);
+  EXPECT_EQ(c->policy.cycle_threads, 1);
   EXPECT_EQ(r.policy_refresh_cycles, 2);
   EXPECT_TRUE(c->policy.marginal);  // decision: marginal unless said
   EXPECT_EQ(r.scales.reference_delay, Microseconds(300));
@@ -138,7 +138,7 @@ TEST(ControllerConfigTest, DefaultsForOptionalFields) {
   EXPECT_EQ(c->probe_interval, Milliseconds(100));
   EXPECT_EQ(c->policy.forwarding_mode, ForwardingMode::kPerFlowlet);
   EXPECT_EQ(c->policy.routes.horizon_periods, 300);
-  EXPECT_EQ(c->policy.routes.threads, 2);  // the classes side by side
+  EXPECT_EQ(c->policy.cycle_threads, 2);  // the classes side by side
   EXPECT_EQ(c->policy.routes.policy_refresh_cycles, kDeployedPolicyRefreshCycles);
   EXPECT_TRUE(c->http.empty());
   EXPECT_TRUE(c->trust_domain.empty());

@@ -208,8 +208,16 @@ void ControllerCore::CountPolicy(const RouteCycle& cycle, Time now) {
   policy_failures_unlogged_ = 0;
 }
 
+void ControllerCore::UsePool(int threads) {
+  if (pool_ != nullptr && pool_->concurrency() == threads) return;
+  auto next = std::make_unique<ThreadPool>(threads);
+  if (computer_ != nullptr) computer_->set_executor(next.get());
+  pool_ = std::move(next);
+}
+
 void ControllerCore::ResetComputer(Time now) {
-  computer_ = std::make_unique<RouteComputer>(overlay_->topology, policy_.routes);
+  UsePool(policy_.cycle_threads);
+  computer_ = std::make_unique<RouteComputer>(overlay_->topology, policy_.routes, pool_.get());
   computer_->set_weight_policy(weight_policy_);
   policy_counted_ = RouteComputerStats{};
   computer_overlay_ = overlay_;
@@ -551,6 +559,7 @@ CycleReport ControllerCore::RunCycle() {
   std::vector<PendingSent> sent;
   std::set<std::pair<std::string, std::string>> drained;
   std::optional<RouteComputerConfig> routes;
+  int cycle_threads = 0;
   std::optional<MarginalDecisionConfig> marginal;
   std::shared_ptr<const RouteSnapshot> previous;  // the last cycle's
   Duration timeout;
@@ -565,7 +574,10 @@ CycleReport ControllerCore::RunCycle() {
     }
     drained = drained_;
     previous = latest_;
-    if (policy_dirty_) routes = policy_.routes;
+    if (policy_dirty_) {
+      routes = policy_.routes;
+      cycle_threads = policy_.cycle_threads;
+    }
     policy_dirty_ = false;
     report.version = next_version_++;
     timeout = config_.sample_timeout;
@@ -574,7 +586,10 @@ CycleReport ControllerCore::RunCycle() {
   const Topology& topo = overlay->topology;
   const auto t0 = std::chrono::steady_clock::now();
 
-  if (routes) computer_->SetConfig(*routes);
+  if (routes) {
+    UsePool(cycle_threads);
+    computer_->SetConfig(*routes);
+  }
   if (!marginal) {
     marginal_.reset();
   } else if (marginal_ == nullptr || *marginal != marginal_config_) {

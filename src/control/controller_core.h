@@ -36,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/executor.h"
 #include "control/controller_clock.h"
 #include "control/controller_config.h"
 #include "control/controller_metrics.h"
@@ -260,6 +261,9 @@ class ControllerCore {
   LoadedModel LoadModel(const ControllerConfig& config, const char* outcome);
   // REQUIRES: cycle_mu_ held.
   void ResetComputer(Time now);
+  // REQUIRES: cycle_mu_ held. Runs the computer's cycles on a pool of `threads` threads (a new
+  // pool only if the present one has another size).
+  void UsePool(int threads);
   // REQUIRES: cycle_mu_ held. Adds the computer's policy counts since the last call to the
   // metrics and logs a policy failure, at most once a minute.
   void CountPolicy(const RouteCycle& cycle, Time now);
@@ -276,6 +280,9 @@ class ControllerCore {
 
   // The decision loop; cycle_mu_ guards it.
   mutable std::mutex cycle_mu_;
+  // The threads a cycle's parts run on (policy.cycle_threads), started once: a new pool only
+  // when a policy change asks for another number.
+  std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<RouteComputer> computer_;
   std::shared_ptr<const Overlay> computer_overlay_;
   // The marginal decision layer, over computer_overlay_'s topology, while the policy says

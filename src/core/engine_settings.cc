@@ -73,8 +73,8 @@ absl::Status ReadEngineSettings(YamlReader& r, EngineSettings& s) {
   ASSIGN_OR_RETURN(
       c.policy_refresh_cycles,
       r.Optional<int>("policy_refresh_cycles", c.policy_refresh_cycles, Bounds::InRange(1, 1000)));
-  ASSIGN_OR_RETURN(
-      c.threads, r.Optional<int>("cycle_threads", c.threads, Bounds::InRange(1, kMaxCycleThreads)));
+  ASSIGN_OR_RETURN(s.cycle_threads, r.Optional<int>("cycle_threads", s.cycle_threads,
+                                                    Bounds::InRange(1, kMaxCycleThreads)));
   RETURN_IF_ERROR(ReadWeights(r, "latency_weights", c.latency));
   RETURN_IF_ERROR(ReadWeights(r, "bulk_weights", c.bulk));
   return absl::OkStatus();

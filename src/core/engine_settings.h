@@ -10,9 +10,11 @@
 //                                        the marginal layer (core/marginal_decision.h)
 //   temperature, hysteresis, min_weight  the diffusion engine (core/diffusion.h)
 //   min_cost_change, full_every, reference_delay_<unit>, forecast_alpha, forecast_beta,
-//   forecast_phi, cost_decay_periods, policy_refresh_cycles, cycle_threads,
+//   forecast_phi, cost_decay_periods, policy_refresh_cycles,
 //   latency_weights {hop, latency, loss, utilisation, capacity}, bulk_weights {...}
 //                                        the route computer (core/route_computer.h)
+//   cycle_threads                        the threads a cycle's parts run on
+//                                        (EngineSettings::cycle_threads)
 //
 // What stays each world's own is set by its adapter on top of the deployed defaults, before
 // the keys are read, and said there: the period (the controller's `cycle`, the simulator's
@@ -38,6 +40,11 @@ struct EngineSettings {
   bool marginal = true;                    // decision: marginal; false: diffusion
   MarginalDecisionConfig marginal_config;  // its period is the caller's cycle
   RouteComputerConfig routes;              // the diffusion engine's, and the forecast's
+  // The threads of the executor (base/executor.h) that runs a cycle's parts: the controller's
+  // pool has this many. The simulator runs each cycle on its run's own thread whatever this
+  // says (its runs are side by side already); the tables are the same bit for bit on any
+  // number. 1..kMaxCycleThreads.
+  int cycle_threads = 1;
 };
 
 // The deployed engine: the marginal decision with its defaults; for decision: diffusion,

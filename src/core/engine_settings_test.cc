@@ -77,7 +77,7 @@ bulk_weights: {capacity: 2}
   EXPECT_EQ(s->routes.forecast.phi, 0.9);
   EXPECT_EQ(s->routes.cost_decay_periods, 3);
   EXPECT_EQ(s->routes.policy_refresh_cycles, 2);
-  EXPECT_EQ(s->routes.threads, 3);
+  EXPECT_EQ(s->cycle_threads, 3);
   EXPECT_EQ(s->routes.latency.utilisation, 0.2);
   EXPECT_EQ(s->routes.bulk.capacity, 2);
   // Keys not given keep what the caller started from.

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <limits>
 
-#include "core/parallel.h"
 #include "core/vector_exp.h"
 
 namespace dar {
@@ -137,15 +136,15 @@ void PolicyFeatureBuilder::ClassRows::Onward(const DestinationTable& table,
   }
 }
 
-void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int threads) {
+void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, Executor& executor) {
   const int classes = static_cast<int>(in.tables.size());
-  const size_t per_class = static_cast<size_t>(std::max(threads, 1));
+  const size_t per_class = static_cast<size_t>(std::max(executor.concurrency(), 1));
   LinkTerms(in);
   rows_.resize(static_cast<size_t>(classes) * per_class);
   counts_.resize(classes);
   // Each share's rows and candidates first, so that each can fill its own range: a class's
   // destinations are cut where its candidates so far pass the next equal share of them.
-  RunEach(classes, threads, [&](int cls) {
+  executor.RunEach(classes, [&](int cls) {
     rows_[static_cast<size_t>(cls) * per_class].Count(in, cls, counts_[cls]);
   });
   shares_.clear();
@@ -179,7 +178,7 @@ void PolicyFeatureBuilder::Build(const PolicyInputs& in, PolicyBatch& batch, int
   batch.rewards.resize(in.reward_terms ? at.second : 0);
   batch.link_features.resize(links_.size());
   for (size_t l = 0; l < links_.size(); ++l) batch.link_features[l] = links_[l].features;
-  RunEach(static_cast<int>(shares_.size()), threads, [&](int i) {
+  executor.RunEach(static_cast<int>(shares_.size()), [&](int i) {
     const Share& share = shares_[static_cast<size_t>(i)];
     rows_[static_cast<size_t>(i)].Fill(in, share.cls, share.first, share.last, counts_[share.cls],
                                        links_, share.begin, share.end, batch);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "base/executor.h"
 #include "core/diffusion.h"
 #include "core/link_cost.h"
 #include "core/routing_table.h"
@@ -70,11 +71,12 @@ struct PolicyInputs {
 class PolicyFeatureBuilder {
  public:
   // Replaces `batch`'s decisions, candidates, rewards (empty unless inputs.reward_terms) and
-  // link features with this cycle's (batch.cycle is left as it is). threads >= 2: each
-  // class's destinations are cut into `threads` shares of about equal candidates, built side
-  // by side (core/parallel.h), each into its own range of the batch, the same bit for bit.
+  // link features with this cycle's (batch.cycle is left as it is). On an executor of
+  // concurrency >= 2, each class's destinations are cut into that many shares of about equal
+  // candidates, built side by side, each into its own range of the batch, the same bit for bit.
   // REQUIRES: every table and engine is over inputs.topology.
-  void Build(const PolicyInputs& in, PolicyBatch& batch, int threads = 1);
+  void Build(const PolicyInputs& in, PolicyBatch& batch,
+             Executor& executor = InlineExecutorInstance());
 
  private:
   // What the features need of one link, computed once per Build.

@@ -6,7 +6,6 @@
 #include <limits>
 #include <string>
 
-#include "core/parallel.h"
 #include "core/routing_table.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
@@ -51,7 +50,7 @@ bool SameDiffusion(const DiffusionConfig& a, const DiffusionConfig& b) {
 }
 
 // How many engines share a class's destinations on `threads` threads: one per thread, so that
-// the engines' parts can be shared out evenly (RouteComputerConfig::threads).
+// the engines' parts can be shared out evenly (the executor's concurrency).
 size_t EngineShares(int threads, size_t destinations) {
   return std::clamp<size_t>(static_cast<size_t>(std::max(threads, 1)), 1,
                             std::max<size_t>(destinations, 1));
@@ -98,9 +97,6 @@ absl::Status RouteComputerConfig::Validate() const {
         fmt::format("slow_fraction: must be in (0, 1], got {}", slow_fraction));
   }
   RETURN_IF_ERROR(CheckNonNegative(forecast_restart_step, "forecast_restart_step"));
-  if (threads < 1) {
-    return absl::InvalidArgumentError(fmt::format("threads: must be >= 1, got {}", threads));
-  }
   if (policy_refresh_cycles < 1) {
     return absl::InvalidArgumentError(
         fmt::format("policy_refresh_cycles: must be >= 1, got {}", policy_refresh_cycles));
@@ -125,8 +121,11 @@ absl::Status RouteComputerConfig::Validate() const {
   return ValidateWeights(bulk, "bulk");
 }
 
-RouteComputer::RouteComputer(Topology topology, const RouteComputerConfig& config)
-    : topology_(std::move(topology)), config_(config) {
+RouteComputer::RouteComputer(Topology topology, const RouteComputerConfig& config,
+                             Executor* executor)
+    : topology_(std::move(topology)),
+      executor_(executor != nullptr ? executor : &InlineExecutorInstance()),
+      config_(config) {
   const int links = topology_.num_links();
   last_.assign(links, LinkSample());
   base_rtt_.assign(links, WindowedMin());
@@ -159,7 +158,7 @@ void RouteComputer::ResetForecasts() {
 
 void RouteComputer::ResetEngines() {
   const std::vector<NodeId>& destinations = destinations_;
-  const size_t shares = EngineShares(config_.threads, destinations.size());
+  const size_t shares = EngineShares(executor_->concurrency(), destinations.size());
   engines_.clear();
   engines_.resize(kTrafficClasses);
   engine_of_destination_.assign(topology_.num_nodes(), 0);
@@ -316,15 +315,23 @@ void RouteComputer::SetKnownDown(LinkId link, bool down) { known_down_[link] = d
 void RouteComputer::SetDrained(LinkId link, bool drained) { drained_[link] = drained; }
 
 void RouteComputer::SetConfig(const RouteComputerConfig& config) {
-  const bool engines = !SameDiffusion(config.diffusion, config_.diffusion) ||
-                       EngineShares(config.threads, destinations_.size()) !=
-                           EngineShares(config_.threads, destinations_.size());
+  const bool engines = !SameDiffusion(config.diffusion, config_.diffusion);
   const bool forecasts = !SameHolt(config.forecast, config_.forecast);
   config_ = config;
   if (engines) ResetEngines();
   if (forecasts) ResetForecasts();
   // A new policy is an operator's decision, not news about the links: no damping.
   for (std::vector<double>& held : held_) std::fill(held.begin(), held.end(), kUnusable);
+  force_full_ = true;
+}
+
+void RouteComputer::set_executor(Executor* executor) {
+  Executor* next = executor != nullptr ? executor : &InlineExecutorInstance();
+  const bool engines = EngineShares(next->concurrency(), destinations_.size()) !=
+                       EngineShares(executor_->concurrency(), destinations_.size());
+  executor_ = next;
+  if (!engines) return;
+  ResetEngines();
   force_full_ = true;
 }
 
@@ -422,7 +429,7 @@ RouteCycle RouteComputer::Cycle(bool force_full) {
       for (size_t e = 0; e < engines_[cls].size(); ++e) parts.push_back({cls, e});
     }
   }
-  RunEach(static_cast<int>(parts.size()), config_.threads, [&](int p) {
+  executor_->RunEach(static_cast<int>(parts.size()), [&](int p) {
     const auto [cls, e] = parts[static_cast<size_t>(p)];
     DiffusionEngine& engine = *engines_[cls][e];
     if (whole[cls]) {
@@ -607,17 +614,17 @@ absl::Status RouteComputer::ApplyPolicy(absl::Span<const LinkState> states, Rout
   in.min_weight = config_.diffusion.min_weight;
   in.reward_terms = policy_->wants_reward_terms();
   batch_.cycle = stats_.cycles;
-  features_.Build(in, batch_, config_.threads);
+  features_.Build(in, batch_, *executor_);
   policy_weights_.assign(batch_.candidates.size(), std::numeric_limits<double>::quiet_NaN());
   if (!batch_.decisions.empty()) {
-    RETURN_IF_ERROR(policy_->Weigh(batch_, absl::MakeSpan(policy_weights_)));
+    RETURN_IF_ERROR(policy_->Weigh(batch_, absl::MakeSpan(policy_weights_), *executor_));
   }
   // Each class's weights checked, then its tables refined, the classes side by side; any
   // class's bad weight leaves every class the engine's tables.
   std::array<absl::Status, kTrafficClasses> checked;
   std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> refined;
   std::array<int64_t, kTrafficClasses> held{};
-  RunEach(kTrafficClasses, config_.threads, [&](int cls) {
+  executor_->RunEach(kTrafficClasses, [&](int cls) {
     checked[cls] = CheckPolicyWeights(cls);
     if (checked[cls].ok()) {
       refined[cls] = RefinedTables(cls, *out.tables[cls], engine_previous[cls], held[cls]);

@@ -31,7 +31,14 @@
 // returned toward the configured capacity (tens of seconds) or new evidence raises it.
 //
 // Class 0 is the latency class, class 1 the bulk class.
-// Pure computation: no clock, no threads, no I/O. Not thread-safe.
+// Where a cycle's parts run is the owner's (base/executor.h): on an executor of concurrency
+// n >= 2, the parts side by side, shared out as threads come free: each class's destinations
+// are split into n shares, an engine for each share (a class recomputed whole costs several
+// times one updated in part, so the classes alone would leave a thread idle); each class's
+// rows of the policy's features in n shares of its candidates; each class's refined tables;
+// the policy's Weigh is one call over all. No part's work depends on another's, so the
+// cycle's output is the same bit for bit on any executor.
+// Pure computation: no clock, no I/O, no thread of its own. Not thread-safe.
 #ifndef DAR_CORE_ROUTE_COMPUTER_H_
 #define DAR_CORE_ROUTE_COMPUTER_H_
 
@@ -42,6 +49,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/executor.h"
 #include "core/diffusion.h"
 #include "core/forecast.h"
 #include "core/link_cost.h"
@@ -119,15 +127,6 @@ struct RouteComputerConfig {
   // probes have been answered before, makes it unusable. The controller turns this off and
   // decides liveness from both ends itself (SetKnownDown).
   bool down_from_samples = true;
-  // Threads a cycle runs on. 1 (the default, and the simulator's, which runs policies side by
-  // side itself): all on the caller's. 2 or more: the cycle's parts side by side, shared out
-  // as threads come free: each class's destinations are split into one share per thread, an
-  // engine for each share (a class recomputed whole costs several times one updated in part,
-  // so the classes alone would leave a thread idle); each class's rows of the policy's
-  // features in one share of its candidates per thread; each class's refined tables; the
-  // policy's Weigh is one call over all. No part's work depends on another's, so the cycle's
-  // output is the same bit for bit.
-  int threads = 1;
   // With a weight policy: at most how many cycles apart it weighs a row. Each cycle it weighs
   // every row of a turn of the destinations (those whose index in the tables' order is the
   // cycle's count modulo this) and, toward the others, every row whose next hops are not
@@ -185,8 +184,9 @@ class RouteComputer {
  public:
   // `topology` fixes the graph and, from its link parameters, each link's initial capacity and
   // propagation delay; its links' `up` fields are the initial known-down flags. No link is
-  // drained. REQUIRES: config.Validate().ok().
-  RouteComputer(Topology topology, const RouteComputerConfig& config);
+  // drained. A cycle's parts run on `executor` (null: the caller's thread alone).
+  // REQUIRES: config.Validate().ok(); the executor outlives this.
+  RouteComputer(Topology topology, const RouteComputerConfig& config, Executor* executor = nullptr);
   ~RouteComputer();
   RouteComputer(const RouteComputer&) = delete;
   RouteComputer& operator=(const RouteComputer&) = delete;
@@ -203,6 +203,10 @@ class RouteComputer {
   // of the forecast settings restarts the forecasts; any change makes the next cycle full.
   // REQUIRES: config.Validate().ok().
   void SetConfig(const RouteComputerConfig& config);
+  // Runs the cycles' parts on `executor` from now on (null: the caller's thread). An executor
+  // of another concurrency rebuilds the engines and makes the next cycle full. REQUIRES: the
+  // executor outlives this, or the next call.
+  void set_executor(Executor* executor);
 
   // A policy that refines the engines' weights (core/weight_policy.h); null (the default):
   // the engines' tables as they are. With one, each cycle hands it every row with a choice,
@@ -328,6 +332,7 @@ class RouteComputer {
   const DiffusionEngine& EngineFor(int cls, NodeId dest) const;
 
   Topology topology_;
+  Executor* executor_;  // never null
   RouteComputerConfig config_;
   std::vector<HoltForecaster> forecasts_;  // utilisation, by link
   std::vector<LinkSample> last_;           // latest sample, by link

@@ -678,7 +678,8 @@ TEST(RouteComputerTest, NoisyFabricStaysValid) {
 // the candidate's index in its row), or fails.
 class TestPolicy : public WeightPolicy {
  public:
-  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override {
+  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights,
+                     Executor& executor) override {
     last = batch;
     ++calls;
     if (!error.ok()) return error;
@@ -951,11 +952,13 @@ TEST(RouteComputerTest, FailingWeightPolicyLeavesTheEngineTables) {
 }
 
 // A bad weight in the second class's rows alone leaves the first class the engine's tables
-// too (the classes are checked side by side with 2 threads; either way, none is refined).
+// too (the classes are checked side by side on a pool of 2 threads; either way, none is
+// refined).
 TEST(RouteComputerTest, BadWeightInOneClassLeavesEveryClassTheEngines) {
   class BadInBulk : public TestPolicy {
    public:
-    absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override {
+    absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights,
+                       Executor& executor) override {
       for (const PolicyDecision& d : batch.decisions) {
         for (uint32_t i = 0; i < d.count; ++i) {
           weights[d.first + i] = d.cls == 1 && i == 0 ? -1 : i == 0 ? 0.9 : 0.1 / (d.count - 1);
@@ -967,8 +970,8 @@ TEST(RouteComputerTest, BadWeightInOneClassLeavesEveryClassTheEngines) {
   Diamond g;
   for (int threads : {1, 2}) {
     RouteComputerConfig config;
-    config.threads = threads;
-    RouteComputer analytic(g.topo, config), rc(g.topo, config);
+    ThreadPool pool(threads);
+    RouteComputer analytic(g.topo, config), rc(g.topo, config, &pool);
     rc.set_weight_policy(std::make_shared<BadInBulk>());
     const RouteCycle engine = analytic.Cycle(false);
     const RouteCycle c = rc.Cycle(false);
@@ -1056,10 +1059,10 @@ TEST(RouteComputerTest, PolicyWeighsEachRowInTurnAndAtOnceOnNewNextHops) {
   for (const int threads : {1, 2}) {
     SCOPED_TRACE(testing::Message() << threads << " threads");
     RouteComputerConfig config = LabConfig();
-    config.threads = threads;
     config.policy_refresh_cycles = 3;
+    ThreadPool pool(threads);
     // The engine alone, in step: its tables are the next hops the refined ones must have.
-    RouteComputer engine(topo, config), rc(topo, config);
+    RouteComputer engine(topo, config), rc(topo, config, &pool);
     auto policy = std::make_shared<FeatureSum>();
     rc.set_weight_policy(policy);
     RouteCycle last;
@@ -1133,18 +1136,17 @@ TEST(RouteComputerTest, PolicyWeighsEachRowInTurnAndAtOnceOnNewNextHops) {
   }
 }
 
-// threads: 2 runs the classes side by side: the same batches, tables and counts as one
-// thread, bit for bit, cycle after cycle, with every link moving, a link down and a policy
-// whose weights depend on every feature.
+// A pool of 2 threads runs the classes side by side: the same batches, tables and counts as
+// the caller's thread alone, bit for bit, cycle after cycle, with every link moving, a link
+// down and a policy whose weights depend on every feature.
 TEST(RouteComputerTest, TwoThreadsGiveWhatOneGives) {
   const Topology topo = FatTree(FatTreeParams{.k = 4});
   // Two threads: each class's destinations in halves; three: in thirds of unequal size.
   for (const int threads : {2, 3}) {
     SCOPED_TRACE(testing::Message() << threads << " threads");
-    RouteComputerConfig one_config = LabConfig(), two_config = LabConfig();
-    one_config.threads = 1;
-    two_config.threads = threads;
-    RouteComputer one(topo, one_config), two(topo, two_config);
+    ThreadPool pool(threads);
+    ASSERT_EQ(pool.concurrency(), threads);
+    RouteComputer one(topo, LabConfig()), two(topo, LabConfig(), &pool);
     auto one_policy = std::make_shared<FeatureSum>(), two_policy = std::make_shared<FeatureSum>();
     one.set_weight_policy(one_policy);
     two.set_weight_policy(two_policy);
@@ -1218,6 +1220,41 @@ TEST(RouteComputerTest, TwoThreadsGiveWhatOneGives) {
     }
     EXPECT_TRUE(in_part) << "no cycle updated a class in part";
     EXPECT_EQ(two.stats().policy_failures, 0);
+  }
+}
+
+// An executor of another concurrency cuts the destinations otherwise: the engines are
+// rebuilt and the next cycle is full; one of the same concurrency changes nothing: the
+// tables stay those of a computer that never changed executor. (Rebuilt engines forget their
+// last weights, which the diffusion's hysteresis holds to, so from then on the tables are
+// only checked valid.)
+TEST(RouteComputerTest, AnotherExecutorRebuildsTheEnginesOnlyIfItsConcurrencyDiffers) {
+  const Topology topo = FatTree(FatTreeParams{.k = 4});
+  ThreadPool two_a(2), two_b(2);
+  RouteComputer rc(topo, LabConfig(), &two_a), inline_rc(topo, LabConfig());
+  for (int i = 0; i < 6; ++i) {
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      const LinkSample x = Measured(0.3 + 0.3 * std::sin(0.5 * l + i), Microseconds(400), 0, 0);
+      rc.Observe(l, x);
+      inline_rc.Observe(l, x);
+    }
+    if (i == 2) rc.set_executor(&two_b);   // the same concurrency: kept
+    if (i == 4) rc.set_executor(nullptr);  // the caller's thread: rebuilt
+    const RouteCycle a = rc.Cycle(false);
+    const RouteCycle b = inline_rc.Cycle(false);
+    EXPECT_EQ(a.full, i == 0 || i == 4) << "cycle " << i;
+    ExpectValid(rc, a);
+    if (i >= 4) continue;
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      for (NodeId d : a.tables[cls]->destinations()) {
+        for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+          const auto x = a.tables[cls]->Lookup(v, d);
+          const auto y = b.tables[cls]->Lookup(v, d);
+          ASSERT_EQ(x.size(), y.size());
+          for (size_t h = 0; h < x.size(); ++h) EXPECT_EQ(x[h].weight, y[h].weight);
+        }
+      }
+    }
   }
 }
 

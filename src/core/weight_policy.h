@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "base/executor.h"
 #include "core/topology.h"
 
 namespace dar {
@@ -99,8 +100,10 @@ class WeightPolicy {
   // batch.candidates.size()): finite, > 0 (the forwarders' validator refuses a next hop with
   // weight 0), summing to 1 (within 1e-6) over each decision's candidates.
   // An error (or weights that break those rules, which the caller checks) makes the caller
-  // keep the engine's weights for the whole cycle.
-  virtual absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) = 0;
+  // keep the engine's weights for the whole cycle. Work it shares out runs on `executor` (the
+  // route computer's: base/executor.h).
+  virtual absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights,
+                             Executor& executor) = 0;
   // Whether Weigh reads PolicyBatch::rewards (a trainer does, inference does not: the batch is
   // leaner without them). Default true.
   virtual bool wants_reward_terms() const { return true; }

@@ -96,11 +96,12 @@ AuditedPolicy::AuditedPolicy(std::unique_ptr<WeightPolicy> acting,
                              std::unique_ptr<WeightPolicy> reference)
     : acting_(std::move(acting)), reference_(std::move(reference)) {}
 
-absl::Status AuditedPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> weights) {
-  absl::Status status = acting_->Weigh(batch, weights);
+absl::Status AuditedPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> weights,
+                                  Executor& executor) {
+  absl::Status status = acting_->Weigh(batch, weights, executor);
   if (!status.ok()) return status;
   reference_weights_.resize(batch.candidates.size());
-  if (!reference_->Weigh(batch, absl::MakeSpan(reference_weights_)).ok()) {
+  if (!reference_->Weigh(batch, absl::MakeSpan(reference_weights_), executor).ok()) {
     ++reference_failures_;
     return absl::OkStatus();
   }

@@ -52,7 +52,8 @@ class AuditedPolicy : public WeightPolicy {
  public:
   AuditedPolicy(std::unique_ptr<WeightPolicy> acting, std::unique_ptr<WeightPolicy> reference);
 
-  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override;
+  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights,
+                     Executor& executor) override;
   // The batch carries the reward terms if either policy reads them.
   bool wants_reward_terms() const override {
     return acting_->wants_reward_terms() || reference_->wants_reward_terms();

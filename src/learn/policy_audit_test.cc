@@ -85,7 +85,7 @@ class FixedPolicy : public WeightPolicy {
  public:
   FixedPolicy(std::vector<double> weights, absl::Status status)
       : weights_(std::move(weights)), status_(std::move(status)) {}
-  absl::Status Weigh(const PolicyBatch&, absl::Span<double> weights) override {
+  absl::Status Weigh(const PolicyBatch&, absl::Span<double> weights, Executor& executor) override {
     ++calls;
     if (!status_.ok()) return status_;
     std::copy(weights_.begin(), weights_.end(), weights.begin());
@@ -107,8 +107,8 @@ TEST(AuditedPolicyTest, ActsAsTheActingPolicyAndCountsAgainstTheReference) {
       std::make_unique<FixedPolicy>(std::vector<double>{0.7, 0.3}, absl::OkStatus()),
       std::make_unique<FixedPolicy>(std::vector<double>{0.3, 0.7}, absl::OkStatus()));
   std::vector<double> out(2);
-  ASSERT_TRUE(audited.Weigh(batch, absl::MakeSpan(out)).ok());
-  ASSERT_TRUE(audited.Weigh(batch, absl::MakeSpan(out)).ok());
+  ASSERT_TRUE(audited.Weigh(batch, absl::MakeSpan(out), InlineExecutorInstance()).ok());
+  ASSERT_TRUE(audited.Weigh(batch, absl::MakeSpan(out), InlineExecutorInstance()).ok());
   EXPECT_EQ(out, (std::vector<double>{0.7, 0.3}));
   EXPECT_EQ(audited.agreement().rows, 2);
   EXPECT_EQ(audited.agreement().same_argmax, 0);
@@ -122,7 +122,7 @@ TEST(AuditedPolicyTest, AReferenceFailureIsCountedAndLeavesTheBatchOut) {
       std::make_unique<FixedPolicy>(std::vector<double>{0.7, 0.3}, absl::OkStatus()),
       std::make_unique<FixedPolicy>(std::vector<double>{}, absl::InternalError("no")));
   std::vector<double> out(2);
-  EXPECT_TRUE(audited.Weigh(batch, absl::MakeSpan(out)).ok());
+  EXPECT_TRUE(audited.Weigh(batch, absl::MakeSpan(out), InlineExecutorInstance()).ok());
   EXPECT_EQ(audited.reference_failures(), 1);
   EXPECT_EQ(audited.agreement().rows, 0);
 }
@@ -133,7 +133,8 @@ TEST(AuditedPolicyTest, AnActingFailureIsReturned) {
       std::make_unique<FixedPolicy>(std::vector<double>{}, absl::InternalError("broken")),
       std::make_unique<FixedPolicy>(std::vector<double>{0.5, 0.5}, absl::OkStatus()));
   std::vector<double> out(2);
-  EXPECT_EQ(audited.Weigh(batch, absl::MakeSpan(out)).message(), "broken");
+  EXPECT_EQ(audited.Weigh(batch, absl::MakeSpan(out), InlineExecutorInstance()).message(),
+            "broken");
   EXPECT_EQ(audited.agreement().rows, 0);
 }
 

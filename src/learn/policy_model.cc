@@ -16,7 +16,6 @@
 #include <sstream>
 #include <utility>
 
-#include "core/parallel.h"
 #include "core/status_macros.h"
 #include "core/vector_exp.h"
 #include "fmt/format.h"
@@ -1215,8 +1214,8 @@ void QuantizedPolicyModel::Run(const char* rows, size_t stride, size_t n, const 
                                  l.broadcast.data(), l.scale.data(), l.bias.data()});
   }
   const KernelNet net{out1_padded_, relu1_, w1_.data(), b1_.data(), wide1_.data(), layers};
-  // Thread-local: the kernels run with no allocation after the first call on a thread (a
-  // LearnedPolicy on two threads starts its second anew each call: a few KB each time).
+  // Thread-local: the kernels run with no allocation after the first call on a thread (the
+  // threads of an executor's pool live as long as it, so theirs are kept from call to call).
   thread_local std::vector<float> a, b, sx;
   thread_local std::vector<int16_t> q;
   thread_local std::vector<uint32_t> slot;
@@ -1331,21 +1330,17 @@ bool TilesInOrder(const PolicyBatch& batch) {
 
 }  // namespace
 
-LearnedPolicy::LearnedPolicy(PolicyModel model, std::string path, Precision precision, int threads)
-    : model_(std::move(model)),
-      path_(std::move(path)),
-      precision_(precision),
-      threads_(threads),
-      quantized_(model_) {}
+LearnedPolicy::LearnedPolicy(PolicyModel model, std::string path, Precision precision)
+    : model_(std::move(model)), path_(std::move(path)), precision_(precision), quantized_(model_) {}
 
 absl::StatusOr<std::unique_ptr<LearnedPolicy>> LearnedPolicy::Load(const std::string& path,
-                                                                   Precision precision,
-                                                                   int threads) {
+                                                                   Precision precision) {
   ASSIGN_OR_RETURN(PolicyModel model, LoadPolicyModel(path));
-  return std::make_unique<LearnedPolicy>(std::move(model), path, precision, threads);
+  return std::make_unique<LearnedPolicy>(std::move(model), path, precision);
 }
 
-absl::Status LearnedPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> weights) {
+absl::Status LearnedPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> weights,
+                                  Executor& executor) {
   const size_t n = batch.candidates.size();
   if (weights.size() != n) {
     return absl::InvalidArgumentError(
@@ -1360,7 +1355,7 @@ absl::Status LearnedPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> w
   std::array<size_t, 3> row = {0, decisions.size(), decisions.size()};
   std::array<size_t, 3> cut = {0, n, n};
   constexpr size_t kSmallestSplit = 4096;
-  if (precision_ == Precision::kInt8 && threads_ >= 2 && n >= kSmallestSplit &&
+  if (precision_ == Precision::kInt8 && executor.concurrency() >= 2 && n >= kSmallestSplit &&
       TilesInOrder(batch)) {
     const auto middle =
         std::partition_point(decisions.begin(), decisions.end(),
@@ -1372,7 +1367,7 @@ absl::Status LearnedPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> w
   }
   const int halves = row[1] < decisions.size() ? 2 : 1;
   std::atomic<bool> finite = true;
-  RunEach(halves, threads_, [&](int h) {
+  executor.RunEach(halves, [&](int h) {
     const absl::Span<float> logits = absl::MakeSpan(logits_).subspan(cut[h], cut[h + 1] - cut[h]);
     if (precision_ == Precision::kInt8) {
       quantized_.BatchLogits(batch, cut[h], logits, workspaces_[h]);

@@ -203,20 +203,20 @@ void WeightsFromLogits(const PolicyBatch& batch, absl::Span<const float> logits,
 void WeightsFromLogits(absl::Span<const PolicyDecision> decisions, absl::Span<const float> logits,
                        double min_weight, absl::Span<double> weights);
 
-// The engine's learned policy: a loaded model run in INT8 (or FP32, for comparisons). With
-// threads >= 2 (the controller's RouteComputerConfig::threads), INT8 inference and the
-// softmax run over the batch's two halves side by side (split at a decision), the same bit
-// for bit.
+// The engine's learned policy: a loaded model run in INT8 (or FP32, for comparisons). On an
+// executor of concurrency >= 2 (the controller's pool, policy.cycle_threads), INT8 inference
+// and the softmax run over the batch's two halves side by side (split at a decision), the
+// same bit for bit.
 class LearnedPolicy : public WeightPolicy {
  public:
   enum class Precision { kInt8, kFloat };
-  LearnedPolicy(PolicyModel model, std::string path, Precision precision = Precision::kInt8,
-                int threads = 1);
+  LearnedPolicy(PolicyModel model, std::string path, Precision precision = Precision::kInt8);
   // Loads `path`; the error says why the file was refused.
   static absl::StatusOr<std::unique_ptr<LearnedPolicy>> Load(const std::string& path,
-                                                             Precision precision, int threads = 1);
+                                                             Precision precision);
 
-  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override;
+  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights,
+                     Executor& executor) override;
   // Inference needs the features only.
   bool wants_reward_terms() const override { return false; }
   std::string Describe() const override;
@@ -226,7 +226,6 @@ class LearnedPolicy : public WeightPolicy {
   PolicyModel model_;
   std::string path_;
   Precision precision_;
-  int threads_;
   QuantizedPolicyModel quantized_;
   std::array<QuantizedPolicyModel::Workspace, 2> workspaces_;  // by half of a batch
   std::vector<float> features_, logits_;                       // scratch

@@ -609,7 +609,7 @@ TEST(PolicyModelTest, LearnedPolicyWeighsOnlyTheBatchsCandidates) {
     std::mt19937_64 rng(9);
     const PolicyBatch batch = RandomBatch(rng, 200);
     std::vector<double> w(batch.candidates.size(), -1);
-    ASSERT_TRUE((*p)->Weigh(batch, absl::MakeSpan(w)).ok());
+    ASSERT_TRUE((*p)->Weigh(batch, absl::MakeSpan(w), InlineExecutorInstance()).ok());
     for (const PolicyDecision& d : batch.decisions) {
       double sum = 0;
       for (uint32_t i = d.first; i < d.first + d.count; ++i) {
@@ -619,7 +619,7 @@ TEST(PolicyModelTest, LearnedPolicyWeighsOnlyTheBatchsCandidates) {
       EXPECT_NEAR(sum, 1, 1e-9);
     }
     std::vector<double> wrong(3);
-    EXPECT_FALSE((*p)->Weigh(batch, absl::MakeSpan(wrong)).ok());
+    EXPECT_FALSE((*p)->Weigh(batch, absl::MakeSpan(wrong), InlineExecutorInstance()).ok());
   }
   EXPECT_FALSE(LearnedPolicy::Load(path + ".missing", LearnedPolicy::Precision::kInt8).ok());
   std::filesystem::remove(path);
@@ -630,8 +630,9 @@ TEST(PolicyModelTest, LearnedPolicyWeighsOnlyTheBatchsCandidates) {
 // decisions not in candidate order); BatchLogits over a range is that range of the whole.
 TEST(PolicyModelTest, TwoThreadsWeighAsOneDoes) {
   const PolicyModel model = RandomModel(6);
-  LearnedPolicy one(model, "one", LearnedPolicy::Precision::kInt8, 1);
-  LearnedPolicy two(model, "two", LearnedPolicy::Precision::kInt8, 2);
+  LearnedPolicy one(model, "one", LearnedPolicy::Precision::kInt8);
+  LearnedPolicy two(model, "two", LearnedPolicy::Precision::kInt8);
+  ThreadPool pool(2);
   std::mt19937_64 rng(21);
   PolicyBatch shuffled = SharedLinkBatch(rng, 300);
   std::swap(shuffled.decisions[0], shuffled.decisions[299]);  // no longer in order
@@ -648,8 +649,8 @@ TEST(PolicyModelTest, TwoThreadsWeighAsOneDoes) {
                                    RandomBatch(rng, 10), shuffled}) {
     std::vector<double> w1(batch.candidates.size(), -1), w2(batch.candidates.size(), -2);
     for (int round = 0; round < 2; ++round) {  // the second with the workspaces used
-      ASSERT_TRUE(one.Weigh(batch, absl::MakeSpan(w1)).ok());
-      ASSERT_TRUE(two.Weigh(batch, absl::MakeSpan(w2)).ok());
+      ASSERT_TRUE(one.Weigh(batch, absl::MakeSpan(w1), InlineExecutorInstance()).ok());
+      ASSERT_TRUE(two.Weigh(batch, absl::MakeSpan(w2), pool).ok());
       for (size_t i = 0; i < w1.size(); ++i) {
         ASSERT_EQ(std::bit_cast<uint64_t>(w1[i]), std::bit_cast<uint64_t>(w2[i]))
             << "candidate " << i << " of " << w1.size();
@@ -684,7 +685,7 @@ TEST(PolicyModelTest, AnalyticLogitModelReproducesTheAnalyticWeights) {
   for (auto precision : {LearnedPolicy::Precision::kInt8, LearnedPolicy::Precision::kFloat}) {
     LearnedPolicy p(m, "mem", precision);
     std::vector<double> w(3);
-    ASSERT_TRUE(p.Weigh(b, absl::MakeSpan(w)).ok());
+    ASSERT_TRUE(p.Weigh(b, absl::MakeSpan(w), InlineExecutorInstance()).ok());
     for (int i = 0; i < 3; ++i) EXPECT_NEAR(w[i], analytic[i], 0.01);
   }
 }

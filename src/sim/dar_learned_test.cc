@@ -206,7 +206,7 @@ TEST(DarLearnedTest, SettingsAreChecked) {
 // analytic one, and every cycle is counted as a failure.
 class NanPolicy : public WeightPolicy {
  public:
-  absl::Status Weigh(const PolicyBatch&, absl::Span<double> weights) override {
+  absl::Status Weigh(const PolicyBatch&, absl::Span<double> weights, Executor& executor) override {
     std::fill(weights.begin(), weights.end(), std::numeric_limits<double>::quiet_NaN());
     return absl::OkStatus();
   }

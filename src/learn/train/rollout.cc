@@ -26,7 +26,8 @@ std::string RolloutPolicy::Describe() const {
   return net_ ? "dar-train rollout (learned, sampling)" : "dar-train rollout (analytic)";
 }
 
-absl::Status RolloutPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> weights) {
+absl::Status RolloutPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> weights,
+                                  Executor& executor) {
   const size_t rows = batch.decisions.size();
   if (weights.size() != batch.candidates.size()) {
     return absl::InvalidArgumentError(absl::StrCat("dar-train: ", weights.size(), " weights for ",

@@ -57,7 +57,8 @@ class RolloutPolicy : public WeightPolicy {
   // Analytic mode: the engine's weights.
   RolloutPolicy(const RewardConfig& reward, uint64_t seed);
 
-  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights) override;
+  absl::Status Weigh(const PolicyBatch& batch, absl::Span<double> weights,
+                     Executor& executor) override;
   std::string Describe() const override;
 
   const Episode& episode() const { return episode_; }

@@ -28,12 +28,12 @@ TEST(RolloutPolicyTest, RewardsEachDecisionFromTheRowsNextCycle) {
   RewardConfig reward;
   RolloutPolicy policy(reward, /*seed=*/3);
   std::vector<double> w(2);
-  ASSERT_TRUE(policy.Weigh(Row(1, 0, 0), absl::MakeSpan(w)).ok());
+  ASSERT_TRUE(policy.Weigh(Row(1, 0, 0), absl::MakeSpan(w), InlineExecutorInstance()).ok());
   EXPECT_DOUBLE_EQ(w[0], 0.7);  // analytic mode: the engine's weights
   EXPECT_DOUBLE_EQ(w[1], 0.3);
-  ASSERT_TRUE(policy.Weigh(Row(2, 1e-4, 2e-4), absl::MakeSpan(w)).ok());
+  ASSERT_TRUE(policy.Weigh(Row(2, 1e-4, 2e-4), absl::MakeSpan(w), InlineExecutorInstance()).ok());
   // A gap in cycles ends the row's trajectory: cycle 2's decision gets no reward from 4.
-  ASSERT_TRUE(policy.Weigh(Row(4, 0, 0), absl::MakeSpan(w)).ok());
+  ASSERT_TRUE(policy.Weigh(Row(4, 0, 0), absl::MakeSpan(w), InlineExecutorInstance()).ok());
 
   const Episode& e = policy.episode();
   ASSERT_EQ(e.steps.size(), 3u);
@@ -55,14 +55,15 @@ TEST(RolloutPolicyTest, RefusesABatchWithoutRewardTerms) {
   PolicyBatch b = Row(1, 0, 0);
   b.rewards.clear();
   std::vector<double> w(2);
-  EXPECT_EQ(policy.Weigh(b, absl::MakeSpan(w)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(policy.Weigh(b, absl::MakeSpan(w), InlineExecutorInstance()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RolloutPolicyTest, LearnedWeightsAreASoftmax) {
   PolicyNet net(std::vector<int>{8});
   RolloutPolicy policy(net, RewardConfig(), /*min_weight=*/0.001, /*seed=*/3);
   std::vector<double> w(2);
-  ASSERT_TRUE(policy.Weigh(Row(1, 0, 0), absl::MakeSpan(w)).ok());
+  ASSERT_TRUE(policy.Weigh(Row(1, 0, 0), absl::MakeSpan(w), InlineExecutorInstance()).ok());
   EXPECT_NEAR(w[0] + w[1], 1.0, 1e-9);
   EXPECT_GE(w[0], 0.001);
   EXPECT_GE(w[1], 0.001);
