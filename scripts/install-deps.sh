@@ -7,6 +7,9 @@ PACKAGES=(
   build-essential cmake pkg-config git
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # clang's thread-safety analysis of the code that locks (make check-thread-safety): g++
+  # ignores the ABSL_GUARDED_BY annotations; clang checks them. python3 runs the check.
+  clang python3
   # The real runtime (controller, agents, overlay, lab): gRPC over mutual TLS, OpenSSL for
   # certificates, libsodium for data-plane authenticators, Prometheus metrics, an HTTP server
   # for /healthz and metrics, iproute2 for namespaces and veths, iperf3 for the lab's traffic.

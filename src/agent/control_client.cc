@@ -52,7 +52,7 @@ int64_t ControlClient::UnixNow() const {
 }
 
 absl::Status ControlClient::Start() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_) return absl::FailedPreconditionError("the control client was started before");
   started_ = true;
   thread_ = std::thread([this] { Run(); });
@@ -61,24 +61,24 @@ absl::Status ControlClient::Start() {
 
 void ControlClient::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
     if (context_ != nullptr) context_->TryCancel();
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void ControlClient::NotifyLinkChange() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     link_changed_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 ControlClientStatus ControlClient::status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return status_;
 }
 
@@ -103,13 +103,13 @@ v1::Hello ControlClient::MakeHello() const {
 }
 
 v1::TableStatus ControlClient::table_status() const {
-  std::lock_guard<std::mutex> lock(install_mu_);
+  MutexLock lock(&install_mu_);
   return table_status_;
 }
 
 void ControlClient::Maintain() {
   // Held across taking and installing, so that two threads cannot install out of order.
-  std::lock_guard<std::mutex> lock(install_mu_);
+  MutexLock lock(&install_mu_);
   const Time now = Now();
   std::shared_ptr<const AgentTables> t = store_.TakeChange(now);
   if (t != nullptr) {
@@ -144,14 +144,16 @@ bool ControlClient::WaitWithMaintenance(std::chrono::steady_clock::time_point de
   while (true) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) break;
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_until(lock, std::min(deadline, now + tick), [this] { return stop_; })) {
-      return false;
+    {
+      MutexLock lock(&mu_);
+      if (cv_.WaitUntil(&mu_, std::min(deadline, now + tick),
+                        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; })) {
+        return false;
+      }
     }
-    lock.unlock();
     Maintain();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return !stop_;
 }
 
@@ -169,7 +171,7 @@ void ControlClient::Run() {
   int attempt = 0;
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stop_) return;
     }
     if (RunSession()) attempt = 0;
@@ -183,7 +185,7 @@ void ControlClient::Run() {
 }
 
 void ControlClient::Fail(std::string error, bool answered) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   status_.last_error = std::move(error);
   status_.connected = false;
   if (answered) {
@@ -209,7 +211,7 @@ bool ControlClient::RunSession() {
   std::unique_ptr<v1::AgentService::Stub> stub = v1::AgentService::NewStub(*channel);
   auto context = std::make_shared<grpc::ClientContext>();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stop_) return false;
     context_ = context;
     reader_done_ = false;
@@ -234,10 +236,10 @@ bool ControlClient::RunSession() {
     reader = std::thread([this, &stream] {
       ReadLoop(*stream);
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         reader_done_ = true;
       }
-      cv_.notify_all();
+      cv_.NotifyAll();
     });
   }
 
@@ -248,8 +250,10 @@ bool ControlClient::RunSession() {
   while (healthy) {
     bool early = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_until(lock, next, [this] { return stop_ || reader_done_ || link_changed_; });
+      MutexLock lock(&mu_);
+      cv_.WaitUntil(&mu_, next, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || reader_done_ || link_changed_;
+      });
       if (stop_) {
         why = "stopped";
         break;
@@ -274,13 +278,13 @@ bool ControlClient::RunSession() {
     if (next < now) next = now + period;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!reader_done_ || !healthy) context->TryCancel();
   }
   if (reader.joinable()) reader.join();
   const grpc::Status status = stream->Finish();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     context_ = nullptr;
   }
   const bool answered = answered_.load();
@@ -303,7 +307,7 @@ bool ControlClient::RunSession() {
 }
 
 bool ControlClient::Send(Stream& stream, const v1::AgentMessage& message) {
-  std::lock_guard<std::mutex> lock(write_mu_);
+  MutexLock lock(&write_mu_);
   return stream.Write(message);
 }
 
@@ -339,7 +343,7 @@ bool ControlClient::SendSamples(Stream& stream) {
   }
   if (!Send(stream, m)) return false;
   sent_reported_ = sent;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++status_.samples_sent;
   return true;
 }
@@ -350,7 +354,7 @@ void ControlClient::ReadLoop(Stream& stream) {
     last_heard_ns_ = Now().count();
     if (!answered_.exchange(true)) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         status_.connected = true;
       }
       log_.Info("connected to the controller", {{"controller", config_.controller},
@@ -372,7 +376,7 @@ void ControlClient::ReadLoop(Stream& stream) {
 
 void ControlClient::HandleConfig(const v1::AgentConfig& c) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++status_.configs;
   }
   nlohmann::json applied = nlohmann::json::object();
@@ -445,7 +449,7 @@ void ControlClient::HandleTable(Stream& stream, const v1::RouteTable& table) {
   ack->set_accepted(s.ok());
   if (!s.ok()) ack->set_reason(std::string(s.message()));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++(s.ok() ? status_.tables_accepted : status_.tables_refused);
   }
   Send(stream, m);

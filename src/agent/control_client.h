@@ -21,11 +21,9 @@
 #define DAR_AGENT_CONTROL_CLIENT_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +33,7 @@
 #include "agent/agent_tables.h"
 #include "agent/dataplane.h"
 #include "agent/table_store.h"
+#include "base/mutex.h"
 #include "control/json_log.h"
 #include "core/next_hop_chooser.h"
 #include "core/random.h"
@@ -179,20 +178,22 @@ class ControlClient {
   std::atomic<int64_t> probe_interval_ns_;
   int missed_probes_;  // the reader thread's
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  bool started_ = false;
-  bool reader_done_ = false;
-  bool link_changed_ = false;  // NotifyLinkChange since the last samples went out
-  std::shared_ptr<grpc::ClientContext> context_;  // of the open stream, for Stop
-  ControlClientStatus status_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
+  // NotifyLinkChange since the last samples went out.
+  bool link_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // Of the open stream, for Stop.
+  std::shared_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
+  ControlClientStatus status_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
   std::vector<uint64_t> sent_reported_;  // SentBytes() as of the last samples sent
 
-  std::mutex write_mu_;                    // one writer at a time on the stream
-  mutable std::mutex install_mu_;          // Maintain, and the table status it keeps
-  v1::TableStatus table_status_;           // guarded by install_mu_
+  Mutex write_mu_;            // one writer at a time on the stream
+  mutable Mutex install_mu_;  // Maintain, and the table status it keeps
+  v1::TableStatus table_status_ ABSL_GUARDED_BY(install_mu_);
   std::atomic<int64_t> last_heard_ns_{0};  // steady time of the last message received
   std::atomic<bool> answered_{false};      // on the current stream
 };

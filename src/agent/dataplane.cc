@@ -507,7 +507,9 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
   const DataplaneConfig& c = dp->config_;
 
   if (!c.initial_keys.empty()) {
-    ASSIGN_OR_RETURN(dp->pending_keys_, BuildKeyRing(c.initial_keys));
+    ASSIGN_OR_RETURN(auto keys, BuildKeyRing(c.initial_keys));
+    MutexLock lock(&dp->control_mu_);
+    dp->pending_keys_ = std::move(keys);
     dp->generation_.fetch_add(1);
   }
   for (size_t i = 0; i < c.overlay_addresses.size(); ++i) {
@@ -642,7 +644,7 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
 }
 
 absl::Status Dataplane::Start() {
-  std::lock_guard<std::mutex> lock(thread_mu_);
+  MutexLock lock(&thread_mu_);
   if (thread_.joinable()) {
     return absl::FailedPreconditionError(
         fmt::format("data plane of node {}: already running", config_.node));
@@ -668,7 +670,7 @@ absl::Status Dataplane::Start() {
 }
 
 void Dataplane::Stop() {
-  std::lock_guard<std::mutex> lock(thread_mu_);
+  MutexLock lock(&thread_mu_);
   if (!thread_.joinable()) return;
   stop_.store(true);
   const uint64_t one = 1;
@@ -680,21 +682,21 @@ void Dataplane::Stop() {
 
 void Dataplane::InstallTables(std::shared_ptr<const AgentTables> tables) {
   {
-    std::lock_guard<std::mutex> lock(control_mu_);
+    MutexLock lock(&control_mu_);
     pending_tables_ = std::move(tables);
   }
   generation_.fetch_add(1, std::memory_order_release);
 }
 
 std::shared_ptr<const AgentTables> Dataplane::tables() const {
-  std::lock_guard<std::mutex> lock(control_mu_);
+  MutexLock lock(&control_mu_);
   return pending_tables_;
 }
 
 absl::Status Dataplane::SetKeys(const std::vector<KeyUpdate>& keys) {
   ASSIGN_OR_RETURN(std::shared_ptr<const net::OverlayKeyRing> ring, BuildKeyRing(keys));
   {
-    std::lock_guard<std::mutex> lock(control_mu_);
+    MutexLock lock(&control_mu_);
     pending_keys_ = std::move(ring);
   }
   generation_.fetch_add(1, std::memory_order_release);
@@ -706,7 +708,7 @@ absl::Status Dataplane::SetKeys(const std::vector<KeyUpdate>& keys) {
 absl::Status Dataplane::SetForwarding(const ForwardingConfig& config) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   {
-    std::lock_guard<std::mutex> lock(control_mu_);
+    MutexLock lock(&control_mu_);
     pending_forwarding_ = config;
     ++forwarding_generation_;
   }
@@ -724,7 +726,7 @@ absl::Status Dataplane::SetProbeSettings(Duration interval, int missed_probes) {
         fmt::format("missed probes {}: must be at least 1", missed_probes));
   }
   {
-    std::lock_guard<std::mutex> lock(control_mu_);
+    MutexLock lock(&control_mu_);
     pending_probe_ = {interval, missed_probes};
     ++probe_generation_;
   }
@@ -736,7 +738,7 @@ absl::Status Dataplane::SetProbeSettings(Duration interval, int missed_probes) {
 
 void Dataplane::SetLivenessCallback(std::function<void(NodeId neighbour, bool up)> callback) {
   {
-    std::lock_guard<std::mutex> lock(control_mu_);
+    MutexLock lock(&control_mu_);
     pending_callback_ = std::move(callback);
   }
   generation_.fetch_add(1, std::memory_order_release);
@@ -745,7 +747,7 @@ void Dataplane::SetLivenessCallback(std::function<void(NodeId neighbour, bool up
 std::vector<NeighbourSample> Dataplane::Samples(Time now) const {
   std::vector<NeighbourSample> out;
   out.reserve(ports_.size());
-  std::lock_guard<std::mutex> lock(monitor_mu_);
+  MutexLock lock(&monitor_mu_);
   for (const auto& p : ports_) {
     const LinkSample s = p->monitor.Sample(now);
     NeighbourSample n;
@@ -912,7 +914,7 @@ void Dataplane::Run() {
 void Dataplane::ApplyControl() {
   const uint64_t generation = generation_.load(std::memory_order_acquire);
   if (generation == applied_generation_) return;
-  std::lock_guard<std::mutex> lock(control_mu_);
+  MutexLock lock(&control_mu_);
   active_tables_ = pending_tables_;
   active_keys_ = pending_keys_;
   active_callback_ = pending_callback_;
@@ -928,7 +930,7 @@ void Dataplane::ApplyControl() {
     spec.it_interval.tv_nsec = interval.count() % 1000000000;
     spec.it_value = spec.it_interval;
     ::timerfd_settime(timer_fd_.get(), 0, &spec, nullptr);  // cannot fail for a valid spec
-    std::lock_guard<std::mutex> monitor_lock(monitor_mu_);
+    MutexLock monitor_lock(&monitor_mu_);
     for (auto& p : ports_) {
       p->liveness.set_missed_threshold(missed);
       p->monitor.set_probe_settings(interval, missed);
@@ -954,7 +956,7 @@ void Dataplane::OnProbeTick() {
     const absl::StatusOr<QdiscStats> qdisc = ReadRootQdiscStats(p.ifindex);
     const int64_t below = std::max<int64_t>(outq, qdisc.ok() ? qdisc->backlog_bytes : 0);
     {
-      std::lock_guard<std::mutex> lock(monitor_mu_);
+      MutexLock lock(&monitor_mu_);
       p.monitor.OnProbeSent(seq, t1);
       p.monitor.OnCounters(now, p.Delivered(qdisc), p.queued_bytes + below);
     }
@@ -1129,7 +1131,7 @@ void Dataplane::HandleProbeReply(Port& in, const net::OverlayPacket& packet, Tim
   }
   bool counted;
   {
-    std::lock_guard<std::mutex> lock(monitor_mu_);
+    MutexLock lock(&monitor_mu_);
     const std::optional<Time> sent_at = in.monitor.loss().SentAt(reply->sequence);
     const bool echo_matches = sent_at.has_value() && *sent_at == reply->t1;
     const absl::Status s =

@@ -48,7 +48,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "agent/agent_tables.h"
+#include "base/mutex.h"
 #include "core/next_hop_chooser.h"
 #include "core/random.h"
 #include "core/routing_table.h"
@@ -482,25 +482,25 @@ class Dataplane {
   uint64_t applied_probe_generation_ = 0;
 
   // Control surface: written by any thread under control_mu_, picked up by ApplyControl.
-  mutable std::mutex control_mu_;
-  std::shared_ptr<const AgentTables> pending_tables_;
-  std::shared_ptr<const net::OverlayKeyRing> pending_keys_;
-  ForwardingConfig pending_forwarding_;
-  uint64_t forwarding_generation_ = 0;
-  std::pair<Duration, int> pending_probe_;  // interval, missed probes
-  uint64_t probe_generation_ = 0;
-  std::function<void(NodeId, bool)> pending_callback_;
+  mutable Mutex control_mu_;
+  std::shared_ptr<const AgentTables> pending_tables_ ABSL_GUARDED_BY(control_mu_);
+  std::shared_ptr<const net::OverlayKeyRing> pending_keys_ ABSL_GUARDED_BY(control_mu_);
+  ForwardingConfig pending_forwarding_ ABSL_GUARDED_BY(control_mu_);
+  uint64_t forwarding_generation_ ABSL_GUARDED_BY(control_mu_) = 0;
+  std::pair<Duration, int> pending_probe_ ABSL_GUARDED_BY(control_mu_);  // interval, missed probes
+  uint64_t probe_generation_ ABSL_GUARDED_BY(control_mu_) = 0;
+  std::function<void(NodeId, bool)> pending_callback_ ABSL_GUARDED_BY(control_mu_);
   std::atomic<uint64_t> generation_{0};
 
   // Guards every Port::monitor (the data-plane thread writes, Samples reads).
-  mutable std::mutex monitor_mu_;
+  mutable Mutex monitor_mu_;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> thread_cpu_ns_{0};  // of finished runs
   std::atomic<bool> has_clock_{false};     // the thread runs and clock_id_ is its CPU clock
   std::atomic<clockid_t> clock_id_{0};
-  mutable std::mutex thread_mu_;  // Start/Stop
+  mutable Mutex thread_mu_;  // Start/Stop
 
   std::array<Counter, kDropReasons> drops_;
   Counter received_, from_tun_, encapsulated_, delivered_, forwarded_, sent_, sent_bytes_;

@@ -259,7 +259,7 @@ absl::Status TableStore::LoadFromDisk(Time now) {
     return data.status();
   }
   const auto ignore = [&](const std::string& why) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++counters_.disk_ignored;
     Log(control::LogLevel::kWarn, "ignored the table on disk: starting on the static table",
         {{"file", path}, {"reason", why}});
@@ -296,7 +296,7 @@ absl::Status TableStore::LoadFromDisk(Time now) {
     return ignore("the table does not parse");
   }
 
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Rows> rows = Check(table, CheckMode::kDisk);
   if (!rows.ok()) {
     ++counters_.disk_ignored;
@@ -317,7 +317,7 @@ absl::Status TableStore::LoadFromDisk(Time now) {
 }
 
 absl::Status TableStore::Offer(const v1::RouteTable& table, Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++counters_.offered;
   absl::StatusOr<Rows> rows = Check(table, CheckMode::kOffer);
   if (!rows.ok()) {
@@ -349,7 +349,7 @@ absl::Status TableStore::Offer(const v1::RouteTable& table, Time now) {
 }
 
 void TableStore::SetNeighbourUp(NodeId neighbour, bool up) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   bool changed = false;
   for (const NeighbourConfig& n : config_.neighbours) {
     if (n.node != neighbour) continue;
@@ -364,7 +364,7 @@ void TableStore::SetNeighbourUp(NodeId neighbour, bool up) {
 }
 
 void TableStore::set_stale_after(Duration stale_after) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   stale_after_ = stale_after;
 }
 
@@ -395,17 +395,17 @@ TableSource TableStore::SourceLocked(Time now) {
 }
 
 TableSource TableStore::Source(Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return SourceLocked(now);
 }
 
 std::shared_ptr<const AgentTables> TableStore::Active(Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return SourceLocked(now) == TableSource::kController ? current_ : static_;
 }
 
 std::shared_ptr<const AgentTables> TableStore::TakeChange(Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::shared_ptr<const AgentTables> active =
       SourceLocked(now) == TableSource::kController ? current_ : static_;
   if (active == handed_out_) return nullptr;
@@ -414,17 +414,17 @@ std::shared_ptr<const AgentTables> TableStore::TakeChange(Time now) {
 }
 
 uint64_t TableStore::installed_version() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return version_;
 }
 
 TableStoreCounters TableStore::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counters_;
 }
 
 std::string TableStore::last_refusal() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return last_refusal_;
 }
 

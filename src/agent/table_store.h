@@ -34,7 +34,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "agent/agent_config.h"
 #include "agent/agent_tables.h"
+#include "base/mutex.h"
 #include "control/json_log.h"
 #include "core/topology.h"
 #include "core/units.h"
@@ -122,14 +122,16 @@ class TableStore {
 
   enum class CheckMode : uint8_t { kOffer, kDisk };
 
-  // The rows `table` leads to from the held ones, or why it is refused. Caller holds mu_.
-  absl::StatusOr<Rows> Check(const v1::RouteTable& table, CheckMode mode) const;
-  absl::Status CheckRoute(const v1::Route& route, CheckMode mode, NodeId& dest) const;
+  // The rows `table` leads to from the held ones, or why it is refused.
+  absl::StatusOr<Rows> Check(const v1::RouteTable& table, CheckMode mode) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRoute(const v1::Route& route, CheckMode mode, NodeId& dest) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<const AgentTables> BuildTables(const Rows& rows, uint64_t version) const;
-  void RecomputeStatic();
+  void RecomputeStatic() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Which destinations this node reaches over links not reported down.
-  std::vector<bool> Reachable() const;
-  TableSource SourceLocked(Time now);
+  std::vector<bool> Reachable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TableSource SourceLocked(Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Save(uint64_t version, const Rows& rows, int64_t computed_unix_ns) const;
   void Log(control::LogLevel level, std::string_view msg, const nlohmann::json& fields) const;
 
@@ -137,19 +139,21 @@ class TableStore {
   const Topology& topology_;
   control::JsonLog* log_;
 
-  mutable std::mutex mu_;
-  Duration stale_after_;
-  std::vector<bool> link_up_;  // by LinkId; only this node's neighbour links change
-  std::shared_ptr<const AgentTables> static_;
-  Rows rows_;
-  std::shared_ptr<const AgentTables> current_;  // null before the first accepted table
-  uint64_t version_ = 0;
-  Time refreshed_at_{0};
-  TableSource source_ = TableSource::kStatic;  // as last observed
-  bool fell_back_ = false;                     // a fallback since the last controller table
-  std::shared_ptr<const AgentTables> handed_out_;
-  TableStoreCounters counters_;
-  std::string last_refusal_;
+  mutable Mutex mu_;
+  Duration stale_after_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> link_up_
+      ABSL_GUARDED_BY(mu_);  // by LinkId; only this node's neighbour links change
+  std::shared_ptr<const AgentTables> static_ ABSL_GUARDED_BY(mu_);
+  Rows rows_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const AgentTables> current_
+      ABSL_GUARDED_BY(mu_);  // null before the first accepted table
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  Time refreshed_at_ ABSL_GUARDED_BY(mu_) = Time{0};
+  TableSource source_ ABSL_GUARDED_BY(mu_) = TableSource::kStatic;  // as last observed
+  bool fell_back_ ABSL_GUARDED_BY(mu_) = false;  // a fallback since the last controller table
+  std::shared_ptr<const AgentTables> handed_out_ ABSL_GUARDED_BY(mu_);
+  TableStoreCounters counters_ ABSL_GUARDED_BY(mu_);
+  std::string last_refusal_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dar::agent

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "base/mutex.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "sim/runner.h"
@@ -42,7 +42,7 @@ class ProgressLine {
   // Thread-safe: policies may run side by side.
   void Update(const sim::RunProgress& p) {
     if (!enabled_) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const auto now = Clock::now();
     if (now - start_ < std::chrono::seconds(1) || now - last_ < std::chrono::milliseconds(200)) {
       return;
@@ -54,6 +54,7 @@ class ProgressLine {
     drawn_ = true;
   }
   void Clear() {
+    MutexLock lock(&mu_);
     if (!drawn_) return;
     std::fprintf(stderr, "\r%80s\r", "");
     drawn_ = false;
@@ -61,11 +62,11 @@ class ProgressLine {
 
  private:
   using Clock = std::chrono::steady_clock;
-  std::mutex mu_;
-  bool enabled_;
-  bool drawn_ = false;
-  Clock::time_point start_;
-  Clock::time_point last_;
+  Mutex mu_;
+  const bool enabled_;
+  bool drawn_ ABSL_GUARDED_BY(mu_) = false;
+  const Clock::time_point start_;
+  Clock::time_point last_ ABSL_GUARDED_BY(mu_);
 };
 
 // Writes `results` to `dir`/results.json and, unless quiet, prints `table` (default: the

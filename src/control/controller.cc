@@ -55,10 +55,10 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   // starts, so that no agent's samples race the setting).
   c->core_->SetEarlyCycleRequest([p = c.get()] {
     {
-      std::lock_guard<std::mutex> lock(p->thread_mu_);
+      MutexLock lock(&p->thread_mu_);
       p->early_ = true;
     }
-    p->thread_cv_.notify_all();
+    p->thread_cv_.NotifyAll();
   });
   RETURN_IF_ERROR(c->core_->RestoreOperatorState());
   c->agent_service_ = std::make_unique<AgentServiceImpl>(*c->core_, *c->clock_, *c->log_);
@@ -111,10 +111,10 @@ Controller::~Controller() { Shutdown(); }
 void Controller::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     {
-      std::lock_guard<std::mutex> lock(thread_mu_);
+      MutexLock lock(&thread_mu_);
       stopping_ = true;
     }
-    thread_cv_.notify_all();
+    thread_cv_.NotifyAll();
     if (cycle_thread_.joinable()) cycle_thread_.join();
     if (core_ != nullptr) core_->CloseAll(absl::UnavailableError("the controller is stopping"));
     if (server_ != nullptr) {
@@ -128,20 +128,24 @@ void Controller::Shutdown() {
 
 void Controller::CycleLoop() {
   using SteadyClock = std::chrono::steady_clock;
-  std::unique_lock<std::mutex> lock(thread_mu_);
+  thread_mu_.Lock();
   SteadyClock::time_point next = SteadyClock::now();
   SteadyClock::time_point last = next - core_->cycle_period();
   while (!stopping_) {
     next += core_->cycle_period();
     const SteadyClock::time_point now = SteadyClock::now();
     if (next < now) next = now;  // after a stall, do not run cycles back to back
-    thread_cv_.wait_until(lock, next, [this] { return stopping_ || wake_ || early_; });
+    thread_cv_.WaitUntil(&thread_mu_, next, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(thread_mu_) {
+      return stopping_ || wake_ || early_;
+    });
     if (stopping_) break;
     if (early_ && !wake_) {
       // A link went down: a cycle now, but not sooner than a fifth of a period after the last
       // one, so that a storm of failures cannot keep the cycle thread busy back to back.
       const SteadyClock::time_point earliest = last + core_->cycle_period() / 5;
-      thread_cv_.wait_until(lock, std::min(earliest, next), [this] { return stopping_ || wake_; });
+      thread_cv_.WaitUntil(
+          &thread_mu_, std::min(earliest, next),
+          [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(thread_mu_) { return stopping_ || wake_; });
       if (stopping_) break;
     }
     // Afresh from now: the period may have changed (a reload), or this cycle came early.
@@ -150,10 +154,11 @@ void Controller::CycleLoop() {
     wake_ = false;
     early_ = false;
     last = SteadyClock::now();
-    lock.unlock();
+    thread_mu_.Unlock();
     core_->RunCycle();
-    lock.lock();
+    thread_mu_.Lock();
   }
+  thread_mu_.Unlock();
 }
 
 absl::Status Controller::Apply(absl::StatusOr<ControllerConfig> next) {
@@ -176,10 +181,10 @@ absl::Status Controller::Apply(absl::StatusOr<ControllerConfig> next) {
   // A refused learned-policy model refuses the whole reload: the running model stays.
   if (absl::Status s = core_->Reload(*next); !s.ok()) return refuse(s);
   {
-    std::lock_guard<std::mutex> lock(thread_mu_);
+    MutexLock lock(&thread_mu_);
     wake_ = true;
   }
-  thread_cv_.notify_all();
+  thread_cv_.NotifyAll();
   return absl::OkStatus();
 }
 

@@ -7,12 +7,12 @@
 #ifndef DAR_CONTROL_CONTROLLER_H_
 #define DAR_CONTROL_CONTROLLER_H_
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
+#include <mutex>  // std::once_flag
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "control/admin_service.h"
 #include "control/controller_clock.h"
 #include "control/controller_config.h"
@@ -90,11 +90,13 @@ class Controller {
   int port_ = 0;
   int http_port_ = 0;
 
-  std::mutex thread_mu_;
-  std::condition_variable thread_cv_;
-  bool stopping_ = false;
-  bool wake_ = false;   // the configuration changed: a cycle now, then the (new) period
-  bool early_ = false;  // a link end was newly reported down (SetEarlyCycleRequest)
+  Mutex thread_mu_;
+  CondVar thread_cv_;
+  bool stopping_ ABSL_GUARDED_BY(thread_mu_) = false;
+  // The configuration changed: a cycle now, then the (new) period.
+  bool wake_ ABSL_GUARDED_BY(thread_mu_) = false;
+  // A link end was newly reported down (SetEarlyCycleRequest).
+  bool early_ ABSL_GUARDED_BY(thread_mu_) = false;
   std::thread cycle_thread_;
   std::once_flag shutdown_once_;
 };

@@ -117,24 +117,27 @@ ControllerCore::ControllerCore(const ControllerConfig& config, const ControllerC
 ControllerCore::~ControllerCore() {
   if (!publisher_.joinable()) return;
   {
-    std::lock_guard<std::mutex> lock(pub_mu_);
+    MutexLock lock(&pub_mu_);
     pub_stop_ = true;
   }
-  pub_cv_.notify_all();
+  pub_cv_.NotifyAll();
   publisher_.join();
 }
 
 void ControllerCore::PublishLoop() {
-  std::unique_lock<std::mutex> lock(pub_mu_);
   for (;;) {
-    pub_cv_.wait(lock, [this] { return pub_stop_ || pub_pending_ != nullptr; });
-    if (pub_stop_) return;
-    std::shared_ptr<const RouteSnapshot> snapshot = std::move(pub_pending_);
-    pub_pending_ = nullptr;
-    lock.unlock();
+    std::shared_ptr<const RouteSnapshot> snapshot;
+    {
+      MutexLock lock(&pub_mu_);
+      pub_cv_.Wait(&pub_mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pub_mu_) {
+        return pub_stop_ || pub_pending_ != nullptr;
+      });
+      if (pub_stop_) return;
+      snapshot = std::move(pub_pending_);
+      pub_pending_ = nullptr;
+    }
     const Duration took = OfferToAll(snapshot);
     log_.Debug("publish", {{"version", snapshot->version}, {"publish_ms", Millis(took)}});
-    lock.lock();
   }
 }
 
@@ -142,7 +145,7 @@ Duration ControllerCore::OfferToAll(const std::shared_ptr<const RouteSnapshot>& 
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::shared_ptr<AgentLink>> links;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     links = ConnectedLinksLocked();
   }
   for (const std::shared_ptr<AgentLink>& link : links) link->OfferSnapshot(snapshot);
@@ -271,7 +274,7 @@ void ControllerCore::RecordEventLocked(const std::string& kind, const std::strin
 
 void ControllerCore::RecordEvent(const std::string& kind, const std::string& node,
                                  const std::string& detail) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RecordEventLocked(kind, node, detail);
 }
 
@@ -286,7 +289,7 @@ absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const SpiffeId& 
   Admission admission;
   std::shared_ptr<AgentLink> replaced;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const NodeId v = overlay_->Find(id);
     if (peer.kind != PeerKind::kNode) {
       refusal = absl::PermissionDeniedError(
@@ -351,7 +354,7 @@ absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const SpiffeId& 
 }
 
 void ControllerCore::Detach(uint32_t wire_id, const AgentLink* link) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = agents_.find(wire_id);
   if (it == agents_.end() || it->second.link.get() != link || link == nullptr) return;
   it->second.link = nullptr;
@@ -367,7 +370,7 @@ void ControllerCore::Detach(uint32_t wire_id, const AgentLink* link) {
 absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& samples) {
   std::shared_ptr<const Overlay> overlay;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     overlay = overlay_;
   }
   const NodeId v = overlay->Find(wire_id);
@@ -422,7 +425,7 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
   size_t dropped = 0;
   bool newly_down = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (overlay != overlay_) return absl::OkStatus();  // a reload raced: these ids are stale
     auto it = agents_.find(wire_id);
     if (it != agents_.end()) it->second.last_seen_unix_ns = unix_now;
@@ -463,14 +466,14 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
 void ControllerCore::CloseAll(const absl::Status& status) {
   std::vector<std::shared_ptr<AgentLink>> links;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     links = ConnectedLinksLocked();
   }
   for (const auto& link : links) link->Close(status);
 }
 
 void ControllerCore::OnTableStatus(uint32_t wire_id, const v1::TableStatus& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   OnTableStatusLocked(wire_id, status);
 }
 
@@ -498,7 +501,7 @@ void ControllerCore::OnTableStatusLocked(uint32_t wire_id, const v1::TableStatus
 }
 
 void ControllerCore::OnAck(uint32_t wire_id, const v1::TableAck& ack, AckOutcome outcome) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Agent& agent = agents_[wire_id];
   agent.last_seen_unix_ns = clock_.UnixNanos();
   const NodeId v = overlay_->Find(wire_id);
@@ -551,7 +554,7 @@ std::vector<bool> ControllerCore::DrainedLinks(
 }
 
 CycleReport ControllerCore::RunCycle() {
-  std::lock_guard<std::mutex> cycle_lock(cycle_mu_);
+  MutexLock cycle_lock(&cycle_mu_);
   const Time now = clock_.Now();
   const int64_t unix_now = clock_.UnixNanos();
   CycleReport report;
@@ -564,7 +567,7 @@ CycleReport ControllerCore::RunCycle() {
   std::shared_ptr<const RouteSnapshot> previous;  // the last cycle's
   Duration timeout;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     batch.swap(pending_);
     sent.swap(pending_sent_);
     // A learned policy refines the diffusion engine's weights: with a model, diffusion.
@@ -620,7 +623,7 @@ CycleReport ControllerCore::RunCycle() {
     std::string kind, node, detail;
   };
   std::vector<NewEvent> events;
-  const auto end_state = [&](LinkId x) -> std::string {
+  const auto end_state = [&](LinkId x) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) -> std::string {
     const LinkEnd& e = ends_[x];
     const double age_ms = Millis(now - e.heard);
     if (e.heard_unix_ns == 0) return "not heard from yet";
@@ -631,14 +634,16 @@ CycleReport ControllerCore::RunCycle() {
   // not heard from since this controller started tells nothing: a restarted controller must
   // not take links down because their agents have not reconnected yet (their neighbours'
   // samples say down if a node is really gone).
-  const auto fresh = [&](LinkId x) {
+  const auto fresh = [&](LinkId x) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) {
     return ends_[x].heard_unix_ns != 0 && now - ends_[x].heard <= timeout;
   };
-  const auto never_heard = [&](LinkId x) { return ends_[x].heard_unix_ns == 0; };
+  const auto never_heard = [&](LinkId x) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) {
+    return ends_[x].heard_unix_ns == 0;
+  };
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const LinkId r = topo.link(l).reverse;
     if (r != kNoLink && r < l) continue;  // each cable once
-    const auto says = [&](LinkId x, bool state) {
+    const auto says = [&](LinkId x, bool state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) {
       return x != kNoLink && fresh(x) && ends_[x].up == state;
     };
     const bool up =
@@ -699,7 +704,7 @@ CycleReport ControllerCore::RunCycle() {
   const auto t1 = std::chrono::steady_clock::now();
   ConfigPush rekeyed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     latest_ = snapshot;
     cycled_ = true;
     last_cycle_ = now;
@@ -715,10 +720,10 @@ CycleReport ControllerCore::RunCycle() {
   rekeyed.Send();
   if (publisher_.joinable()) {
     {
-      std::lock_guard<std::mutex> lock(pub_mu_);
+      MutexLock lock(&pub_mu_);
       pub_pending_ = snapshot;
     }
-    pub_cv_.notify_one();
+    pub_cv_.NotifyOne();
   } else {
     report.publish = OfferToAll(snapshot);
   }
@@ -765,7 +770,7 @@ CycleReport ControllerCore::RunCycle() {
 }
 
 std::string ControllerCore::HealthProblem() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!cycled_) return "no decision cycle has run yet";
   const Duration limit = std::max<Duration>(3 * policy_.cycle, Seconds(1));
   const Duration age = clock_.Now() - last_cycle_;
@@ -774,14 +779,14 @@ std::string ControllerCore::HealthProblem() const {
 }
 
 Duration ControllerCore::cycle_period() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return policy_.cycle;
 }
 
 // --- Admin API ---
 
 absl::Status ControllerCore::CheckAdmin(const SpiffeId& peer) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (peer.kind == PeerKind::kAdmin && peer.trust_domain == config_.trust_domain) {
     return absl::OkStatus();
   }
@@ -813,18 +818,18 @@ v1::NodeView ControllerCore::NodeViewLocked(NodeId n) const {
 }
 
 std::vector<v1::NodeView> ControllerCore::ListNodes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<v1::NodeView> out;
   for (NodeId n = 0; n < overlay_->topology.num_nodes(); ++n) out.push_back(NodeViewLocked(n));
   return out;
 }
 
 std::vector<v1::LinkView> ControllerCore::ListLinks() const {
-  std::lock_guard<std::mutex> cycle_lock(cycle_mu_);
+  MutexLock cycle_lock(&cycle_mu_);
   std::set<std::pair<std::string, std::string>> drained;
   Duration probe_interval;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     drained = drained_;
     probe_interval = config_.probe_interval;
   }
@@ -872,7 +877,7 @@ absl::StatusOr<v1::GetRoutesResponse> ControllerCore::GetRoutes(
     const v1::GetRoutesRequest& request) const {
   std::shared_ptr<const RouteSnapshot> snapshot;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     snapshot = latest_;
   }
   if (snapshot == nullptr) return absl::UnavailableError("no tables yet: no cycle has run");
@@ -915,7 +920,7 @@ absl::StatusOr<v1::GetRoutesResponse> ControllerCore::GetRoutes(
 }
 
 std::vector<v1::Event> ControllerCore::ListEvents(uint32_t limit) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<v1::Event> out;
   for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
     if (limit != 0 && out.size() >= limit) break;
@@ -925,7 +930,7 @@ std::vector<v1::Event> ControllerCore::ListEvents(uint32_t limit) const {
 }
 
 v1::PolicySettings ControllerCore::GetPolicy() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   v1::PolicySettings s;
   const RouteComputerConfig& r = policy_.routes;
   s.set_temperature(r.diffusion.temperature);
@@ -973,7 +978,7 @@ absl::StatusOr<v1::PolicySettings> ControllerCore::SetPolicy(const v1::PolicySet
   std::vector<std::shared_ptr<AgentLink>> links;
   std::shared_ptr<const v1::AgentConfig> agent_config;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ControllerPolicy p = policy_;
     p.routes.diffusion.temperature = s.temperature();
     p.routes.diffusion.hysteresis = s.hysteresis();
@@ -1030,7 +1035,7 @@ ControllerCore::ConfigPush ControllerCore::KeysChangedLocked(const std::string& 
 }
 
 v1::KeyRingView ControllerCore::GetKeys() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return KeyRingViewLocked();
 }
 
@@ -1038,7 +1043,7 @@ absl::StatusOr<v1::KeyRingView> ControllerCore::RotateKeys() {
   ConfigPush push;
   v1::KeyRingView view;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(const bool started, keys_.Rotate(clock_.UnixNanos()));
     if (started) push = KeysChangedLocked("rotation requested");
     view = KeyRingViewLocked();
@@ -1061,7 +1066,7 @@ absl::StatusOr<KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_u
 }
 
 absl::StatusOr<bool> ControllerCore::Drain(const std::string& a, const std::string& b, bool drain) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const NodeId na = overlay_->FindByNameOrId(a);
   const NodeId nb = overlay_->FindByNameOrId(b);
   for (const auto& [text, n] : {std::pair{&a, na}, std::pair{&b, nb}}) {
@@ -1087,17 +1092,17 @@ absl::Status ControllerCore::Reload(const ControllerConfig& config) {
   LoadedModel model =
       LoadModel(config, "the reload is refused; the running configuration and policy stay");
   if (!model.status.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     learned_.set_refusal(model.view.refusal());
     learned_.set_refused_unix_ns(model.view.refused_unix_ns());
     return model.status;
   }
-  std::lock_guard<std::mutex> cycle_lock(cycle_mu_);
+  MutexLock cycle_lock(&cycle_mu_);
   std::vector<std::shared_ptr<AgentLink>> to_close, to_update;
   std::vector<uint32_t> closed_ids;
   std::shared_ptr<const v1::AgentConfig> agent_config;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ControllerConfig next = config;
     std::vector<std::string> restart;
     const auto keep = [&](auto& field, const auto& running, const char* name) {
@@ -1221,7 +1226,7 @@ void ControllerCore::SaveOperatorStateLocked() {
 absl::Status ControllerCore::RestoreOperatorState() {
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (config_.state_dir.empty()) return absl::OkStatus();
     path = OperatorStatePath(config_);
   }
@@ -1267,7 +1272,7 @@ absl::Status ControllerCore::RestoreOperatorState() {
     policy = p;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     restoring_ = true;
   }
   for (const nlohmann::json& d : drained) {
@@ -1285,7 +1290,7 @@ absl::Status ControllerCore::RestoreOperatorState() {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [wire, at] : fallbacks_heard) {
       agents_[wire].table_status.set_last_fallback_unix_ns(at);
     }
@@ -1298,7 +1303,7 @@ absl::Status ControllerCore::RestoreOperatorState() {
 }
 
 ControllerConfig ControllerCore::config() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return config_;
 }
 

@@ -22,12 +22,10 @@
 #ifndef DAR_CONTROL_CONTROLLER_CORE_H_
 #define DAR_CONTROL_CONTROLLER_CORE_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -37,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/executor.h"
+#include "base/mutex.h"
 #include "control/controller_clock.h"
 #include "control/controller_config.h"
 #include "control/controller_metrics.h"
@@ -229,13 +228,14 @@ class ControllerCore {
   };
 
   // REQUIRES: mu_ held.
-  void OnTableStatusLocked(uint32_t wire_id, const v1::TableStatus& status);
+  void OnTableStatusLocked(uint32_t wire_id, const v1::TableStatus& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // REQUIRES: mu_ held.
   void RecordEventLocked(const std::string& kind, const std::string& node,
-                         const std::string& detail);
-  v1::KeyRingView KeyRingViewLocked() const;
+                         const std::string& detail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::KeyRingView KeyRingViewLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes <state_dir>/operator.json (if there is a state dir); a failure is an event.
-  void SaveOperatorStateLocked();
+  void SaveOperatorStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new agent config and the streams to offer it to, outside mu_.
   struct ConfigPush {
     std::shared_ptr<const v1::AgentConfig> config;
@@ -246,10 +246,12 @@ class ControllerCore {
   };
   // After the key ring changed: rebuilds the agents' config, records a "keys" event saying
   // `why`, and returns the push for every connected agent.
-  ConfigPush KeysChangedLocked(const std::string& why);
-  std::shared_ptr<const v1::AgentConfig> BuildAgentConfigLocked() const;
-  std::vector<std::shared_ptr<AgentLink>> ConnectedLinksLocked() const;
-  v1::NodeView NodeViewLocked(NodeId n) const;
+  ConfigPush KeysChangedLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<const v1::AgentConfig> BuildAgentConfigLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::shared_ptr<AgentLink>> ConnectedLinksLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::NodeView NodeViewLocked(NodeId n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The learned policy a configuration names, loaded, or why it was refused.
   struct LoadedModel {
     std::shared_ptr<WeightPolicy> policy;  // null: the analytic engine alone
@@ -260,13 +262,13 @@ class ControllerCore {
   // `outcome`: what runs instead), counted and recorded as an event. Takes mu_ briefly.
   LoadedModel LoadModel(const ControllerConfig& config, const char* outcome);
   // REQUIRES: cycle_mu_ held.
-  void ResetComputer(Time now);
+  void ResetComputer(Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_, mu_);
   // REQUIRES: cycle_mu_ held. Runs the computer's cycles on a pool of `threads` threads (a new
   // pool only if the present one has another size).
-  void UsePool(int threads);
+  void UsePool(int threads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // REQUIRES: cycle_mu_ held. Adds the computer's policy counts since the last call to the
   // metrics and logs a policy failure, at most once a minute.
-  void CountPolicy(const RouteCycle& cycle, Time now);
+  void CountPolicy(const RouteCycle& cycle, Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // Offers `snapshot` to every connected stream; returns how long that took.
   Duration OfferToAll(const std::shared_ptr<const RouteSnapshot>& snapshot);
   void PublishLoop();
@@ -279,66 +281,75 @@ class ControllerCore {
   ControllerMetrics& metrics_;
 
   // The decision loop; cycle_mu_ guards it.
-  mutable std::mutex cycle_mu_;
+  mutable Mutex cycle_mu_;
   // The threads a cycle's parts run on (policy.cycle_threads), started once: a new pool only
   // when a policy change asks for another number.
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<RouteComputer> computer_;
-  std::shared_ptr<const Overlay> computer_overlay_;
+  std::unique_ptr<ThreadPool> pool_ ABSL_GUARDED_BY(cycle_mu_);
+  std::unique_ptr<RouteComputer> computer_ ABSL_GUARDED_BY(cycle_mu_);
+  std::shared_ptr<const Overlay> computer_overlay_ ABSL_GUARDED_BY(cycle_mu_);
   // The marginal decision layer, over computer_overlay_'s topology, while the policy says
   // `decision: marginal`; null otherwise.
-  std::unique_ptr<MarginalDecision> marginal_;
-  MarginalDecisionConfig marginal_config_;       // marginal_'s
-  std::vector<LinkEnd> ends_;                    // by link
-  std::vector<bool> cable_down_;                 // by link, as last decided
-  std::shared_ptr<WeightPolicy> weight_policy_;  // the learned policy; null: none
-  RouteComputerStats policy_counted_;            // computer_'s counts already in the metrics
-  std::optional<Time> policy_failure_logged_;    // when a policy failure was last logged
-  int64_t policy_failures_unlogged_ = 0;         // failures since then
+  std::unique_ptr<MarginalDecision> marginal_ ABSL_GUARDED_BY(cycle_mu_);
+  MarginalDecisionConfig marginal_config_ ABSL_GUARDED_BY(cycle_mu_);  // marginal_'s
+  std::vector<LinkEnd> ends_ ABSL_GUARDED_BY(cycle_mu_);               // by link
+  std::vector<bool> cable_down_ ABSL_GUARDED_BY(cycle_mu_);            // by link, as last decided
+  std::shared_ptr<WeightPolicy> weight_policy_
+      ABSL_GUARDED_BY(cycle_mu_);  // the learned policy; null: none
+  RouteComputerStats policy_counted_
+      ABSL_GUARDED_BY(cycle_mu_);  // computer_'s counts already in the metrics
+  std::optional<Time> policy_failure_logged_
+      ABSL_GUARDED_BY(cycle_mu_);  // when a policy failure was last logged
+  int64_t policy_failures_unlogged_ ABSL_GUARDED_BY(cycle_mu_) = 0;  // failures since then
+  // The decision times since the last summary in the log.
+  int64_t cycles_since_summary_ ABSL_GUARDED_BY(cycle_mu_) = 0;
+  std::vector<double> recent_decisions_ms_ ABSL_GUARDED_BY(cycle_mu_);
 
   // Everything else; mu_ guards it.
-  mutable std::mutex mu_;
-  ControllerConfig config_;
-  ControllerPolicy policy_;
-  v1::LearnedPolicyView learned_;  // without the counts (GetPolicy adds them)
-  std::string policy_last_failure_;
-  bool policy_dirty_ = false;
-  std::optional<v1::PolicySettings> policy_override_;  // the last SetPolicy since a reload
-  bool restoring_ = false;  // RestoreOperatorState runs: it saves once, at the end
-  std::shared_ptr<const Overlay> overlay_;
-  std::shared_ptr<const v1::AgentConfig> agent_config_;
-  KeyRing keys_;
-  std::map<uint32_t, Agent> agents_;  // by wire id; entries stay after a disconnect
-  std::vector<PendingSample> pending_;
+  mutable Mutex mu_;
+  ControllerConfig config_ ABSL_GUARDED_BY(mu_);
+  ControllerPolicy policy_ ABSL_GUARDED_BY(mu_);
+  v1::LearnedPolicyView learned_ ABSL_GUARDED_BY(mu_);  // without the counts (GetPolicy adds them)
+  std::string policy_last_failure_ ABSL_GUARDED_BY(mu_);
+  bool policy_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<v1::PolicySettings> policy_override_
+      ABSL_GUARDED_BY(mu_);  // the last SetPolicy since a reload
+  bool restoring_ ABSL_GUARDED_BY(mu_) =
+      false;  // RestoreOperatorState runs: it saves once, at the end
+  std::shared_ptr<const Overlay> overlay_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const v1::AgentConfig> agent_config_ ABSL_GUARDED_BY(mu_);
+  KeyRing keys_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, Agent> agents_
+      ABSL_GUARDED_BY(mu_);  // by wire id; entries stay after a disconnect
+  std::vector<PendingSample> pending_ ABSL_GUARDED_BY(mu_);
   struct PendingSent {
     NodeId src, dst;
     uint64_t bytes;
   };
-  std::vector<PendingSent> pending_sent_;  // what agents sent, for the marginal layer
+  std::vector<PendingSent> pending_sent_
+      ABSL_GUARDED_BY(mu_);  // what agents sent, for the marginal layer
   // (wire id, destination id) of sent-bytes entries already reported as ignored.
-  std::set<std::pair<uint32_t, uint32_t>> sent_ignored_;
+  std::set<std::pair<uint32_t, uint32_t>> sent_ignored_ ABSL_GUARDED_BY(mu_);
   // More than a node sends in one report at 10 Tb/s for a minute: not a count.
   static constexpr uint64_t kMaxSentBytesPerReport = uint64_t{75} << 40;
   // What each link end's newest sample said (kUnheard, kUp, kDown), by LinkId of
   // `reported_overlay_`; reset when the overlay changes.
   enum class Reported : uint8_t { kUnheard, kUp, kDown };
-  std::vector<Reported> reported_;
-  std::shared_ptr<const Overlay> reported_overlay_;
+  std::vector<Reported> reported_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Overlay> reported_overlay_ ABSL_GUARDED_BY(mu_);
   std::function<void()> early_cycle_;
-  std::set<std::pair<std::string, std::string>> drained_;  // (name, name), ordered pair
-  std::deque<v1::Event> events_;                           // newest at the back
-  std::shared_ptr<const RouteSnapshot> latest_;
-  uint64_t next_version_ = 1;
-  bool cycled_ = false;
-  Time last_cycle_{0};
-  int64_t cycles_since_summary_ = 0;
-  std::vector<double> recent_decisions_ms_;
+  std::set<std::pair<std::string, std::string>> drained_
+      ABSL_GUARDED_BY(mu_);                            // (name, name), ordered pair
+  std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);  // newest at the back
+  std::shared_ptr<const RouteSnapshot> latest_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
+  bool cycled_ ABSL_GUARDED_BY(mu_) = false;
+  Time last_cycle_ ABSL_GUARDED_BY(mu_) = Time{0};
 
   // The publisher thread, if any; pub_mu_ guards its slot.
-  std::mutex pub_mu_;
-  std::condition_variable pub_cv_;
-  std::shared_ptr<const RouteSnapshot> pub_pending_;
-  bool pub_stop_ = false;
+  Mutex pub_mu_;
+  CondVar pub_cv_;
+  std::shared_ptr<const RouteSnapshot> pub_pending_ ABSL_GUARDED_BY(pub_mu_);
+  bool pub_stop_ ABSL_GUARDED_BY(pub_mu_) = false;
   std::thread publisher_;
 };
 

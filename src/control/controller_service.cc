@@ -1,10 +1,10 @@
 #include "control/controller_service.h"
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "base/mutex.h"
 #include "control/identity.h"
 #include "fmt/format.h"
 
@@ -29,7 +29,7 @@ class AgentStream final : public Reactor,
   }
 
   void OfferSnapshot(std::shared_ptr<const RouteSnapshot> snapshot) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (session_) {
       session_->SetSnapshot(std::move(snapshot));
     } else {
@@ -39,7 +39,7 @@ class AgentStream final : public Reactor,
   }
 
   void OfferConfig(std::shared_ptr<const v1::AgentConfig> config) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (session_) {
       session_->SetConfig(std::move(config));
     } else {
@@ -49,18 +49,18 @@ class AgentStream final : public Reactor,
   }
 
   void Close(const absl::Status& status) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     FinishLocked(ToGrpcStatus(status));
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the agent closed its side, or the call is gone
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       FinishLocked(grpc::Status::OK);
       return;
     }
     const absl::Status status = Handle(in_);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!status.ok()) {
       FinishLocked(ToGrpcStatus(status));
       return;
@@ -69,7 +69,7 @@ class AgentStream final : public Reactor,
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to the agent failed"));
@@ -106,7 +106,7 @@ class AgentStream final : public Reactor,
         if (!wire_id_) return Refuse("an ack before hello");
         AckOutcome outcome;
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           outcome = session_->OnAck(m.ack());
           TryWriteLocked();
         }
@@ -142,7 +142,7 @@ class AgentStream final : public Reactor,
     absl::StatusOr<ControllerCore::Admission> admission =
         core_.Admit(*peer_, hello, shared_from_this());
     if (!admission.ok()) return admission.status();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     wire_id_ = hello.node_id();
     session_.emplace(hello.node_id(), hello.capabilities().delta_tables(),
                      hello.installed_version(), admission->ack_timeout);
@@ -155,8 +155,7 @@ class AgentStream final : public Reactor,
     return absl::OkStatus();
   }
 
-  // REQUIRES: mu_ held.
-  void TryWriteLocked() {
+  void TryWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finishing_ || !session_) return;
     if (!session_->Next(clock_.Now(), out_)) return;
     if (out_.has_table()) core_.OnTableSent(*wire_id_, out_.table());
@@ -164,8 +163,8 @@ class AgentStream final : public Reactor,
     StartWrite(&out_);
   }
 
-  // REQUIRES: mu_ held. Finishes now, or after the write in flight.
-  void FinishLocked(grpc::Status status) {
+  // Finishes now, or after the write in flight.
+  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finishing_) return;
     finishing_ = true;
     finish_status_ = std::move(status);
@@ -181,15 +180,18 @@ class AgentStream final : public Reactor,
   const absl::StatusOr<SpiffeId> peer_;
   v1::AgentMessage in_;  // only the read path touches it
 
-  std::mutex mu_;
-  std::optional<uint32_t> wire_id_;  // set once admitted (under mu_, read by the read path)
-  std::optional<AgentSession> session_;
-  std::shared_ptr<const RouteSnapshot> pending_snapshot_;  // offers before admission
-  std::shared_ptr<const v1::AgentConfig> pending_config_;
-  v1::ControllerMessage out_;
-  bool writing_ = false;
-  bool finishing_ = false;  // Finish wanted
-  bool finished_ = false;   // Finish called
+  Mutex mu_;
+  // Set once admitted, under mu_, by the read path, which alone reads it without mu_.
+  std::optional<uint32_t> wire_id_;
+  std::optional<AgentSession> session_ ABSL_GUARDED_BY(mu_);
+  // Offers before admission.
+  std::shared_ptr<const RouteSnapshot> pending_snapshot_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const v1::AgentConfig> pending_config_ ABSL_GUARDED_BY(mu_);
+  v1::ControllerMessage out_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish wanted
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;   // Finish called
+  // Set under mu_; OnDone, after the last callback, reads it without.
   grpc::Status finish_status_;
   std::shared_ptr<AgentStream> self_;
 };

@@ -67,7 +67,7 @@ void JsonLog::Write(LogLevel level, std::string_view msg, const nlohmann::json& 
   }
   // Invalid UTF-8 (e.g. from a peer's message) is replaced rather than thrown about.
   const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (sink_) {
     sink_(text);
     return;

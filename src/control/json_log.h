@@ -10,11 +10,11 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "nlohmann/json.hpp"
 
 namespace dar::control {
@@ -63,7 +63,7 @@ class JsonLog {
  private:
   JsonLog(std::FILE* out, bool owned, LogLevel level, UnixClock clock);
 
-  std::mutex mu_;
+  Mutex mu_;  // one line at a time
   std::FILE* out_ = nullptr;
   bool owned_ = false;
   Sink sink_;

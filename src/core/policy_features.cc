@@ -257,7 +257,9 @@ void PolicyFeatureBuilder::ClassRows::Fill(const PolicyInputs& in, int cls, size
                                            absl::Span<const LinkTerm> links,
                                            std::pair<size_t, size_t> begin,
                                            std::pair<size_t, size_t> end, PolicyBatch& batch) {
-  auto [decision, candidate] = begin;
+  // Plain variables, not a structured binding: the lambda below captures them (clang 14,
+  // which checks the locking, cannot capture a binding).
+  size_t decision = begin.first, candidate = begin.second;
   const Topology& topo = *in.topology;
   const int nodes = topo.num_nodes();
   const double floor_weight = std::max(in.min_weight, kSmallestLogitWeight);
