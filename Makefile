@@ -21,7 +21,7 @@ run: build
 	./$(BUILD)/src/cli/dar-sim run $(SCENARIO) --out $(OUT)
 
 # Unit and integration tests (Release), clang's thread-safety analysis of the code that
-# locks, the unit tests again under ASan + UBSan, and the threaded ones under TSan.
+# locks, the unit tests again under ASan + UBSan, and those of threaded code under TSan.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) check-thread-safety
@@ -33,15 +33,18 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L unit
 
-# The tests labelled `threaded` (the executor, the engine's cycle and the learned policy on a
-# pool) under ThreadSanitizer. Debian's gRPC and abseil are not built for TSan, which then
-# cannot see their locks: the gRPC daemons' tests stay out (base/mutex.h says why DAR's own
-# locks are std::mutex underneath).
+# The test binaries whose code runs on threads (the executor; the engine's cycle and the
+# learned policy on a pool), again under ThreadSanitizer, from the repository root as ctest
+# runs them. Debian's gRPC and abseil are not built for TSan, which then cannot see their
+# locks: the gRPC daemons' tests stay out (base/mutex.h says why DAR's own locks are
+# std::mutex underneath).
+TSAN_TESTS ?= src/base/base_test src/core/core_test src/learn/learn_test
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDAR_TSAN=ON \
 	  -DDAR_BENCHMARKS=OFF -DDAR_TRAINING=OFF
-	cmake --build $(TSAN_BUILD) -j $(JOBS) --target base_test core_test learn_test
-	cd $(TSAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L threaded
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(notdir $(TSAN_TESTS))
+	for t in $(TSAN_TESTS); do \
+	  TSAN_OPTIONS=halt_on_error=1 ./$(TSAN_BUILD)/$$t --gtest_brief=1 || exit 1; done
 
 # clang's -Wthread-safety over every file that takes a lock (includes base/mutex.h): a member
 # read or written without the mutex that guards it (ABSL_GUARDED_BY) fails the build.
