@@ -141,12 +141,12 @@ class TableStore {
 
   mutable Mutex mu_;
   Duration stale_after_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> link_up_
-      ABSL_GUARDED_BY(mu_);  // by LinkId; only this node's neighbour links change
+  // By LinkId; only this node's neighbour links change.
+  std::vector<bool> link_up_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const AgentTables> static_ ABSL_GUARDED_BY(mu_);
   Rows rows_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const AgentTables> current_
-      ABSL_GUARDED_BY(mu_);  // null before the first accepted table
+  // Null before the first accepted table.
+  std::shared_ptr<const AgentTables> current_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   Time refreshed_at_ ABSL_GUARDED_BY(mu_) = Time{0};
   TableSource source_ ABSL_GUARDED_BY(mu_) = TableSource::kStatic;  // as last observed

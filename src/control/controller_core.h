@@ -261,13 +261,12 @@ class ControllerCore {
   // Loads the model `config` names (none: the analytic engine). A refusal is logged (with
   // `outcome`: what runs instead), counted and recorded as an event. Takes mu_ briefly.
   LoadedModel LoadModel(const ControllerConfig& config, const char* outcome);
-  // REQUIRES: cycle_mu_ held.
   void ResetComputer(Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_, mu_);
-  // REQUIRES: cycle_mu_ held. Runs the computer's cycles on a pool of `threads` threads (a new
-  // pool only if the present one has another size).
+  // Runs the computer's cycles on a pool of `threads` threads (a new pool only if the present
+  // one has another size).
   void UsePool(int threads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
-  // REQUIRES: cycle_mu_ held. Adds the computer's policy counts since the last call to the
-  // metrics and logs a policy failure, at most once a minute.
+  // Adds the computer's policy counts since the last call to the metrics and logs a policy
+  // failure, at most once a minute.
   void CountPolicy(const RouteCycle& cycle, Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // Offers `snapshot` to every connected stream; returns how long that took.
   Duration OfferToAll(const std::shared_ptr<const RouteSnapshot>& snapshot);
@@ -293,12 +292,12 @@ class ControllerCore {
   MarginalDecisionConfig marginal_config_ ABSL_GUARDED_BY(cycle_mu_);  // marginal_'s
   std::vector<LinkEnd> ends_ ABSL_GUARDED_BY(cycle_mu_);               // by link
   std::vector<bool> cable_down_ ABSL_GUARDED_BY(cycle_mu_);            // by link, as last decided
-  std::shared_ptr<WeightPolicy> weight_policy_
-      ABSL_GUARDED_BY(cycle_mu_);  // the learned policy; null: none
-  RouteComputerStats policy_counted_
-      ABSL_GUARDED_BY(cycle_mu_);  // computer_'s counts already in the metrics
-  std::optional<Time> policy_failure_logged_
-      ABSL_GUARDED_BY(cycle_mu_);  // when a policy failure was last logged
+  // The learned policy; null: none.
+  std::shared_ptr<WeightPolicy> weight_policy_ ABSL_GUARDED_BY(cycle_mu_);
+  // computer_'s counts already in the metrics.
+  RouteComputerStats policy_counted_ ABSL_GUARDED_BY(cycle_mu_);
+  // When a policy failure was last logged.
+  std::optional<Time> policy_failure_logged_ ABSL_GUARDED_BY(cycle_mu_);
   int64_t policy_failures_unlogged_ ABSL_GUARDED_BY(cycle_mu_) = 0;  // failures since then
   // The decision times since the last summary in the log.
   int64_t cycles_since_summary_ ABSL_GUARDED_BY(cycle_mu_) = 0;
@@ -311,22 +310,22 @@ class ControllerCore {
   v1::LearnedPolicyView learned_ ABSL_GUARDED_BY(mu_);  // without the counts (GetPolicy adds them)
   std::string policy_last_failure_ ABSL_GUARDED_BY(mu_);
   bool policy_dirty_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<v1::PolicySettings> policy_override_
-      ABSL_GUARDED_BY(mu_);  // the last SetPolicy since a reload
-  bool restoring_ ABSL_GUARDED_BY(mu_) =
-      false;  // RestoreOperatorState runs: it saves once, at the end
+  // The last SetPolicy since a reload.
+  std::optional<v1::PolicySettings> policy_override_ ABSL_GUARDED_BY(mu_);
+  // RestoreOperatorState runs: it saves once, at the end.
+  bool restoring_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<const Overlay> overlay_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const v1::AgentConfig> agent_config_ ABSL_GUARDED_BY(mu_);
   KeyRing keys_ ABSL_GUARDED_BY(mu_);
-  std::map<uint32_t, Agent> agents_
-      ABSL_GUARDED_BY(mu_);  // by wire id; entries stay after a disconnect
+  // By wire id; entries stay after a disconnect.
+  std::map<uint32_t, Agent> agents_ ABSL_GUARDED_BY(mu_);
   std::vector<PendingSample> pending_ ABSL_GUARDED_BY(mu_);
   struct PendingSent {
     NodeId src, dst;
     uint64_t bytes;
   };
-  std::vector<PendingSent> pending_sent_
-      ABSL_GUARDED_BY(mu_);  // what agents sent, for the marginal layer
+  // What agents sent, for the marginal layer.
+  std::vector<PendingSent> pending_sent_ ABSL_GUARDED_BY(mu_);
   // (wire id, destination id) of sent-bytes entries already reported as ignored.
   std::set<std::pair<uint32_t, uint32_t>> sent_ignored_ ABSL_GUARDED_BY(mu_);
   // More than a node sends in one report at 10 Tb/s for a minute: not a count.
@@ -337,8 +336,8 @@ class ControllerCore {
   std::vector<Reported> reported_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Overlay> reported_overlay_ ABSL_GUARDED_BY(mu_);
   std::function<void()> early_cycle_;
-  std::set<std::pair<std::string, std::string>> drained_
-      ABSL_GUARDED_BY(mu_);                            // (name, name), ordered pair
+  // (name, name), ordered pair.
+  std::set<std::pair<std::string, std::string>> drained_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);  // newest at the back
   std::shared_ptr<const RouteSnapshot> latest_ ABSL_GUARDED_BY(mu_);
   uint64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
