@@ -347,7 +347,7 @@ absl::StatusOr<DataplaneConfig> MakeDataplaneConfig(const AgentConfig& config,
   d.tun.address = config.self_node().overlay;
   d.tun.prefix_length = config.overlay_prefix_length;
   d.probe_interval = config.probe_interval;
-  d.missed_probes = config.missed_probes;
+  d.liveness.missed_probes = config.missed_probes;
   d.forwarding.mode = config.forwarding_mode;
   d.hop_limit = config.hop_limit;
   d.seed = seed;

@@ -206,7 +206,7 @@ TEST(AgentConfigTest, MakesTheDataplaneConfig) {
   EXPECT_EQ(net::ToString(d->tun.address), "10.77.0.2");
   EXPECT_EQ(d->tun.prefix_length, 16);
   EXPECT_EQ(d->probe_interval, Milliseconds(50));
-  EXPECT_EQ(d->missed_probes, 4);
+  EXPECT_EQ(d->liveness.missed_probes, 4);
   EXPECT_EQ(d->forwarding.mode, ForwardingMode::kPerPacket);
   EXPECT_EQ(d->seed, 42u);
   ASSERT_EQ(d->initial_keys.size(), 1u);

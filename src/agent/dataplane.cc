@@ -230,57 +230,6 @@ std::shared_ptr<const AgentTables> AgentTablesFromRouting(const RoutingTables& t
   return out;
 }
 
-// LinkLiveness --------------------------------------------------------------------------------
-
-LinkLiveness::LinkLiveness(int missed_threshold, int recover_replies)
-    : missed_threshold_(missed_threshold), recover_replies_(recover_replies) {
-  assert(missed_threshold >= 1 && recover_replies >= 1);
-}
-
-void LinkLiveness::GoDown() {
-  up_ = false;
-  down_after_ = last_sent_;
-  last_replied_ = last_sent_;
-  streak_ = 0;
-}
-
-bool LinkLiveness::OnProbeSent(uint64_t seq) {
-  bool changed = false;
-  if (up_ && unanswered_ >= missed_threshold_) {
-    GoDown();
-    changed = true;
-  }
-  last_sent_ = seq;
-  ++unanswered_;
-  return changed;
-}
-
-bool LinkLiveness::OnReply(uint64_t seq) {
-  unanswered_ = 0;
-  if (up_ || seq <= down_after_) return false;
-  if (seq == last_replied_ + 1) {
-    ++streak_;
-  } else if (seq > last_replied_) {
-    streak_ = 1;
-  }
-  last_replied_ = std::max(last_replied_, seq);
-  if (streak_ < recover_replies_) return false;
-  up_ = true;
-  return true;
-}
-
-bool LinkLiveness::OnSendError() {
-  if (!up_) {
-    // Replies to what was sent before the error do not prove the link works again.
-    down_after_ = last_sent_;
-    last_replied_ = std::max(last_replied_, last_sent_);
-    streak_ = 0;
-    return false;
-  }
-  GoDown();
-  return true;
-}
-
 // DataplaneConfig -----------------------------------------------------------------------------
 
 absl::Status DataplaneConfig::Validate() const {
@@ -331,11 +280,7 @@ absl::Status DataplaneConfig::Validate() const {
   if (probe_interval <= Duration(0)) {
     return Invalid(fmt::format("probe_interval {} ns must be > 0", probe_interval.count()));
   }
-  if (missed_probes < 1)
-    return Invalid(fmt::format("missed_probes {} must be >= 1", missed_probes));
-  if (recover_replies < 1) {
-    return Invalid(fmt::format("recover_replies {} must be >= 1", recover_replies));
-  }
+  if (absl::Status s = liveness.Validate(); !s.ok()) return Invalid(std::string(s.message()));
   if (absl::Status s = forwarding.Validate(); !s.ok()) return Invalid(std::string(s.message()));
   if (hop_limit < 1 || hop_limit > 255) {
     return Invalid(fmt::format("hop_limit {} is outside [1, 255]", hop_limit));
@@ -364,13 +309,14 @@ absl::Status DataplaneConfig::Validate() const {
 // One neighbour link: its socket, estimators, liveness and transmit queue.
 struct Dataplane::Port {
   Port(int i, const NeighbourLinkConfig& c, net::SteeredSockets s,
-       const LinkMonitorConfig& monitor_config, int missed, int recover, int queue_capacity)
+       const LinkMonitorConfig& monitor_config, const LinkLivenessConfig& liveness_config,
+       int queue_capacity)
       : index(i),
         config(c),
         socket(std::move(s.data)),
         probe_socket(std::move(s.control)),
         monitor(monitor_config),
-        liveness(missed, recover),
+        liveness(liveness_config),
         queue(static_cast<size_t>(queue_capacity)) {
     peer_address.sin_family = AF_INET;
     peer_address.sin_port = htons(c.peer.port);
@@ -533,7 +479,6 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
 
   LinkMonitorConfig monitor;
   monitor.sample_period = c.probe_interval;
-  monitor.missed_probe_threshold = c.missed_probes;
   dp->port_of_link_.assign(static_cast<size_t>(dp->topology_.num_links()), -1);
   for (const NeighbourLinkConfig& n : c.neighbours) {
     // Probes and replies must survive a link whose data the agent cannot keep up with: busy is
@@ -570,9 +515,8 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
     monitor.capacity = n.capacity;
     const int index = static_cast<int>(dp->ports_.size());
     dp->port_of_link_[static_cast<size_t>(n.link)] = index;
-    dp->ports_.push_back(std::make_unique<Port>(index, n, std::move(*socket), monitor,
-                                                c.missed_probes, c.recover_replies,
-                                                c.queue_packets));
+    dp->ports_.push_back(
+        std::make_unique<Port>(index, n, std::move(*socket), monitor, c.liveness, c.queue_packets));
     dp->ports_.back()->gso = c.udp_gso;
     if (!n.interface.empty()) dp->ports_.back()->ifindex = ::if_nametoindex(n.interface.c_str());
   }
@@ -932,8 +876,8 @@ void Dataplane::ApplyControl() {
     ::timerfd_settime(timer_fd_.get(), 0, &spec, nullptr);  // cannot fail for a valid spec
     MutexLock monitor_lock(&monitor_mu_);
     for (auto& p : ports_) {
-      p->liveness.set_missed_threshold(missed);
-      p->monitor.set_probe_settings(interval, missed);
+      p->liveness.set_missed_probes(missed);
+      p->monitor.set_sample_period(interval);
     }
   }
   applied_generation_ = generation;

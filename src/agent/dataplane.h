@@ -13,8 +13,8 @@
 // arrival, so that a link flooded beyond what the agent can forward still answers its probes
 // (busy shows in the estimators, not as a dead link). Every probe_interval each link gets a
 // four-timestamp probe; the replies feed a core LinkMonitor
-// (two-way delay, loss window, RTT EWMA and P95, throughput) and a LinkLiveness. A neighbour
-// that misses `missed_probes` probes in a row, or whose socket reports the network down or
+// (two-way delay, loss window, RTT EWMA and P95, throughput) and a core LinkLiveness. A neighbour
+// that misses `liveness.missed_probes` probes in a row, or whose socket reports the network down or
 // unreachable, is down at once: the next-hop chooser skips its link, so traffic moves to the
 // other next hops of the table without waiting for the controller (fast failover).
 //
@@ -60,6 +60,7 @@
 #include "absl/types/span.h"
 #include "agent/agent_tables.h"
 #include "base/mutex.h"
+#include "core/link_liveness.h"
 #include "core/next_hop_chooser.h"
 #include "core/random.h"
 #include "core/routing_table.h"
@@ -125,46 +126,6 @@ struct IngressPacket {
 // Never reads outside `packet`; no allocation.
 bool ClassifyIngress(absl::Span<const uint8_t> packet, IngressPacket* out);
 
-// The liveness of one link as its prober sees it. Starts up (so that a restarted agent
-// forwards at once). Goes down when `missed_threshold` probes in a row have had a full probe
-// interval without a reply, or at once when sending on the link fails; comes back up after
-// replies to `recover_replies` consecutive probes sent since it went down.
-// Not thread-safe.
-class LinkLiveness {
- public:
-  // REQUIRES: missed_threshold >= 1, recover_replies >= 1.
-  LinkLiveness(int missed_threshold, int recover_replies);
-
-  bool up() const { return up_; }
-
-  // Probe `seq` is about to leave (seqs increase by one per probe). First judges the probes
-  // sent before it: each has had a full interval. Returns true if up() changed.
-  bool OnProbeSent(uint64_t seq);
-  // A reply to probe `seq` arrived (and was counted by the loss window: not a duplicate, and
-  // for a probe still in it). Returns true if up() changed.
-  bool OnReply(uint64_t seq);
-  // Sending on the link failed because the network is down or unreachable. Returns true if
-  // up() changed.
-  bool OnSendError();
-
-  // Probes sent since the last reply arrived.
-  int unanswered() const { return unanswered_; }
-  // From the next judgement on. REQUIRES: missed_threshold >= 1.
-  void set_missed_threshold(int missed_threshold) { missed_threshold_ = missed_threshold; }
-
- private:
-  void GoDown();
-
-  int missed_threshold_;
-  int recover_replies_;
-  bool up_ = true;
-  int unanswered_ = 0;
-  uint64_t last_sent_ = 0;     // newest probe seq sent; 0 before the first
-  uint64_t down_after_ = 0;    // replies to probes up to this seq do not count toward recovery
-  uint64_t last_replied_ = 0;  // newest probe seq answered since going down
-  int streak_ = 0;             // replies to consecutive probes since going down
-};
-
 // A data-plane key: the cluster key `id`, and whether new packets are sealed with it (the
 // others are still accepted, for rotation). From AgentConfig.keys or the agent's config file.
 struct KeyUpdate {
@@ -204,11 +165,10 @@ struct DataplaneConfig {
   // TUN: a transit-only data plane, which forwards and probes but delivers nothing locally.
   // Every agent of an overlay must use the same MTU.
   net::TunConfig tun;
-  // Probes per link: one every probe_interval. A neighbour is down after missed_probes probes
-  // in a row without a reply, and up again after replies to recover_replies consecutive ones.
+  // Probes per link: one every probe_interval. When a neighbour is down, and up again:
+  // core/link_liveness.h.
   Duration probe_interval = Milliseconds(100);
-  int missed_probes = 3;
-  int recover_replies = 2;
+  LinkLivenessConfig liveness;
   // How traffic is spread over a table's next hops; changed later with SetForwarding.
   ForwardingConfig forwarding;
   // The hop limit of packets entering the overlay here (1..255).

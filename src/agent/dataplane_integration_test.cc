@@ -727,7 +727,7 @@ TEST_P(FailoverTest, StreamMovesToTheOtherPath) {
   std::vector<std::pair<NodeId, bool>> events;
   ASSERT_TRUE(lab.StartDataplanes([](DataplaneConfig& c) {
                    c.probe_interval = Milliseconds(100);
-                   c.missed_probes = 3;
+                   c.liveness.missed_probes = 3;
                  })
                   .ok());
   lab.dp(0).SetLivenessCallback([&](NodeId n, bool up) {

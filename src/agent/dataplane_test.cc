@@ -119,82 +119,6 @@ TEST(ClassifyIngressTest, RejectsWhatIsNotIpv4) {
   EXPECT_FALSE(ClassifyIngress({}, &in));
 }
 
-// LinkLiveness --------------------------------------------------------------------------------
-
-TEST(LinkLivenessTest, HealthyLinkStaysUp) {
-  LinkLiveness l(3, 2);
-  EXPECT_TRUE(l.up());
-  for (uint64_t seq = 1; seq <= 100; ++seq) {
-    EXPECT_FALSE(l.OnProbeSent(seq));
-    // Replies may come a probe late (RTT above the interval) without harm.
-    if (seq >= 2) {
-      EXPECT_FALSE(l.OnReply(seq - 1));
-    }
-  }
-  EXPECT_TRUE(l.up());
-}
-
-TEST(LinkLivenessTest, DownAfterThreeMissedProbesUpAfterTwoReplies) {
-  LinkLiveness l(3, 2);
-  EXPECT_FALSE(l.OnProbeSent(1));
-  EXPECT_FALSE(l.OnReply(1));
-  // Probes 2, 3, 4 go unanswered; each has a full interval before the next one leaves.
-  EXPECT_FALSE(l.OnProbeSent(2));
-  EXPECT_FALSE(l.OnProbeSent(3));
-  EXPECT_FALSE(l.OnProbeSent(4));
-  EXPECT_TRUE(l.up());
-  EXPECT_TRUE(l.OnProbeSent(5));  // judged before 5 leaves: 2, 3, 4 missed
-  EXPECT_FALSE(l.up());
-  // A late reply to a probe sent before the failure does not bring it back.
-  EXPECT_FALSE(l.OnReply(3));
-  EXPECT_FALSE(l.OnReply(4));
-  EXPECT_FALSE(l.up());
-  // Replies to 5 and 6 (sent after it went down) do, on the second.
-  EXPECT_FALSE(l.OnProbeSent(6));
-  EXPECT_FALSE(l.OnReply(5));
-  EXPECT_FALSE(l.up());
-  EXPECT_TRUE(l.OnReply(6));
-  EXPECT_TRUE(l.up());
-}
-
-TEST(LinkLivenessTest, RecoveryNeedsConsecutiveProbes) {
-  LinkLiveness l(1, 2);
-  EXPECT_FALSE(l.OnProbeSent(1));
-  EXPECT_TRUE(l.OnProbeSent(2));  // 1 missed
-  for (uint64_t seq = 3; seq <= 8; ++seq) l.OnProbeSent(seq);
-  EXPECT_FALSE(l.OnReply(3));
-  EXPECT_FALSE(l.OnReply(5));  // not consecutive: the streak starts over
-  EXPECT_FALSE(l.OnReply(7));
-  EXPECT_FALSE(l.up());
-  EXPECT_TRUE(l.OnReply(8));
-  EXPECT_TRUE(l.up());
-}
-
-TEST(LinkLivenessTest, SendErrorIsDownAtOnce) {
-  LinkLiveness l(3, 2);
-  EXPECT_FALSE(l.OnProbeSent(1));
-  EXPECT_FALSE(l.OnReply(1));
-  EXPECT_FALSE(l.OnProbeSent(2));
-  EXPECT_TRUE(l.OnSendError());
-  EXPECT_FALSE(l.up());
-  EXPECT_FALSE(l.OnSendError());  // already down: no new event
-  EXPECT_FALSE(l.OnReply(2));     // sent before the error
-  EXPECT_FALSE(l.OnProbeSent(3));
-  EXPECT_FALSE(l.OnProbeSent(4));
-  EXPECT_FALSE(l.OnReply(3));
-  EXPECT_TRUE(l.OnReply(4));
-  EXPECT_TRUE(l.up());
-}
-
-TEST(LinkLivenessTest, ContinuingFailureDoesNotRepeatEvents) {
-  LinkLiveness l(2, 2);
-  int changes = 0;
-  for (uint64_t seq = 1; seq <= 50; ++seq) changes += l.OnProbeSent(seq);
-  EXPECT_EQ(changes, 1);
-  EXPECT_FALSE(l.up());
-  EXPECT_EQ(l.unanswered(), 50);
-}
-
 // A loopback lab -------------------------------------------------------------------------------
 
 // Nodes 127.a.b.(n+1), cables between them; link sockets on port 7000 + cable index.
@@ -354,8 +278,8 @@ TEST(DataplaneConfigTest, NamesTheBadField) {
   expect_bad([](DataplaneConfig& c) { c.neighbours[1] = c.neighbours[0]; }, "appears twice");
   expect_bad([](DataplaneConfig& c) { c.neighbours[0].peer.port = 0; }, "peer port");
   expect_bad([](DataplaneConfig& c) { c.probe_interval = Duration(0); }, "probe_interval");
-  expect_bad([](DataplaneConfig& c) { c.missed_probes = 0; }, "missed_probes");
-  expect_bad([](DataplaneConfig& c) { c.recover_replies = 0; }, "recover_replies");
+  expect_bad([](DataplaneConfig& c) { c.liveness.missed_probes = 0; }, "missed_probes");
+  expect_bad([](DataplaneConfig& c) { c.liveness.recover_replies = 0; }, "recover_replies");
   expect_bad([](DataplaneConfig& c) { c.hop_limit = 256; }, "hop_limit");
   expect_bad([](DataplaneConfig& c) { c.batch_size = 0; }, "batch_size");
   expect_bad([](DataplaneConfig& c) { c.queue_packets = 0; }, "queue_packets");

@@ -45,6 +45,10 @@ absl::Status Refusal(std::string message) {
   return absl::FailedPreconditionError(std::move(message));
 }
 
+absl::Status NonZeroVersion(uint64_t version) {
+  return version == 0 ? Refusal("version 0 is not a table version") : absl::OkStatus();
+}
+
 }  // namespace
 
 TableStore::TableStore(const AgentConfig& config, const Topology& topology, Duration stale_after,
@@ -52,7 +56,7 @@ TableStore::TableStore(const AgentConfig& config, const Topology& topology, Dura
     : config_(config),
       topology_(topology),
       log_(log),
-      stale_after_(stale_after),
+      chain_(stale_after),
       link_up_(static_cast<size_t>(topology.num_links()), true) {
   for (auto& rows : rows_) rows.resize(static_cast<size_t>(topology.num_nodes()));
   RecomputeStatic();
@@ -109,7 +113,7 @@ absl::Status TableStore::CheckRoute(const v1::Route& route, CheckMode mode, Node
                     phi));
   }
   if (!std::isfinite(phi)) return Refusal(fmt::format("potential {} is not finite", phi));
-  double sum = 0;
+  RowWeights weights;
   std::set<uint32_t> seen;
   for (const v1::NextHop& h : route.next_hops()) {
     const NeighbourConfig* n = config_.FindNeighbour(h.neighbor_id());
@@ -124,7 +128,8 @@ absl::Status TableStore::CheckRoute(const v1::Route& route, CheckMode mode, Node
       return Refusal(fmt::format("next hop {} is over a link the data plane reports down (via {})",
                                  h.neighbor_id(), n->interface));
     }
-    if (!std::isfinite(h.weight()) || h.weight() <= 0) {
+    weights.Add(h.weight());
+    if (weights.first_bad() >= 0) {
       return Refusal(fmt::format("next hop {} has weight {}: must be finite and positive",
                                  h.neighbor_id(), h.weight()));
     }
@@ -134,10 +139,9 @@ absl::Status TableStore::CheckRoute(const v1::Route& route, CheckMode mode, Node
           "could loop)",
           h.neighbor_id(), h.potential(), phi));
     }
-    sum += h.weight();
   }
-  if (std::abs(sum - 1.0) > kWeightSumTolerance) {
-    return Refusal(fmt::format("weights sum to {:.9g}, not 1", sum));
+  if (!weights.sums_to_one()) {
+    return Refusal(fmt::format("weights sum to {:.9g}, not 1", weights.sum()));
   }
   return absl::OkStatus();
 }
@@ -145,11 +149,7 @@ absl::Status TableStore::CheckRoute(const v1::Route& route, CheckMode mode, Node
 absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
                                                    CheckMode mode) const {
   const uint64_t v = table.version();
-  if (v == 0) return Refusal("version 0 is not a table version");
-  if (mode == CheckMode::kOffer && v <= version_) {
-    return Refusal(
-        fmt::format("version {} is not newer than the installed version {}", v, version_));
-  }
+  if (absl::Status s = NonZeroVersion(v); !s.ok()) return s;
   Rows rows;
   if (table.base_version() != 0) {
     if (mode == CheckMode::kDisk) return Refusal("a delta, not a full table");
@@ -157,9 +157,9 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
       return Refusal(fmt::format("a delta against version {}, but no table is installed",
                                  table.base_version()));
     }
-    if (table.base_version() != version_) {
+    if (table.base_version() != VersionLocked()) {
       return Refusal(fmt::format("a delta against version {}, but the installed version is {}",
-                                 table.base_version(), version_));
+                                 table.base_version(), VersionLocked()));
     }
     rows = rows_;
   } else {
@@ -306,20 +306,23 @@ absl::Status TableStore::LoadFromDisk(Time now) {
     return absl::DataLossError(fmt::format("{}: {}", path, why));
   }
   rows_ = std::move(*rows);
-  version_ = table.version();
-  current_ = BuildTables(rows_, version_);
-  refreshed_at_ = now;
+  chain_.Accept(table.version(), now);
+  current_ = BuildTables(rows_, table.version());
   ++counters_.loaded_from_disk;
   SourceLocked(now);
   Log(control::LogLevel::kInfo, "forwarding with the table from disk",
-      {{"file", path}, {"version", version_}, {"routes", table.routes_size()}});
+      {{"file", path}, {"version", table.version()}, {"routes", table.routes_size()}});
   return absl::OkStatus();
 }
 
 absl::Status TableStore::Offer(const v1::RouteTable& table, Time now) {
   MutexLock lock(&mu_);
   ++counters_.offered;
-  absl::StatusOr<Rows> rows = Check(table, CheckMode::kOffer);
+  // An older or repeated version changes nothing; a newer one refused for anything else makes
+  // the table held the last good one.
+  absl::Status version = NonZeroVersion(table.version());
+  if (version.ok()) version = chain_.CheckVersion(table.version());
+  absl::StatusOr<Rows> rows = version.ok() ? Check(table, CheckMode::kOffer) : version;
   if (!rows.ok()) {
     ++counters_.refused;
     last_refusal_ = std::string(rows.status().message());
@@ -327,23 +330,26 @@ absl::Status TableStore::Offer(const v1::RouteTable& table, Time now) {
         {{"version", table.version()},
          {"base_version", table.base_version()},
          {"reason", last_refusal_}});
+    if (version.ok()) {
+      chain_.RefuseInvalid();
+      SourceLocked(now);
+    }
     return rows.status();
   }
   rows_ = std::move(*rows);
-  version_ = table.version();
-  current_ = BuildTables(rows_, version_);
-  refreshed_at_ = now;
+  chain_.Accept(table.version(), now);
+  current_ = BuildTables(rows_, table.version());
   ++counters_.accepted;
   SourceLocked(now);
   Log(control::LogLevel::kDebug, "table accepted",
-      {{"version", version_},
+      {{"version", table.version()},
        {"base_version", table.base_version()},
        {"routes", table.routes_size()},
        {"removed", table.removed_size()}});
-  if (absl::Status s = Save(version_, rows_, table.computed_unix_ns()); !s.ok()) {
+  if (absl::Status s = Save(table.version(), rows_, table.computed_unix_ns()); !s.ok()) {
     ++counters_.disk_write_errors;
     Log(control::LogLevel::kError, "cannot save the table",
-        {{"version", version_}, {"error", std::string(s.message())}});
+        {{"version", table.version()}, {"error", std::string(s.message())}});
   }
   return absl::OkStatus();
 }
@@ -365,33 +371,31 @@ void TableStore::SetNeighbourUp(NodeId neighbour, bool up) {
 
 void TableStore::set_stale_after(Duration stale_after) {
   MutexLock lock(&mu_);
-  stale_after_ = stale_after;
+  chain_.set_stale_after(stale_after);
 }
 
 TableSource TableStore::SourceLocked(Time now) {
-  const TableSource src = current_ != nullptr && now - refreshed_at_ <= stale_after_
-                              ? TableSource::kController
-                              : TableSource::kStatic;
-  if (src == source_) return src;
-  if (src == TableSource::kStatic) {
-    ++counters_.fallbacks_to_static;
-    fell_back_ = true;
+  const TableSource before = chain_.source();
+  const int64_t recoveries = chain_.counters().recoveries_from_static;
+  const TableSource after = chain_.Observe(now);
+  if (after == before) return after;
+  const uint64_t version = VersionLocked();
+  if (after == TableSource::kStatic) {
     Log(control::LogLevel::kWarn, "table stale: falling back to the static table",
-        {{"version", version_},
+        {{"version", version},
          {"age_ms",
-          std::chrono::duration_cast<std::chrono::milliseconds>(now - refreshed_at_).count()},
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - chain_.accepted_at())
+              .count()},
          {"stale_after_ms",
-          std::chrono::duration_cast<std::chrono::milliseconds>(stale_after_).count()}});
-  } else {
-    if (fell_back_) {
-      ++counters_.recoveries;
-      Log(control::LogLevel::kInfo, "controller table again after the static fallback",
-          {{"version", version_}});
-    }
-    fell_back_ = false;
+          std::chrono::duration_cast<std::chrono::milliseconds>(chain_.stale_after()).count()}});
+  } else if (after == TableSource::kLastGood) {
+    Log(control::LogLevel::kWarn, "serving the last good table: a newer one was refused",
+        {{"version", version}, {"reason", last_refusal_}});
+  } else if (chain_.counters().recoveries_from_static > recoveries) {
+    Log(control::LogLevel::kInfo, "controller table again after the static fallback",
+        {{"version", version}});
   }
-  source_ = src;
-  return src;
+  return after;
 }
 
 TableSource TableStore::Source(Time now) {
@@ -401,13 +405,13 @@ TableSource TableStore::Source(Time now) {
 
 std::shared_ptr<const AgentTables> TableStore::Active(Time now) {
   MutexLock lock(&mu_);
-  return SourceLocked(now) == TableSource::kController ? current_ : static_;
+  return SourceLocked(now) == TableSource::kStatic ? static_ : current_;
 }
 
 std::shared_ptr<const AgentTables> TableStore::TakeChange(Time now) {
   MutexLock lock(&mu_);
   std::shared_ptr<const AgentTables> active =
-      SourceLocked(now) == TableSource::kController ? current_ : static_;
+      SourceLocked(now) == TableSource::kStatic ? static_ : current_;
   if (active == handed_out_) return nullptr;
   handed_out_ = active;
   return active;
@@ -415,12 +419,14 @@ std::shared_ptr<const AgentTables> TableStore::TakeChange(Time now) {
 
 uint64_t TableStore::installed_version() const {
   MutexLock lock(&mu_);
-  return version_;
+  return VersionLocked();
 }
 
 TableStoreCounters TableStore::counters() const {
   MutexLock lock(&mu_);
-  return counters_;
+  TableStoreCounters c = counters_;
+  static_cast<FallbackCounters&>(c) = chain_.counters();
+  return c;
 }
 
 std::string TableStore::last_refusal() const {

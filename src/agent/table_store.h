@@ -2,7 +2,8 @@
 // controller sends, keeps the last good one (also on disk), and chooses what the data plane
 // forwards with (ARCHITECTURE.md, "Fallback chain"):
 //
-//   controller's table, while refreshed within stale_after ──(stale)──▶ static table
+//   controller's table (current, or last good) while refreshed within stale_after
+//                                                   ──(stale)──▶ static table
 //
 // - A table is accepted only if every check passes; a refused table changes nothing, the
 //   table held stays (it is the last good one). The refusal reason goes back in the ack.
@@ -15,10 +16,13 @@
 //   row in both classes. A row without next hops is accepted only with potential +infinity:
 //   the controller's explicit "unreachable from here" (it knows of failures beyond this node's
 //   links); the data plane then has no route for it.
-// - Stale: the accepted table has not been refreshed (by a newer accepted table, full or
-//   delta) for stale_after. The static table (hop-count shortest paths of the configured
-//   topology, links reported down removed) is served; counted and logged. A newer valid table
-//   recovers. Versions only grow: a stale table's version is still the floor.
+// - Which table is served is the fallback chain's (core/fallback_chain.h), as in the
+//   simulator's forwarders: current; last good once a newer table was refused for anything
+//   but its version; static (hop-count shortest paths of the configured topology, links
+//   reported down removed) once the accepted table has not been refreshed (by a newer
+//   accepted table, full or delta) for stale_after. Transitions are counted and logged. A
+//   newer valid table recovers. Versions only grow: a stale table's version is still the
+//   floor.
 // - Disk: every accepted table is written to <state_dir>/tables.bin (a temporary file renamed
 //   into place) and read back by LoadFromDisk at start, so that a restarted agent forwards at
 //   once on it. A missing file means static; a corrupt one (bad header, size, checksum or
@@ -44,6 +48,7 @@
 #include "agent/agent_tables.h"
 #include "base/mutex.h"
 #include "control/json_log.h"
+#include "core/fallback_chain.h"
 #include "core/topology.h"
 #include "core/units.h"
 #include "dar/v1/agent.pb.h"
@@ -53,21 +58,13 @@ namespace dar::agent {
 // The file inside the state dir.
 inline constexpr char kTableFileName[] = "tables.bin";
 
-// Which table the store serves.
-enum class TableSource : uint8_t {
-  kController,  // the last accepted table, fresh
-  kStatic,      // none accepted (or loaded), or the accepted one is stale
-};
-
-// Event counts since construction.
-struct TableStoreCounters {
+// Event counts since construction; the chain's transitions inherited.
+struct TableStoreCounters : FallbackCounters {
   int64_t offered = 0;
   int64_t accepted = 0;
-  int64_t refused = 0;              // offered == accepted + refused
-  int64_t fallbacks_to_static = 0;  // a served controller table went stale
-  int64_t recoveries = 0;           // static -> controller after a fallback
-  int64_t loaded_from_disk = 0;     // 1 if LoadFromDisk found a usable table
-  int64_t disk_ignored = 0;         // a table file that was unreadable or invalid
+  int64_t refused = 0;           // offered == accepted + refused
+  int64_t loaded_from_disk = 0;  // 1 if LoadFromDisk found a usable table
+  int64_t disk_ignored = 0;      // a table file that was unreadable or invalid
   int64_t disk_write_errors = 0;
   int64_t link_changes = 0;  // liveness changes reported for neighbour links
 };
@@ -131,7 +128,12 @@ class TableStore {
   void RecomputeStatic() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Which destinations this node reaches over links not reported down.
   std::vector<bool> Reachable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The chain's source at `now`; a transition is logged.
   TableSource SourceLocked(Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The version accepted or loaded last; 0 if none.
+  uint64_t VersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return chain_.version().value_or(0);
+  }
   absl::Status Save(uint64_t version, const Rows& rows, int64_t computed_unix_ns) const;
   void Log(control::LogLevel level, std::string_view msg, const nlohmann::json& fields) const;
 
@@ -140,17 +142,13 @@ class TableStore {
   control::JsonLog* log_;
 
   mutable Mutex mu_;
-  Duration stale_after_ ABSL_GUARDED_BY(mu_);
+  FallbackChain chain_ ABSL_GUARDED_BY(mu_);
   // By LinkId; only this node's neighbour links change.
   std::vector<bool> link_up_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const AgentTables> static_ ABSL_GUARDED_BY(mu_);
   Rows rows_ ABSL_GUARDED_BY(mu_);
   // Null before the first accepted table.
   std::shared_ptr<const AgentTables> current_ ABSL_GUARDED_BY(mu_);
-  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  Time refreshed_at_ ABSL_GUARDED_BY(mu_) = Time{0};
-  TableSource source_ ABSL_GUARDED_BY(mu_) = TableSource::kStatic;  // as last observed
-  bool fell_back_ ABSL_GUARDED_BY(mu_) = false;  // a fallback since the last controller table
   std::shared_ptr<const AgentTables> handed_out_ ABSL_GUARDED_BY(mu_);
   TableStoreCounters counters_ ABSL_GUARDED_BY(mu_);
   std::string last_refusal_ ABSL_GUARDED_BY(mu_);

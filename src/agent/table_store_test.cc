@@ -161,7 +161,7 @@ TEST_F(TableStoreTest, AcceptsAValidFullTable) {
   const std::shared_ptr<const AgentTables> t = store->Active(Time(0));
   EXPECT_FALSE(t->is_static);
   EXPECT_EQ(t->version, 5u);
-  EXPECT_EQ(store->Source(Time(0)), TableSource::kController);
+  EXPECT_EQ(store->Source(Time(0)), TableSource::kCurrent);
   for (int cls = 0; cls < 2; ++cls) {
     ASSERT_EQ(t->Lookup(cls, kNodeC).size(), 2u);
     EXPECT_EQ(t->Lookup(cls, kNodeC)[0].link, kLinkToA);
@@ -177,6 +177,24 @@ TEST_F(TableStoreTest, RefusesOldAndRepeatedVersions) {
   EXPECT_EQ(RefusalOf(FullTable(5)), "version 5 is not newer than the installed version 5");
   EXPECT_EQ(RefusalOf(FullTable(4)), "version 4 is not newer than the installed version 5");
   EXPECT_EQ(RefusalOf(FullTable(0)), "version 0 is not a table version");
+}
+
+// The same chain as the simulator's forwarders (core/fallback_chain.h): a newer table refused
+// for its content leaves the one held served as the last good one; an old version does not.
+TEST_F(TableStoreTest, ServesTheLastGoodTableAfterANewerOneIsRefused) {
+  std::unique_ptr<TableStore> store = NewStore();
+  ASSERT_TRUE(store->Offer(FullTable(5), Time(0)).ok());
+  EXPECT_FALSE(store->Offer(FullTable(5), Time(0)).ok());
+  EXPECT_EQ(store->Source(Time(0)), TableSource::kCurrent);
+  v1::RouteTable bad = FullTable(6);
+  RouteOf(bad, kA, 1)->mutable_next_hops(0)->set_weight(0.5);
+  EXPECT_FALSE(store->Offer(bad, Milliseconds(100)).ok());
+  EXPECT_EQ(store->Source(Milliseconds(100)), TableSource::kLastGood);
+  EXPECT_EQ(store->Active(Milliseconds(100))->version, 5u);
+  EXPECT_EQ(store->counters().fallbacks_to_last_good, 1);
+  ASSERT_TRUE(store->Offer(FullTable(7), Milliseconds(200)).ok());
+  EXPECT_EQ(store->Source(Milliseconds(200)), TableSource::kCurrent);
+  EXPECT_EQ(store->Active(Milliseconds(200))->version, 7u);
 }
 
 TEST_F(TableStoreTest, RefusesADeltaAgainstAnotherVersion) {
@@ -350,7 +368,7 @@ TEST_F(TableStoreTest, FallsBackToStaticWhenStaleAndRecovers) {
   delta.set_base_version(5);
   ASSERT_TRUE(store->Offer(delta, Seconds(6)).ok());
   EXPECT_EQ(store->TakeChange(Seconds(6))->version, 9u);
-  EXPECT_EQ(store->counters().recoveries, 1);
+  EXPECT_EQ(store->counters().recoveries_from_static, 1);
 
   // A shorter timeout from the controller applies at once.
   store->set_stale_after(Milliseconds(500));

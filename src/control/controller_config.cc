@@ -281,7 +281,6 @@ absl::Status ReadLinks(const Located& loc, YamlReader& top, const YAML::Node& ro
 
 RouteComputerConfig DefaultControllerRoutes() {
   RouteComputerConfig c = DeployedEngineSettings().routes;
-  c.down_from_samples = false;
   c.scales.reference_delay = Milliseconds(1);
   // Noisy samples move most links' costs at once; a full pass is then the cheaper one.
   c.full_above_changed_fraction = 0.25;

@@ -137,8 +137,7 @@ struct ControllerConfig {
 };
 
 // The controller's defaults for the route computer: the deployed engine's
-// (DeployedEngineSettings), with the controller's
-// liveness rule (down_from_samples off: ends decide together), a 1 ms delay scale, a class
+// (DeployedEngineSettings), with a 1 ms delay scale, a class
 // recomputed whole when over a quarter of the links changed cost, costs that fall over 4
 // cycles (cost_decay_periods), and links judged by what they are measured to do
 // (measured_links: queueing from the RTT, delivery capacity, slow links suppressed).

@@ -122,7 +122,6 @@ TEST(ControllerConfigTest, ParsesEveryField) {
   EXPECT_EQ(r.latency.utilisation, 0.7);
   EXPECT_EQ(r.latency.loss, 1);  // default kept
   EXPECT_EQ(r.bulk.capacity, 2);
-  EXPECT_FALSE(r.down_from_samples);  // the controller decides liveness from both ends
   EXPECT_EQ(r.horizon_periods, 300);  // 60 s at 200 ms
   EXPECT_EQ(c->policy.forwarding_mode, ForwardingMode::kPerPacket);
 }

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "control/certs.h"
+#include "core/link_liveness.h"
 #include "core/status_macros.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
@@ -623,32 +624,20 @@ CycleReport ControllerCore::RunCycle() {
     std::string kind, node, detail;
   };
   std::vector<NewEvent> events;
-  const auto end_state = [&](LinkId x) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) -> std::string {
+  // What this controller knows of each end (core/link_liveness.h holds the rule).
+  const auto end_of = [&](LinkId x) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) {
+    if (x == kNoLink) return CableEnd{.exists = false};
     const LinkEnd& e = ends_[x];
-    const double age_ms = Millis(now - e.heard);
-    if (e.heard_unix_ns == 0) return "not heard from yet";
-    if (now - e.heard > timeout) return fmt::format("silent for {:.0f} ms", age_ms);
-    return e.up ? "up" : "says down";
-  };
-  // A link is up if an end says so; down if an end says so, or its ends went silent. An end
-  // not heard from since this controller started tells nothing: a restarted controller must
-  // not take links down because their agents have not reconnected yet (their neighbours'
-  // samples say down if a node is really gone).
-  const auto fresh = [&](LinkId x) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) {
-    return ends_[x].heard_unix_ns != 0 && now - ends_[x].heard <= timeout;
-  };
-  const auto never_heard = [&](LinkId x) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) {
-    return ends_[x].heard_unix_ns == 0;
+    return CableEnd{.heard = e.heard_unix_ns != 0,
+                    .fresh = e.heard_unix_ns != 0 && now - e.heard <= timeout,
+                    .says_up = e.up,
+                    .age = now - e.heard};
   };
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const LinkId r = topo.link(l).reverse;
     if (r != kNoLink && r < l) continue;  // each cable once
-    const auto says = [&](LinkId x, bool state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) {
-      return x != kNoLink && fresh(x) && ends_[x].up == state;
-    };
-    const bool up =
-        says(l, true) || says(r, true) ||
-        (!says(l, false) && !says(r, false) && never_heard(l) && (r == kNoLink || never_heard(r)));
+    const CableEnd here = end_of(l), there = end_of(r);
+    const bool up = CableUp(here, there);
     if (up != cable_down_[l]) continue;  // unchanged
     cable_down_[l] = !up;
     computer_->SetKnownDown(l, !up);
@@ -658,10 +647,9 @@ CycleReport ControllerCore::RunCycle() {
     }
     const Link& link = topo.link(l);
     const std::string a = overlay->name(link.src), b = overlay->name(link.dst);
-    events.push_back(
-        NewEvent{up ? "link_up" : "link_down", a,
-                 fmt::format("{}-{}: {} {}, {} {}", a, b, a, end_state(l), b,
-                             r == kNoLink ? std::string("(no reverse)") : end_state(r))});
+    events.push_back(NewEvent{up ? "link_up" : "link_down", a,
+                              fmt::format("{}-{}: {} {}, {} {}", a, b, a, DescribeCableEnd(here), b,
+                                          DescribeCableEnd(there))});
   }
   const std::vector<bool> drained_links = DrainedLinks(*overlay, drained);
   int links_down = 0, links_drained = 0;

@@ -363,10 +363,8 @@ LinkState RouteComputer::StateOf(LinkId l) const {
   s.capacity = DeliveryCapacity(l);
   s.propagation = propagation_[l];
   const LinkSample& last = last_[l];
-  // Probes rule a link out only once it has answered at all.
-  const bool probes_say_down =
-      config_.down_from_samples && !last.up && last.rtt_smoothed.count() > 0;
-  s.up = !known_down_[l] && !probes_say_down;
+  // Liveness is its owner's verdict (CableUp, core/link_liveness.h), not one sample's.
+  s.up = !known_down_[l];
   s.loss = last.loss;
   const Forecaster& f = forecasts_[l];
   // Samples give utilisation against the configured capacity; a link found slower is that
@@ -664,15 +662,12 @@ absl::Status RouteComputer::CheckPolicyWeights(int cls) const {
   // The forwarders' validator refuses a table with a weight <= 0, so that is checked here too.
   for (const PolicyDecision& d : batch_.decisions) {
     if (d.cls != cls) continue;
-    double sum = 0;
-    for (uint32_t i = d.first; i < d.first + d.count; ++i) {
-      const double w = policy_weights_[i];
-      if (!std::isfinite(w) || w <= 0) {
-        return absl::InvalidArgumentError("a weight is not finite or not > 0");
-      }
-      sum += w;
+    RowWeights weights;
+    for (uint32_t i = d.first; i < d.first + d.count; ++i) weights.Add(policy_weights_[i]);
+    if (weights.first_bad() >= 0) {
+      return absl::InvalidArgumentError("a weight is not finite or not > 0");
     }
-    if (!(std::abs(sum - 1) <= kWeightSumTolerance)) {
+    if (!weights.sums_to_one()) {
       return absl::InvalidArgumentError("a row's weights do not sum to 1 (within 1e-6)");
     }
   }

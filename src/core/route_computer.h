@@ -123,10 +123,6 @@ struct RouteComputerConfig {
   // the sample: a step (a flow arriving or leaving) is a new level, not a trend to extrapolate
   // over the horizon. Ramps move far less per sample. Above 1: never.
   double forecast_restart_step = 0.2;
-  // Whether a link's own samples can rule it down: a sample that says down, from a link whose
-  // probes have been answered before, makes it unusable. The controller turns this off and
-  // decides liveness from both ends itself (SetKnownDown).
-  bool down_from_samples = true;
   // With a weight policy: at most how many cycles apart it weighs a row. Each cycle it weighs
   // every row of a turn of the destinations (those whose index in the tables' order is the
   // cycle's count modulo this) and, toward the others, every row whose next hops are not
@@ -196,6 +192,8 @@ class RouteComputer {
   void Observe(LinkId link, const LinkSample& sample);
   // Capacity and one-way base delay of `link` (a port speed change, a measured delay).
   void SetLinkParams(LinkId link, DataRate capacity, Duration propagation);
+  // Whether `link` is down as its owner judges it (CableUp, core/link_liveness.h); the
+  // computer never judges liveness from one sample.
   void SetKnownDown(LinkId link, bool down);
   void SetDrained(LinkId link, bool drained);
 

@@ -64,7 +64,6 @@ LinkSample Measured(double utilisation, Duration rtt, double loss = 0, int64_t q
 RouteComputerConfig LabConfig() {
   RouteComputerConfig c;
   c.scales.reference_delay = Milliseconds(1);
-  c.down_from_samples = false;
   c.cost_decay_periods = 4;
   c.measured_links = true;
   return c;
@@ -552,23 +551,16 @@ TEST(RouteComputerTest, ForecastRestartsAtAStepButFollowsARamp) {
   EXPECT_GT(forecast(restart, ramp), 0.8);
 }
 
-TEST(RouteComputerTest, SamplesRuleALinkDownOnlyWhenConfiguredTo) {
+// Liveness is the owner's verdict over both ends (CableUp), never one sample's.
+TEST(RouteComputerTest, OnlyItsOwnerRulesALinkDown) {
   Diamond g;
-  RouteComputer sim(g.topo, RouteComputerConfig());
-  LinkSample never_answered = Sample(0, /*up=*/false);
-  never_answered.rtt_smoothed = Duration(0);
-  sim.Observe(g.sa, never_answered);
-  EXPECT_TRUE(sim.StateOf(g.sa).up);  // a link that never answered is not ruled out
-  sim.Observe(g.sa, Sample(0, /*up=*/false));
-  EXPECT_FALSE(sim.StateOf(g.sa).up);
-
-  RouteComputerConfig config;
-  config.down_from_samples = false;
-  RouteComputer controller(g.topo, config);
-  controller.Observe(g.sa, Sample(0, /*up=*/false));
-  EXPECT_TRUE(controller.StateOf(g.sa).up);
-  controller.SetKnownDown(g.sa, true);
-  EXPECT_FALSE(controller.StateOf(g.sa).up);
+  RouteComputer rc(g.topo, RouteComputerConfig());
+  rc.Observe(g.sa, Sample(0, /*up=*/false));
+  EXPECT_TRUE(rc.StateOf(g.sa).up);
+  rc.SetKnownDown(g.sa, true);
+  EXPECT_FALSE(rc.StateOf(g.sa).up);
+  rc.SetKnownDown(g.sa, false);
+  EXPECT_TRUE(rc.StateOf(g.sa).up);
 }
 
 TEST(RouteComputerTest, TopologyLinksDownAtConstructionStartKnownDown) {

@@ -13,6 +13,7 @@
 #define DAR_CORE_ROUTING_TABLE_H_
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -27,10 +28,32 @@ struct NextHop {
   double weight = 0;      // share of traffic; the weights at one (node, destination) sum to 1
 };
 
-// How far the weights of one (node, destination) may sum from 1 in a table that is accepted:
-// the one tolerance of the route computer's output check, the validator and the agent's
-// table store.
+// How far the weights of one (node, destination) may sum from 1 in a table that is accepted.
 inline constexpr double kWeightSumTolerance = 1e-6;
+
+// The one rule for a row's weights, as the route computer's output check, the validator
+// (the simulator's forwarders) and the agent's table store all apply it: every weight finite
+// and positive, and the weights summing to 1 within kWeightSumTolerance. Add the row's
+// weights in order, then ask. An empty row has no weights to judge (ok() is false: whether a
+// row may be empty is the caller's rule).
+class RowWeights {
+ public:
+  void Add(double weight) {
+    if (first_bad_ < 0 && !(std::isfinite(weight) && weight > 0)) first_bad_ = count_;
+    sum_ += weight;
+    ++count_;
+  }
+  // The index of the first weight that is not finite or not positive; -1 if none.
+  int first_bad() const { return first_bad_; }
+  double sum() const { return sum_; }
+  bool sums_to_one() const { return std::abs(sum_ - 1) <= kWeightSumTolerance; }
+  bool ok() const { return count_ > 0 && first_bad_ < 0 && sums_to_one(); }
+
+ private:
+  double sum_ = 0;
+  int count_ = 0;
+  int first_bad_ = -1;
+};
 
 // The bulk traffic class (collectives, replication; the overlay's TrafficClass::kBulk).
 // Class 0 is the latency class.

@@ -234,5 +234,25 @@ TEST(RoutingTest, PoliciesAreRegistered) {
   EXPECT_EQ(Registry<TablePolicy>::Find("ospf"), nullptr);
 }
 
+// The one rule for a row's weights (the route computer, the validator and the agent's store).
+TEST(RowWeightsTest, FiniteAndPositiveSummingToOneWithinTheTolerance) {
+  const auto judge = [](std::initializer_list<double> ws) {
+    RowWeights w;
+    for (double x : ws) w.Add(x);
+    return w;
+  };
+  EXPECT_TRUE(judge({0.5, 0.5}).ok());
+  EXPECT_TRUE(judge({1.0 + 0.9 * kWeightSumTolerance}).ok());
+  EXPECT_FALSE(judge({1.0 + 2 * kWeightSumTolerance}).ok());
+  EXPECT_FALSE(judge({}).ok());  // nothing to judge
+  const RowWeights bad = judge({0.6, -0.1, 0.5});
+  EXPECT_EQ(bad.first_bad(), 1);
+  EXPECT_TRUE(bad.sums_to_one());
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(judge({0.5, std::nan(""), 0.5}).first_bad(), 1);
+  EXPECT_EQ(judge({0.0, 1.0}).first_bad(), 0);
+  EXPECT_FALSE(judge({0.25, 0.25}).sums_to_one());
+}
+
 }  // namespace
 }  // namespace dar

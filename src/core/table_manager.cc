@@ -25,20 +25,18 @@ bool HasNextHopOver(const RoutingTables& tables, LinkId link, NodeId src) {
 }  // namespace
 
 TableManager::TableManager(Topology topology, const TableManagerConfig& config)
-    : config_(config), view_(std::move(topology)) {
+    : config_(config), view_(std::move(topology)), chain_(config.stale_after) {
   assert(config_.stale_after > Duration::zero());
   RecomputeStatic();
 }
 
 absl::Status TableManager::Offer(std::shared_ptr<const RoutingTables> tables, Time now) {
   assert(tables != nullptr);
-  Observe(now);
+  chain_.Observe(now);
   ++counters_.offered;
-  if (highest_version_.has_value() && tables->version() <= *highest_version_) {
+  if (absl::Status s = chain_.CheckVersion(tables->version()); !s.ok()) {
     ++counters_.refused_version;
-    return Refuse(fmt::format(
-        "refused routing tables version {}: older or repeated version (highest accepted {})",
-        tables->version(), *highest_version_));
+    return Refuse(fmt::format("refused routing tables: {}", std::string(s.message())));
   }
   if (config_.validate) {
     const ValidationReport report = ValidateTables(view_, *tables);
@@ -49,20 +47,16 @@ absl::Status TableManager::Offer(std::shared_ptr<const RoutingTables> tables, Ti
       if (report.black_holes > 0) ++counters_.refused_black_hole;
       if (report.bad_weights > 0) ++counters_.refused_bad_weights;
       if (report.missing > 0) ++counters_.refused_missing;
-      last_offer_invalid_ = true;
-      absl::Status refusal =
-          Refuse(fmt::format("refused routing tables version {}: {}", tables->version(),
-                             std::string(report.ToStatus().message())));
-      Observe(now);
-      return refusal;
+      chain_.RefuseInvalid();
+      chain_.Observe(now);
+      return Refuse(fmt::format("refused routing tables version {}: {}", tables->version(),
+                                std::string(report.ToStatus().message())));
     }
   }
   ++counters_.accepted;
-  highest_version_ = tables->version();
+  chain_.Accept(tables->version(), now);
+  chain_.Observe(now);
   current_ = std::move(tables);
-  installed_at_ = now;
-  last_offer_invalid_ = false;
-  Observe(now);
   return absl::OkStatus();
 }
 
@@ -71,7 +65,7 @@ absl::Status TableManager::SetLinkUp(LinkId link, bool up, Time now) {
     return absl::InvalidArgumentError(
         fmt::format("link {} is not in the topology ({} links)", link, view_.num_links()));
   }
-  Observe(now);
+  chain_.Observe(now);
   Link& state = view_.mutable_link(link);
   if (state.up == up) return absl::OkStatus();
   state.up = up;
@@ -85,33 +79,15 @@ absl::Status TableManager::SetLinkUp(LinkId link, bool up, Time now) {
 const RoutingTables* TableManager::Active(Time now) { return ActiveShared(now).get(); }
 
 std::shared_ptr<const RoutingTables> TableManager::ActiveShared(Time now) {
-  return Observe(now) == TableSource::kStatic ? static_ : current_;
+  return chain_.Observe(now) == TableSource::kStatic ? static_ : current_;
 }
 
-TableSource TableManager::ActiveSource(Time now) { return Observe(now); }
+TableSource TableManager::ActiveSource(Time now) { return chain_.Observe(now); }
 
-TableSource TableManager::Observe(Time now) {
-  const TableSource next = SourceAt(now);
-  if (next == source_) return next;
-  if (next == TableSource::kStatic) {
-    ++counters_.fallbacks_to_static;
-  } else if (source_ == TableSource::kStatic) {
-    // Leaving static after a fallback is a recovery; leaving it for the first table is not.
-    if (counters_.fallbacks_to_static > counters_.recoveries_from_static) {
-      ++counters_.recoveries_from_static;
-    }
-  } else if (next == TableSource::kLastGood) {
-    ++counters_.fallbacks_to_last_good;
-  }
-  source_ = next;
-  return next;
-}
-
-TableSource TableManager::SourceAt(Time now) const {
-  if (current_ == nullptr || now - installed_at_ > config_.stale_after) {
-    return TableSource::kStatic;
-  }
-  return last_offer_invalid_ ? TableSource::kLastGood : TableSource::kCurrent;
+TableManagerCounters TableManager::counters() const {
+  TableManagerCounters c = counters_;
+  static_cast<FallbackCounters&>(c) = chain_.counters();
+  return c;
 }
 
 void TableManager::RecomputeStatic() {

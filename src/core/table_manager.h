@@ -2,22 +2,8 @@
 // pushed, the forwarder's own view of which links are up, and a static fallback table it
 // computes itself (ARCHITECTURE.md, "Fallback chain").
 //
-// The chain, as implemented here:
-//
-//   current ──(an offer is refused)──▶ last good ──(stale)──▶ static
-//
-// - Current: the newest accepted table set, served while fresh and while the latest offer that
-//   passed the version check was accepted.
-// - Last good: an offer newer than the current one failed validation. The manager keeps
-//   serving the table it already had — the last good one — and reports kLastGood so that the
-//   forwarder can tell "serving the controller's latest" from "the controller's latest was
-//   refused". The refused table is never installed. Since every accepted table is validated
-//   and never replaced by an older one, the last good table is always the current one; an
-//   older accepted table would only be staler, so none is kept.
-// - Static: no table has been accepted yet, or the newest accepted one is stale (installed
-//   more than stale_after ago with nothing newer accepted since): the controller is gone, and
-//   the static table, recomputed from the forwarder's own link view, is the better guide.
-//   A new valid offer recovers.
+// Which table it serves is the fallback chain's (core/fallback_chain.h): current, last good
+// (a newer offer was refused), static (nothing fresh). The refused table is never installed.
 //
 // A link reported down does not discard the current table: forwarders skip dead next hops
 // locally. The event is counted; offers with a next hop over a link the view knows to be
@@ -31,6 +17,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/fallback_chain.h"
 #include "core/routing_table.h"
 #include "core/topology.h"
 #include "core/units.h"
@@ -48,15 +35,9 @@ struct TableManagerConfig {
   bool validate = true;
 };
 
-// Which table TableManager::Active serves; see the chain at the top of this file.
-enum class TableSource : uint8_t {
-  kCurrent,   // the newest accepted table, fresh, and the latest offer was accepted
-  kLastGood,  // the newest accepted table, fresh, but a newer offer was refused as invalid
-  kStatic,    // the locally computed hop-count ECMP table
-};
-
-// Event counts since construction. Every count is of offers or of transitions, never of calls.
-struct TableManagerCounters {
+// Event counts since construction. Every count is of offers or of transitions (the chain's,
+// inherited), never of calls.
+struct TableManagerCounters : FallbackCounters {
   int64_t offered = 0;          // Offer calls
   int64_t accepted = 0;         // offers installed as current
   int64_t refused_version = 0;  // offers whose version was not above every accepted one
@@ -69,11 +50,6 @@ struct TableManagerCounters {
   int64_t refused_black_hole = 0;
   int64_t refused_bad_weights = 0;
   int64_t refused_missing = 0;  // a destination without a table
-  // Source transitions. Starting on the static table is not a fallback, and the first
-  // accepted table is not a recovery: recoveries_from_static <= fallbacks_to_static.
-  int64_t fallbacks_to_last_good = 0;  // kCurrent -> kLastGood
-  int64_t fallbacks_to_static = 0;     // kCurrent or kLastGood -> kStatic
-  int64_t recoveries_from_static = 0;  // kStatic -> kCurrent, after a fallback
   // Link-down reports for a link that the current table had a next hop over.
   int64_t link_down_under_current = 0;
 };
@@ -91,13 +67,13 @@ class TableManager {
   TableManager(const TableManager&) = delete;
   TableManager& operator=(const TableManager&) = delete;
 
-  // Offers a table set from the controller. Accepted (it becomes current) when its version is
-  // above every version accepted so far (any version, before the first) and, with
-  // config.validate, ValidateTables finds nothing wrong against the current link view.
-  // Errors (the offer is then dropped, counted, and kept in last_refusal()):
-  // FailedPrecondition "older or repeated version", or FailedPrecondition with the
-  // validator's counts and first messages. A version refusal leaves the source as it was; an
-  // invalid table makes a fresh current table kLastGood.
+  // Offers a table set from the controller. Accepted (it becomes current) when the chain takes
+  // its version (FallbackChain::CheckVersion) and, with config.validate, ValidateTables finds
+  // nothing wrong against the current link view. Errors (the offer is then dropped, counted,
+  // and kept in last_refusal()): FailedPrecondition "... is not newer than the installed
+  // version ...", or FailedPrecondition with the validator's counts and first messages. A
+  // version refusal leaves the source as it was; an invalid table makes a fresh current table
+  // kLastGood.
   // REQUIRES: tables != nullptr.
   absl::Status Offer(std::shared_ptr<const RoutingTables> tables, Time now);
 
@@ -115,19 +91,15 @@ class TableManager {
   // Where Active(now) comes from.
   TableSource ActiveSource(Time now);
 
-  const TableManagerCounters& counters() const { return counters_; }
+  TableManagerCounters counters() const;
   // Why the last refused offer was refused (the error Offer returned); empty before any.
   const std::string& last_refusal() const { return last_refusal_; }
   // The configured topology with the link states learned so far.
   const Topology& view() const { return view_; }
   // The highest version accepted so far; nullopt before the first.
-  std::optional<uint64_t> highest_version() const { return highest_version_; }
+  std::optional<uint64_t> highest_version() const { return chain_.version(); }
 
  private:
-  // The source at `now`, counting a transition from the last one observed.
-  TableSource Observe(Time now);
-  // The source at `now`, without side effects.
-  TableSource SourceAt(Time now) const;
   void RecomputeStatic();
   absl::Status Refuse(std::string message);
 
@@ -135,11 +107,8 @@ class TableManager {
   Topology view_;
   std::shared_ptr<const RoutingTables> static_;
   std::shared_ptr<const RoutingTables> current_;
-  Time installed_at_{0};
-  std::optional<uint64_t> highest_version_;
-  bool last_offer_invalid_ = false;  // the latest offer past the version check was refused
-  TableSource source_ = TableSource::kStatic;
-  TableManagerCounters counters_;
+  FallbackChain chain_;
+  TableManagerCounters counters_;  // the offers'; the transitions are chain_'s
   std::string last_refusal_;
 };
 

@@ -205,8 +205,8 @@ TEST_F(TableManagerTest, OlderAndRepeatedVersionsAreRefused) {
     SCOPED_TRACE(version);
     const absl::Status status = m.Offer(Ecmp(topo_, version), Seconds(1));
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(status.message(), HasSubstr("older or repeated version"));
-    EXPECT_THAT(status.message(), HasSubstr("highest accepted 7"));
+    EXPECT_THAT(status.message(), HasSubstr("is not newer than the installed version"));
+    EXPECT_THAT(status.message(), HasSubstr("the installed version 7"));
     EXPECT_EQ(m.Active(Seconds(1)), v7.get());
     // The newest table is still the one served: not a fallback.
     EXPECT_EQ(m.ActiveSource(Seconds(1)), TableSource::kCurrent);
@@ -224,7 +224,7 @@ TEST_F(TableManagerTest, RefusedVersionIsNotValidated) {
   ASSERT_TRUE(m.Offer(Ecmp(topo_, 2), Time(0)).ok());
   // Old and invalid: counted as a version refusal only.
   const absl::Status status = m.Offer(Edit(1, [&](Rows& r) { r[b_].clear(); }), Time(0));
-  EXPECT_THAT(status.message(), HasSubstr("older or repeated version"));
+  EXPECT_THAT(status.message(), HasSubstr("is not newer than the installed version"));
   EXPECT_EQ(m.counters().refused_version, 1);
   EXPECT_EQ(m.counters().refused_black_hole, 0);
 }

@@ -205,9 +205,6 @@ absl::Status LinkMonitorConfig::Validate() const {
   }
   if (loss_window < 1) return absl::InvalidArgumentError("loss_window must be at least 1");
   if (loss_grace < 0) return absl::InvalidArgumentError("loss_grace must not be negative");
-  if (missed_probe_threshold < 1) {
-    return absl::InvalidArgumentError("missed_probe_threshold must be at least 1");
-  }
   if (rtt_window < 1) return absl::InvalidArgumentError("rtt_window must be at least 1");
   if (!(rtt_quantile > 0 && rtt_quantile <= 1)) {
     return absl::InvalidArgumentError("rtt_quantile must be in (0, 1]");
@@ -262,7 +259,6 @@ LinkSample LinkMonitor::Sample(Time now) const {
       .throughput = throughput,
       .utilisation = Utilisation(throughput, config_.capacity),
       .queue_bytes = queue_bytes_,
-      .up = loss_.consecutive_missed() < config_.missed_probe_threshold,
   };
 }
 

@@ -175,9 +175,6 @@ struct LinkMonitorConfig {
   // The newest probes not yet judged as lost: 300 ms at the default period, more than any RTT
   // we expect inside a region.
   int loss_grace = 3;
-  // The link is reported down once this many probes in a row have gone without a reply
-  // arriving (LossWindow::consecutive_missed): about 300 ms after a failure by default.
-  int missed_probe_threshold = 3;
   // RTT min and percentile are over this many samples (6.4 s at the default period).
   int rtt_window = 64;
   // The RTT percentile reported as rtt_p95.
@@ -206,8 +203,8 @@ struct LinkSample {
   double utilisation = 0;
   // The queue depth given with the last counters.
   int64_t queue_bytes = 0;
-  // False once missed_probe_threshold probes in a row went without a reply arriving. A new
-  // link whose RTT exceeds that many sample periods is therefore down until its first reply.
+  // The prober's liveness verdict (core/link_liveness.h). LinkMonitor measures and does not
+  // judge: it leaves this true, and its owner sets it from the link's LinkLiveness.
   bool up = true;
 };
 
@@ -220,12 +217,8 @@ class LinkMonitor {
 
   // The link's capacity changed (a port speed change): utilisation is measured against it.
   void set_capacity(DataRate capacity) { config_.capacity = capacity; }
-  // New probe settings (the controller may change them at run time). REQUIRES: period > 0,
-  // missed_threshold >= 1.
-  void set_probe_settings(Duration period, int missed_threshold) {
-    config_.sample_period = period;
-    config_.missed_probe_threshold = missed_threshold;
-  }
+  // A new probe interval (the controller may change it at run time). REQUIRES: period > 0.
+  void set_sample_period(Duration period) { config_.sample_period = period; }
 
   // Probe `seq` left at `t1` (our clock). REQUIRES: seqs increase from call to call.
   void OnProbeSent(uint64_t seq, Time t1);

@@ -354,17 +354,18 @@ TEST(LinkMonitorTest, HealthyThenDown) {
   EXPECT_EQ(s.throughput, DataRate::Gbps(5));
   EXPECT_DOUBLE_EQ(s.utilisation, 0.5);
   EXPECT_EQ(s.queue_bytes, 1500);
-  EXPECT_TRUE(s.up);
   EXPECT_EQ(m.peer_offset(), Seconds(1));
 
-  // No more replies: down at the third unanswered probe.
-  for (int missed = 1; missed <= 3; ++missed, ++seq, now += period) {
+  // No more replies: the probes count as lost once past the grace, and the link's throughput
+  // falls to nothing (liveness is LinkLiveness's verdict, not the monitor's).
+  for (int missed = 1; missed <= 10; ++missed, ++seq, now += period) {
     m.OnProbeSent(seq, now);
-    EXPECT_EQ(m.Sample(now).up, missed < 3) << missed;
+    m.OnCounters(now, DataRate::Gbps(5).BytesIn(Milliseconds(100) * 49), 0);
   }
-  // One reply (even a late one) brings it back.
-  ASSERT_TRUE(m.OnProbeReply(seq - 1, now - period, now, now, now).ok());
-  EXPECT_TRUE(m.Sample(now).up);
+  s = m.Sample(now);
+  EXPECT_GT(s.loss, 0);
+  EXPECT_EQ(s.throughput, DataRate());
+  EXPECT_EQ(m.loss().consecutive_missed(), 10);
 }
 
 TEST(LinkMonitorTest, BadRepliesAreRejected) {

@@ -60,8 +60,7 @@ class Checker {
  private:
   // Checks the links and weights of `v`'s next hops and records the valid ones in next_.
   void CheckHops(NodeId v, absl::Span<const NextHop> hops) {
-    double sum = 0;
-    bool bad_weight = false;
+    RowWeights weights;
     for (const NextHop& hop : hops) {
       const bool exists = hop.link >= 0 && hop.link < topo_.num_links();
       if (!exists || topo_.link(hop.link).src != v || !topo_.link(hop.link).up) {
@@ -74,13 +73,13 @@ class Checker {
       } else {
         next_[v].push_back(topo_.link(hop.link).dst);
       }
-      if (!std::isfinite(hop.weight) || hop.weight <= 0) bad_weight = true;
-      sum += hop.weight;
+      weights.Add(hop.weight);
     }
-    if (!hops.empty() && (bad_weight || !(std::abs(sum - 1) <= kWeightSumTolerance))) {
+    if (!hops.empty() && !weights.ok()) {
       ++report_.bad_weights;
       Note(absl::StrCat("bad weights: node '", Name(v), "' toward '", Name(dest_),
-                        "': weights sum to ", sum, bad_weight ? " and include a bad weight" : ""));
+                        "': weights sum to ", weights.sum(),
+                        weights.first_bad() >= 0 ? " and include a bad weight" : ""));
     }
   }
 

@@ -110,12 +110,12 @@ double AdaptiveRouting::LinkBaseCost(const Link& link) const {
 std::shared_ptr<const RoutingTables> AdaptiveRouting::Compute() {
   ++cycles_;
   const Topology& now = ctx_->network.current();
+  // The controller's liveness rule over the last samples (none yet: all up).
+  const std::vector<bool> probed_up =
+      latest_.empty() ? std::vector<bool>(now.num_links(), true) : CablesUp(now, latest_);
   for (LinkId l = 0; l < now.num_links(); ++l) {
     const Link& link = now.link(l);
-    // Probes declare a link dead once it stops answering; one that has never answered yet
-    // (a round trip longer than a few periods, at start) is not declared dead by them.
-    const bool probed_up = latest_.empty() || latest_[l].up || latest_[l].rtt_smoothed.count() == 0;
-    const bool usable = link.up && probed_up;
+    const bool usable = link.up && probed_up[l];
     believed_.mutable_link(l).up = usable;
     cost_[l] = usable ? LinkBaseCost(link) : kUnusable;
     double u = 0;

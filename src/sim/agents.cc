@@ -17,7 +17,7 @@ SimAgents::SimAgents(EventLoop& loop, Network& net, const AgentConfig& config, S
     m.capacity = topo.link(l).params.capacity;
     monitors_.emplace_back(m);
   }
-  alive_.assign(topo.num_links(), true);
+  liveness_.assign(topo.num_links(), LinkLiveness(config_.liveness));
   net_.set_probe_handler(
       [this](NodeId at, LinkId in_link, PacketPtr p) { OnProbe(at, in_link, std::move(p)); });
 }
@@ -35,14 +35,10 @@ void SimAgents::Tick() {
     const LinkCounters& c = net_.counters(l);
     monitors_[l].set_capacity(topo.link(l).params.capacity);  // the port's speed now
     monitors_[l].OnCounters(now, c.tx_bytes, net_.QueuedBytes(l));
+    // The probes sent before this one are judged as it leaves.
+    if (liveness_[l].OnProbeSent(seq_) && on_liveness_) on_liveness_(l, liveness_[l].up());
     samples[l] = monitors_[l].Sample(now);
-    // Liveness from probes counts only once the link has answered at all (a long link's
-    // first reply may take more than a few periods).
-    const bool alive = samples[l].up || monitors_[l].rtt().count() == 0;
-    if (alive != alive_[l]) {
-      alive_[l] = alive;
-      if (on_liveness_) on_liveness_(l, alive);
-    }
+    samples[l].up = liveness_[l].up();
     // The next probe; the link's own port carries it, behind whatever is queued.
     monitors_[l].OnProbeSent(seq_, now);
     PacketPtr p = net_.pool().Allocate();
@@ -75,9 +71,24 @@ void SimAgents::OnProbe(NodeId at, LinkId in_link, PacketPtr p) {
   // A reply came back over the reverse of the probed link.
   const LinkId probed = net_.topology().link(in_link).reverse;
   if (probed == kNoLink) return;
-  monitors_[probed]
-      .OnProbeReply(p->seq, p->sent_time, p->peer_received, p->peer_sent, now)
-      .IgnoreError();  // a late or duplicate reply only counts for loss
+  // A reply with unusable timestamps still counts for loss and liveness; a duplicate or one
+  // too late for the loss window does not.
+  const absl::Status s =
+      monitors_[probed].OnProbeReply(p->seq, p->sent_time, p->peer_received, p->peer_sent, now);
+  if (!s.ok() && !absl::IsInvalidArgument(s)) return;
+  if (liveness_[probed].OnReply(p->seq) && on_liveness_) on_liveness_(probed, true);
+}
+
+std::vector<bool> CablesUp(const Topology& topo, const std::vector<LinkSample>& samples) {
+  const auto end = [&](LinkId x) {
+    if (x == kNoLink) return CableEnd{.exists = false};
+    return CableEnd{.heard = true, .fresh = true, .says_up = samples[x].up};
+  };
+  std::vector<bool> up(topo.num_links(), true);
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    up[l] = CableUp(end(l), end(topo.link(l).reverse));
+  }
+  return up;
 }
 
 }  // namespace dar::sim

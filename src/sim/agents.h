@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/link_liveness.h"
 #include "core/telemetry.h"
 #include "sim/delay_line.h"
 #include "sim/event_loop.h"
@@ -23,15 +24,16 @@ struct AgentConfig {
   Duration period = Milliseconds(100);      // probe and sample period (10 per second)
   Duration report_delay = Milliseconds(1);  // agent -> controller
   int32_t probe_bytes = 64;
-  LinkMonitorConfig monitor;  // its sample_period and capacity are set per link
+  LinkMonitorConfig monitor;    // its sample_period and capacity are set per link
+  LinkLivenessConfig liveness;  // the real agent's rule and defaults
 };
 
 class SimAgents {
  public:
   // Samples of every link (indexed by LinkId), all taken at the same instant.
   using SampleSink = std::function<void(const std::vector<LinkSample>&)>;
-  // A link's liveness by its probes changed (missed_probe_threshold probes in a row went
-  // unanswered, or replies came back). Called at the link's tail, at once.
+  // A link's liveness by its probes (LinkLiveness) changed. Called at the link's tail, at
+  // once.
   using LivenessHandler = std::function<void(LinkId link, bool alive)>;
 
   // `net` and `loop` must outlive the agents.
@@ -55,13 +57,18 @@ class SimAgents {
   AgentConfig config_;
   SampleSink sink_;
   std::vector<LinkMonitor> monitors_;
-  std::vector<bool> alive_;  // by link: the last liveness verdict
+  std::vector<LinkLiveness> liveness_;  // by link
   LivenessHandler on_liveness_;
   uint32_t seq_ = 0;
   int64_t probes_sent_ = 0;
   Timer tick_;
   DelayLine<std::vector<LinkSample>> reports_;  // agent -> controller
 };
+
+// The controller's verdict on every link (CableUp, core/link_liveness.h) from one batch of
+// SimAgents samples: every end reports each period, so every end is fresh. By LinkId, both
+// directions of a cable alike.
+std::vector<bool> CablesUp(const Topology& topo, const std::vector<LinkSample>& samples);
 
 }  // namespace dar::sim
 

@@ -30,14 +30,17 @@ void DarRouting::Start(ControlContext& ctx) {
   const Topology& current = ctx.network.current();
   computer_ = std::make_unique<RouteComputer>(ctx.network.topology(), config_.routes);
   computer_->set_weight_policy(config_.weight_policy);
+  carrier_down_.assign(current.num_links(), false);
+  cables_up_.assign(current.num_links(), true);
   for (LinkId l = 0; l < current.num_links(); ++l) SyncLink(l);
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
     managers_.push_back(std::make_unique<TableManager>(current, config_.tables));
   }
   link_change_ = std::make_unique<Timer>(ctx.loop, [this] {
     for (LinkId l = 0; l < ctx_->network.current().num_links(); ++l) {
-      computer_->SetKnownDown(l, !ctx_->network.current().link(l).up);
+      carrier_down_[l] = !ctx_->network.current().link(l).up;
     }
+    ApplyKnownDown();
     Cycle(/*force_full=*/false, config_.push_delay);
   });
   pushes_line_ = std::make_unique<DelayLine<Push>>(
@@ -61,7 +64,14 @@ void DarRouting::Start(ControlContext& ctx) {
 void DarRouting::SyncLink(LinkId l) {
   const Link& link = ctx_->network.current().link(l);
   computer_->SetLinkParams(l, link.params.capacity, link.params.delay);
-  computer_->SetKnownDown(l, !link.up);
+  carrier_down_[l] = !link.up;
+  computer_->SetKnownDown(l, carrier_down_[l] || !cables_up_[l]);
+}
+
+void DarRouting::ApplyKnownDown() {
+  for (LinkId l = 0; l < static_cast<LinkId>(carrier_down_.size()); ++l) {
+    computer_->SetKnownDown(l, carrier_down_[l] || !cables_up_[l]);
+  }
 }
 
 void DarRouting::OnLiveness(LinkId link, bool alive) {
@@ -85,6 +95,8 @@ void DarRouting::OnLinkChange(LinkId link) {
 }
 
 void DarRouting::OnSamples(const std::vector<LinkSample>& samples) {
+  cables_up_ = CablesUp(ctx_->network.topology(), samples);
+  ApplyKnownDown();
   for (size_t l = 0; l < samples.size(); ++l) {
     computer_->Observe(static_cast<LinkId>(l), samples[l]);
   }
@@ -115,7 +127,7 @@ void DarRouting::Cycle(bool force_full, Duration push_delay) {
 Topology DarRouting::KnownTopology() const {
   Topology view = ctx_->network.current();
   for (LinkId l = 0; l < view.num_links(); ++l) {
-    if (!ctx_->network.Forwardable(l)) view.mutable_link(l).up = false;
+    if (computer_->known_down(l)) view.mutable_link(l).up = false;
   }
   return view;
 }

@@ -90,13 +90,15 @@ class DarRouting : public ControlPlane {
   void OnLiveness(LinkId link, bool alive);
   // Copies a link's capacity, delay and carrier state from the network into the computer.
   void SyncLink(LinkId l);
+  // The links the controller knows down: carrier down as the agents last reported it, or
+  // the cable judged down from the two ends' samples (CableUp); into the computer.
+  void ApplyKnownDown();
   // Runs the route computer on the current link view and pushes its tables.
   void Cycle(bool force_full, Duration push_delay);
   // The marginal decision layer's cycle: the tables it keeps in force, pushed as a new
   // version.
   void MarginalCycle(Duration push_delay);
-  // The topology as the controller knows it: the network's, less the links whose probes
-  // went unanswered.
+  // The topology as the controller knows it: the network's, less the links known down.
   Topology KnownTopology() const;
   void SendTables(std::shared_ptr<const RoutingTables> tables, int cls, Duration delay);
   // The forwarders receive tables: they offer them to their TableManager and install what it
@@ -109,6 +111,8 @@ class DarRouting : public ControlPlane {
   std::unique_ptr<RouteComputer> computer_;              // the controller's decision loop
   std::vector<std::unique_ptr<TableManager>> managers_;  // forwarders' side, by class
   std::unique_ptr<Timer> link_change_;
+  std::vector<bool> carrier_down_;  // by link, as reported: one report delay behind
+  std::vector<bool> cables_up_;     // by link, from the last samples (CablesUp)
   int64_t pushes_ = 0;
   int64_t local_failovers_ = 0;
   std::set<std::string> policy_errors_logged_;  // each distinct message is logged once
