@@ -10,6 +10,7 @@
 #include "control/tls.h"
 #include "fmt/format.h"
 #include "grpcpp/client_context.h"
+#include "wire/link_sample_wire.h"
 
 namespace dar::agent {
 namespace {
@@ -322,13 +323,7 @@ bool ControlClient::SendSamples(Stream& stream) {
     v1::LinkSample* x = out->add_samples();
     x->set_neighbor_id(config_.nodes[s.neighbour].id);
     x->set_time_unix_ns(unix_now);
-    x->set_up(s.up);
-    x->set_rtt_ms(Millis(s.rtt));
-    x->set_rtt_p95_ms(Millis(s.rtt_p95));
-    x->set_loss(s.loss);
-    x->set_tx_bps(static_cast<double>(s.tx_rate.bps()));
-    x->set_utilisation(s.utilisation);
-    x->set_queue_bytes(s.queue_bytes);
+    wire::ToWire(s.sample, x);
     x->set_probes_sent(s.probes_sent);
     x->set_probes_answered(s.probes_answered);
   }

@@ -151,20 +151,21 @@ class FakeDataplane final : public DataplaneControl {
     NeighbourSample a;
     a.neighbour = 0;  // A
     a.link = 1;
-    a.at = now;
-    a.up = true;
-    a.rtt = Microseconds(1500);
-    a.rtt_p95 = Milliseconds(3);
-    a.loss = 0.25;
-    a.tx_rate = DataRate::Mbps(20);
-    a.utilisation = 0.2;
-    a.queue_bytes = 1234;
+    a.sample.at = now;
+    a.sample.up = true;
+    a.sample.rtt_smoothed = Microseconds(1500);
+    a.sample.rtt_min = Duration(1'200'345);
+    a.sample.rtt_p95 = Milliseconds(3);
+    a.sample.loss = 0.25;
+    a.sample.throughput = DataRate::Mbps(20);
+    a.sample.utilisation = 0.2;
+    a.sample.queue_bytes = 1234;
     a.probes_sent = 40;
     a.probes_answered = 30;
     NeighbourSample d = a;
     d.neighbour = 3;  // D
     d.link = 4;
-    d.up = false;
+    d.sample.up = false;
     return {a, d};
   }
   // Totals since the start: 1,000 more bytes toward D (NodeId 3) at every call, none
@@ -381,6 +382,7 @@ TEST_F(ControlClientTest, SaysHelloOverMutualTlsThenSendsSamples) {
   EXPECT_EQ(a.neighbor_id(), 1u);
   EXPECT_TRUE(a.up());
   EXPECT_DOUBLE_EQ(a.rtt_ms(), 1.5);
+  EXPECT_EQ(a.rtt_min_ns(), 1'200'345);  // the base RTT, exact
   EXPECT_DOUBLE_EQ(a.rtt_p95_ms(), 3);
   EXPECT_DOUBLE_EQ(a.loss(), 0.25);
   EXPECT_DOUBLE_EQ(a.tx_bps(), 20e6);

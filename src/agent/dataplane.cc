@@ -693,18 +693,11 @@ std::vector<NeighbourSample> Dataplane::Samples(Time now) const {
   out.reserve(ports_.size());
   MutexLock lock(&monitor_mu_);
   for (const auto& p : ports_) {
-    const LinkSample s = p->monitor.Sample(now);
     NeighbourSample n;
     n.neighbour = p->config.neighbour;
     n.link = p->config.link;
-    n.at = now;
-    n.up = p->up.load(std::memory_order_relaxed);
-    n.rtt = s.rtt_smoothed;
-    n.rtt_p95 = s.rtt_p95;
-    n.loss = s.loss;
-    n.tx_rate = s.throughput;
-    n.utilisation = s.utilisation;
-    n.queue_bytes = s.queue_bytes;
+    n.sample = p->monitor.Sample(now);
+    n.sample.up = p->up.load(std::memory_order_relaxed);
     n.probes_sent = static_cast<uint64_t>(p->monitor.loss().sent());
     n.probes_answered = p->probes_answered.Get();
     out.push_back(n);

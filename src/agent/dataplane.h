@@ -64,6 +64,7 @@
 #include "core/next_hop_chooser.h"
 #include "core/random.h"
 #include "core/routing_table.h"
+#include "core/telemetry.h"
 #include "core/topology.h"
 #include "core/units.h"
 #include "net/ip_packet.h"
@@ -208,18 +209,13 @@ struct DataplaneConfig {
 struct NeighbourSample {
   NodeId neighbour = kNoNode;
   LinkId link = kNoLink;
-  Time at{0};           // the `now` given to Samples()
-  bool up = true;       // LinkLiveness
-  Duration rtt{0};      // smoothed two-way delay; 0 before the first reply
-  Duration rtt_p95{0};  // over the last probes
-  double loss = 0;      // probe loss over the sliding window, 0..1
-  // Delivered on the link: overlay datagrams with IPv4 and UDP headers sent, or, while the
-  // interface's root qdisc (a shaper) holds a queue or drops, what left that qdisc.
-  DataRate tx_rate;
-  double utilisation = 0;  // tx_rate / capacity; 0 if the capacity is unknown
-  // Queued by the data plane, plus the larger of the socket's send queue and the interface's
-  // qdisc backlog (where a shaped link queues; qdisc_stats.h).
-  int64_t queue_bytes = 0;
+  // What the port's LinkMonitor measured at the `now` given to Samples(), with `up` the
+  // port's LinkLiveness (or carrier) verdict. Its throughput is what was delivered on the
+  // link: overlay datagrams with IPv4 and UDP headers sent, or, while the interface's root
+  // qdisc (a shaper) holds a queue or drops, what left that qdisc. Its queue is the data
+  // plane's own plus the larger of the socket's send queue and the interface's qdisc backlog
+  // (where a shaped link queues; qdisc_stats.h).
+  LinkSample sample;
   uint64_t probes_sent = 0;
   uint64_t probes_answered = 0;
 };

@@ -310,7 +310,7 @@ TEST(DataplaneNamespaceTest, ShapedLinkReportsWhatItDelivers) {
   const Time now = Time(std::chrono::duration_cast<Duration>(Clock::now().time_since_epoch()));
   const std::vector<NeighbourSample> samples = lab.dp(0).Samples(now);
   ASSERT_EQ(samples.size(), 1u);
-  const double mbps = static_cast<double>(samples[0].tx_rate.bps()) / 1e6;
+  const double mbps = static_cast<double>(samples[0].sample.throughput.bps()) / 1e6;
   std::printf("shaped link: offered %.1f Mbit/s, reported %.2f Mbit/s (tbf 4 Mbit/s)\n",
               sent * 1228 * 8 / 3e6, mbps);
   // The shaper's rate (its 64 KB bucket and link-layer headers lift a 100 ms sample a
@@ -599,9 +599,15 @@ TEST(DataplaneNamespaceTest, FloodedLinkStaysUpAndAnswersProbes) {
   lab.InstallRouting(ComputeStaticTables(lab.topology()));
   ASSERT_TRUE(lab.WaitForProbes());
 
-  // The flooder: a socket of A's namespace on A's end of the link, not the data plane's.
-  std::optional<net::UdpSocket> flooder = PlainSocketIn(lab, 0, "10.88.0.1", 8 << 20);
-  ASSERT_TRUE(flooder.has_value());
+  // The flooders: two threads, each with a socket of A's namespace on A's end of the link (not
+  // the data plane's). One alone did not always overload B on a quiet machine (B took 91-98%
+  // of what it offered); two compete with B for the cores as a real flood would.
+  constexpr int kFlooders = 2;
+  std::vector<std::optional<net::UdpSocket>> flooders;
+  for (int i = 0; i < kFlooders; ++i) {
+    flooders.push_back(PlainSocketIn(lab, 0, "10.88.0.1", 8 << 20));
+    ASSERT_TRUE(flooders.back().has_value());
+  }
   // Messages of 4 datagrams of 1,400 bytes (GSO), sealed with the overlay's key (0x42), from B's
   // view on the way to A (B forwards them back over the link; A drops their non-IP payload after
   // checking the tag).
@@ -627,16 +633,27 @@ TEST(DataplaneNamespaceTest, FloodedLinkStaysUpAndAnswersProbes) {
   const DataplaneCounters a0 = lab.dp(0).counters(), b0 = lab.dp(1).counters();
   const uint64_t answered0 = answered(0), sent0 = sent_probes(0);
   const uint64_t b_answered0 = answered(1), b_sent0 = sent_probes(1);
-  uint64_t flooded = 0;
+  std::vector<uint64_t> offered(kFlooders, 0);
   const auto start = Clock::now();
-  while (Clock::now() - start < std::chrono::seconds(4)) {
-    if (flooder->SendGso(message, kDatagram, b_port).ok()) {
-      flooded += kPerMessage;
-    } else {
-      pollfd p{flooder->fd(), POLLOUT, 0};
-      ::poll(&p, 1, 1);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kFlooders; ++i) {
+      threads.emplace_back([&, i] {
+        net::UdpSocket& flooder = *flooders[static_cast<size_t>(i)];
+        while (Clock::now() - start < std::chrono::seconds(4)) {
+          if (flooder.SendGso(message, kDatagram, b_port).ok()) {
+            offered[static_cast<size_t>(i)] += kPerMessage;
+          } else {
+            pollfd p{flooder.fd(), POLLOUT, 0};
+            ::poll(&p, 1, 1);
+          }
+        }
+      });
     }
+    for (std::thread& t : threads) t.join();
   }
+  uint64_t flooded = 0;
+  for (uint64_t n : offered) flooded += n;
   const DataplaneCounters a1 = lab.dp(0).counters(), b1 = lab.dp(1).counters();
   const uint64_t probes = sent_probes(0) - sent0, replies = answered(0) - answered0;
   const uint64_t b_probes = sent_probes(1) - b_sent0, b_replies = answered(1) - b_answered0;
@@ -651,8 +668,8 @@ TEST(DataplaneNamespaceTest, FloodedLinkStaysUpAndAnswersProbes) {
       static_cast<unsigned long long>(a1.liveness_changes - a0.liveness_changes),
       static_cast<unsigned long long>(b1.liveness_changes - b0.liveness_changes));
   // It was an overload: B's data socket overflowed, and at least a tenth of what was offered
-  // was lost there (71-93% was taken in runs on this machine; the old data plane lost its
-  // probes with a tenth taken).
+  // was lost there (B took 39-70% in runs on this machine; the old data plane lost its probes
+  // with a tenth taken).
   EXPECT_LT(static_cast<double>(b1.received - b0.received), 0.9 * static_cast<double>(flooded));
   EXPECT_GT(b1.forwarded - b0.forwarded, 0u);
   // And the link never went down, in either direction.

@@ -395,14 +395,17 @@ TEST(DataplaneLoopbackTest, ProbesFeedTheEstimators) {
     ASSERT_EQ(s.size(), 1u);
     EXPECT_EQ(s[0].neighbour, 1 - n);
     EXPECT_EQ(s[0].link, lab.ConfigFor(n).neighbours[0].link);
-    EXPECT_EQ(s[0].at, Time(42));
-    EXPECT_TRUE(s[0].up);
-    EXPECT_GT(s[0].rtt.count(), 0);
-    EXPECT_GE(s[0].rtt_p95, s[0].rtt / 2);
-    EXPECT_LE(s[0].loss, 0.2);  // a loaded machine may delay a reply past the grace
+    const LinkSample& m = s[0].sample;
+    EXPECT_EQ(m.at, Time(42));
+    EXPECT_TRUE(m.up);
+    EXPECT_GT(m.rtt_smoothed.count(), 0);
+    EXPECT_GT(m.rtt_min.count(), 0);
+    EXPECT_LE(m.rtt_min, m.rtt_smoothed);
+    EXPECT_GE(m.rtt_p95, m.rtt_smoothed / 2);
+    EXPECT_LE(m.loss, 0.2);  // a loaded machine may delay a reply past the grace
     EXPECT_GE(s[0].probes_sent, s[0].probes_answered);
-    EXPECT_GT(s[0].tx_rate.bps(), 0);  // probes and replies are traffic too
-    EXPECT_EQ(s[0].utilisation, 0);    // capacity unknown
+    EXPECT_GT(m.throughput.bps(), 0);  // probes and replies are traffic too
+    EXPECT_EQ(m.utilisation, 0);       // capacity unknown
     const DataplaneCounters c = dps[static_cast<size_t>(n)]->counters();
     EXPECT_GT(c.probe_replies_sent, 0u);
     EXPECT_EQ(c.total_dropped(), 0u);
@@ -440,7 +443,7 @@ TEST(DataplaneLoopbackTest, SilentNeighbourGoesDownAndComesBack) {
   dps[1]->Stop();
   ASSERT_TRUE(WaitFor([&] { return event_count() >= 1; }, std::chrono::seconds(20)));
   EXPECT_EQ(dps[0]->LinksUp(), std::vector<bool>{false});
-  EXPECT_FALSE(dps[0]->Samples(Time(0))[0].up);
+  EXPECT_FALSE(dps[0]->Samples(Time(0))[0].sample.up);
   ASSERT_TRUE(dps[1]->Start().ok());
   ASSERT_TRUE(WaitFor([&] { return event_count() >= 2; }, std::chrono::seconds(20)));
   EXPECT_EQ(dps[0]->LinksUp(), std::vector<bool>{true});

@@ -17,6 +17,7 @@
 #include "fmt/ranges.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
+#include "wire/link_sample_wire.h"
 
 namespace dar::control {
 namespace {
@@ -31,52 +32,6 @@ double Millis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }
 
 std::pair<std::string, std::string> CableKey(const std::string& a, const std::string& b) {
   return a < b ? std::pair(a, b) : std::pair(b, a);
-}
-
-absl::Status CheckRange(double v, double lo, double hi, std::string_view field, int i,
-                        uint32_t node, uint32_t neighbour) {
-  if (std::isfinite(v) && v >= lo && v <= hi) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      fmt::format("samples[{}].{} from node {} (link to node {}): must be in [{}, {}], got {}", i,
-                  field, node, neighbour, lo, hi, v));
-}
-
-absl::Status CheckSample(const v1::LinkSample& s, int i, uint32_t node) {
-  const uint32_t nb = s.neighbor_id();
-  if (absl::Status st = CheckRange(s.rtt_ms(), 0, 1e6, "rtt_ms", i, node, nb); !st.ok()) return st;
-  if (absl::Status st = CheckRange(s.rtt_p95_ms(), 0, 1e6, "rtt_p95_ms", i, node, nb); !st.ok()) {
-    return st;
-  }
-  if (absl::Status st = CheckRange(s.loss(), 0, 1, "loss", i, node, nb); !st.ok()) return st;
-  if (absl::Status st = CheckRange(s.tx_bps(), 0, 1e15, "tx_bps", i, node, nb); !st.ok()) {
-    return st;
-  }
-  if (absl::Status st = CheckRange(s.utilisation(), 0, 100, "utilisation", i, node, nb); !st.ok()) {
-    return st;
-  }
-  if (s.queue_bytes() < 0) {
-    return absl::InvalidArgumentError(
-        fmt::format("samples[{}].queue_bytes from node {} (link to node {}): must be >= 0, got {}",
-                    i, node, nb, s.queue_bytes()));
-  }
-  return absl::OkStatus();
-}
-
-LinkSample ToLinkSample(const v1::LinkSample& s, DataRate capacity, Time received) {
-  LinkSample x;
-  x.at = received;
-  x.rtt_smoothed = Duration(std::llround(s.rtt_ms() * 1e6));
-  x.rtt_p95 = Duration(std::llround(s.rtt_p95_ms() * 1e6));
-  x.loss = s.loss();
-  x.throughput = DataRate::BitsPerSecond(std::llround(s.tx_bps()));
-  double u = s.utilisation();
-  if (u == 0 && s.tx_bps() > 0 && !capacity.is_zero()) {
-    u = s.tx_bps() / static_cast<double>(capacity.bps());
-  }
-  x.utilisation = std::clamp(u, 0.0, 1.0);
-  x.queue_bytes = s.queue_bytes();
-  x.up = s.up();
-  return x;
 }
 
 bool SameOverlay(const ControllerConfig& a, const ControllerConfig& b) {
@@ -400,9 +355,9 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
                       "its links",
                       wire_id, overlay->name(v), i, s.neighbor_id()));
     }
-    if (absl::Status st = CheckSample(s, i, wire_id); !st.ok()) return st;
-    batch.push_back(PendingSample{l, ToLinkSample(s, topo.link(l).params.capacity, now), now,
-                                  unix_now, s.rtt_ms()});
+    if (absl::Status st = wire::CheckWireSample(s, i, wire_id); !st.ok()) return st;
+    batch.push_back(
+        PendingSample{l, wire::FromWire(s, topo.link(l).params.capacity, now), now, unix_now});
   }
   // What the node sent per destination. An entry for a node the overlay lacks (an agent
   // with an older node list) or for the node itself, or an impossible count, is left out
@@ -840,6 +795,7 @@ std::vector<v1::LinkView> ControllerCore::ListLinks() const {
     v.set_drained(drained_links[l]);
     v.set_capacity_bps(static_cast<uint64_t>(state.capacity.bps()));
     v.set_rtt_ms(Millis(last.rtt_smoothed));
+    v.set_base_rtt_ns(computer_->BaseRtt(l).count());
     v.set_loss(last.loss);
     v.set_utilisation(last.utilisation);
     v.set_queue_bytes(last.queue_bytes);

@@ -219,7 +219,6 @@ class ControllerCore {
     LinkSample sample;
     Time received;
     int64_t received_unix_ns;
-    double rtt_ms;
   };
   struct LinkEnd {
     Time heard{0};  // when its node last reported it

@@ -251,6 +251,22 @@ TEST_F(CoreTest, SamplesOnlyForOwnLinksWithSaneValues) {
   }
 }
 
+// The base RTT crosses the wire exactly (rtt_min_ns) and is what the engine takes for
+// propagation, not the smoothed RTT, which carries queueing.
+TEST_F(CoreTest, TheAgentsBaseRttIsTheEngines) {
+  v1::LinkSamples s = Samples({{2, true}, {3, true}});
+  s.mutable_samples(0)->set_rtt_min_ns(123'457);
+  ASSERT_TRUE(core_->OnSamples(1, s).ok());
+  core_->RunCycle();
+  int checked = 0;
+  for (const v1::LinkView& l : core_->ListLinks()) {
+    if (l.src_name() != "n1") continue;
+    EXPECT_EQ(l.base_rtt_ns(), l.dst_name() == "n2" ? 123'457 : 200'000) << l.dst_name();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 TEST_F(CoreTest, LinkIsDownWhenBothEndsSaySoNotWhenOneDoes) {
   core_->RunCycle();
   EXPECT_THAT(NextHops("n1", "n4"), ::testing::UnorderedElementsAre("n2", "n3"));
