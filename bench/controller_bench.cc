@@ -31,10 +31,10 @@
 #include "absl/synchronization/mutex.h"
 #include "control/controller.h"
 #include "control/controller_test_util.h"
-#include "control/tls.h"
 #include "core/random.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "security/tls.h"
 
 namespace dar::control {
 namespace {
@@ -86,7 +86,7 @@ double Percentile(std::vector<double> v, double q) {
 int Run(const Flags& flags) {
   // As dar-controller does: gRPC's mutexes are absl's, whose cycle detection costs CPU.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  if (absl::Status s = EnforceTls13(); !s.ok()) {
+  if (absl::Status s = security::EnforceTls13(); !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 1;
   }
@@ -134,7 +134,7 @@ int Run(const Flags& flags) {
     std::fprintf(stderr, "issuing %d certificates and connecting...\n", flags.nodes);
   for (int i = 1; i <= flags.nodes && !flags.direct; ++i) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        (*pki)->Channel(SpiffeId::Node(testing::kTestDomain, std::to_string(i)), c.port());
+        (*pki)->Channel(security::SpiffeId::Node(testing::kTestDomain, std::to_string(i)), c.port());
     if (!channel.ok()) {
       std::fprintf(stderr, "channel: %s\n", std::string(channel.status().message()).c_str());
       return 1;

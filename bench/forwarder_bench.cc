@@ -44,8 +44,8 @@
 
 #include "CLI/CLI.hpp"
 #include "agent/dataplane.h"
+#include "base/status_macros.h"
 #include "core/routing.h"
-#include "core/status_macros.h"
 #include "fmt/format.h"
 #include "net/ip_packet.h"
 #include "net/netns.h"

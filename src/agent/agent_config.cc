@@ -5,11 +5,12 @@
 #include <filesystem>
 #include <set>
 
-#include "control/certs.h"
-#include "control/key_ring.h"
+#include "base/files.h"
+#include "base/status_macros.h"
 #include "core/config_reader.h"
-#include "core/status_macros.h"
 #include "fmt/format.h"
+#include "security/certs.h"
+#include "security/key_ring.h"
 
 namespace dar::agent {
 namespace {
@@ -310,7 +311,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& text, const std:
 }
 
 absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string text, control::ReadFile(path));
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
   return ParseAgentConfig(text, path);
 }
 
@@ -353,7 +354,7 @@ absl::StatusOr<DataplaneConfig> MakeDataplaneConfig(const AgentConfig& config,
   d.seed = seed;
   if (config.initial_key) {
     ASSIGN_OR_RETURN(const net::OverlayKeyBytes key,
-                     control::LoadKeyFile(config.initial_key->file));
+                     security::LoadKeyFile(config.initial_key->file));
     d.initial_keys.push_back(KeyUpdate{config.initial_key->id, key, /*active=*/true});
   }
   return d;

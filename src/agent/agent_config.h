@@ -45,12 +45,12 @@
 
 #include "absl/status/statusor.h"
 #include "agent/dataplane.h"
-#include "control/tls.h"
 #include "core/next_hop_chooser.h"
 #include "core/topology.h"
 #include "core/units.h"
 #include "net/ip_packet.h"
 #include "net/overlay_header.h"
+#include "security/tls.h"
 
 namespace dar::agent {
 
@@ -99,7 +99,7 @@ struct AgentConfig {
   std::string management_gateway;
   std::string controller;       // host:port
   std::string controller_name;  // empty: the host of `controller`
-  control::TlsFiles tls;
+  security::TlsFiles tls;
   std::string state_dir;
   std::string tun_name = "dar0";
   int overlay_prefix_length = 16;

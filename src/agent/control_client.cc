@@ -7,9 +7,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "agent/saved_keys.h"
-#include "control/tls.h"
 #include "fmt/format.h"
 #include "grpcpp/client_context.h"
+#include "security/tls.h"
 #include "wire/link_sample_wire.h"
 
 namespace dar::agent {
@@ -28,7 +28,7 @@ std::string Endpoint(net::Ipv4Address a, uint16_t port) {
 }  // namespace
 
 ControlClient::ControlClient(const AgentConfig& config, TableStore& store,
-                             DataplaneControl& dataplane, control::JsonLog& log,
+                             DataplaneControl& dataplane, JsonLog& log,
                              ControlClientOptions options)
     : config_(config),
       store_(store),
@@ -197,11 +197,11 @@ void ControlClient::Fail(std::string error, bool answered) {
 }
 
 bool ControlClient::RunSession() {
-  control::ChannelTlsOptions tls;
+  security::ChannelTlsOptions tls;
   tls.files = config_.tls;
   tls.server_name = config_.controller_name;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      control::CreateSecureChannel(config_.controller, tls, absl::FromUnixNanos(UnixNow()));
+      security::CreateSecureChannel(config_.controller, tls, absl::FromUnixNanos(UnixNow()));
   if (!channel.ok()) {
     const std::string error = std::string(channel.status().message());
     log_.Error("cannot set up the channel to the controller",

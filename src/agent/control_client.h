@@ -33,8 +33,8 @@
 #include "agent/agent_tables.h"
 #include "agent/dataplane.h"
 #include "agent/table_store.h"
+#include "base/json_log.h"
 #include "base/mutex.h"
-#include "control/json_log.h"
 #include "core/next_hop_chooser.h"
 #include "core/random.h"
 #include "core/units.h"
@@ -119,7 +119,7 @@ class ControlClient {
  public:
   // `config`, `store`, `dataplane` and `log` must outlive the client.
   ControlClient(const AgentConfig& config, TableStore& store, DataplaneControl& dataplane,
-                control::JsonLog& log, ControlClientOptions options);
+                JsonLog& log, ControlClientOptions options);
   // Stops the client.
   ~ControlClient();
   ControlClient(const ControlClient&) = delete;
@@ -169,7 +169,7 @@ class ControlClient {
   const AgentConfig& config_;
   TableStore& store_;
   DataplaneControl& dataplane_;
-  control::JsonLog& log_;
+  JsonLog& log_;
   ControlClientOptions options_;
   Random rng_;                   // the run thread's
   ForwardingConfig forwarding_;  // the reader thread's

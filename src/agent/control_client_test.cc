@@ -18,14 +18,14 @@
 #include <vector>
 
 #include "agent/saved_keys.h"
-#include "control/certs.h"
-#include "control/identity.h"
-#include "control/tls.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "security/certs.h"
+#include "security/identity.h"
+#include "security/tls.h"
 
 namespace dar::agent {
 namespace {
@@ -68,7 +68,7 @@ class FakeController final : public v1::AgentService::Service {
   using AgentStream = grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>;
 
   grpc::Status Connect(grpc::ServerContext* context, AgentStream* stream) override {
-    absl::StatusOr<control::SpiffeId> peer = control::PeerSpiffeId(*context);
+    absl::StatusOr<security::SpiffeId> peer = security::PeerSpiffeId(*context);
     {
       std::lock_guard<std::mutex> lock(mu_);
       peers_.push_back(peer.ok() ? peer->ToString() : "unauthenticated");
@@ -253,18 +253,18 @@ class ControlClientTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_FALSE(dir_.path().empty());
     certs_ = dir_.path() + "/certs";
-    control::InitCertDirOptions init;
+    security::InitCertDirOptions init;
     init.dir = certs_;
     init.trust_domain = kDomain;
     init.not_before = absl::Now() - absl::Hours(1);
     init.not_after = absl::Now() + absl::Hours(1);
-    ASSERT_TRUE(control::InitCertDir(init).ok());
-    control::IssueOptions node;
+    ASSERT_TRUE(security::InitCertDir(init).ok());
+    security::IssueOptions node;
     node.dir = certs_;
     node.name = "2";
     node.not_before = init.not_before;
     node.not_after = init.not_after;
-    ASSERT_TRUE(control::IssueFromCertDir(node).ok());
+    ASSERT_TRUE(security::IssueFromCertDir(node).ok());
     StartServer(0);
     ASSERT_NE(port_, 0);
 
@@ -302,8 +302,10 @@ neighbours:
   }
 
   void StartServer(int port) {
-    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = control::MakeServerCredentials(
-        {certs_ + "/controller.crt", certs_ + "/controller.key", certs_ + "/ca.crt"}, absl::Now());
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
+        security::MakeServerCredentials(
+            {certs_ + "/controller.crt", certs_ + "/controller.key", certs_ + "/ca.crt"},
+            absl::Now());
     ASSERT_TRUE(creds.ok()) << creds.status();
     controller_ = std::make_unique<FakeController>();
     grpc::ServerBuilder builder;
@@ -344,11 +346,11 @@ neighbours:
   Topology topology_;
   std::mutex lines_mu_;
   std::vector<std::string> lines_;
-  control::JsonLog log_{[this](std::string_view line) {
-                          std::lock_guard<std::mutex> lock(lines_mu_);
-                          lines_.emplace_back(line);
-                        },
-                        control::LogLevel::kDebug};
+  JsonLog log_{[this](std::string_view line) {
+                 std::lock_guard<std::mutex> lock(lines_mu_);
+                 lines_.emplace_back(line);
+               },
+               LogLevel::kDebug};
   std::unique_ptr<TableStore> store_;
   FakeDataplane dataplane_;
   std::unique_ptr<ControlClient> client_;

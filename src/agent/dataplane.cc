@@ -26,7 +26,7 @@
 #include <utility>
 
 #include "agent/qdisc_stats.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "core/telemetry.h"
 #include "fmt/format.h"
 #include "net/byte_order.h"

@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "control/certs.h"
-#include "control/key_ring.h"
-#include "core/status_macros.h"
+#include "base/files.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "security/certs.h"
+#include "security/key_ring.h"
 
 namespace dar::agent {
 namespace {
@@ -57,13 +58,13 @@ absl::Status SaveKeys(const std::string& state_dir,
   }
   const nlohmann::json j = {
       {"format", kFormat},
-      {"keys", control::KeysToJson(std::vector<v1::OverlayKey>(keys.begin(), keys.end()))}};
-  return control::WriteFileAtomically(path, j.dump(1) + "\n", 0600);
+      {"keys", security::KeysToJson(std::vector<v1::OverlayKey>(keys.begin(), keys.end()))}};
+  return WriteFileAtomically(path, j.dump(1) + "\n", 0600);
 }
 
 absl::StatusOr<std::vector<KeyUpdate>> LoadKeys(const std::string& state_dir) {
   const std::string path = KeysPath(state_dir);
-  ASSIGN_OR_RETURN(const std::string text, control::ReadFile(path, kMaxFileBytes));
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path, kMaxFileBytes));
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
       j["format"].get<std::string>() != kFormat) {
@@ -71,7 +72,7 @@ absl::StatusOr<std::vector<KeyUpdate>> LoadKeys(const std::string& state_dir) {
         fmt::format("{}: not a key file (a JSON object with format \"{}\")", path, kFormat));
   }
   absl::StatusOr<std::vector<v1::OverlayKey>> keys =
-      control::KeysFromJson(j.value("keys", nlohmann::json()));
+      security::KeysFromJson(j.value("keys", nlohmann::json()));
   if (!keys.ok()) {
     return absl::InvalidArgumentError(
         fmt::format("{}: {}", path, std::string(keys.status().message())));

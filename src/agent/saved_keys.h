@@ -5,7 +5,7 @@
 // is down would refuse its neighbours' packets and they its own.
 //
 // <state_dir>/overlay-keys.json: {"format": "dar-agent-keys/1", "keys": [{"id", "key" (64 hex
-// digits), "active"}]} (control::KeysToJson), mode 0600 like a TLS key, replaced atomically.
+// digits), "active"}]} (security::KeysToJson), mode 0600 like a TLS key, replaced atomically.
 #ifndef DAR_AGENT_SAVED_KEYS_H_
 #define DAR_AGENT_SAVED_KEYS_H_
 

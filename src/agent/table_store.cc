@@ -14,11 +14,12 @@
 #include <set>
 
 #include "agent/dataplane.h"
-#include "control/certs.h"
+#include "base/files.h"
+#include "base/status_macros.h"
 #include "core/routing.h"
 #include "core/routing_table.h"
-#include "core/status_macros.h"
 #include "fmt/format.h"
+#include "security/certs.h"
 
 namespace dar::agent {
 namespace {
@@ -52,7 +53,7 @@ absl::Status NonZeroVersion(uint64_t version) {
 }  // namespace
 
 TableStore::TableStore(const AgentConfig& config, const Topology& topology, Duration stale_after,
-                       control::JsonLog* log)
+                       JsonLog* log)
     : config_(config),
       topology_(topology),
       log_(log),
@@ -62,8 +63,7 @@ TableStore::TableStore(const AgentConfig& config, const Topology& topology, Dura
   RecomputeStatic();
 }
 
-void TableStore::Log(control::LogLevel level, std::string_view msg,
-                     const nlohmann::json& fields) const {
+void TableStore::Log(LogLevel level, std::string_view msg, const nlohmann::json& fields) const {
   if (log_ != nullptr) log_->Write(level, msg, fields);
 }
 
@@ -247,21 +247,20 @@ absl::Status TableStore::Save(uint64_t version, const Rows& rows, int64_t comput
     return absl::InternalError(
         fmt::format("{}: cannot create the state dir: {}", config_.state_dir, ec.message()));
   }
-  return control::WriteFileAtomically(file_path(), data, 0644);
+  return WriteFileAtomically(file_path(), data, 0644);
 }
 
 absl::Status TableStore::LoadFromDisk(Time now) {
   const std::string path = file_path();
-  absl::StatusOr<std::string> data = control::ReadFile(path, kMaxTableFileBytes);
+  absl::StatusOr<std::string> data = ReadFile(path, kMaxTableFileBytes);
   if (absl::IsNotFound(data.status())) {
-    Log(control::LogLevel::kInfo, "no table on disk: starting on the static table",
-        {{"file", path}});
+    Log(LogLevel::kInfo, "no table on disk: starting on the static table", {{"file", path}});
     return data.status();
   }
   const auto ignore = [&](const std::string& why) {
     MutexLock lock(&mu_);
     ++counters_.disk_ignored;
-    Log(control::LogLevel::kWarn, "ignored the table on disk: starting on the static table",
+    Log(LogLevel::kWarn, "ignored the table on disk: starting on the static table",
         {{"file", path}, {"reason", why}});
     return absl::DataLossError(fmt::format("{}: {}", path, why));
   };
@@ -301,7 +300,7 @@ absl::Status TableStore::LoadFromDisk(Time now) {
   if (!rows.ok()) {
     ++counters_.disk_ignored;
     const std::string why = std::string(rows.status().message());
-    Log(control::LogLevel::kWarn, "ignored the table on disk: starting on the static table",
+    Log(LogLevel::kWarn, "ignored the table on disk: starting on the static table",
         {{"file", path}, {"reason", why}});
     return absl::DataLossError(fmt::format("{}: {}", path, why));
   }
@@ -310,7 +309,7 @@ absl::Status TableStore::LoadFromDisk(Time now) {
   current_ = BuildTables(rows_, table.version());
   ++counters_.loaded_from_disk;
   SourceLocked(now);
-  Log(control::LogLevel::kInfo, "forwarding with the table from disk",
+  Log(LogLevel::kInfo, "forwarding with the table from disk",
       {{"file", path}, {"version", table.version()}, {"routes", table.routes_size()}});
   return absl::OkStatus();
 }
@@ -326,7 +325,7 @@ absl::Status TableStore::Offer(const v1::RouteTable& table, Time now) {
   if (!rows.ok()) {
     ++counters_.refused;
     last_refusal_ = std::string(rows.status().message());
-    Log(control::LogLevel::kWarn, "table refused",
+    Log(LogLevel::kWarn, "table refused",
         {{"version", table.version()},
          {"base_version", table.base_version()},
          {"reason", last_refusal_}});
@@ -341,14 +340,14 @@ absl::Status TableStore::Offer(const v1::RouteTable& table, Time now) {
   current_ = BuildTables(rows_, table.version());
   ++counters_.accepted;
   SourceLocked(now);
-  Log(control::LogLevel::kDebug, "table accepted",
+  Log(LogLevel::kDebug, "table accepted",
       {{"version", table.version()},
        {"base_version", table.base_version()},
        {"routes", table.routes_size()},
        {"removed", table.removed_size()}});
   if (absl::Status s = Save(table.version(), rows_, table.computed_unix_ns()); !s.ok()) {
     ++counters_.disk_write_errors;
-    Log(control::LogLevel::kError, "cannot save the table",
+    Log(LogLevel::kError, "cannot save the table",
         {{"version", table.version()}, {"error", std::string(s.message())}});
   }
   return absl::OkStatus();
@@ -381,7 +380,7 @@ TableSource TableStore::SourceLocked(Time now) {
   if (after == before) return after;
   const uint64_t version = VersionLocked();
   if (after == TableSource::kStatic) {
-    Log(control::LogLevel::kWarn, "table stale: falling back to the static table",
+    Log(LogLevel::kWarn, "table stale: falling back to the static table",
         {{"version", version},
          {"age_ms",
           std::chrono::duration_cast<std::chrono::milliseconds>(now - chain_.accepted_at())
@@ -389,10 +388,10 @@ TableSource TableStore::SourceLocked(Time now) {
          {"stale_after_ms",
           std::chrono::duration_cast<std::chrono::milliseconds>(chain_.stale_after()).count()}});
   } else if (after == TableSource::kLastGood) {
-    Log(control::LogLevel::kWarn, "serving the last good table: a newer one was refused",
+    Log(LogLevel::kWarn, "serving the last good table: a newer one was refused",
         {{"version", version}, {"reason", last_refusal_}});
   } else if (chain_.counters().recoveries_from_static > recoveries) {
-    Log(control::LogLevel::kInfo, "controller table again after the static fallback",
+    Log(LogLevel::kInfo, "controller table again after the static fallback",
         {{"version", version}});
   }
   return after;

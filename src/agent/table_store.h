@@ -46,8 +46,8 @@
 #include "absl/status/statusor.h"
 #include "agent/agent_config.h"
 #include "agent/agent_tables.h"
+#include "base/json_log.h"
 #include "base/mutex.h"
-#include "control/json_log.h"
 #include "core/fallback_chain.h"
 #include "core/topology.h"
 #include "core/units.h"
@@ -75,7 +75,7 @@ class TableStore {
   // null. Starts on the static table; every neighbour link up.
   // REQUIRES: stale_after > 0.
   TableStore(const AgentConfig& config, const Topology& topology, Duration stale_after,
-             control::JsonLog* log);
+             JsonLog* log);
 
   TableStore(const TableStore&) = delete;
   TableStore& operator=(const TableStore&) = delete;
@@ -135,11 +135,11 @@ class TableStore {
     return chain_.version().value_or(0);
   }
   absl::Status Save(uint64_t version, const Rows& rows, int64_t computed_unix_ns) const;
-  void Log(control::LogLevel level, std::string_view msg, const nlohmann::json& fields) const;
+  void Log(LogLevel level, std::string_view msg, const nlohmann::json& fields) const;
 
   const AgentConfig& config_;
   const Topology& topology_;
-  control::JsonLog* log_;
+  JsonLog* log_;
 
   mutable Mutex mu_;
   FallbackChain chain_ ABSL_GUARDED_BY(mu_);

@@ -95,8 +95,7 @@ class TableStoreTest : public ::testing::Test {
                  .string()),
         config_(MakeConfig(dir_)),
         topology_(BuildAgentTopology(config_)),
-        log_([this](std::string_view line) { lines_.emplace_back(line); },
-             control::LogLevel::kDebug) {
+        log_([this](std::string_view line) { lines_.emplace_back(line); }, LogLevel::kDebug) {
     std::filesystem::remove_all(dir_);
   }
   ~TableStoreTest() override { std::filesystem::remove_all(dir_); }
@@ -139,7 +138,7 @@ class TableStoreTest : public ::testing::Test {
   AgentConfig config_;
   Topology topology_;
   std::vector<std::string> lines_;
-  control::JsonLog log_;
+  JsonLog log_;
 };
 
 TEST_F(TableStoreTest, StartsOnTheStaticTable) {

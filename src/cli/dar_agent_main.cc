@@ -18,9 +18,9 @@
 #include "agent/dataplane.h"
 #include "agent/saved_keys.h"
 #include "agent/table_store.h"
-#include "control/json_log.h"
-#include "control/tls.h"
+#include "base/json_log.h"
 #include "fmt/format.h"
+#include "security/tls.h"
 
 namespace dar::cli {
 namespace {
@@ -37,13 +37,13 @@ int CheckConfig(const std::string& path) {
     std::cerr << "dar-agent: " << config.status().message() << "\n";
     return 1;
   }
-  absl::StatusOr<control::TlsMaterial> tls = control::LoadTlsMaterial(config->tls, absl::Now());
+  absl::StatusOr<security::TlsMaterial> tls = security::LoadTlsMaterial(config->tls, absl::Now());
   if (!tls.ok()) {
     std::cerr << "dar-agent: " << path << ": tls: " << tls.status().message() << "\n";
     return 1;
   }
   const std::string self = std::to_string(config->self_node().id);
-  if (tls->identity.kind != control::PeerKind::kNode || tls->identity.name != self) {
+  if (tls->identity.kind != security::PeerKind::kNode || tls->identity.name != self) {
     std::cerr << fmt::format(
         "dar-agent: {}: tls.cert {} is the certificate of {}, not of node {}\n", path,
         config->tls.cert_file, tls->identity.ToString(), self);
@@ -69,13 +69,13 @@ int Run(const std::string& path, const std::string& log_path) {
     std::cerr << "dar-agent: " << config.status().message() << "\n";
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<control::JsonLog>> log =
-      control::JsonLog::Open(log_path, *control::ParseLogLevel(config->log_level));
+  absl::StatusOr<std::unique_ptr<JsonLog>> log =
+      JsonLog::Open(log_path, *ParseLogLevel(config->log_level));
   if (!log.ok()) {
     std::cerr << "dar-agent: " << log.status().message() << "\n";
     return 1;
   }
-  control::JsonLog& out = **log;
+  JsonLog& out = **log;
   // Signals are taken synchronously by this thread; every thread started later inherits the
   // mask, so none of them is interrupted.
   sigset_t signals;
@@ -175,7 +175,7 @@ int Run(const std::string& path, const std::string& log_path) {
 
 int main(int argc, char** argv) {
   // Before any thread or TLS object exists (control/tls.h).
-  if (absl::Status s = dar::control::EnforceTls13(); !s.ok()) {
+  if (absl::Status s = dar::security::EnforceTls13(); !s.ok()) {
     std::cerr << "dar-agent: " << s.message() << "\n";
     return 1;
   }

@@ -18,8 +18,8 @@
 #include "absl/time/clock.h"
 #include "control/controller.h"
 #include "control/controller_config.h"
-#include "control/tls.h"
 #include "fmt/format.h"
+#include "security/tls.h"
 
 namespace dar::cli {
 namespace {
@@ -32,12 +32,12 @@ int CheckConfig(const std::string& path) {
     std::cerr << "dar-controller: " << config.status().message() << "\n";
     return 1;
   }
-  absl::StatusOr<control::TlsMaterial> tls = control::LoadTlsMaterial(config->tls, absl::Now());
+  absl::StatusOr<security::TlsMaterial> tls = security::LoadTlsMaterial(config->tls, absl::Now());
   if (!tls.ok()) {
     std::cerr << "dar-controller: " << path << ": tls: " << tls.status().message() << "\n";
     return 1;
   }
-  if (tls->identity.kind != control::PeerKind::kController) {
+  if (tls->identity.kind != security::PeerKind::kController) {
     std::cerr << fmt::format(
         "dar-controller: {}: tls.cert {} is the certificate of {}, not of a "
         "controller\n",
@@ -108,7 +108,7 @@ int Run(const std::string& path, const std::string& listen) {
 int main(int argc, char** argv) {
   // gRPC's mutexes are absl's; their cycle detection costs CPU the cycle needs.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  if (absl::Status s = dar::control::EnforceTls13(); !s.ok()) {
+  if (absl::Status s = dar::security::EnforceTls13(); !s.ok()) {
     std::cerr << "dar-controller: " << s.message() << "\n";
     return 1;
   }

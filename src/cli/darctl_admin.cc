@@ -7,14 +7,14 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "control/certs.h"
-#include "control/identity.h"
-#include "control/tls.h"
 #include "dar/v1/admin.grpc.pb.h"
 #include "fmt/format.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
+#include "security/certs.h"
+#include "security/identity.h"
+#include "security/tls.h"
 
 namespace dar::cli {
 namespace {
@@ -56,13 +56,13 @@ void AddConnectionFlags(CLI::App* cmd, Connection& c) {
 }
 
 std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c) {
-  control::ChannelTlsOptions options;
+  security::ChannelTlsOptions options;
   if (!c.tls_dir.empty()) {
     // Admin files are named like every other identity's (control/certs.h).
-    const control::SpiffeId id = control::SpiffeId::Admin("unused", c.admin);
-    options.files.cert_file = c.tls_dir + "/" + control::CertFileName(id);
-    options.files.key_file = c.tls_dir + "/" + control::KeyFileName(id);
-    options.files.ca_file = c.tls_dir + "/" + std::string(control::kCaCertFile);
+    const security::SpiffeId id = security::SpiffeId::Admin("unused", c.admin);
+    options.files.cert_file = c.tls_dir + "/" + security::CertFileName(id);
+    options.files.key_file = c.tls_dir + "/" + security::KeyFileName(id);
+    options.files.ca_file = c.tls_dir + "/" + std::string(security::kCaCertFile);
   }
   if (!c.cert.empty()) options.files.cert_file = c.cert;
   if (!c.key.empty()) options.files.key_file = c.key;
@@ -73,7 +73,7 @@ std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c) {
   }
   options.server_name = c.server_name;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      control::CreateSecureChannel(c.controller, options, absl::Now());
+      security::CreateSecureChannel(c.controller, options, absl::Now());
   if (!channel.ok()) Fail(std::string(channel.status().message()));
   return dar::v1::AdminService::NewStub(*channel);
 }

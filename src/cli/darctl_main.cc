@@ -11,9 +11,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/darctl_admin.h"
-#include "control/certs.h"
-#include "control/tls.h"
 #include "fmt/format.h"
+#include "security/certs.h"
+#include "security/tls.h"
 
 namespace dar::cli {
 namespace {
@@ -47,23 +47,23 @@ struct CertsIssueFlags {
 
 void RunCertsInit(const CertsInitFlags& flags) {
   const absl::Time now = absl::Now();
-  control::InitCertDirOptions options;
+  security::InitCertDirOptions options;
   options.dir = flags.dir;
   options.trust_domain = flags.domain;
   options.not_before = now - kClockSkewAllowance;
   options.not_after = now + absl::Hours(24) * flags.days;
   options.controller_hosts = flags.controller_hosts;
   options.overwrite = flags.force;
-  if (absl::Status status = control::InitCertDir(options); !status.ok()) {
+  if (absl::Status status = security::InitCertDir(options); !status.ok()) {
     Fail("certs init", status);
   }
-  const control::SpiffeId controller = control::SpiffeId::Controller(flags.domain);
+  const security::SpiffeId controller = security::SpiffeId::Controller(flags.domain);
   std::cout << fmt::format(
       "CA for spiffe://{0}: {1}/{2} (key {1}/{3})\n"
       "controller {4}: {1}/{5} (key {1}/{6})\nvalid until {7}\n",
-      flags.domain, flags.dir, control::kCaCertFile, control::kCaKeyFile, controller.ToString(),
-      control::CertFileName(controller), control::KeyFileName(controller),
-      control::FormatCertTime(options.not_after));
+      flags.domain, flags.dir, security::kCaCertFile, security::kCaKeyFile, controller.ToString(),
+      security::CertFileName(controller), security::KeyFileName(controller),
+      security::FormatCertTime(options.not_after));
 }
 
 void RunCertsIssue(const CertsIssueFlags& flags) {
@@ -74,27 +74,27 @@ void RunCertsIssue(const CertsIssueFlags& flags) {
          absl::InvalidArgumentError("give exactly one of --node ID, --admin NAME, --controller"));
   }
   const absl::Time now = absl::Now();
-  control::IssueOptions options;
+  security::IssueOptions options;
   options.dir = flags.dir;
   if (!flags.node.empty()) {
-    options.kind = control::PeerKind::kNode;
+    options.kind = security::PeerKind::kNode;
     options.name = flags.node;
   } else if (!flags.admin.empty()) {
-    options.kind = control::PeerKind::kAdmin;
+    options.kind = security::PeerKind::kAdmin;
     options.name = flags.admin;
   } else {
-    options.kind = control::PeerKind::kController;
+    options.kind = security::PeerKind::kController;
   }
   options.hosts = flags.hosts;
   if (flags.controller && options.hosts.empty()) options.hosts = {"localhost", "127.0.0.1"};
   options.not_before = now - kClockSkewAllowance;
   options.not_after = now + absl::Hours(24) * flags.days;
   options.overwrite = flags.force;
-  absl::StatusOr<control::IssuedCertificate> issued = control::IssueFromCertDir(options);
+  absl::StatusOr<security::IssuedCertificate> issued = security::IssueFromCertDir(options);
   if (!issued.ok()) Fail("certs issue", issued.status());
   std::cout << fmt::format("{}: {} (key {})\nvalid until {}{}\n", issued->id.ToString(),
                            issued->cert_path, issued->key_path,
-                           control::FormatCertTime(issued->not_after),
+                           security::FormatCertTime(issued->not_after),
                            issued->capped_at_ca ? " (the CA's end)" : "");
 }
 
@@ -141,7 +141,7 @@ void AddCertsCommands(CLI::App& app) {
 
 int main(int argc, char** argv) {
   // Before anything can create a TLS context (control/tls.h).
-  if (absl::Status status = dar::control::EnforceTls13(); !status.ok()) {
+  if (absl::Status status = dar::security::EnforceTls13(); !status.ok()) {
     std::cerr << "darctl: " << status.message() << "\n";
     return 1;
   }

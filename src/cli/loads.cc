@@ -8,12 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "core/demand.h"
 #include "core/fluid.h"
 #include "core/marginal_routing.h"
 #include "core/registry.h"
 #include "core/routing.h"
-#include "core/status_macros.h"
 #include "core/te_lp.h"
 #include "core/te_metrics.h"
 #include "core/topology_json.h"

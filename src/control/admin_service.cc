@@ -1,8 +1,8 @@
 #include "control/admin_service.h"
 
 #include "control/controller_service.h"
-#include "control/identity.h"
 #include "fmt/format.h"
+#include "security/identity.h"
 
 namespace dar::control {
 namespace {
@@ -19,7 +19,7 @@ grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, absl::Stat
 }  // namespace
 
 absl::Status AdminServiceImpl::Authorize(grpc::CallbackServerContext& context, const char* method) {
-  absl::StatusOr<SpiffeId> peer = PeerSpiffeId(context);
+  absl::StatusOr<security::SpiffeId> peer = security::PeerSpiffeId(context);
   absl::Status status =
       peer.ok()
           ? core_.CheckAdmin(*peer)

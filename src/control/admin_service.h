@@ -6,8 +6,8 @@
 #define DAR_CONTROL_ADMIN_SERVICE_H_
 
 #include "absl/status/status.h"
+#include "base/json_log.h"
 #include "control/controller_core.h"
-#include "control/json_log.h"
 #include "dar/v1/admin.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 

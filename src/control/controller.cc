@@ -3,9 +3,9 @@
 #include <chrono>
 
 #include "absl/time/clock.h"
-#include "control/tls.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
+#include "security/tls.h"
 
 namespace dar::control {
 
@@ -22,8 +22,9 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   c->listen_override_ = options.listen_override;
   if (!options.listen_override.empty()) config.listen = options.listen_override;
 
-  ASSIGN_OR_RETURN(TlsMaterial material, LoadTlsMaterial(config.tls, absl::Now()));
-  if (material.identity.kind != PeerKind::kController) {
+  ASSIGN_OR_RETURN(security::TlsMaterial material,
+                   security::LoadTlsMaterial(config.tls, absl::Now()));
+  if (material.identity.kind != security::PeerKind::kController) {
     return absl::InvalidArgumentError(
         fmt::format("{}: tls.cert {} is the certificate of {}, not of a controller", config.file,
                     config.tls.cert_file, material.identity.ToString()));
@@ -41,13 +42,13 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   ASSIGN_OR_RETURN(c->log_, JsonLog::Open(config.log_file, level,
                                           [clock = c->clock_] { return clock->UnixNanos(); }));
   c->metrics_ = std::make_unique<ControllerMetrics>();
-  ASSIGN_OR_RETURN(KeyRing keys, KeyRingFor(config, c->clock_->UnixNanos()));
+  ASSIGN_OR_RETURN(security::KeyRing keys, KeyRingFor(config, c->clock_->UnixNanos()));
   c->log_->Info(
       "data-plane keys",
       {{"ring", config.state_dir.empty() ? std::string("in memory: a restart makes new keys")
                                          : config.state_dir + "/overlay-keys.json"},
        {"active", keys.active_id()},
-       {"phase", KeyPhaseName(keys.phase())}});
+       {"phase", security::KeyPhaseName(keys.phase())}});
   c->core_ =
       std::make_unique<ControllerCore>(config, *c->clock_, *c->log_, *c->metrics_,
                                        /*publish_thread=*/options.cycle_thread, std::move(keys));
@@ -65,7 +66,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   c->admin_service_ = std::make_unique<AdminServiceImpl>(*c->core_, *c->log_);
 
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   MakeServerCredentials(config.tls, absl::Now()));
+                   security::MakeServerCredentials(config.tls, absl::Now()));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, credentials, &c->port_);
   builder.RegisterService(c->agent_service_.get());

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "base/json_log.h"
 #include "base/mutex.h"
 #include "control/admin_service.h"
 #include "control/controller_clock.h"
@@ -19,7 +20,6 @@
 #include "control/controller_core.h"
 #include "control/controller_metrics.h"
 #include "control/controller_service.h"
-#include "control/json_log.h"
 #include "grpcpp/grpcpp.h"
 
 namespace dar::control {

@@ -9,11 +9,12 @@
 #include <set>
 #include <string_view>
 
-#include "control/certs.h"
-#include "control/identity.h"
+#include "base/files.h"
+#include "base/status_macros.h"
 #include "core/config_reader.h"
-#include "core/status_macros.h"
 #include "fmt/format.h"
+#include "security/certs.h"
+#include "security/identity.h"
 
 namespace dar::control {
 namespace {
@@ -202,7 +203,7 @@ absl::Status ReadNodes(const Located& loc, YamlReader& top, const YAML::Node& ro
         loc.Key(node, "id", r.Required<int64_t>("id", Bounds::InRange(1, 4294967295.0))));
     n.id = static_cast<uint32_t>(id);
     ASSIGN_OR_RETURN(n.name, loc.Key(node, "name", r.Required<std::string>("name")));
-    if (absl::Status s = ValidateIdentityName(n.name); !s.ok()) {
+    if (absl::Status s = security::ValidateIdentityName(n.name); !s.ok()) {
       return loc.Key(node, "name", r.Error("name", s.message()));
     }
     ASSIGN_OR_RETURN(n.overlay_address,
@@ -322,8 +323,9 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
   ASSIGN_OR_RETURN(c.trust_domain,
                    loc.Key(root, "trust_domain", top.Optional<std::string>("trust_domain", "")));
   if (!c.trust_domain.empty()) {
-    RETURN_IF_ERROR(loc.Key(root, "trust_domain",
-                            top.Error("trust_domain", ValidateTrustDomain(c.trust_domain))));
+    RETURN_IF_ERROR(
+        loc.Key(root, "trust_domain",
+                top.Error("trust_domain", security::ValidateTrustDomain(c.trust_domain))));
   }
   ASSIGN_OR_RETURN(c.http, loc.Key(root, "http", top.Optional<std::string>("http", "")));
   if (!c.http.empty()) {

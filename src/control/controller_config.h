@@ -62,7 +62,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "control/tls.h"
 #include "core/engine_settings.h"
 #include "core/marginal_decision.h"
 #include "core/next_hop_chooser.h"
@@ -70,6 +69,7 @@
 #include "core/topology.h"
 #include "core/units.h"
 #include "learn/policy_model.h"
+#include "security/tls.h"
 
 namespace dar::control {
 
@@ -110,7 +110,7 @@ struct ControllerPolicy {
 struct ControllerConfig {
   std::string file;  // where it was read from; "" if built in code
   std::string listen = "127.0.0.1:50051";
-  TlsFiles tls;
+  security::TlsFiles tls;
   std::string trust_domain;  // empty: the controller certificate's
   std::string http;          // empty: no HTTP server
   std::string log_file;      // empty: stderr

@@ -10,13 +10,14 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "control/certs.h"
+#include "base/files.h"
+#include "base/status_macros.h"
 #include "core/link_liveness.h"
-#include "core/status_macros.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
+#include "security/certs.h"
 #include "wire/link_sample_wire.h"
 
 namespace dar::control {
@@ -51,14 +52,15 @@ bool SameOverlay(const ControllerConfig& a, const ControllerConfig& b) {
 
 ControllerCore::ControllerCore(const ControllerConfig& config, const ControllerClock& clock,
                                JsonLog& log, ControllerMetrics& metrics, bool publish_thread,
-                               std::optional<KeyRing> keys)
+                               std::optional<security::KeyRing> keys)
     : clock_(clock),
       log_(log),
       metrics_(metrics),
       config_(config),
       policy_(config.policy),
       // Without a file or an initial key, Load cannot fail.
-      keys_(keys ? std::move(*keys) : *KeyRing::Load(KeyRingOptions{}, clock.UnixNanos())) {
+      keys_(keys ? std::move(*keys)
+                 : *security::KeyRing::Load(security::KeyRingOptions{}, clock.UnixNanos())) {
   assert(!config.trust_domain.empty());
   overlay_ = MakeOverlay(config_);
   agent_config_ = BuildAgentConfigLocked();
@@ -236,7 +238,7 @@ void ControllerCore::RecordEvent(const std::string& kind, const std::string& nod
 
 // --- Agents ---
 
-absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const SpiffeId& peer,
+absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const security::SpiffeId& peer,
                                                                 const v1::Hello& hello,
                                                                 std::shared_ptr<AgentLink> link) {
   const uint32_t id = hello.node_id();
@@ -247,7 +249,7 @@ absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const SpiffeId& 
   {
     MutexLock lock(&mu_);
     const NodeId v = overlay_->Find(id);
-    if (peer.kind != PeerKind::kNode) {
+    if (peer.kind != security::PeerKind::kNode) {
       refusal = absl::PermissionDeniedError(
           fmt::format("hello for node {}: the client is {}, not a node", id, peer.ToString()));
     } else if (peer.trust_domain != config_.trust_domain) {
@@ -728,9 +730,9 @@ Duration ControllerCore::cycle_period() const {
 
 // --- Admin API ---
 
-absl::Status ControllerCore::CheckAdmin(const SpiffeId& peer) const {
+absl::Status ControllerCore::CheckAdmin(const security::SpiffeId& peer) const {
   MutexLock lock(&mu_);
-  if (peer.kind == PeerKind::kAdmin && peer.trust_domain == config_.trust_domain) {
+  if (peer.kind == security::PeerKind::kAdmin && peer.trust_domain == config_.trust_domain) {
     return absl::OkStatus();
   }
   return absl::PermissionDeniedError(fmt::format(
@@ -963,7 +965,7 @@ v1::KeyRingView ControllerCore::KeyRingViewLocked() const {
     v->set_key_id(k.key_id());
     v->set_active(k.active());
   }
-  view.set_phase(KeyPhaseName(keys_.phase()));
+  view.set_phase(security::KeyPhaseName(keys_.phase()));
   view.set_phase_since_unix_ns(keys_.phase_since_unix_ns());
   return view;
 }
@@ -974,7 +976,8 @@ ControllerCore::ConfigPush ControllerCore::KeysChangedLocked(const std::string& 
   for (const v1::OverlayKey& k : keys_.keys()) {
     ids += fmt::format("{}{}{}", ids.empty() ? "" : ", ", k.key_id(), k.active() ? "*" : "");
   }
-  RecordEventLocked("keys", "", fmt::format("{}: {} ({})", why, KeyPhaseName(keys_.phase()), ids));
+  RecordEventLocked("keys", "",
+                    fmt::format("{}: {} ({})", why, security::KeyPhaseName(keys_.phase()), ids));
   return ConfigPush{agent_config_, ConnectedLinksLocked()};
 }
 
@@ -997,16 +1000,17 @@ absl::StatusOr<v1::KeyRingView> ControllerCore::RotateKeys() {
   return view;
 }
 
-absl::StatusOr<KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns) {
-  KeyRingOptions o;
+absl::StatusOr<security::KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns) {
+  security::KeyRingOptions o;
   if (!config.state_dir.empty()) o.file = config.state_dir + "/overlay-keys.json";
   o.rotate_every = config.key_rotate_every;
   o.rollout = config.key_rollout;
   if (config.initial_key) {
-    ASSIGN_OR_RETURN(const net::OverlayKeyBytes key, LoadKeyFile(config.initial_key->file));
+    ASSIGN_OR_RETURN(const net::OverlayKeyBytes key,
+                     security::LoadKeyFile(config.initial_key->file));
     o.initial = std::make_pair(config.initial_key->id, key);
   }
-  return KeyRing::Load(o, now_unix_ns);
+  return security::KeyRing::Load(o, now_unix_ns);
 }
 
 absl::StatusOr<bool> ControllerCore::Drain(const std::string& a, const std::string& b, bool drain) {

@@ -35,19 +35,19 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/executor.h"
+#include "base/json_log.h"
 #include "base/mutex.h"
 #include "control/controller_clock.h"
 #include "control/controller_config.h"
 #include "control/controller_metrics.h"
 #include "control/controller_session.h"
 #include "control/controller_tables.h"
-#include "control/identity.h"
-#include "control/json_log.h"
-#include "control/key_ring.h"
 #include "core/marginal_decision.h"
 #include "core/route_computer.h"
 #include "dar/v1/admin.pb.h"
 #include "dar/v1/agent.pb.h"
+#include "security/identity.h"
+#include "security/key_ring.h"
 
 namespace dar::control {
 
@@ -95,7 +95,7 @@ class ControllerCore {
   // offered. Without it, RunCycle offers before it returns.
   ControllerCore(const ControllerConfig& config, const ControllerClock& clock, JsonLog& log,
                  ControllerMetrics& metrics, bool publish_thread = false,
-                 std::optional<KeyRing> keys = std::nullopt);
+                 std::optional<security::KeyRing> keys = std::nullopt);
   ~ControllerCore();
   ControllerCore(const ControllerCore&) = delete;
   ControllerCore& operator=(const ControllerCore&) = delete;
@@ -114,7 +114,7 @@ class ControllerCore {
   // Errors: PermissionDenied if the peer is not that node (kind, trust domain or id differ),
   // NotFound for a node not in the configuration, FailedPrecondition for a link the
   // configuration does not have.
-  absl::StatusOr<Admission> Admit(const SpiffeId& peer, const v1::Hello& hello,
+  absl::StatusOr<Admission> Admit(const security::SpiffeId& peer, const v1::Hello& hello,
                                   std::shared_ptr<AgentLink> link);
   // The stream `link` of node `wire_id` ended.
   void Detach(uint32_t wire_id, const AgentLink* link);
@@ -156,7 +156,7 @@ class ControllerCore {
   // --- Admin API ---
 
   // OK if `peer` is an admin of the trust domain, else PermissionDenied.
-  absl::Status CheckAdmin(const SpiffeId& peer) const;
+  absl::Status CheckAdmin(const security::SpiffeId& peer) const;
   // An admin call from `who` was refused: counted, and an "admin_refused" event.
   void OnAdminRefused(const std::string& who, const absl::Status& status);
   v1::TopologyView GetTopology() const;
@@ -315,7 +315,7 @@ class ControllerCore {
   bool restoring_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<const Overlay> overlay_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const v1::AgentConfig> agent_config_ ABSL_GUARDED_BY(mu_);
-  KeyRing keys_ ABSL_GUARDED_BY(mu_);
+  security::KeyRing keys_ ABSL_GUARDED_BY(mu_);
   // By wire id; entries stay after a disconnect.
   std::map<uint32_t, Agent> agents_ ABSL_GUARDED_BY(mu_);
   std::vector<PendingSample> pending_ ABSL_GUARDED_BY(mu_);
@@ -353,8 +353,8 @@ class ControllerCore {
 
 // The key ring a controller with `config` starts with: the ring file in its state dir, or the
 // initial key (read from its file) or a random key. Errors: a bad initial key file, and those
-// of KeyRing::Load.
-absl::StatusOr<KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns);
+// of security::KeyRing::Load.
+absl::StatusOr<security::KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns);
 
 }  // namespace dar::control
 

@@ -62,7 +62,9 @@ v1::LinkSamples Samples(std::vector<std::pair<uint32_t, bool>> links, double uti
   return s;
 }
 
-SpiffeId Node(uint32_t id) { return SpiffeId::Node(kTestDomain, std::to_string(id)); }
+security::SpiffeId Node(uint32_t id) {
+  return security::SpiffeId::Node(kTestDomain, std::to_string(id));
+}
 
 // The diamond n1 - {n2, n3} - n4, in a core driven by a manual clock.
 class CoreTest : public ::testing::Test {
@@ -151,7 +153,7 @@ class CoreTest : public ::testing::Test {
 TEST_F(CoreTest, HelloMustComeFromTheNodeItNames) {
   auto link = std::make_shared<FakeLink>();
   struct Case {
-    SpiffeId peer;
+    security::SpiffeId peer;
     v1::Hello hello;
     absl::StatusCode code;
     std::string message;
@@ -159,10 +161,10 @@ TEST_F(CoreTest, HelloMustComeFromTheNodeItNames) {
   const std::vector<Case> cases = {
       {Node(2), Hello(1, {2}), absl::StatusCode::kPermissionDenied,
        "hello says node 1 but the client's certificate is spiffe://dar.test/node/2"},
-      {SpiffeId::Admin(kTestDomain, "alice"), Hello(1, {2}), absl::StatusCode::kPermissionDenied,
-       "not a node"},
-      {SpiffeId::Node("other.test", "1"), Hello(1, {2}), absl::StatusCode::kPermissionDenied,
-       "outside trust domain dar.test"},
+      {security::SpiffeId::Admin(kTestDomain, "alice"), Hello(1, {2}),
+       absl::StatusCode::kPermissionDenied, "not a node"},
+      {security::SpiffeId::Node("other.test", "1"), Hello(1, {2}),
+       absl::StatusCode::kPermissionDenied, "outside trust domain dar.test"},
       {Node(7), Hello(7, {}), absl::StatusCode::kNotFound, "node 7 is not in"},
       {Node(1), Hello(1, {2, 4}), absl::StatusCode::kFailedPrecondition,
        "links[1] to node 4 is not a configured link"},

@@ -38,8 +38,10 @@ bool WaitUntil(const std::function<bool()>& cond, std::chrono::milliseconds time
 bool IsConfig(const v1::ControllerMessage& m) { return m.has_config(); }
 bool IsTable(const v1::ControllerMessage& m) { return m.has_table(); }
 
-SpiffeId Node(uint32_t id) { return SpiffeId::Node(kTestDomain, std::to_string(id)); }
-SpiffeId Admin() { return SpiffeId::Admin(kTestDomain, "alice"); }
+security::SpiffeId Node(uint32_t id) {
+  return security::SpiffeId::Node(kTestDomain, std::to_string(id));
+}
+security::SpiffeId Admin() { return security::SpiffeId::Admin(kTestDomain, "alice"); }
 
 // n1 - {n2, n3} - n4: neighbours by node.
 const std::map<uint32_t, std::vector<uint32_t>> kNeighbours = {
@@ -66,13 +68,14 @@ class ControllerGrpcTest : public ::testing::Test {
     controller_ = std::move(*c);
   }
 
-  std::unique_ptr<TestAgent> Agent(const SpiffeId& id, TestAgent::TableHandler h = nullptr) {
+  std::unique_ptr<TestAgent> Agent(const security::SpiffeId& id,
+                                   TestAgent::TableHandler h = nullptr) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = pki_->Channel(id, controller_->port());
     EXPECT_TRUE(channel.ok()) << channel.status();
     return std::make_unique<TestAgent>(*channel, std::move(h));
   }
 
-  std::unique_ptr<v1::AdminService::Stub> AdminStub(const SpiffeId& id) {
+  std::unique_ptr<v1::AdminService::Stub> AdminStub(const security::SpiffeId& id) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = pki_->Channel(id, controller_->port());
     EXPECT_TRUE(channel.ok()) << channel.status();
     return v1::AdminService::NewStub(*channel);
@@ -535,7 +538,7 @@ TEST_F(ControllerGrpcTest, StartFailsClearlyOnABadCertificateOrAddress) {
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("/nonexistent/controller.crt"));
 
   config = testing::MakeTestConfig(*pki_, 4, kDiamond);
-  absl::StatusOr<TlsFiles> node = pki_->NodeFiles(1);
+  absl::StatusOr<security::TlsFiles> node = pki_->NodeFiles(1);
   ASSERT_TRUE(node.ok());
   config.tls = *node;
   c = Controller::Start(config);

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "base/mutex.h"
-#include "control/identity.h"
 #include "fmt/format.h"
+#include "security/identity.h"
 
 namespace dar::control {
 namespace {
@@ -21,7 +21,7 @@ class AgentStream final : public Reactor,
  public:
   AgentStream(grpc::CallbackServerContext* context, ControllerCore& core,
               const ControllerClock& clock, JsonLog& log)
-      : core_(core), clock_(clock), log_(log), peer_(PeerSpiffeId(*context)) {}
+      : core_(core), clock_(clock), log_(log), peer_(security::PeerSpiffeId(*context)) {}
 
   void Begin() {
     self_ = shared_from_this();
@@ -177,7 +177,7 @@ class AgentStream final : public Reactor,
   ControllerCore& core_;
   const ControllerClock& clock_;
   JsonLog& log_;
-  const absl::StatusOr<SpiffeId> peer_;
+  const absl::StatusOr<security::SpiffeId> peer_;
   v1::AgentMessage in_;  // only the read path touches it
 
   Mutex mu_;

@@ -10,9 +10,9 @@
 #define DAR_CONTROL_CONTROLLER_SERVICE_H_
 
 #include "absl/status/status.h"
+#include "base/json_log.h"
 #include "control/controller_clock.h"
 #include "control/controller_core.h"
-#include "control/json_log.h"
 #include "dar/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 

@@ -6,9 +6,9 @@
 #include <filesystem>
 
 #include "absl/time/clock.h"
-#include "control/certs.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
+#include "security/certs.h"
 
 namespace dar::control::testing {
 
@@ -25,35 +25,36 @@ TempDir::~TempDir() {
 absl::StatusOr<std::unique_ptr<TestPki>> TestPki::Create() {
   std::unique_ptr<TestPki> pki(new TestPki());
   if (pki->dir().empty()) return absl::InternalError("cannot create a temporary directory");
-  InitCertDirOptions o;
+  security::InitCertDirOptions o;
   o.dir = pki->dir();
   o.trust_domain = kTestDomain;
   o.not_before = absl::Now() - absl::Hours(1);
   o.not_after = absl::Now() + absl::Hours(24);
-  RETURN_IF_ERROR(InitCertDir(o));
+  RETURN_IF_ERROR(security::InitCertDir(o));
   return pki;
 }
 
-absl::StatusOr<TlsFiles> TestPki::Files(const SpiffeId& id) {
-  TlsFiles f{dir_.File(CertFileName(id)), dir_.File(KeyFileName(id)),
-             dir_.File(std::string(kCaCertFile))};
+absl::StatusOr<security::TlsFiles> TestPki::Files(const security::SpiffeId& id) {
+  security::TlsFiles f{dir_.File(security::CertFileName(id)), dir_.File(security::KeyFileName(id)),
+                       dir_.File(std::string(security::kCaCertFile))};
   if (!std::filesystem::exists(f.cert_file)) {
-    IssueOptions o;
+    security::IssueOptions o;
     o.dir = dir();
     o.kind = id.kind;
     o.name = id.name;
     o.not_before = absl::Now() - absl::Hours(1);
     o.not_after = absl::Now() + absl::Hours(24);
-    ASSIGN_OR_RETURN(IssuedCertificate issued, IssueFromCertDir(o));
+    ASSIGN_OR_RETURN(security::IssuedCertificate issued, security::IssueFromCertDir(o));
     (void)issued;
   }
   return f;
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> TestPki::Channel(const SpiffeId& id, int port) {
-  ASSIGN_OR_RETURN(TlsFiles files, Files(id));
-  ChannelTlsOptions options{files, "localhost"};
-  return CreateSecureChannel(fmt::format("127.0.0.1:{}", port), options, absl::Now());
+absl::StatusOr<std::shared_ptr<grpc::Channel>> TestPki::Channel(const security::SpiffeId& id,
+                                                                int port) {
+  ASSIGN_OR_RETURN(security::TlsFiles files, Files(id));
+  security::ChannelTlsOptions options{files, "localhost"};
+  return security::CreateSecureChannel(fmt::format("127.0.0.1:{}", port), options, absl::Now());
 }
 
 ControllerConfig MakeTestConfig(const TestPki& pki, int nodes,
@@ -62,10 +63,10 @@ ControllerConfig MakeTestConfig(const TestPki& pki, int nodes,
   ControllerConfig c;
   c.file = "test.yaml";
   c.listen = "127.0.0.1:0";
-  const SpiffeId controller = SpiffeId::Controller(kTestDomain);
-  c.tls = TlsFiles{fmt::format("{}/{}", pki.dir(), CertFileName(controller)),
-                   fmt::format("{}/{}", pki.dir(), KeyFileName(controller)),
-                   fmt::format("{}/{}", pki.dir(), kCaCertFile)};
+  const security::SpiffeId controller = security::SpiffeId::Controller(kTestDomain);
+  c.tls = security::TlsFiles{fmt::format("{}/{}", pki.dir(), security::CertFileName(controller)),
+                             fmt::format("{}/{}", pki.dir(), security::KeyFileName(controller)),
+                             fmt::format("{}/{}", pki.dir(), security::kCaCertFile)};
   c.log_file = log_file;
   c.log_level = "warn";
   c.policy.routes = DefaultControllerRoutes();

@@ -17,11 +17,11 @@
 
 #include "absl/status/statusor.h"
 #include "control/controller_config.h"
-#include "control/identity.h"
-#include "control/tls.h"
 #include "dar/v1/admin.grpc.pb.h"
 #include "dar/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "security/identity.h"
+#include "security/tls.h"
 
 namespace dar::control::testing {
 
@@ -49,12 +49,12 @@ class TestPki {
 
   const std::string& dir() const { return dir_.path(); }
   // Issues (once) and returns the files of `id`'s certificate.
-  absl::StatusOr<TlsFiles> Files(const SpiffeId& id);
-  absl::StatusOr<TlsFiles> NodeFiles(uint32_t node_id) {
-    return Files(SpiffeId::Node(kTestDomain, std::to_string(node_id)));
+  absl::StatusOr<security::TlsFiles> Files(const security::SpiffeId& id);
+  absl::StatusOr<security::TlsFiles> NodeFiles(uint32_t node_id) {
+    return Files(security::SpiffeId::Node(kTestDomain, std::to_string(node_id)));
   }
   // A channel to the controller at 127.0.0.1:`port` as `id`.
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const SpiffeId& id, int port);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const security::SpiffeId& id, int port);
 
  private:
   TestPki() = default;

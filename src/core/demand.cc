@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "core/topology_json.h"
 #include "nlohmann/json.hpp"
 

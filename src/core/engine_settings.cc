@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 
 namespace dar {
 namespace {

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "base/status_macros.h"
 #include "core/routing.h"
-#include "core/status_macros.h"
 
 namespace dar {
 namespace {

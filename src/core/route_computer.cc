@@ -6,8 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "base/status_macros.h"
 #include "core/routing_table.h"
-#include "core/status_macros.h"
 #include "fmt/format.h"
 
 namespace dar {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 
 namespace dar {
 namespace {

@@ -8,7 +8,7 @@
 #include <queue>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 
 namespace dar {
 namespace {

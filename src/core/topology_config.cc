@@ -3,8 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "core/registry.h"
-#include "core/status_macros.h"
 #include "core/topology_gen.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"

@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "core/config_reader.h"
 #include "core/registry.h"
-#include "core/status_macros.h"
 #include "core/topology_config.h"
 #include "fmt/format.h"
 

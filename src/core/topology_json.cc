@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "core/config_reader.h"
 #include "core/registry.h"
-#include "core/status_macros.h"
 #include "core/topology_config.h"
 #include "core/topology_gen.h"
 #include "nlohmann/json.hpp"

@@ -16,12 +16,12 @@
 #include <sstream>
 #include <tuple>
 
-#include "control/certs.h"
-#include "control/identity.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "lab/process.h"
+#include "security/certs.h"
+#include "security/identity.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dar::lab {
@@ -98,28 +98,28 @@ absl::Status CreateLabCredentials(const LabLayout& layout, const std::string& di
   const std::string certs = fmt::format("{}/{}", dir, kLabCertDir);
   const absl::Time not_before = now - absl::Hours(1);
   const absl::Time not_after = now + absl::Hours(24 * 365);
-  control::InitCertDirOptions init;
+  security::InitCertDirOptions init;
   init.dir = certs;
   init.trust_domain = LabTrustDomain(layout);
   init.not_before = not_before;
   init.not_after = not_after;
   init.controller_hosts = {"localhost", "127.0.0.1", layout.controller_ip};
   init.overwrite = true;
-  RETURN_IF_ERROR(control::InitCertDir(init));
-  const auto issue = [&](control::PeerKind kind, const std::string& name) -> absl::Status {
-    control::IssueOptions o;
+  RETURN_IF_ERROR(security::InitCertDir(init));
+  const auto issue = [&](security::PeerKind kind, const std::string& name) -> absl::Status {
+    security::IssueOptions o;
     o.dir = certs;
     o.kind = kind;
     o.name = name;
     o.not_before = not_before;
     o.not_after = not_after;
     o.overwrite = true;
-    return control::IssueFromCertDir(o).status();
+    return security::IssueFromCertDir(o).status();
   };
   for (const NodeLayout& n : layout.nodes) {
-    RETURN_IF_ERROR(issue(control::PeerKind::kNode, std::to_string(n.id)));
+    RETURN_IF_ERROR(issue(security::PeerKind::kNode, std::to_string(n.id)));
   }
-  RETURN_IF_ERROR(issue(control::PeerKind::kAdmin, std::string(kLabAdminName)));
+  RETURN_IF_ERROR(issue(security::PeerKind::kAdmin, std::string(kLabAdminName)));
 
   // The data-plane key agents start with: 32 random bytes as hex, readable by root only.
   unsigned char key[32];
@@ -146,14 +146,14 @@ absl::Status CreateLabCredentials(const LabLayout& layout, const std::string& di
 
 // The `tls` map of a service with identity `id`: its files in the lab's certificate dir,
 // relative to the config file (which lives in the lab dir).
-static void EmitTls(const control::SpiffeId& id, YAML::Emitter& out) {
+static void EmitTls(const security::SpiffeId& id, YAML::Emitter& out) {
   out << YAML::Key << "tls" << YAML::Value << YAML::Flow << YAML::BeginMap;
   out << YAML::Key << "cert" << YAML::Value
-      << fmt::format("{}/{}", kLabCertDir, control::CertFileName(id));
+      << fmt::format("{}/{}", kLabCertDir, security::CertFileName(id));
   out << YAML::Key << "key" << YAML::Value
-      << fmt::format("{}/{}", kLabCertDir, control::KeyFileName(id));
+      << fmt::format("{}/{}", kLabCertDir, security::KeyFileName(id));
   out << YAML::Key << "ca" << YAML::Value
-      << fmt::format("{}/{}", kLabCertDir, control::kCaCertFile);
+      << fmt::format("{}/{}", kLabCertDir, security::kCaCertFile);
   out << YAML::EndMap;
 }
 
@@ -191,7 +191,7 @@ static void EmitTopology(const LabLayout& layout, YAML::Emitter& out) {
 std::string NodeConfigYaml(const LabLayout& layout, int node) {
   const NodeLayout& n = layout.nodes.at(node);
   const std::string node_id = std::to_string(n.id);
-  const control::SpiffeId id = control::SpiffeId::Node(LabTrustDomain(layout), node_id);
+  const security::SpiffeId id = security::SpiffeId::Node(LabTrustDomain(layout), node_id);
   YAML::Emitter out;
   out << YAML::BeginMap;
   out << YAML::Key << "lab" << YAML::Value << layout.name;
@@ -242,7 +242,7 @@ std::string NodeConfigYaml(const LabLayout& layout, int node) {
 }
 
 std::string ControllerConfigYaml(const LabLayout& layout) {
-  const control::SpiffeId id = control::SpiffeId::Controller(LabTrustDomain(layout));
+  const security::SpiffeId id = security::SpiffeId::Controller(LabTrustDomain(layout));
   YAML::Emitter out;
   out << YAML::BeginMap;
   out << YAML::Key << "listen" << YAML::Value << layout.controller_addr();

@@ -157,7 +157,7 @@ DataRate LabLinkCapacity(const LinkLayout& link);
 
 // Creates the CA, the controller's, every node's and the admin's certificates, valid from an
 // hour before `now` for a year, and a fresh overlay key in `dir`; replaces earlier ones.
-// Errors: those of control::InitCertDir / IssueFromCertDir, Internal for the key file.
+// Errors: those of security::InitCertDir / IssueFromCertDir, Internal for the key file.
 absl::Status CreateLabCredentials(const LabLayout& layout, const std::string& dir, absl::Time now);
 
 // The config file a node's agent gets ({config}; agent/agent_config.h reads it): its id and

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/status_macros.h"
 #include "core/config_reader.h"
-#include "core/status_macros.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 

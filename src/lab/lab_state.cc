@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "agent/agent_config.h"
-#include "control/key_ring.h"
-#include "control/tls.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "security/key_ring.h"
+#include "security/tls.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dar::lab {
@@ -229,23 +229,24 @@ TEST_F(LabTest, UpWritesCredentialsAndConfigsTheServicesAccept) {
     EXPECT_EQ(c->state_dir, fmt::format("{}/state/{}", dir_, name));
     EXPECT_EQ(c->links[0].capacity, DataRate::Mbps(100));
     EXPECT_EQ(c->links[1].capacity, kLabUnlimitedCapacity);
-    absl::StatusOr<control::TlsMaterial> tls = control::LoadTlsMaterial(c->tls, absl::Now());
+    absl::StatusOr<security::TlsMaterial> tls = security::LoadTlsMaterial(c->tls, absl::Now());
     ASSERT_TRUE(tls.ok()) << tls.status();
-    EXPECT_EQ(tls->identity, control::SpiffeId::Node("dmd.dar", std::to_string(c->self_node().id)));
+    EXPECT_EQ(tls->identity,
+              security::SpiffeId::Node("dmd.dar", std::to_string(c->self_node().id)));
     ASSERT_TRUE(c->initial_key.has_value());
-    EXPECT_TRUE(control::LoadKeyFile(c->initial_key->file).ok());
+    EXPECT_TRUE(security::LoadKeyFile(c->initial_key->file).ok());
     EXPECT_EQ(std::filesystem::status(c->initial_key->file).permissions() &
                   std::filesystem::perms::others_read,
               std::filesystem::perms::none);
   }
   // The controller's and the admin's certificates chain to the same CA.
   const YAML::Node ctl = YAML::LoadFile(dir_ + "/controller.yaml");
-  control::TlsFiles files{dir_ + "/" + ctl["tls"]["cert"].as<std::string>(),
-                          dir_ + "/" + ctl["tls"]["key"].as<std::string>(),
-                          dir_ + "/" + ctl["tls"]["ca"].as<std::string>()};
-  absl::StatusOr<control::TlsMaterial> tls = control::LoadTlsMaterial(files, absl::Now());
+  security::TlsFiles files{dir_ + "/" + ctl["tls"]["cert"].as<std::string>(),
+                           dir_ + "/" + ctl["tls"]["key"].as<std::string>(),
+                           dir_ + "/" + ctl["tls"]["ca"].as<std::string>()};
+  absl::StatusOr<security::TlsMaterial> tls = security::LoadTlsMaterial(files, absl::Now());
   ASSERT_TRUE(tls.ok()) << tls.status();
-  EXPECT_EQ(tls->identity, control::SpiffeId::Controller("dmd.dar"));
+  EXPECT_EQ(tls->identity, security::SpiffeId::Controller("dmd.dar"));
   EXPECT_EQ(ctl["trust_domain"].as<std::string>(), "dmd.dar");
   EXPECT_EQ(ctl["nodes"][2]["overlay"].as<std::string>(), "10.77.0.3");
   // The controller starts its key ring with the agents' key and keeps it across restarts.
@@ -255,9 +256,9 @@ TEST_F(LabTest, UpWritesCredentialsAndConfigsTheServicesAccept) {
             agent::LoadAgentConfig(dir_ + "/A.yaml")->initial_key->file);
   files = {dir_ + "/certs/admin-admin.crt", dir_ + "/certs/admin-admin.key",
            dir_ + "/certs/ca.crt"};
-  tls = control::LoadTlsMaterial(files, absl::Now());
+  tls = security::LoadTlsMaterial(files, absl::Now());
   ASSERT_TRUE(tls.ok()) << tls.status();
-  EXPECT_EQ(tls->identity, control::SpiffeId::Admin("dmd.dar", "admin"));
+  EXPECT_EQ(tls->identity, security::SpiffeId::Admin("dmd.dar", "admin"));
 }
 
 TEST_F(LabTest, UpRefusesANameInUse) {

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "absl/strings/str_replace.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

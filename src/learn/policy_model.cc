@@ -16,7 +16,7 @@
 #include <sstream>
 #include <utility>
 
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "core/vector_exp.h"
 #include "fmt/format.h"
 

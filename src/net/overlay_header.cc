@@ -6,8 +6,8 @@
 #include <cassert>
 #include <cstring>
 
+#include "base/status_macros.h"
 #include "core/random.h"
-#include "core/status_macros.h"
 #include "fmt/format.h"
 #include "net/byte_order.h"
 

@@ -4,7 +4,7 @@
 #include <limits>
 #include <utility>
 
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "core/validator.h"
 #include "spdlog/spdlog.h"
 

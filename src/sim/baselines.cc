@@ -4,8 +4,8 @@
 #include <cassert>
 #include <memory>
 
+#include "base/status_macros.h"
 #include "core/routing.h"
-#include "core/status_macros.h"
 #include "sim/control_plane.h"
 #include "sim/link_state_routing.h"
 #include "sim/plb.h"

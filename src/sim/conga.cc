@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/status_macros.h"
 #include "core/routing.h"
-#include "core/status_macros.h"
 
 namespace dar::sim {
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/status_macros.h"
 #include "core/config_reader.h"
 #include "core/random.h"
 #include "core/registry.h"
-#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "sim/event_loop.h"
 #include "sim/network.h"

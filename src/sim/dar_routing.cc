@@ -2,8 +2,8 @@
 
 #include <filesystem>
 
+#include "base/status_macros.h"
 #include "core/config_reader.h"
-#include "core/status_macros.h"
 #include "learn/policy_model.h"
 #include "spdlog/spdlog.h"
 

@@ -1,6 +1,6 @@
 #include "sim/link_state_routing.h"
 
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "core/validator.h"
 #include "spdlog/spdlog.h"
 

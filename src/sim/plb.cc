@@ -1,6 +1,6 @@
 #include "sim/plb.h"
 
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 
 namespace dar::sim {
 

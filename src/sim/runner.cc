@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
 #include "sim/control_plane.h"
 #include "sim/workload.h"

@@ -5,8 +5,8 @@
 #include <set>
 #include <sstream>
 
+#include "base/status_macros.h"
 #include "core/config_reader.h"
-#include "core/status_macros.h"
 #include "core/topology_config.h"
 #include "fmt/format.h"
 #include "sim/control_plane.h"

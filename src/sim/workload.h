@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/status_macros.h"
 #include "core/random.h"
 #include "core/registry.h"
-#include "core/status_macros.h"
 #include "core/topology.h"
 #include "core/units.h"
 #include "nlohmann/json.hpp"

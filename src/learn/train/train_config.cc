@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/status_macros.h"
 #include "core/config_reader.h"
-#include "core/status_macros.h"
 
 namespace dar::learn {
 namespace {

@@ -12,8 +12,8 @@
 #include <thread>
 #include <utility>
 
+#include "base/status_macros.h"
 #include "core/random.h"
-#include "core/status_macros.h"
 #include "fmt/format.h"
 #include "learn/train/policy_net.h"
 #include "learn/train/ppo.h"

@@ -1,4 +1,4 @@
-#include "control/key_ring.h"
+#include "security/key_ring.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dar::control {
+namespace dar::security {
 namespace {
 
 using ::testing::HasSubstr;
@@ -224,4 +224,4 @@ TEST_F(KeyRingTest, AStepThatCannotBeSavedIsNotTaken) {
 }
 
 }  // namespace
-}  // namespace dar::control
+}  // namespace dar::security

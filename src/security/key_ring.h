@@ -19,8 +19,8 @@
 // have them. The first ring is the operator's initial key (the one agents start with, from
 // their own config) or, without one, a random key. Times are wall-clock (Unix ns), since they
 // outlive the process. Not thread-safe.
-#ifndef DAR_CONTROL_KEY_RING_H_
-#define DAR_CONTROL_KEY_RING_H_
+#ifndef DAR_SECURITY_KEY_RING_H_
+#define DAR_SECURITY_KEY_RING_H_
 
 #include <cstdint>
 #include <optional>
@@ -33,7 +33,7 @@
 #include "net/overlay_header.h"
 #include "nlohmann/json.hpp"
 
-namespace dar::control {
+namespace dar::security {
 
 // A 32-byte key file: 64 hexadecimal digits, whitespace ignored. Errors name the file.
 absl::StatusOr<net::OverlayKeyBytes> LoadKeyFile(const std::string& path);
@@ -89,6 +89,6 @@ class KeyRing {
   int64_t since_unix_ns_ = 0;
 };
 
-}  // namespace dar::control
+}  // namespace dar::security
 
-#endif  // DAR_CONTROL_KEY_RING_H_
+#endif  // DAR_SECURITY_KEY_RING_H_

@@ -2,8 +2,8 @@
 //   {"time":"2025-01-02T03:04:05.678Z","level":"info","msg":"table accepted","version":12}
 // to a file (appended), to stderr, or to a sink (tests). The fields of a message are merged
 // into its object after time, level and msg. Thread-safe; a line is written whole.
-#ifndef DAR_CONTROL_JSON_LOG_H_
-#define DAR_CONTROL_JSON_LOG_H_
+#ifndef DAR_BASE_JSON_LOG_H_
+#define DAR_BASE_JSON_LOG_H_
 
 #include <atomic>
 #include <cstdint>
@@ -17,7 +17,7 @@
 #include "base/mutex.h"
 #include "nlohmann/json.hpp"
 
-namespace dar::control {
+namespace dar {
 
 enum class LogLevel : uint8_t { kDebug, kInfo, kWarn, kError };
 
@@ -71,6 +71,6 @@ class JsonLog {
   UnixClock clock_;
 };
 
-}  // namespace dar::control
+}  // namespace dar
 
-#endif  // DAR_CONTROL_JSON_LOG_H_
+#endif  // DAR_BASE_JSON_LOG_H_

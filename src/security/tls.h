@@ -27,8 +27,8 @@
 // created before it is unaffected. Call it first thing in main(), before any thread or gRPC
 // object exists. The credential builders below call it too, so a process that only uses them
 // is covered either way.
-#ifndef DAR_CONTROL_TLS_H_
-#define DAR_CONTROL_TLS_H_
+#ifndef DAR_SECURITY_TLS_H_
+#define DAR_SECURITY_TLS_H_
 
 #include <memory>
 #include <string>
@@ -36,13 +36,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "control/identity.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "security/identity.h"
 
-namespace dar::control {
+namespace dar::security {
 
 // Makes TLS 1.3 the only TLS version of this process, as explained above. Idempotent and
 // thread-safe: the first call does the work, later calls return its result.
@@ -113,6 +113,6 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateSecureChannel(const std::st
                                                                    const ChannelTlsOptions& options,
                                                                    absl::Time now);
 
-}  // namespace dar::control
+}  // namespace dar::security
 
-#endif  // DAR_CONTROL_TLS_H_
+#endif  // DAR_SECURITY_TLS_H_

@@ -1,4 +1,4 @@
-#include "control/certs.h"
+#include "security/certs.h"
 
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
@@ -9,11 +9,12 @@
 #include <filesystem>
 #include <string>
 
+#include "base/files.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dar::control {
+namespace dar::security {
 namespace {
 
 using ::testing::ElementsAre;
@@ -369,20 +370,5 @@ TEST(CertDirTest, IssueReportsABadDirectory) {
               HasSubstr("ca.key does not belong to the certificate in"));
 }
 
-TEST(ReadFileTest, ErrorsNameThePath) {
-  TempDir dir;
-  absl::StatusOr<std::string> missing = ReadFile(dir.File("nope"));
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(missing.status().message()), HasSubstr(dir.File("nope")));
-  EXPECT_FALSE(ReadFile(dir.path()).ok());
-  ASSERT_TRUE(std::filesystem::exists(dir.path()));
-  FILE* big = fopen(dir.File("big").c_str(), "w");
-  ASSERT_NE(big, nullptr);
-  fputs(std::string(2000, 'x').c_str(), big);
-  fclose(big);
-  EXPECT_THAT(std::string(ReadFile(dir.File("big"), 1000).status().message()),
-              HasSubstr("larger than 1000 bytes"));
-}
-
 }  // namespace
-}  // namespace dar::control
+}  // namespace dar::security

@@ -1,4 +1,4 @@
-#include "control/tls.h"
+#include "security/tls.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,8 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "control/certs.h"
-#include "control/identity.h"
+#include "base/files.h"
 #include "dar/test/echo.grpc.pb.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -29,8 +28,10 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "security/certs.h"
+#include "security/identity.h"
 
-namespace dar::control {
+namespace dar::security {
 namespace {
 
 using ::testing::HasSubstr;
@@ -701,4 +702,4 @@ TEST_F(TlsTest, ServerNameMustMatchTheServerCertificate) {
 }
 
 }  // namespace
-}  // namespace dar::control
+}  // namespace dar::security

@@ -1,11 +1,11 @@
-#include "control/identity.h"
+#include "security/identity.h"
 
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dar::control {
+namespace dar::security {
 namespace {
 
 using ::testing::HasSubstr;
@@ -100,4 +100,4 @@ TEST(SpiffeIdTest, ValidateChecksEveryField) {
 }
 
 }  // namespace
-}  // namespace dar::control
+}  // namespace dar::security

@@ -1,6 +1,6 @@
 // Debian's abseil ships no status_macros.h; these are the two the code base uses.
-#ifndef DAR_CORE_STATUS_MACROS_H_
-#define DAR_CORE_STATUS_MACROS_H_
+#ifndef DAR_BASE_STATUS_MACROS_H_
+#define DAR_BASE_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,4 +23,4 @@
   if (!statusor.ok()) return statusor.status();      \
   lhs = std::move(statusor).value()
 
-#endif  // DAR_CORE_STATUS_MACROS_H_
+#endif  // DAR_BASE_STATUS_MACROS_H_

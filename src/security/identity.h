@@ -8,8 +8,8 @@
 // or name is letters, digits, '.', '-' and '_', and neither "." nor "..". Nothing here checks
 // the certificate itself: gRPC has verified the chain before an AuthContext exists. Pure
 // functions; thread-safe.
-#ifndef DAR_CONTROL_IDENTITY_H_
-#define DAR_CONTROL_IDENTITY_H_
+#ifndef DAR_SECURITY_IDENTITY_H_
+#define DAR_SECURITY_IDENTITY_H_
 
 #include <cstdint>
 #include <string>
@@ -22,7 +22,7 @@
 #include "grpcpp/security/auth_context.h"
 #include "grpcpp/server_context.h"
 
-namespace dar::control {
+namespace dar::security {
 
 enum class PeerKind : uint8_t {
   kController,
@@ -80,6 +80,6 @@ absl::StatusOr<SpiffeId> PeerSpiffeId(const grpc::ServerContextBase& context);
 // The same for the server of a finished or started client call.
 absl::StatusOr<SpiffeId> PeerSpiffeId(const grpc::ClientContext& context);
 
-}  // namespace dar::control
+}  // namespace dar::security
 
-#endif  // DAR_CONTROL_IDENTITY_H_
+#endif  // DAR_SECURITY_IDENTITY_H_

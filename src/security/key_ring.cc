@@ -1,16 +1,17 @@
-#include "control/key_ring.h"
+#include "security/key_ring.h"
 
 #include <sodium.h>
 
 #include <cctype>
 #include <filesystem>
 
-#include "control/certs.h"
-#include "core/status_macros.h"
+#include "base/files.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "security/certs.h"
 
-namespace dar::control {
+namespace dar::security {
 namespace {
 
 constexpr char kFormat[] = "dar-key-ring/1";
@@ -239,4 +240,4 @@ absl::StatusOr<bool> KeyRing::Advance(int64_t now_unix_ns) {
   return false;
 }
 
-}  // namespace dar::control
+}  // namespace dar::security

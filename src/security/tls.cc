@@ -1,4 +1,4 @@
-#include "control/tls.h"
+#include "security/tls.h"
 
 #include <openssl/conf.h>
 #include <openssl/err.h>
@@ -8,12 +8,13 @@
 #include <utility>
 #include <vector>
 
-#include "control/certs.h"
-#include "core/status_macros.h"
+#include "base/files.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
 #include "grpcpp/create_channel.h"
+#include "security/certs.h"
 
-namespace dar::control {
+namespace dar::security {
 namespace {
 
 // The OpenSSL configuration EnforceTls13 loads. "Protocol" sets the SSL_OP_NO_* options;
@@ -203,4 +204,4 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateSecureChannel(const std::st
   return grpc::CreateCustomChannel(target, security.credentials, security.arguments);
 }
 
-}  // namespace dar::control
+}  // namespace dar::security

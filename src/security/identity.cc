@@ -1,4 +1,4 @@
-#include "control/identity.h"
+#include "security/identity.h"
 
 #include <utility>
 
@@ -6,7 +6,7 @@
 #include "fmt/format.h"
 #include "grpc/grpc_security_constants.h"
 
-namespace dar::control {
+namespace dar::security {
 namespace {
 
 constexpr std::string_view kScheme = "spiffe://";
@@ -197,4 +197,4 @@ absl::StatusOr<SpiffeId> PeerSpiffeId(const grpc::ClientContext& context) {
   return PeerSpiffeId(*auth);
 }
 
-}  // namespace dar::control
+}  // namespace dar::security

@@ -15,8 +15,8 @@
 //
 // Keys and serial numbers come from OpenSSL's CSPRNG, not from DAR's seeded random source:
 // they must be unpredictable. Functions are thread-safe; objects are not shared.
-#ifndef DAR_CONTROL_CERTS_H_
-#define DAR_CONTROL_CERTS_H_
+#ifndef DAR_SECURITY_CERTS_H_
+#define DAR_SECURITY_CERTS_H_
 
 #include <openssl/evp.h>
 #include <openssl/x509.h>
@@ -30,9 +30,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "control/identity.h"
+#include "security/identity.h"
 
-namespace dar::control {
+namespace dar::security {
 
 struct EvpPkeyDeleter {
   void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
@@ -159,17 +159,6 @@ struct IssuedCertificate {
 // InitCertDir.
 absl::StatusOr<IssuedCertificate> IssueFromCertDir(const IssueOptions& options);
 
-// Reads a whole file of at most `max_bytes`. Errors: NotFound, PermissionDenied,
-// InvalidArgument (too large) or Internal, naming `path`.
-absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes = 1 << 20);
+}  // namespace dar::security
 
-// Writes `contents` to `path` with exactly `mode`, through a temporary file in the same
-// directory (synced, then renamed), so that a reader never sees a partial file. Without
-// `overwrite` an existing `path` is an AlreadyExists error (link() refuses to replace it).
-// Errors name the path and the failing step.
-absl::Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode,
-                                 bool overwrite = true);
-
-}  // namespace dar::control
-
-#endif  // DAR_CONTROL_CERTS_H_
+#endif  // DAR_SECURITY_CERTS_H_

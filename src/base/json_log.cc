@@ -1,4 +1,4 @@
-#include "control/json_log.h"
+#include "base/json_log.h"
 
 #include <cerrno>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include "absl/time/time.h"
 #include "fmt/format.h"
 
-namespace dar::control {
+namespace dar {
 
 absl::StatusOr<LogLevel> ParseLogLevel(std::string_view name) {
   if (name == "debug") return LogLevel::kDebug;
@@ -76,4 +76,4 @@ void JsonLog::Write(LogLevel level, std::string_view msg, const nlohmann::json& 
   std::fflush(out_);
 }
 
-}  // namespace dar::control
+}  // namespace dar
