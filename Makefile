@@ -6,7 +6,7 @@ TSAN_BUILD ?= build-tsan
 SCENARIO ?= scenarios/default.yaml
 OUT ?= out/default
 
-.PHONY: deps configure build run test test-asan test-tsan check-thread-safety bench evaluate format clean
+.PHONY: deps configure build run test test-asan test-tsan check-thread-safety check-layers bench evaluate format clean
 
 deps:
 	./scripts/install-deps.sh
@@ -20,9 +20,11 @@ build: configure
 run: build
 	./$(BUILD)/src/cli/dar-sim run $(SCENARIO) --out $(OUT)
 
-# Unit and integration tests (Release), clang's thread-safety analysis of the code that
-# locks, the unit tests again under ASan + UBSan, and those of threaded code under TSan.
+# The layers of src/ (no include runs back up), unit and integration tests (Release), clang's
+# thread-safety analysis of the code that locks, the unit tests again under ASan + UBSan, and
+# those of threaded code under TSan.
 test: build
+	./scripts/check-layers.py src
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) check-thread-safety
 	$(MAKE) test-asan
@@ -48,6 +50,9 @@ test-tsan: deps
 
 # clang's -Wthread-safety over every file that takes a lock (includes base/mutex.h): a member
 # read or written without the mutex that guards it (ABSL_GUARDED_BY) fails the build.
+check-layers:
+	./scripts/check-layers.py src
+
 check-thread-safety: configure
 	./scripts/check-thread-safety.py $(BUILD)
 

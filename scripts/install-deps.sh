@@ -18,7 +18,7 @@ PACKAGES=(
   # Traffic engineering (`dar-sim loads --policy lp`, src/core/te_lp.h): GLPK's simplex solves
   # the LP optimum of multicommodity flow, the yardstick DAR is compared against on WANs.
   libglpk-dev
-  # Training only (dar-train, src/learn/train): LibTorch's C++ API. Everything else builds
+  # Training only (dar-train, src/train): LibTorch's C++ API. Everything else builds
   # and runs without it.
   libtorch-dev
 )

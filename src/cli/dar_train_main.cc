@@ -1,11 +1,11 @@
 // dar-train: trains DAR's learned weight policy with PPO against the simulator (LibTorch;
-// built only when it is installed). See src/learn/train/trainer.h.
+// built only when it is installed). See src/train/trainer.h.
 #include <cstdio>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "fmt/format.h"
-#include "learn/train/trainer.h"
+#include "train/trainer.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dar-train: train DAR's learned policy with PPO against the simulator"};
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  absl::StatusOr<dar::learn::TrainConfig> config = dar::learn::LoadTrainConfig(config_path);
+  absl::StatusOr<dar::train::TrainConfig> config = dar::train::LoadTrainConfig(config_path);
   if (!config.ok()) {
     fmt::print(stderr, "dar-train: {}\n", std::string(config.status().message()));
     return 2;
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   if (iterations > 0) config->iterations = iterations;
   if (jobs > 0) config->jobs = jobs;
 
-  dar::learn::TrainOptions options;
+  dar::train::TrainOptions options;
   options.out_dir = out_dir;
   options.created_by = fmt::format("dar-train --config {} --seed {} --iterations {}", config_path,
                                    config->seed, config->iterations);
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     fmt::print("{}\n", line);
     std::fflush(stdout);
   };
-  absl::StatusOr<dar::learn::TrainResult> result = dar::learn::Train(*config, options);
+  absl::StatusOr<dar::train::TrainResult> result = dar::train::Train(*config, options);
   if (!result.ok()) {
     fmt::print(stderr, "dar-train: {}\n", std::string(result.status().message()));
     return 1;

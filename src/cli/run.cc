@@ -13,6 +13,7 @@
 #include "base/mutex.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
+#include "learn/policy_loader.h"
 #include "sim/runner.h"
 #include "sim/scenario.h"
 #include "sim/seed_summary.h"
@@ -110,6 +111,7 @@ int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::str
   }
   ProgressLine progress(!flags.quiet && isatty(STDERR_FILENO));
   sim::RunOptions options;
+  options.policy_loader = learn::LearnedPolicyLoader();
   options.on_progress = [&progress](const sim::RunProgress& p) { progress.Update(p); };
   options.jobs = flags.jobs > 0
                      ? flags.jobs

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/files.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 
@@ -437,11 +439,8 @@ absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, std::string_view w
 }
 
 absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(fmt::format("{}: cannot open", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseYaml(buffer.str(), path);
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  return ParseYaml(text, path);
 }
 
 absl::Status YamlLocator::At(const YAML::Node& node, const absl::Status& s) const {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "core/topology_json.h"
 #include "nlohmann/json.hpp"
@@ -397,7 +398,10 @@ absl::StatusOr<std::vector<Demand>> ParseDemandMatrix(std::string_view text,
 
 absl::StatusOr<std::vector<Demand>> LoadDemandMatrix(const std::string& path,
                                                      const Topology& topo) {
-  ASSIGN_OR_RETURN(const std::string text, ReadFileText(path));
+  // A file that cannot be read is bad input like any other (InvalidArgument, naming it).
+  absl::StatusOr<std::string> read = ReadFile(path);
+  if (!read.ok()) return absl::InvalidArgumentError(read.status().message());
+  const std::string text = std::move(*read);
   return ParseDemandMatrix(text, path, topo);
 }
 

@@ -142,7 +142,7 @@ TEST(TopologyConfigTest, ErrorsNameTheKeyPath) {
               HasSubstr("topology.leaves: must be >= 1, got 0"));
   EXPECT_THAT(ErrorOf("{type: node_link_json}"), HasSubstr("topology.file: required"));
   EXPECT_THAT(ErrorOf("{type: node_link_json, file: /nonexistent/x.json}"),
-              HasSubstr("/nonexistent/x.json: cannot open file"));
+              HasSubstr("cannot open '/nonexistent/x.json'"));
 }
 
 TEST(TopologyConfigTest, OverrideErrorsNameTheEntry) {

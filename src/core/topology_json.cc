@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "core/config_reader.h"
 #include "core/registry.h"
@@ -220,21 +221,11 @@ absl::StatusOr<Topology> ParseNodeLinkJson(std::string_view text, const std::str
 
 absl::StatusOr<Topology> LoadNodeLinkJson(const std::string& path,
                                           const JsonImportOptions& options) {
-  ASSIGN_OR_RETURN(const std::string text, ReadFileText(path));
+  // A file that cannot be read is bad input like any other (InvalidArgument, naming it).
+  absl::StatusOr<std::string> read = ReadFile(path);
+  if (!read.ok()) return absl::InvalidArgumentError(read.status().message());
+  const std::string text = std::move(*read);
   return ParseNodeLinkJson(text, path, options);
-}
-
-absl::StatusOr<std::string> ReadFileText(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open file"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read file"));
-  return text.str();
 }
 
 }  // namespace dar

@@ -44,12 +44,6 @@ absl::StatusOr<Topology> LoadNodeLinkJson(const std::string& path,
 absl::StatusOr<Topology> ParseNodeLinkJson(std::string_view text, const std::string& name,
                                            const JsonImportOptions& options);
 
-// The whole content of the file at `path`, as the JSON loaders of core (LoadNodeLinkJson
-// above, LoadDemandMatrix in core/demand.h) read it. Errors are InvalidArgument naming the
-// file: "<path>: is a directory, not a file", "<path>: cannot open file" or "<path>: cannot read
-// file".
-absl::StatusOr<std::string> ReadFileText(const std::string& path);
-
 // Great-circle distance in km between two (longitude, latitude) points in degrees, on a
 // sphere of radius 6371 km.
 double GreatCircleKm(std::pair<double, double> a, std::pair<double, double> b);

@@ -15,13 +15,17 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "base/executor.h"
 #include "core/topology.h"
+#include "nlohmann/json.hpp"
 
 namespace dar {
 
@@ -110,6 +114,27 @@ class WeightPolicy {
   // For logs and metrics: e.g. "int8 model dar-policy v1 (models/dar-policy.json)".
   virtual std::string Describe() const = 0;
 };
+
+// A weight policy from a model file: how the simulator's `dar-learned` gets one without
+// depending on the code that reads models (src/learn). Whoever runs the simulator with learned
+// policies (dar-sim, dar-train) supplies a loader (learn/policy_loader.h); the simulator never
+// sees the model format.
+struct WeightPolicySpec {
+  std::string path;    // the model file
+  bool int8 = true;    // INT8 inference (false: FP32)
+  bool audit = false;  // run the FP32 model beside the INT8 one and report their agreement
+};
+
+struct LoadedWeightPolicy {
+  std::shared_ptr<WeightPolicy> policy;
+  // With WeightPolicySpec::audit: the agreement so far, as a run's metrics show it; null
+  // otherwise.
+  std::function<nlohmann::json()> audit;
+};
+
+// Errors: the model refused, with the file and why.
+using WeightPolicyLoader =
+    std::function<absl::StatusOr<LoadedWeightPolicy>(const WeightPolicySpec& spec)>;
 
 }  // namespace dar
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "core/config_reader.h"
 #include "fmt/format.h"
@@ -393,11 +394,8 @@ absl::StatusOr<LabConfig> ParseLabConfig(const std::string& text, const std::str
 }
 
 absl::StatusOr<LabConfig> LoadLabConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(fmt::format("{}: cannot open", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseLabConfig(buffer.str(), path);
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  return ParseLabConfig(text, path);
 }
 
 std::string LabLayout::controller_addr() const {

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
@@ -287,11 +288,8 @@ absl::Status SaveLabState(const LabState& state, const std::string& path) {
 }
 
 absl::StatusOr<LabState> LoadLabState(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(fmt::format("{}: no state file", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseLabState(buffer.str(), path);
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  return ParseLabState(text, path);
 }
 
 }  // namespace dar::lab

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <utility>
 
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "core/vector_exp.h"
 #include "fmt/format.h"
@@ -203,12 +204,9 @@ absl::Status PolicyModel::Validate() const {
 }
 
 absl::StatusOr<PolicyModel> LoadPolicyModel(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Refused(path, fmt::format("cannot read it ({})", std::strerror(errno)));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return Refused(path, "read error");
-  const std::string text = ss.str();
+  absl::StatusOr<std::string> read = ReadFile(path);
+  if (!read.ok()) return Refused(path, std::string(read.status().message()));
+  const std::string text = std::move(*read);
   nlohmann::json j;
   // nlohmann reports bad JSON by exception; caught here, it goes no further.
   try {

@@ -111,7 +111,7 @@ TEST(PolicyModelTest, LoadRefusesBadFilesAndSaysWhy) {
     EXPECT_THAT(std::string(m.status().message()), HasSubstr(what));
   };
   std::filesystem::remove(path);
-  expect_refused("cannot read");
+  expect_refused("cannot open");
 
   const nlohmann::json good = SavedJson(path);
   const std::string text = ReadAll(path);

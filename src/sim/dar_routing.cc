@@ -4,7 +4,6 @@
 
 #include "base/status_macros.h"
 #include "core/config_reader.h"
-#include "learn/policy_model.h"
 #include "spdlog/spdlog.h"
 
 namespace dar::sim {
@@ -204,17 +203,7 @@ void DarRouting::Report(nlohmann::json& metrics) const {
     metrics["policy_decisions"] = stats.policy_decisions;
     metrics["policy_rows_held"] = stats.policy_rows_held;
   }
-  if (config_.audit != nullptr) {
-    const learn::PolicyAgreement& a = config_.audit->agreement();
-    metrics["int8_vs_float"] = {{"decisions", a.rows},
-                                {"same_argmax", a.same_argmax_share()},
-                                {"clear_decisions", a.clear_rows},
-                                {"clear_same_argmax", a.clear_same_argmax_share()},
-                                {"same_next_hop_for_a_hash", a.same_hash_share()},
-                                {"max_weight_error", a.max_weight_error},
-                                {"mean_weight_error", a.mean_weight_error()},
-                                {"float_failures", config_.audit->reference_failures()}};
-  }
+  if (config_.audit) metrics["int8_vs_float"] = config_.audit();
 }
 
 namespace {
@@ -287,20 +276,19 @@ absl::StatusOr<ControlPlanePtr> MakeDarLearned(YamlReader& p, const ConfigContex
   std::filesystem::path path(model);
   if (path.is_relative() && !ctx.base_dir.empty())
     path = std::filesystem::path(ctx.base_dir) / path;
-  absl::StatusOr<std::unique_ptr<learn::LearnedPolicy>> policy = learn::LearnedPolicy::Load(
-      path.string(), precision == "int8" ? learn::LearnedPolicy::Precision::kInt8
-                                         : learn::LearnedPolicy::Precision::kFloat);
-  if (policy.ok() && audit == "float") {
-    // The same model, in FP32 (not read from the file a second time).
-    auto reference = std::make_unique<learn::LearnedPolicy>(
-        (*policy)->model(), path.string(), learn::LearnedPolicy::Precision::kFloat);
-    c.audit = std::make_shared<learn::AuditedPolicy>(std::move(*policy), std::move(reference));
-    c.weight_policy = c.audit;
-  } else if (policy.ok()) {
-    c.weight_policy = std::move(*policy);
+  if (!ctx.policy_loader) {
+    // Refused, not fatal, as a bad model is: the run says so in its metrics.
+    c.learned_refusal = "this simulator was given no loader for learned policies";
+    return std::make_unique<DarRouting>(c);
+  }
+  absl::StatusOr<LoadedWeightPolicy> loaded = ctx.policy_loader(WeightPolicySpec{
+      .path = path.string(), .int8 = precision == "int8", .audit = audit == "float"});
+  if (loaded.ok()) {
+    c.weight_policy = std::move(loaded->policy);
+    c.audit = std::move(loaded->audit);
   } else {
     // Refused, not fatal: the policy runs the analytic engine and its metrics say so.
-    c.learned_refusal = std::string(policy.status().message());
+    c.learned_refusal = std::string(loaded.status().message());
     spdlog::warn("{}: learned policy refused, running the analytic engine: {}", ctx.where,
                  c.learned_refusal);
   }

@@ -26,18 +26,21 @@
 // trainer's) always runs with the diffusion engine.
 //
 // "dar-learned" is the same loop with a learned policy refining the engine's weights
-// (learn/policy_model.h, RouteComputer::set_weight_policy): the settings of "dar", plus
+// (RouteComputer::set_weight_policy), loaded through the run's WeightPolicyLoader
+// (RunOptions::policy_loader; dar-sim gives learn/policy_loader.h's): the settings of "dar", plus
 // `model: <path>` (relative to the scenario's directory) and `precision: int8|float`
 // (default int8), and `audit: float` to run the FP32 model beside the INT8 one on every
 // decision and report how often they agree ("int8_vs_float", learn/policy_audit.h; slower,
 // and the INT8 weights still route). A model file that is missing, corrupt or made for other
 // features is refused with a warning that names it, and the policy runs the analytic engine: the
-// metrics say so ("learned_policy": "refused: ...", "policy_fallbacks": every cycle). A run given a
+// metrics say so ("learned_policy": "refused: ...", "policy_fallbacks": every cycle), as does a run
+// given no loader. A run given a
 // policy (RunOptions::weight_policy) uses it in "dar" and "dar-learned" alike.
 #ifndef DAR_SIM_DAR_ROUTING_H_
 #define DAR_SIM_DAR_ROUTING_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -47,7 +50,6 @@
 #include "core/marginal_decision.h"
 #include "core/route_computer.h"
 #include "core/table_manager.h"
-#include "learn/policy_audit.h"
 #include "sim/agents.h"
 #include "sim/control_plane.h"
 #include "sim/delay_line.h"
@@ -71,9 +73,9 @@ struct DarConfig {
   // weight_policy is null and the analytic engine runs); empty if it was not.
   bool learned = false;
   std::string learned_refusal;
-  // Set when the policy is audited against its FP32 original (`audit: float`); it is also
-  // weight_policy.
-  std::shared_ptr<learn::AuditedPolicy> audit;
+  // Set when the policy is audited against its FP32 original (`audit: float`): their
+  // agreement so far, reported as "int8_vs_float".
+  std::function<nlohmann::json()> audit;
 };
 
 class DarRouting : public ControlPlane {

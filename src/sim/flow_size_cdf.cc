@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/files.h"
+#include "base/status_macros.h"
 #include "fmt/format.h"
 
 #ifndef DAR_DATA_DIR
@@ -83,11 +85,8 @@ absl::StatusOr<FlowSizeCdf> FlowSizeCdf::Parse(std::string_view text, std::strin
 }
 
 absl::StatusOr<FlowSizeCdf> FlowSizeCdf::Load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(fmt::format("{}: cannot open flow-size CDF", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return Parse(buffer.str(), path);
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  return Parse(text, path);
 }
 
 std::string FlowSizeCdf::ResolvePath(std::string_view spec, std::string_view base_dir) {

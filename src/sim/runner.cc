@@ -98,7 +98,7 @@ absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicyS
   Transport transport(net, scenario.transport);
 
   ConfigContext cfg{fmt::format("{}: policies.{}", scenario.path, policy.name), scenario.base_dir,
-                    &scenario.topology, options.weight_policy};
+                    &scenario.topology, options.weight_policy, options.policy_loader};
   ASSIGN_OR_RETURN(ControlPlanePtr control, CreatePolicyControlPlane(policy, cfg));
 
   std::vector<WorkloadPtr> workloads;

@@ -33,6 +33,9 @@ struct RunOptions {
   // the policy it trains in the loop. Null (the default): each policy as its settings say.
   // With jobs > 1 it is called from several threads at once, so it must then be thread-safe.
   std::shared_ptr<WeightPolicy> weight_policy;
+  // Loads the model of every dar-learned policy (learn::LearnedPolicyLoader in dar-sim). Null:
+  // dar-learned refuses its model and runs the analytic engine, and says so.
+  WeightPolicyLoader policy_loader;
 };
 
 // The result of one policy: {"name", "routing", "forwarding", "metrics": {...}}.

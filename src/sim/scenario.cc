@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "core/config_reader.h"
 #include "core/topology_config.h"
@@ -250,11 +251,8 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::
 }
 
 absl::StatusOr<Scenario> LoadScenario(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(fmt::format("{}: cannot read the file", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseScenario(text.str(), path);
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  return ParseScenario(text, path);
 }
 
 }  // namespace dar::sim

@@ -10,7 +10,6 @@
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "learn/policy_model.h"
 #include "sim/runner.h"
 
 namespace dar::sim {
@@ -143,10 +142,9 @@ policies:
   EXPECT_GT(worst_ratio, 1.4);
 }
 
-// Every scenario shipped in scenarios/ loads, and the model of every dar-learned policy in
-// them is accepted (a refused model would quietly run the analytic engine).
-TEST(ScenarioTest, ShippedScenariosLoadWithTheirModels) {
-  int files = 0, models = 0;
+// Every scenario shipped in scenarios/ loads (their models load: dar_learned_test.cc).
+TEST(ScenarioTest, ShippedScenariosLoad) {
+  int files = 0;
   for (const char* dir : {"/scenarios", "/scenarios/train"}) {
     for (const auto& entry :
          std::filesystem::directory_iterator(std::string(DAR_SOURCE_DIR) + dir)) {
@@ -154,17 +152,9 @@ TEST(ScenarioTest, ShippedScenariosLoadWithTheirModels) {
       ++files;
       absl::StatusOr<Scenario> s = LoadScenario(entry.path().string());
       ASSERT_TRUE(s.ok()) << s.status();
-      for (const PolicySpec& p : s->policies) {
-        if (p.routing != "dar-learned") continue;
-        const std::filesystem::path model =
-            std::filesystem::path(s->base_dir) / p.block["model"].as<std::string>();
-        EXPECT_TRUE(learn::LoadPolicyModel(model.string()).ok()) << entry.path() << ": " << model;
-        ++models;
-      }
     }
   }
   EXPECT_GE(files, 10);
-  EXPECT_GE(models, 8);
 }
 
 // The annotated example in scenarios/README.md is a valid scenario, so the schema page

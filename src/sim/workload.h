@@ -20,14 +20,11 @@
 #include "core/registry.h"
 #include "core/topology.h"
 #include "core/units.h"
+#include "core/weight_policy.h"
 #include "nlohmann/json.hpp"
 #include "sim/event_loop.h"
 #include "sim/transport.h"
 #include "yaml-cpp/yaml.h"
-
-namespace dar {
-class WeightPolicy;  // core/weight_policy.h
-}  // namespace dar
 
 namespace dar::sim {
 
@@ -58,11 +55,13 @@ struct ConfigContext {
   // A constructor rather than an aggregate: most callers give no weight policy.
   ConfigContext(std::string where = "", std::string base_dir = "",
                 const Topology* topology = nullptr,
-                std::shared_ptr<WeightPolicy> weight_policy = nullptr)
+                std::shared_ptr<WeightPolicy> weight_policy = nullptr,
+                WeightPolicyLoader policy_loader = nullptr)
       : where(std::move(where)),
         base_dir(std::move(base_dir)),
         topology(topology),
-        weight_policy(std::move(weight_policy)) {}
+        weight_policy(std::move(weight_policy)),
+        policy_loader(std::move(policy_loader)) {}
 
   std::string where;
   std::string base_dir;  // directory of the scenario file, for relative paths
@@ -70,6 +69,8 @@ struct ConfigContext {
   // A weight policy the run was given (RunOptions::weight_policy): the DAR control planes use
   // it instead of their own (dar-learned's `model`). Null: none.
   std::shared_ptr<WeightPolicy> weight_policy;
+  // Loads dar-learned's `model` (RunOptions::policy_loader). Null: dar-learned refuses it.
+  WeightPolicyLoader policy_loader;
 };
 
 using WorkloadFactory =

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "learn/train/trainer.h"
+#include "train/trainer.h"
 
-namespace dar::learn {
+namespace dar::train {
 namespace {
 
 std::string ReadFile(const std::string& path) {
@@ -51,7 +51,7 @@ TEST(TrainTest, SmokeTrainingImprovesTheReturn) {
   for (const IterationRecord& i : rec) EXPECT_GT(i.decisions, 0);
 
   // What dar-train leaves behind: a model the engine can load, and the curve.
-  absl::StatusOr<PolicyModel> model = LoadPolicyModel(r->model_path);
+  absl::StatusOr<learn::PolicyModel> model = learn::LoadPolicyModel(r->model_path);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(model->name, config.name);
   EXPECT_EQ(model->layers.size(), config.hidden.size() + 1);
@@ -94,4 +94,4 @@ TEST(TrainTest, ABadScenarioIsReportedWithItsPath) {
 }
 
 }  // namespace
-}  // namespace dar::learn
+}  // namespace dar::train

@@ -1,10 +1,10 @@
-#include "learn/train/rollout.h"
+#include "train/rollout.h"
 
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace dar::learn {
+namespace dar::train {
 namespace {
 
 // One row (node 0 -> destination 5, class 0) with candidates over links 10 and 11.
@@ -72,4 +72,4 @@ TEST(RolloutPolicyTest, LearnedWeightsAreASoftmax) {
 }
 
 }  // namespace
-}  // namespace dar::learn
+}  // namespace dar::train

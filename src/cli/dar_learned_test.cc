@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "learn/policy_loader.h"
 #include "learn/policy_model.h"
 #include "sim/dar_routing.h"
 #include "sim/runner.h"
@@ -63,8 +64,10 @@ void EraseWallClock(nlohmann::json& metrics) {
   }
 }
 
-absl::StatusOr<nlohmann::json> RunYaml(const std::string& yaml, const RunOptions& options = {}) {
+// Runs with the learned-policy loader, as dar-sim does.
+absl::StatusOr<nlohmann::json> RunYaml(const std::string& yaml, RunOptions options = {}) {
   ASSIGN_OR_RETURN(sim::Scenario s, ParseScenario(yaml, std::string(DAR_SOURCE_DIR) + "/x.yaml"));
+  if (!options.policy_loader) options.policy_loader = learn::LearnedPolicyLoader();
   return RunScenario(s, options);
 }
 
@@ -156,7 +159,7 @@ TEST(DarLearnedTest, CorruptModelFallsBackToTheAnalyticEngineAndSaysSo) {
       RunYaml(Scenario("{name: dar-learned, period_ms: 1, model: no-such-model.json}"));
   ASSERT_TRUE(missing.ok()) << missing.status();
   EXPECT_THAT((*missing)["policies"][0]["metrics"]["learned_policy"].get<std::string>(),
-              HasSubstr(std::string(DAR_SOURCE_DIR) + "/no-such-model.json: cannot read"));
+              HasSubstr("cannot open '" + std::string(DAR_SOURCE_DIR) + "/no-such-model.json'"));
   std::filesystem::remove(path);
 }
 
@@ -242,6 +245,30 @@ TEST(DarLearnedTest, InjectedPolicyReturningNanKeepsTheAnalyticTables) {
       RunYaml(Scenario("{name: dar, decision: marginal, period_ms: 1}"), options);
   ASSERT_FALSE(marginal.ok());
   EXPECT_THAT(std::string(marginal.status().message()), ::testing::HasSubstr("decision"));
+}
+
+// Every scenario shipped in scenarios/ loads, and the model of every dar-learned policy in
+// them is accepted (a refused model would quietly run the analytic engine).
+TEST(DarLearnedTest, ShippedScenariosModelsAreAccepted) {
+  int files = 0, models = 0;
+  for (const char* dir : {"/scenarios", "/scenarios/train"}) {
+    for (const auto& entry :
+         std::filesystem::directory_iterator(std::string(DAR_SOURCE_DIR) + dir)) {
+      if (entry.path().extension() != ".yaml") continue;
+      ++files;
+      absl::StatusOr<sim::Scenario> s = LoadScenario(entry.path().string());
+      ASSERT_TRUE(s.ok()) << s.status();
+      for (const PolicySpec& p : s->policies) {
+        if (p.routing != "dar-learned") continue;
+        const std::filesystem::path model =
+            std::filesystem::path(s->base_dir) / p.block["model"].as<std::string>();
+        EXPECT_TRUE(learn::LoadPolicyModel(model.string()).ok()) << entry.path() << ": " << model;
+        ++models;
+      }
+    }
+  }
+  EXPECT_GE(files, 10);
+  EXPECT_GE(models, 8);
 }
 
 }  // namespace

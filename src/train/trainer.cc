@@ -1,4 +1,4 @@
-#include "learn/train/trainer.h"
+#include "train/trainer.h"
 
 #include <ATen/Parallel.h>
 
@@ -15,13 +15,13 @@
 #include "base/status_macros.h"
 #include "core/random.h"
 #include "fmt/format.h"
-#include "learn/train/policy_net.h"
-#include "learn/train/ppo.h"
-#include "learn/train/rollout.h"
 #include "sim/runner.h"
 #include "sim/scenario.h"
+#include "train/policy_net.h"
+#include "train/ppo.h"
+#include "train/rollout.h"
 
-namespace dar::learn {
+namespace dar::train {
 namespace {
 
 // The episode metrics the curve follows (sim results.json keys; lower is better for all).
@@ -309,8 +309,8 @@ absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions&
   result.model.config = config.ToJson();
   result.model.min_weight = config.min_weight;
   result.model_path = (dir / config.model_file).string();
-  RETURN_IF_ERROR(SavePolicyModel(result.model, result.model_path));
+  RETURN_IF_ERROR(learn::SavePolicyModel(result.model, result.model_path));
   return result;
 }
 
-}  // namespace dar::learn
+}  // namespace dar::train

@@ -1,4 +1,4 @@
-#include "learn/train/learning_curve.h"
+#include "train/learning_curve.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "fmt/format.h"
 
-namespace dar::learn {
+namespace dar::train {
 namespace {
 
 std::string Num(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : ""; }
@@ -170,4 +170,4 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
-}  // namespace dar::learn
+}  // namespace dar::train

@@ -15,8 +15,8 @@
 // baseline whose reward and metrics training is compared with, and the source of the feature
 // statistics that normalise the network's inputs.
 // Not thread-safe; one per simulation.
-#ifndef DAR_LEARN_TRAIN_ROLLOUT_H_
-#define DAR_LEARN_TRAIN_ROLLOUT_H_
+#ifndef DAR_TRAIN_ROLLOUT_H_
+#define DAR_TRAIN_ROLLOUT_H_
 
 #include <cstdint>
 #include <map>
@@ -26,10 +26,10 @@
 
 #include "core/random.h"
 #include "core/weight_policy.h"
-#include "learn/train/policy_net.h"
-#include "learn/train/train_config.h"
+#include "train/policy_net.h"
+#include "train/train_config.h"
 
-namespace dar::learn {
+namespace dar::train {
 
 struct Episode {
   struct Step {
@@ -82,6 +82,6 @@ class RolloutPolicy : public WeightPolicy {
   std::vector<float> logits_;  // scratch
 };
 
-}  // namespace dar::learn
+}  // namespace dar::train
 
-#endif  // DAR_LEARN_TRAIN_ROLLOUT_H_
+#endif  // DAR_TRAIN_ROLLOUT_H_

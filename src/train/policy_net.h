@@ -4,8 +4,8 @@
 // estimates a row's return from its candidates' features pooled (mean and max over the row),
 // so it too is size-independent. Feature normalisation x' = (x - mean) / scale is part of the
 // network (buffers, not trained) and is exported with it.
-#ifndef DAR_LEARN_TRAIN_POLICY_NET_H_
-#define DAR_LEARN_TRAIN_POLICY_NET_H_
+#ifndef DAR_TRAIN_POLICY_NET_H_
+#define DAR_TRAIN_POLICY_NET_H_
 
 #include <torch/torch.h>
 
@@ -15,7 +15,7 @@
 
 #include "learn/policy_model.h"
 
-namespace dar::learn {
+namespace dar::train {
 
 // The network's view of a set of rows, padded to the widest row.
 struct NetOutput {
@@ -45,7 +45,7 @@ class PolicyNetImpl : public torch::nn::Module {
   NetOutput Forward(const torch::Tensor& features, const torch::Tensor& mask);
 
   // The policy MLP as a model file's network (FP32), with the normalisation.
-  PolicyModel Export() const;
+  learn::PolicyModel Export() const;
 
   const std::vector<int>& hidden() const { return hidden_; }
 
@@ -62,6 +62,6 @@ TORCH_MODULE(PolicyNet);
 // A deep copy (parameters and buffers) for a rollout that must not see later updates.
 PolicyNet ClonePolicyNet(const PolicyNet& net);
 
-}  // namespace dar::learn
+}  // namespace dar::train
 
-#endif  // DAR_LEARN_TRAIN_POLICY_NET_H_
+#endif  // DAR_TRAIN_POLICY_NET_H_

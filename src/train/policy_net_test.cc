@@ -1,12 +1,12 @@
-#include "learn/train/policy_net.h"
+#include "train/policy_net.h"
 
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "learn/train/rollout.h"
+#include "train/rollout.h"
 
-namespace dar::learn {
+namespace dar::train {
 namespace {
 
 // Rows of `counts` candidates with random features; feature 0 is ln of a weight.
@@ -53,7 +53,7 @@ TEST(PolicyNetTest, StartsAsTheAnalyticEngine) {
 }
 
 // The exported model computes the same logits as the torch network (the file's layout:
-// weights row-major by output, normalisation applied by LogitsFloat).
+// weights row-major by output, normalisation applied by learn::LogitsFloat).
 TEST(PolicyNetTest, ExportMatchesTheNetwork) {
   torch::manual_seed(2);
   PolicyNet net(std::vector<int>{16, 8});
@@ -66,7 +66,7 @@ TEST(PolicyNetTest, ExportMatchesTheNetwork) {
   const Rows r = MakeRows({3}, 3);
   torch::NoGradGuard no_grad;
   const NetOutput out = net->Forward(r.features, r.mask);
-  PolicyModel model = net->Export();
+  learn::PolicyModel model = net->Export();
   ASSERT_EQ(model.layers.size(), 3u);
   EXPECT_EQ(model.layers[0].in, kPolicyFeatures);
   EXPECT_EQ(model.layers[0].out, 16);
@@ -74,8 +74,8 @@ TEST(PolicyNetTest, ExportMatchesTheNetwork) {
   ASSERT_TRUE(model.Validate().ok()) << model.Validate();
   const torch::Tensor x = r.features[0].contiguous();
   std::vector<float> logits(3);
-  LogitsFloat(model, absl::MakeConstSpan(x.data_ptr<float>(), 3 * kPolicyFeatures),
-              absl::MakeSpan(logits));
+  learn::LogitsFloat(model, absl::MakeConstSpan(x.data_ptr<float>(), 3 * kPolicyFeatures),
+                     absl::MakeSpan(logits));
   // Log-softmax of the exported logits equals the network's log-probabilities.
   const double lse = std::log(std::exp(logits[0]) + std::exp(logits[1]) + std::exp(logits[2]));
   for (int j = 0; j < 3; ++j) {
@@ -111,4 +111,4 @@ TEST(RewardTest, FiniteAtZeroAndFallingWithDelayLossAndQueue) {
 }
 
 }  // namespace
-}  // namespace dar::learn
+}  // namespace dar::train

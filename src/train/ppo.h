@@ -1,18 +1,18 @@
 // PPO (Schulman et al. 2017) over the decisions of one iteration's episodes: the clipped
 // surrogate objective, a value loss and an entropy bonus, minimised with Adam over shuffled
 // minibatches for a few epochs. Gradients come from LibTorch's autograd.
-#ifndef DAR_LEARN_TRAIN_PPO_H_
-#define DAR_LEARN_TRAIN_PPO_H_
+#ifndef DAR_TRAIN_PPO_H_
+#define DAR_TRAIN_PPO_H_
 
 #include <torch/torch.h>
 
 #include <vector>
 
-#include "learn/train/policy_net.h"
-#include "learn/train/rollout.h"
-#include "learn/train/train_config.h"
+#include "train/policy_net.h"
+#include "train/rollout.h"
+#include "train/train_config.h"
 
-namespace dar::learn {
+namespace dar::train {
 
 // Every rewarded decision of some episodes, padded to the widest row.
 struct DecisionBatch {
@@ -42,6 +42,6 @@ struct PpoStats {
 PpoStats PpoUpdate(PolicyNet& net, torch::optim::Optimizer& optimizer, const DecisionBatch& batch,
                    const PpoConfig& ppo);
 
-}  // namespace dar::learn
+}  // namespace dar::train
 
-#endif  // DAR_LEARN_TRAIN_PPO_H_
+#endif  // DAR_TRAIN_PPO_H_

@@ -1,10 +1,10 @@
-#include "learn/train/ppo.h"
+#include "train/ppo.h"
 
 #include <algorithm>
 
-#include "learn/train/gae.h"
+#include "train/gae.h"
 
-namespace dar::learn {
+namespace dar::train {
 
 DecisionBatch MakeDecisionBatch(const std::vector<Episode>& episodes, const PpoConfig& ppo) {
   // Rewarded steps, as (episode, step), with their advantage and return.
@@ -135,4 +135,4 @@ PpoStats PpoUpdate(PolicyNet& net, torch::optim::Optimizer& optimizer, const Dec
   return stats;
 }
 
-}  // namespace dar::learn
+}  // namespace dar::train

@@ -1,8 +1,8 @@
-#include "learn/train/policy_net.h"
+#include "train/policy_net.h"
 
 #include <cassert>
 
-namespace dar::learn {
+namespace dar::train {
 namespace {
 
 std::vector<torch::nn::Linear> MakeMlp(torch::nn::Module& m, const std::string& prefix, int in,
@@ -90,8 +90,8 @@ NetOutput PolicyNetImpl::Forward(const torch::Tensor& features, const torch::Ten
   return out;
 }
 
-PolicyModel PolicyNetImpl::Export() const {
-  PolicyModel model;
+learn::PolicyModel PolicyNetImpl::Export() const {
+  learn::PolicyModel model;
   auto to_vector = [](const torch::Tensor& t) {
     const torch::Tensor c = t.detach().contiguous().to(torch::kFloat);
     return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
@@ -99,7 +99,7 @@ PolicyModel PolicyNetImpl::Export() const {
   model.feature_mean = to_vector(mean_);
   model.feature_scale = to_vector(scale_);
   for (const torch::nn::Linear& l : policy_) {
-    DenseLayer d;
+    learn::DenseLayer d;
     d.in = static_cast<int>(l->weight.size(1));
     d.out = static_cast<int>(l->weight.size(0));
     d.weight = to_vector(l->weight);  // [out, in], row-major by output, as the file wants
@@ -119,4 +119,4 @@ PolicyNet ClonePolicyNet(const PolicyNet& net) {
   return copy;
 }
 
-}  // namespace dar::learn
+}  // namespace dar::train

@@ -10,8 +10,8 @@
 // Deterministic: the same config and seed give the same model file, whatever `jobs` is.
 // Torch runs on one thread (at::set_num_threads(1), set by Train); episodes may run on
 // several, each with its own copy of the network and its own random stream.
-#ifndef DAR_LEARN_TRAIN_TRAINER_H_
-#define DAR_LEARN_TRAIN_TRAINER_H_
+#ifndef DAR_TRAIN_TRAINER_H_
+#define DAR_TRAIN_TRAINER_H_
 
 #include <functional>
 #include <string>
@@ -19,10 +19,10 @@
 
 #include "absl/status/statusor.h"
 #include "learn/policy_model.h"
-#include "learn/train/learning_curve.h"
-#include "learn/train/train_config.h"
+#include "train/learning_curve.h"
+#include "train/train_config.h"
 
-namespace dar::learn {
+namespace dar::train {
 
 struct TrainOptions {
   // Where learning_curve.csv, learning_curve.svg and the model file go; created if missing.
@@ -35,12 +35,12 @@ struct TrainOptions {
 
 struct TrainResult {
   std::vector<IterationRecord> records;
-  PolicyModel model;
+  learn::PolicyModel model;
   std::string model_path;
 };
 
 absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions& options);
 
-}  // namespace dar::learn
+}  // namespace dar::train
 
-#endif  // DAR_LEARN_TRAIN_TRAINER_H_
+#endif  // DAR_TRAIN_TRAINER_H_

@@ -1,8 +1,8 @@
-#include "learn/train/gae.h"
+#include "train/gae.h"
 
 #include <cassert>
 
-namespace dar::learn {
+namespace dar::train {
 
 GaeResult ComputeGae(absl::Span<const double> rewards, absl::Span<const double> values,
                      double discount, double lambda) {
@@ -21,4 +21,4 @@ GaeResult ComputeGae(absl::Span<const double> rewards, absl::Span<const double> 
   return out;
 }
 
-}  // namespace dar::learn
+}  // namespace dar::train

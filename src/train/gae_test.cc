@@ -1,11 +1,11 @@
-#include "learn/train/gae.h"
+#include "train/gae.h"
 
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "learn/train/ppo.h"
+#include "train/ppo.h"
 
-namespace dar::learn {
+namespace dar::train {
 namespace {
 
 // rewards 1, 0, 2; values 0.5, 1, 0 and a bootstrap of 3; discount 0.9, lambda 0.8:
@@ -83,4 +83,4 @@ TEST(GaeTest, DecisionBatchFollowsEachRowsChain) {
 }
 
 }  // namespace
-}  // namespace dar::learn
+}  // namespace dar::train

@@ -1,13 +1,14 @@
-#include "learn/train/train_config.h"
+#include "train/train_config.h"
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "core/config_reader.h"
 
-namespace dar::learn {
+namespace dar::train {
 namespace {
 
 absl::Status ReadReward(YamlReader& r, RewardConfig& reward) {
@@ -138,11 +139,8 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& yaml_text,
 }
 
 absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(path + ": cannot read the training config");
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseTrainConfig(text.str(), path);
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  return ParseTrainConfig(text, path);
 }
 
-}  // namespace dar::learn
+}  // namespace dar::train

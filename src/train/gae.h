@@ -1,12 +1,12 @@
 // Generalised advantage estimation (Schulman et al. 2016) over one trajectory.
-#ifndef DAR_LEARN_TRAIN_GAE_H_
-#define DAR_LEARN_TRAIN_GAE_H_
+#ifndef DAR_TRAIN_GAE_H_
+#define DAR_TRAIN_GAE_H_
 
 #include <vector>
 
 #include "absl/types/span.h"
 
-namespace dar::learn {
+namespace dar::train {
 
 struct GaeResult {
   std::vector<double> advantages;  // A_t
@@ -21,6 +21,6 @@ struct GaeResult {
 GaeResult ComputeGae(absl::Span<const double> rewards, absl::Span<const double> values,
                      double discount, double lambda);
 
-}  // namespace dar::learn
+}  // namespace dar::train
 
-#endif  // DAR_LEARN_TRAIN_GAE_H_
+#endif  // DAR_TRAIN_GAE_H_

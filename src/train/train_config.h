@@ -2,8 +2,8 @@
 // hyper-parameters, the network's shape and the reward's weights. Loaded from YAML (see
 // configs/train/default.yaml for every key with its default) and validated in one place;
 // errors name the file and the key.
-#ifndef DAR_LEARN_TRAIN_TRAIN_CONFIG_H_
-#define DAR_LEARN_TRAIN_TRAIN_CONFIG_H_
+#ifndef DAR_TRAIN_TRAIN_CONFIG_H_
+#define DAR_TRAIN_TRAIN_CONFIG_H_
 
 #include <cstdint>
 #include <string>
@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
-namespace dar::learn {
+namespace dar::train {
 
 // The reward of one decision (a row's sampled candidate), from what the route computer sees
 // of that candidate in the next cycle:
@@ -84,6 +84,6 @@ absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
 // Same from YAML text; `path` names it in errors and anchors relative paths.
 absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& yaml_text, const std::string& path);
 
-}  // namespace dar::learn
+}  // namespace dar::train
 
-#endif  // DAR_LEARN_TRAIN_TRAIN_CONFIG_H_
+#endif  // DAR_TRAIN_TRAIN_CONFIG_H_

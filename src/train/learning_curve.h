@@ -1,14 +1,14 @@
 // dar-train's learning curve: one record per iteration, written as CSV and as an SVG plot.
-#ifndef DAR_LEARN_TRAIN_LEARNING_CURVE_H_
-#define DAR_LEARN_TRAIN_LEARNING_CURVE_H_
+#ifndef DAR_TRAIN_LEARNING_CURVE_H_
+#define DAR_TRAIN_LEARNING_CURVE_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "learn/train/ppo.h"
+#include "train/ppo.h"
 
-namespace dar::learn {
+namespace dar::train {
 
 struct IterationRecord {
   int iteration = 0;  // 1-based
@@ -36,6 +36,6 @@ std::string LearningCurveSvg(const std::vector<IterationRecord>& records, const 
 // Writes `text` to `path`; the error names the path.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);
 
-}  // namespace dar::learn
+}  // namespace dar::train
 
-#endif  // DAR_LEARN_TRAIN_LEARNING_CURVE_H_
+#endif  // DAR_TRAIN_LEARNING_CURVE_H_

@@ -1,8 +1,8 @@
-#include "learn/train/train_config.h"
+#include "train/train_config.h"
 
 #include "gtest/gtest.h"
 
-namespace dar::learn {
+namespace dar::train {
 namespace {
 
 TEST(TrainConfigTest, DefaultsAndPathsRelativeToTheFile) {
@@ -46,4 +46,4 @@ TEST(TrainConfigTest, LoadsTheCheckedInConfigs) {
 }
 
 }  // namespace
-}  // namespace dar::learn
+}  // namespace dar::train

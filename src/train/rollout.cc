@@ -1,11 +1,11 @@
-#include "learn/train/rollout.h"
+#include "train/rollout.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 
-namespace dar::learn {
+namespace dar::train {
 
 double Reward(const RewardConfig& r, const PolicyRewardTerms& c) {
   const double delay = std::max(0.0, c.path_delay_s);
@@ -69,7 +69,7 @@ absl::Status RolloutPolicy::Weigh(const PolicyBatch& batch, absl::Span<double> w
     std::copy(out.values.data_ptr<float>(), out.values.data_ptr<float>() + rows, values.begin());
     // The weights the engine would give from the same logits (log-probabilities differ from
     // the logits by a per-row constant, which a softmax ignores).
-    WeightsFromLogits(batch, log_probs, min_weight_, weights);
+    learn::WeightsFromLogits(batch, log_probs, min_weight_, weights);
   } else {
     for (size_t i = 0; i < batch.candidates.size(); ++i) {
       weights[i] = batch.candidates[i].analytic_weight;
@@ -128,4 +128,4 @@ void RolloutPolicy::RewardPrevious(const PolicyBatch& batch) {
   }
 }
 
-}  // namespace dar::learn
+}  // namespace dar::train
