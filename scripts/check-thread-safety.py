@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """clang's thread-safety analysis over the files that take DAR's locks.
 
-Every translation unit in BUILD/compile_commands.json whose source, or its own header (foo.h
-beside foo.cc), includes base/mutex.h or base/executor.h is parsed by clang++ with -Wthread-safety (syntax only, the build's own flags):
+Every translation unit in BUILD/compile_commands.json (tests aside) whose source, or a DAR
+header it includes directly (a class's methods may be spread over several .cc files), includes
+base/mutex.h or base/executor.h is parsed by clang++ with -Wthread-safety (syntax only, the
+build's own flags):
 a member read or written without holding the mutex it is ABSL_GUARDED_BY, or a function called
 without the lock it ABSL_EXCLUSIVE_LOCKS_REQUIRES, is an error. g++ ignores the annotations;
 this is where they are checked. Usage: check-thread-safety.py BUILD_DIR
@@ -16,6 +18,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 INCLUDES = re.compile(r'^#include "base/(mutex|executor)\.h"', re.M)
+DAR_HEADER = re.compile(r'^#include "([a-z_]+/[a-z_0-9]+\.h)"', re.M)
 # g++ options clang does not know; the rest of the build's flags are kept.
 DROP = {"-Wno-restrict"}
 
@@ -57,14 +60,18 @@ def main():
         if path in seen or "/proto/" in path:
             continue
         seen.add(path)
-        header = os.path.splitext(path)[0] + ".h"
-        for source in (path, header):
-            if not os.path.exists(source):
-                continue
-            with open(source, errors="replace") as f:
-                if INCLUDES.search(f.read()):
-                    entries.append(e)
-                    break
+        if path.endswith("_test.cc"):
+            continue
+        src = path[: path.rfind("/src/") + 5] if "/src/" in path else None
+        with open(path, errors="replace") as f:
+            text = f.read()
+        sources = [text]
+        for h in DAR_HEADER.findall(text) if src else []:
+            if os.path.exists(src + h):
+                with open(src + h, errors="replace") as f:
+                    sources.append(f.read())
+        if any(INCLUDES.search(t) for t in sources):
+            entries.append(e)
     failed = 0
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         for path, rc, err in pool.map(check, entries):

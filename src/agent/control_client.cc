@@ -19,8 +19,6 @@ constexpr ForwardingMode kAllModes[] = {ForwardingMode::kPerFlow,   ForwardingMo
                                         ForwardingMode::kPerPacket, ForwardingMode::kPerPacketP2C,
                                         ForwardingMode::kDrill,     ForwardingMode::kDrillFlowlet};
 
-double Millis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }
-
 std::string Endpoint(net::Ipv4Address a, uint16_t port) {
   return fmt::format("{}:{}", net::ToString(a), port);
 }
@@ -177,8 +175,9 @@ void ControlClient::Run() {
     }
     if (RunSession()) attempt = 0;
     const Duration wait = NextBackoff(attempt++);
-    log_.Info("reconnecting to the controller",
-              {{"controller", config_.controller}, {"in_ms", Millis(wait)}, {"attempt", attempt}});
+    log_.Info(
+        "reconnecting to the controller",
+        {{"controller", config_.controller}, {"in_ms", ToMillis(wait)}, {"attempt", attempt}});
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(wait);
     if (!WaitWithMaintenance(deadline)) return;
@@ -270,7 +269,7 @@ bool ControlClient::RunSession() {
     }
     if (Now().count() - last_heard_ns_.load() > options_.silence_timeout.count()) {
       why = fmt::format("the controller sent nothing for {:.0f} ms",
-                        Millis(options_.silence_timeout));
+                        ToMillis(options_.silence_timeout));
       break;
     }
     if (early) continue;  // a link changed: sent now, and again on the usual tick

@@ -354,6 +354,9 @@ class ControllerCore {
 // The key ring a controller with `config` starts with: the ring file in its state dir, or the
 // initial key (read from its file) or a random key. Errors: a bad initial key file, and those
 // of security::KeyRing::Load.
+// The key of a drained cable: its two ends' names, in order.
+std::pair<std::string, std::string> CableKey(const std::string& a, const std::string& b);
+
 absl::StatusOr<security::KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns);
 
 }  // namespace dar::control

@@ -23,6 +23,7 @@ inline constexpr Duration SecondsF(double s) {
   return Duration(static_cast<int64_t>(s * 1e9 + 0.5));
 }
 inline constexpr double ToSeconds(Duration d) { return static_cast<double>(d.count()) * 1e-9; }
+inline constexpr double ToMillis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }
 
 // A data rate in bits per second.
 class DataRate {

@@ -12,8 +12,6 @@ namespace {
 constexpr double kMaxRttMs = 1e6;
 constexpr int64_t kMaxBaseRttNs = int64_t{1000} * 1000 * 1000 * 1000;  // 1000 s
 
-double Millis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }
-
 absl::Status OutOfRange(std::string_view field, int index, uint32_t node, uint32_t neighbour,
                         std::string_view bounds, std::string_view got) {
   return absl::InvalidArgumentError(
@@ -32,8 +30,8 @@ absl::Status CheckRange(double v, double lo, double hi, std::string_view field, 
 
 void ToWire(const LinkSample& sample, v1::LinkSample* out) {
   out->set_up(sample.up);
-  out->set_rtt_ms(Millis(sample.rtt_smoothed));
-  out->set_rtt_p95_ms(Millis(sample.rtt_p95));
+  out->set_rtt_ms(ToMillis(sample.rtt_smoothed));
+  out->set_rtt_p95_ms(ToMillis(sample.rtt_p95));
   out->set_rtt_min_ns(sample.rtt_min.count());
   out->set_loss(sample.loss);
   out->set_tx_bps(static_cast<double>(sample.throughput.bps()));
