@@ -18,7 +18,8 @@ function(dar_test name)
     set(ARG_LABELS unit)
   endif()
   add_executable(${name} ${ARG_SRCS})
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} dar_test_support GTest::gtest GTest::gmock
+                                        GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE DAR_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
                                              DAR_BINARY_DIR="${CMAKE_BINARY_DIR}")
   include(GoogleTest)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "agent/saved_keys.h"
+#include "base/test_support.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/server.h"
@@ -46,21 +47,7 @@ bool Eventually(const std::function<bool()>& done) {
   return true;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string path = fmt::format("/tmp/dar_control_client_test_{}_XXXXXX", getpid());
-    path_ = mkdtemp(path.data()) != nullptr ? path : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 // Plays the controller: records what agents send, sends what the test says.
 class FakeController final : public v1::AgentService::Service {

@@ -24,6 +24,7 @@
 
 #include "agent/dataplane.h"
 #include "base/status_macros.h"
+#include "base/test_support.h"
 #include "core/routing.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -43,14 +44,7 @@ using Clock = std::chrono::steady_clock;
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, veths, TUN devices)"; \
   static_assert(true)
 
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
+using test::WaitFor;
 
 net::Ipv4Address Overlay(NodeId n) {
   return net::Ipv4Address{0x0a4d0001u + static_cast<uint32_t>(n)};

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/test_support.h"
 #include "core/routing.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -33,15 +34,7 @@ namespace {
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
-// Polls `done` until it holds or `timeout` passes; returns its last value.
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
+using test::WaitFor;
 
 net::OverlayKeyBytes TestKey(uint8_t fill) {
   net::OverlayKeyBytes k;

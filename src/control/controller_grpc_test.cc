@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "base/test_support.h"
 #include "control/controller.h"
 #include "control/controller_test_util.h"
 #include "gmock/gmock.h"
@@ -27,12 +28,7 @@ constexpr auto kWait = std::chrono::seconds(10);
 
 // Polls `cond` until it holds or `timeout` passes.
 bool WaitUntil(const std::function<bool()>& cond, std::chrono::milliseconds timeout = kWait) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
+  return test::WaitFor(cond, timeout);
 }
 
 bool IsConfig(const v1::ControllerMessage& m) { return m.has_config(); }

@@ -12,16 +12,6 @@
 
 namespace dar::control::testing {
 
-TempDir::TempDir() {
-  std::string path = fmt::format("/tmp/dar_controller_test_{}_XXXXXX", getpid());
-  path_ = mkdtemp(path.data()) != nullptr ? path : "";
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-}
-
 absl::StatusOr<std::unique_ptr<TestPki>> TestPki::Create() {
   std::unique_ptr<TestPki> pki(new TestPki());
   if (pki->dir().empty()) return absl::InternalError("cannot create a temporary directory");

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/test_support.h"
 #include "control/controller_config.h"
 #include "dar/v1/admin.grpc.pb.h"
 #include "dar/v1/agent.grpc.pb.h"
@@ -27,19 +28,8 @@ namespace dar::control::testing {
 
 inline constexpr char kTestDomain[] = "dar.test";
 
-// A directory under /tmp (named with the pid) removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+// A directory under /tmp removed with its contents on destruction (base/test_support.h).
+using TempDir = ::dar::test::TempDir;
 
 // A CA with a controller certificate (for localhost and 127.0.0.1), in a TempDir.
 class TestPki {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/test_support.h"
 #include "fmt/format.h"
 #include "lab/lab.h"
 
@@ -22,12 +23,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return condition();
+  return test::WaitFor(condition, timeout, std::chrono::milliseconds(10));
 }
 
 void ReapOrphans() {

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "base/test_support.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -21,21 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A directory removed at the end of the test.
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(std::filesystem::temp_directory_path() /
-              fmt::format("dar-lab-process-test-{}-{}", name, getpid())) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using test::TempDir;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -45,14 +32,8 @@ std::string ReadFile(const std::string& path) {
 }
 
 // Polls `condition` until it holds or 10 s pass.
-template <typename F>
-bool WaitFor(F condition) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return condition();
+bool WaitFor(const std::function<bool()>& condition) {
+  return test::WaitFor(condition, std::chrono::seconds(10));
 }
 
 // Reaps our child `pid` and returns its wait status.
@@ -64,8 +45,8 @@ int Reap(pid_t pid) {
 
 TEST(SpawnHeldTest, RunsTheCommandOnlyAfterReleaseWithOutputInTheLog) {
   TempDir dir("release");
-  const std::string log = dir.file("out.log");
-  const std::string marker = dir.file("ran");
+  const std::string log = dir.File("out.log");
+  const std::string marker = dir.File("ran");
   absl::StatusOr<HeldProcess> p = SpawnHeld(
       {"sh", "-c", fmt::format("echo to-stdout; echo to-stderr >&2; touch {}", marker)}, log);
   ASSERT_TRUE(p.ok()) << p.status();
@@ -84,10 +65,10 @@ TEST(SpawnHeldTest, RunsTheCommandOnlyAfterReleaseWithOutputInTheLog) {
 
 TEST(SpawnHeldTest, DroppingAHeldProcessRunsNothing) {
   TempDir dir("drop");
-  const std::string marker = dir.file("ran");
+  const std::string marker = dir.File("ran");
   pid_t pid = 0;
   {
-    absl::StatusOr<HeldProcess> p = SpawnHeld({"touch", marker}, dir.file("out.log"));
+    absl::StatusOr<HeldProcess> p = SpawnHeld({"touch", marker}, dir.File("out.log"));
     ASSERT_TRUE(p.ok()) << p.status();
     pid = p->id().pid;
   }  // closes the gate and reaps the child
@@ -98,7 +79,7 @@ TEST(SpawnHeldTest, DroppingAHeldProcessRunsNothing) {
 
 TEST(SpawnHeldTest, TheChildHasItsOwnSessionAndDefaultSignals) {
   TempDir dir("session");
-  const std::string log = dir.file("out.log");
+  const std::string log = dir.File("out.log");
   // SIGTERM ignored here must not be inherited: the service must stop on SIGTERM.
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
@@ -120,7 +101,7 @@ TEST(SpawnHeldTest, TheChildHasItsOwnSessionAndDefaultSignals) {
 
 TEST(SpawnHeldTest, AMissingProgramFailsBeforeForking) {
   TempDir dir("missing");
-  absl::StatusOr<HeldProcess> p = SpawnHeld({"dar-no-such-program-xyz"}, dir.file("out.log"));
+  absl::StatusOr<HeldProcess> p = SpawnHeld({"dar-no-such-program-xyz"}, dir.File("out.log"));
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(p.status().message()), HasSubstr("dar-no-such-program-xyz"));
@@ -134,7 +115,7 @@ TEST(SpawnHeldTest, AnUnwritableLogIsAnError) {
 
 TEST(StopProcessesTest, KillsWhatIgnoresSigterm) {
   TempDir dir("kill");
-  const std::string log = dir.file("out.log");
+  const std::string log = dir.File("out.log");
   absl::StatusOr<HeldProcess> p =
       SpawnHeld({"sh", "-c", "trap '' TERM; echo ready; exec sleep 100"}, log);
   ASSERT_TRUE(p.ok()) << p.status();
@@ -150,7 +131,7 @@ TEST(StopProcessesTest, KillsWhatIgnoresSigterm) {
 
 TEST(StopProcessesTest, LeavesAReusedPidAlone) {
   TempDir dir("reused");
-  absl::StatusOr<HeldProcess> p = SpawnHeld({"sleep", "100"}, dir.file("out.log"));
+  absl::StatusOr<HeldProcess> p = SpawnHeld({"sleep", "100"}, dir.File("out.log"));
   ASSERT_TRUE(p.ok()) << p.status();
   const ProcessId id = p->id();
   ASSERT_TRUE(p->Release().ok());

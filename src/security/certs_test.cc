@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/files.h"
+#include "base/test_support.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -23,26 +24,7 @@ using ::testing::HasSubstr;
 // A fixed instant, so that validity checks do not depend on the wall clock.
 const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 
-// A directory under /tmp removed with everything in it when the test ends, pass or fail.
-class TempDir {
- public:
-  TempDir() {
-    std::string path = fmt::format("/tmp/dar_certs_test_{}_XXXXXX", getpid());
-    path_ = mkdtemp(path.data()) != nullptr ? path : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string File(std::string_view name) const { return fmt::format("{}/{}", path_, name); }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 mode_t FileMode(const std::string& path) {
   struct stat st {};

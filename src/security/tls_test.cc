@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/files.h"
+#include "base/test_support.h"
 #include "dar/test/echo.grpc.pb.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -39,26 +40,7 @@ using ::testing::HasSubstr;
 constexpr std::string_view kDomain = "example.org";
 constexpr int kIoTimeoutSeconds = 10;
 
-// A directory under /tmp removed with everything in it when the test ends, pass or fail.
-class TempDir {
- public:
-  TempDir() {
-    std::string path = fmt::format("/tmp/dar_tls_test_{}_XXXXXX", getpid());
-    path_ = mkdtemp(path.data()) != nullptr ? path : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string File(std::string_view name) const { return fmt::format("{}/{}", path_, name); }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 // The certificates every test uses: a CA with the controller, nodes "n1" and "expired",
 // admin "alice"; and a second CA of the same trust domain with its own node "n1".
