@@ -1,3 +1,7 @@
+// One concept at about 900 lines: the diffusion engine's per-destination computation (settle,
+// relax, incremental update, table building). Its parts share the engine's private state and
+// the hot loop's memory layout (prefetching, row blocks); split, they would need that state
+// exposed to each other.
 #include "core/diffusion.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// One concept at about 900 lines: the minimisation of DAR's objective for a demand (the
+// marginal router: per-destination DAGs, the loads they carry, the descent that moves flow
+// between paths). Its steps share one private state and are read as one algorithm.
 #include "core/marginal_routing.h"
 
 #include <algorithm>
