@@ -174,7 +174,7 @@ int Run(const std::string& path, const std::string& log_path) {
 }  // namespace dar::cli
 
 int main(int argc, char** argv) {
-  // Before any thread or TLS object exists (control/tls.h).
+  // Before any thread or TLS object exists (security/tls.h).
   if (absl::Status s = dar::security::EnforceTls13(); !s.ok()) {
     std::cerr << "dar-agent: " << s.message() << "\n";
     return 1;

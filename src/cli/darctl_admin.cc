@@ -58,7 +58,7 @@ void AddConnectionFlags(CLI::App* cmd, Connection& c) {
 std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c) {
   security::ChannelTlsOptions options;
   if (!c.tls_dir.empty()) {
-    // Admin files are named like every other identity's (control/certs.h).
+    // Admin files are named like every other identity's (security/certs.h).
     const security::SpiffeId id = security::SpiffeId::Admin("unused", c.admin);
     options.files.cert_file = c.tls_dir + "/" + security::CertFileName(id);
     options.files.key_file = c.tls_dir + "/" + security::KeyFileName(id);

@@ -140,7 +140,7 @@ void AddCertsCommands(CLI::App& app) {
 }  // namespace dar::cli
 
 int main(int argc, char** argv) {
-  // Before anything can create a TLS context (control/tls.h).
+  // Before anything can create a TLS context (security/tls.h).
   if (absl::Status status = dar::security::EnforceTls13(); !status.ok()) {
     std::cerr << "darctl: " << status.message() << "\n";
     return 1;

@@ -121,7 +121,7 @@ struct ControllerConfig {
   int events_kept = 1000;
   Duration probe_interval = Milliseconds(100);
   int missed_probes = 3;
-  // Where the data-plane key ring (control/key_ring.h) is kept; empty: in memory only, so a
+  // Where the data-plane key ring (security/key_ring.h) is kept; empty: in memory only, so a
   // restart makes new keys.
   std::string state_dir;
   struct InitialKey {

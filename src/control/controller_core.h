@@ -175,7 +175,7 @@ class ControllerCore {
   absl::StatusOr<v1::PolicySettings> SetPolicy(const v1::PolicySettings& settings);
   // The data-plane key ring (ids and phases, never the keys themselves).
   v1::KeyRingView GetKeys() const;
-  // Starts a key rotation (control/key_ring.h); the view says whether it started (not if one
+  // Starts a key rotation (security/key_ring.h); the view says whether it started (not if one
   // is under way). Errors: the ring file cannot be written.
   absl::StatusOr<v1::KeyRingView> RotateKeys();
   // Drains (or undrains) both directions of the link a-b (names or ids) from the next cycle

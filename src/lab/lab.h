@@ -135,7 +135,7 @@ std::vector<std::string> TbfCommand(const std::string& netns, const std::string&
                                     DataRate rate);
 
 // Credentials and files of a lab dir besides state.json: certificates in <dir>/certs (the layout
-// of control/certs.h: a CA, the controller's, node-<id> for every node, admin-admin for darctl),
+// of security/certs.h: a CA, the controller's, node-<id> for every node, admin-admin for darctl),
 // the data-plane key agents start with (<dir>/overlay.key, 64 hex digits, mode 0600), the
 // agents' state dirs (<dir>/state/<node name>, made by the agents).
 inline constexpr std::string_view kLabCertDir = "certs";

@@ -29,7 +29,7 @@
 // raised hop limit cannot make a packet circle). Version 1 covered the hop limit and resealed
 // at every hop, which cost a transit forwarder a second SipHash of the whole datagram.
 // A packet keeps the key id its ingress sealed it with; key rotation accepts the old key for
-// a rollout period after the new one seals (control/key_ring.h), far longer than a packet
+// a rollout period after the new one seals (security/key_ring.h), far longer than a packet
 // spends in the overlay.
 //
 // Nothing here allocates on the per-packet path (SealOverlay, ParseOverlay, ForwardOverlay,
