@@ -311,7 +311,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& text, const std:
 }
 
 absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path, kMaxConfigFileBytes));
   return ParseAgentConfig(text, path);
 }
 

@@ -5,8 +5,9 @@
 //   controller's table (current, or last good) while refreshed within stale_after
 //                                                   ──(stale)──▶ static table
 //
-// - A table is accepted only if every check passes; a refused table changes nothing, the
-//   table held stays (it is the last good one). The refusal reason goes back in the ack.
+// - A table is accepted only if every check passes; a refused table is never installed, the
+//   table held stays (served as the last good one if the refused table was newer). The refusal
+//   reason goes back in the ack.
 // - Checks, in this order: version newer than the installed one; a delta's base is the
 //   installed version; every destination is a known node other than this one, every traffic
 //   class 0 or 1, no row twice; every next hop a neighbour (once per row) over a link the data
@@ -87,7 +88,7 @@ class TableStore {
 
   // Validates `table` and, if it passes, makes it the current table (refreshed at `now`) and
   // saves it to disk. Errors: FailedPrecondition with the reason of the refusal (what the ack
-  // says); nothing changes then.
+  // says); the table held stays, as the last good one if `table` was newer (counted, logged).
   absl::Status Offer(const v1::RouteTable& table, Time now);
 
   // The data plane saw the link to `neighbour` go down or come back up. Recomputes the static

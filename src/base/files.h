@@ -15,9 +15,11 @@
 
 namespace dar {
 
-// The default bound on an input file: far above any configuration, topology or model DAR
-// reads, far below what would exhaust memory.
+// The default bound on an input file: far above any topology, scenario or model DAR reads, far
+// below what would exhaust memory.
 inline constexpr size_t kMaxInputFileBytes = size_t{256} << 20;
+// The bound on a daemon's configuration, certificate or key file.
+inline constexpr size_t kMaxConfigFileBytes = size_t{1} << 20;
 
 // Reads the whole file at `path`, of at most `max_bytes`. Errors name `path`: NotFound,
 // PermissionDenied, InvalidArgument (a directory, or larger than `max_bytes`) or Internal.

@@ -432,7 +432,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
 }
 
 absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path, kMaxConfigFileBytes));
   return ParseControllerConfig(text, path);
 }
 

@@ -351,12 +351,12 @@ class ControllerCore {
   std::thread publisher_;
 };
 
-// The key ring a controller with `config` starts with: the ring file in its state dir, or the
-// initial key (read from its file) or a random key. Errors: a bad initial key file, and those
-// of security::KeyRing::Load.
 // The key of a drained cable: its two ends' names, in order.
 std::pair<std::string, std::string> CableKey(const std::string& a, const std::string& b);
 
+// The key ring a controller with `config` starts with: the ring file in its state dir, or the
+// initial key (read from its file) or a random key. Errors: a bad initial key file, and those
+// of security::KeyRing::Load.
 absl::StatusOr<security::KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns);
 
 }  // namespace dar::control

@@ -3,7 +3,7 @@
 //     simulator's agents both run it (agent/dataplane.h, sim/agents.h); the forwarder at that
 //     end stops choosing the link the moment it goes down (fast failover).
 //   - CableUp: the controller's verdict for a cable from the reports of its two ends. The
-//     controller (control/controller_core.cc) and the simulator's controller both apply it.
+//     controller (control/controller_cycle.cc) and the simulator's controller both apply it.
 //
 // Pure logic: no clock, no I/O. Not thread-safe.
 #ifndef DAR_CORE_LINK_LIVENESS_H_

@@ -117,8 +117,8 @@ class WeightPolicy {
 
 // A weight policy from a model file: how the simulator's `dar-learned` gets one without
 // depending on the code that reads models (src/learn). Whoever runs the simulator with learned
-// policies (dar-sim, dar-train) supplies a loader (learn/policy_loader.h); the simulator never
-// sees the model format.
+// policies supplies a loader (dar-sim gives learn/policy_loader.h's; dar-train hands its policy
+// in directly, RunOptions::weight_policy); the simulator never sees the model format.
 struct WeightPolicySpec {
   std::string path;    // the model file
   bool int8 = true;    // INT8 inference (false: FP32)

@@ -1,6 +1,6 @@
-// The learned policy behind core's WeightPolicyLoader seam (core/weight_policy.h): what
-// dar-sim and dar-train hand the simulator so that its `dar-learned` can load a model without
-// the simulator depending on this library.
+// The learned policy behind core's WeightPolicyLoader seam (core/weight_policy.h): what dar-sim
+// hands the simulator so that its `dar-learned` can load a model without the simulator
+// depending on this library.
 #ifndef DAR_LEARN_POLICY_LOADER_H_
 #define DAR_LEARN_POLICY_LOADER_H_
 

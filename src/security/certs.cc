@@ -470,14 +470,14 @@ absl::StatusOr<IssuedCertificate> IssueFromCertDir(const IssueOptions& options) 
   RETURN_IF_ERROR(CheckValidity(options.not_before, options.not_after));
   const std::string ca_cert_path = JoinPath(options.dir, kCaCertFile);
   const std::string ca_key_path = JoinPath(options.dir, kCaKeyFile);
-  absl::StatusOr<std::string> ca_cert_pem = ReadFile(ca_cert_path);
+  absl::StatusOr<std::string> ca_cert_pem = ReadFile(ca_cert_path, kMaxConfigFileBytes);
   if (absl::IsNotFound(ca_cert_pem.status())) {
     return absl::NotFoundError(
         fmt::format("no CA in '{}' ({} is missing); create one with `darctl certs init`",
                     options.dir, ca_cert_path));
   }
   if (!ca_cert_pem.ok()) return ca_cert_pem.status();
-  ASSIGN_OR_RETURN(const std::string ca_key_pem, ReadFile(ca_key_path));
+  ASSIGN_OR_RETURN(const std::string ca_key_pem, ReadFile(ca_key_path, kMaxConfigFileBytes));
   ASSIGN_OR_RETURN(std::vector<X509Ptr> ca_certs, ParseCertificatesPem(*ca_cert_pem, ca_cert_path));
   ASSIGN_OR_RETURN(EvpPkeyPtr ca_key, ParsePrivateKeyPem(ca_key_pem, ca_key_path));
   X509* ca_cert = ca_certs.front().get();

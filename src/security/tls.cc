@@ -125,9 +125,9 @@ absl::Status EnforceTls13() {
 
 absl::StatusOr<TlsMaterial> LoadTlsMaterial(const TlsFiles& files, absl::Time now) {
   TlsMaterial material;
-  ASSIGN_OR_RETURN(material.cert_chain_pem, ReadFile(files.cert_file));
-  ASSIGN_OR_RETURN(material.key_pem, ReadFile(files.key_file));
-  ASSIGN_OR_RETURN(material.ca_pem, ReadFile(files.ca_file));
+  ASSIGN_OR_RETURN(material.cert_chain_pem, ReadFile(files.cert_file, kMaxConfigFileBytes));
+  ASSIGN_OR_RETURN(material.key_pem, ReadFile(files.key_file, kMaxConfigFileBytes));
+  ASSIGN_OR_RETURN(material.ca_pem, ReadFile(files.ca_file, kMaxConfigFileBytes));
   ASSIGN_OR_RETURN(std::vector<X509Ptr> chain,
                    ParseCertificatesPem(material.cert_chain_pem, files.cert_file));
   ASSIGN_OR_RETURN(EvpPkeyPtr key, ParsePrivateKeyPem(material.key_pem, files.key_file));

@@ -5,8 +5,8 @@
 //   agents (SimAgents: probes and counters, every `period`)
 //     -> after report_delay: per link, the utilisation of the last interval (throughput over
 //        the link's current capacity) and up/down: down if the network knows it down (carrier
-//        loss) or its probes stopped being answered (a link that has never answered yet, e.g.
-//        a long link at start, is not declared dead by probes)
+//        loss) or the controller's rule over both ends' probes says so (CableUp,
+//        core/link_liveness.h)
 //     -> least-loaded tables, validated (core/validator.h); invalid ones are refused
 //     -> after push_delay: installed for every traffic class
 //

@@ -35,8 +35,12 @@ void SimAgents::Tick() {
     const LinkCounters& c = net_.counters(l);
     monitors_[l].set_capacity(topo.link(l).params.capacity);  // the port's speed now
     monitors_[l].OnCounters(now, c.tx_bytes, net_.QueuedBytes(l));
-    // The probes sent before this one are judged as it leaves.
-    if (liveness_[l].OnProbeSent(seq_) && on_liveness_) on_liveness_(l, liveness_[l].up());
+    // The probes sent before this one are judged as it leaves. A link without a reverse cannot
+    // be answered here (the reply has no way back) and is not judged: carrier alone says.
+    const bool probed = topo.link(l).reverse != kNoLink;
+    if (probed && liveness_[l].OnProbeSent(seq_) && on_liveness_) {
+      on_liveness_(l, liveness_[l].up());
+    }
     samples[l] = monitors_[l].Sample(now);
     samples[l].up = liveness_[l].up();
     // The next probe; the link's own port carries it, behind whatever is queued.
