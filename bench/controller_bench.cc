@@ -133,8 +133,8 @@ int Run(const Flags& flags) {
   if (!flags.direct)
     std::fprintf(stderr, "issuing %d certificates and connecting...\n", flags.nodes);
   for (int i = 1; i <= flags.nodes && !flags.direct; ++i) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        (*pki)->Channel(security::SpiffeId::Node(testing::kTestDomain, std::to_string(i)), c.port());
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = (*pki)->Channel(
+        security::SpiffeId::Node(testing::kTestDomain, std::to_string(i)), c.port());
     if (!channel.ok()) {
       std::fprintf(stderr, "channel: %s\n", std::string(channel.status().message()).c_str());
       return 1;

@@ -30,6 +30,26 @@
 #include "net/udp_socket.h"
 
 namespace dar::agent {
+namespace {
+
+// epoll tags: link ports are tagged with their index, the rest with these.
+constexpr uint32_t kTagTimer = 0xffff0001u;
+constexpr uint32_t kTagWake = 0xffff0002u;
+constexpr uint32_t kTagTun = 0xffff0003u;
+constexpr uint32_t kTagNetlink = 0xffff0004u;
+// A link's probe socket: this bit and the link's index.
+constexpr uint32_t kTagProbeSocket = 0x40000000u;
+// IFF_LOWER_UP (carrier) from <linux/if.h>, which clashes with <net/if.h>.
+constexpr unsigned kIffLowerUp = 1u << 16;
+
+// Raises a socket buffer beyond net.core.{r,w}mem_max when allowed (CAP_NET_ADMIN); harmless
+// otherwise, since SetBufferBytes has already asked for the capped size.
+void ForceBufferBytes(int fd, int bytes) {
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes));
+}
+
+}  // namespace
 
 // Dataplane -----------------------------------------------------------------------------------
 
@@ -566,16 +586,11 @@ void Dataplane::HandleProbeReply(Port& in, const net::OverlayPacket& packet, Tim
     Drop(DropReason::kBadLength);
     return;
   }
-  bool counted;
+  bool counted = false;
   {
     MutexLock lock(&monitor_mu_);
-    const std::optional<Time> sent_at = in.monitor.loss().SentAt(reply->sequence);
-    const bool echo_matches = sent_at.has_value() && *sent_at == reply->t1;
-    const absl::Status s =
-        in.monitor.OnProbeReply(reply->sequence, reply->t1, reply->t2, reply->t3, wall_rx);
-    // A reply with unusable timestamps still counts for loss and liveness; one that echoes the
-    // wrong t1, a duplicate or one that is too late does not.
-    counted = echo_matches && (s.ok() || absl::IsInvalidArgument(s));
+    const absl::Status s = in.monitor.OnProbeReply(reply->sequence, reply->t1, reply->t2, reply->t3,
+                                                   wall_rx, &counted);
     if (!s.ok()) probe_replies_rejected_.Add();
   }
   if (!counted) return;

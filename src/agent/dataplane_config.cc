@@ -15,6 +15,16 @@
 #include "net/byte_order.h"
 
 namespace dar::agent {
+namespace {
+
+// DSCP CS1 ("lower effort", RFC 8622): bulk.
+constexpr uint8_t kDscpBulk = 8;
+
+absl::Status Invalid(const std::string& what) {
+  return absl::InvalidArgumentError(fmt::format("data plane config: {}", what));
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<const net::OverlayKeyRing>> BuildKeyRing(
     const std::vector<KeyUpdate>& keys) {

@@ -13,6 +13,16 @@
 #include "net/udp_socket.h"
 
 namespace dar::agent {
+namespace {
+
+// Receive batches taken from one ready socket before the others get a turn.
+constexpr int kBatchesPerWake = 4;
+// Datagrams handled before what they produced is sent (or written to the TUN) even in the middle
+// of a batch: with GRO and TUN super-packets a batch can hold megabytes, and the next hop
+// should not wait for all of it (a GSO message's worth keeps sends batched).
+constexpr size_t kFlushDatagrams = 64;
+
+}  // namespace
 
 // The per-packet path: receive, authenticate and route datagrams from the links, deliver to
 // the TUN, read and seal what the TUN gives, queue and send in batches. Kept in one file so

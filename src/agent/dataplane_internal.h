@@ -18,31 +18,12 @@
 #include "agent/dataplane.h"
 #include "agent/qdisc_stats.h"
 #include "core/telemetry.h"
-#include "fmt/format.h"
 #include "net/udp_socket.h"
 
 namespace dar::agent {
 
-// epoll tags: link ports are tagged with their index, the rest with these.
-inline constexpr uint32_t kTagTimer = 0xffff0001u;
-inline constexpr uint32_t kTagWake = 0xffff0002u;
-inline constexpr uint32_t kTagTun = 0xffff0003u;
-inline constexpr uint32_t kTagNetlink = 0xffff0004u;
-// A link's probe socket: this bit and the link's index.
-inline constexpr uint32_t kTagProbeSocket = 0x40000000u;
-// IFF_LOWER_UP (carrier) from <linux/if.h>, which clashes with <net/if.h>.
-inline constexpr unsigned kIffLowerUp = 1u << 16;
-
-// Receive batches taken from one ready socket before the others get a turn.
-inline constexpr int kBatchesPerWake = 4;
-// Datagrams handled before what they produced is sent (or written to the TUN) even in the middle
-// of a batch: with GRO and TUN super-packets a batch can hold megabytes, and the next hop
-// should not wait for all of it (a GSO message's worth keeps sends batched).
-inline constexpr size_t kFlushDatagrams = 64;
 // IPv4 and UDP headers around every overlay datagram on the underlay.
 inline constexpr int64_t kUnderlayHeaderBytes = 28;
-// DSCP CS1 ("lower effort", RFC 8622): bulk.
-inline constexpr uint8_t kDscpBulk = 8;
 
 // Whether a send's errno says the link itself is gone (its interface down or its peer
 // unreachable): the link fails at once, whatever was being sent.
@@ -58,17 +39,6 @@ inline Time ReadClock(clockid_t id) {
 }
 
 inline Time SteadyNow() { return ReadClock(CLOCK_MONOTONIC); }
-
-inline absl::Status Invalid(const std::string& what) {
-  return absl::InvalidArgumentError(fmt::format("data plane config: {}", what));
-}
-
-// Raises a socket buffer beyond net.core.{r,w}mem_max when allowed (CAP_NET_ADMIN); harmless
-// otherwise, since SetBufferBytes has already asked for the capped size.
-inline void ForceBufferBytes(int fd, int bytes) {
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes));
-}
 
 // The key ring of `keys`: ids distinct, exactly one active. Errors: InvalidArgument naming
 // the rule broken.

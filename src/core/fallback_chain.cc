@@ -6,18 +6,6 @@
 
 namespace dar {
 
-const char* TableSourceName(TableSource source) {
-  switch (source) {
-    case TableSource::kCurrent:
-      return "current";
-    case TableSource::kLastGood:
-      return "last good";
-    case TableSource::kStatic:
-      return "static";
-  }
-  return "?";
-}
-
 FallbackChain::FallbackChain(Duration stale_after) : stale_after_(stale_after) {
   assert(stale_after > Duration::zero());
 }

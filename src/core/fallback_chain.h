@@ -34,9 +34,6 @@ enum class TableSource : uint8_t {
   kStatic,    // the forwarder's own hop-count table
 };
 
-// "current", "last good", "static".
-const char* TableSourceName(TableSource source);
-
 // Transitions since construction. Starting on the static table is not a fallback, and the
 // first accepted table is not a recovery: recoveries_from_static <= fallbacks_to_static.
 struct FallbackCounters {

@@ -226,7 +226,9 @@ LinkMonitor::LinkMonitor(const LinkMonitorConfig& config)
 
 void LinkMonitor::OnProbeSent(uint64_t seq, Time t1) { loss_.OnSent(seq, t1); }
 
-absl::Status LinkMonitor::OnProbeReply(uint64_t seq, Time t1, Time t2, Time t3, Time t4) {
+absl::Status LinkMonitor::OnProbeReply(uint64_t seq, Time t1, Time t2, Time t3, Time t4,
+                                       bool* counted) {
+  if (counted != nullptr) *counted = false;
   const std::optional<Time> sent_at = loss_.SentAt(seq);
   if (sent_at.has_value() && *sent_at != t1) {
     return absl::InvalidArgumentError(fmt::format(
@@ -236,6 +238,7 @@ absl::Status LinkMonitor::OnProbeReply(uint64_t seq, Time t1, Time t2, Time t3, 
     return absl::NotFoundError(
         fmt::format("reply to probe {} is a duplicate or not in the loss window", seq));
   }
+  if (counted != nullptr) *counted = true;
   absl::StatusOr<TwoWayDelay> delay = ComputeTwoWayDelay(t1, t2, t3, t4);
   if (!delay.ok()) return delay.status();
   rtt_.AddSample(delay->rtt);

@@ -229,7 +229,10 @@ class LinkMonitor {
   // Errors: InvalidArgument if the echoed t1 differs from the one given to OnProbeSent (the
   // reply is then ignored entirely) or ComputeTwoWayDelay rejects the timestamps; NotFound for
   // a duplicate reply or one for a probe not in the window (ignored, counted by loss()).
-  absl::Status OnProbeReply(uint64_t seq, Time t1, Time t2, Time t3, Time t4);
+  // `counted`, if given, is set to whether the reply counted for loss (and so for the link's
+  // LinkLiveness): OK, or refused only for its timestamps.
+  absl::Status OnProbeReply(uint64_t seq, Time t1, Time t2, Time t3, Time t4,
+                            bool* counted = nullptr);
 
   // Interface counters read at `now`: cumulative bytes sent and the current queue depth.
   void OnCounters(Time now, int64_t tx_bytes, int64_t queue_bytes);

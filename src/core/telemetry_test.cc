@@ -373,18 +373,24 @@ TEST(LinkMonitorTest, BadRepliesAreRejected) {
   m.OnProbeSent(1, Milliseconds(100));
   m.OnProbeSent(2, Milliseconds(200));
   // The echoed t1 does not match: ignored entirely.
-  absl::Status s =
-      m.OnProbeReply(1, Milliseconds(101), Milliseconds(105), Milliseconds(105), Milliseconds(110));
+  bool counted = true;
+  absl::Status s = m.OnProbeReply(1, Milliseconds(101), Milliseconds(105), Milliseconds(105),
+                                  Milliseconds(110), &counted);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(counted);
   EXPECT_EQ(m.loss().consecutive_missed(), 2);
   // Valid seq, unusable timestamps: counts for liveness, not for RTT.
-  s = m.OnProbeReply(1, Milliseconds(100), Milliseconds(105), Milliseconds(105), Milliseconds(90));
+  s = m.OnProbeReply(1, Milliseconds(100), Milliseconds(105), Milliseconds(105), Milliseconds(90),
+                     &counted);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(counted);
   EXPECT_EQ(m.loss().consecutive_missed(), 0);
   EXPECT_EQ(m.rtt().count(), 0);
   // Duplicate and unknown replies.
-  s = m.OnProbeReply(1, Milliseconds(100), Milliseconds(105), Milliseconds(105), Milliseconds(110));
+  s = m.OnProbeReply(1, Milliseconds(100), Milliseconds(105), Milliseconds(105), Milliseconds(110),
+                     &counted);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(counted);
   s = m.OnProbeReply(7, Milliseconds(100), Milliseconds(105), Milliseconds(105), Milliseconds(110));
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(m.loss().duplicate_replies(), 1);

@@ -75,12 +75,11 @@ void SimAgents::OnProbe(NodeId at, LinkId in_link, PacketPtr p) {
   // A reply came back over the reverse of the probed link.
   const LinkId probed = net_.topology().link(in_link).reverse;
   if (probed == kNoLink) return;
-  // A reply with unusable timestamps still counts for loss and liveness; a duplicate or one
-  // too late for the loss window does not.
-  const absl::Status s =
-      monitors_[probed].OnProbeReply(p->seq, p->sent_time, p->peer_received, p->peer_sent, now);
-  if (!s.ok() && !absl::IsInvalidArgument(s)) return;
-  if (liveness_[probed].OnReply(p->seq) && on_liveness_) on_liveness_(probed, true);
+  bool counted = false;
+  monitors_[probed]
+      .OnProbeReply(p->seq, p->sent_time, p->peer_received, p->peer_sent, now, &counted)
+      .IgnoreError();  // what it refuses, the loss window counts
+  if (counted && liveness_[probed].OnReply(p->seq) && on_liveness_) on_liveness_(probed, true);
 }
 
 std::vector<bool> CablesUp(const Topology& topo, const std::vector<LinkSample>& samples) {
