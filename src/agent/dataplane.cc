@@ -336,27 +336,10 @@ std::vector<uint64_t> Dataplane::SentBytesByDestination() const {
 
 DataplaneCounters Dataplane::counters() const {
   DataplaneCounters c;
-  for (size_t i = 0; i < kDropReasons; ++i) c.drops[i] = drops_[i].Get();
-  c.received = received_.Get();
-  c.from_tun = from_tun_.Get();
-  c.encapsulated = encapsulated_.Get();
-  c.delivered = delivered_.Get();
-  c.forwarded = forwarded_.Get();
-  c.sent = sent_.Get();
-  c.sent_bytes = sent_bytes_.Get();
-  c.probes_sent = probes_sent_.Get();
-  c.probe_replies_sent = probe_replies_sent_.Get();
-  c.probe_replies_received = probe_replies_received_.Get();
-  c.probe_replies_rejected = probe_replies_rejected_.Get();
-  c.liveness_changes = liveness_changes_.Get();
-  c.carrier_losses = carrier_losses_.Get();
-  c.recv_errors = recv_errors_.Get();
-  c.receive_batches = receive_batches_.Get();
-  c.send_batches = send_batches_.Get();
-  c.gso_messages = gso_messages_.Get();
-  c.gro_slots = gro_slots_.Get();
-  c.tun_super_reads = tun_super_reads_.Get();
-  c.tun_super_writes = tun_super_writes_.Get();
+  for (size_t i = 0; i < kDropReasons; ++i) c.drops[i] = counters_.drops[i].Get();
+#define DAR_DATAPLANE_COUNTER_READ(name, help) c.name = counters_.name.Get();
+  DAR_DATAPLANE_COUNTERS(DAR_DATAPLANE_COUNTER_READ)
+#undef DAR_DATAPLANE_COUNTER_READ
   return c;
 }
 
@@ -513,7 +496,7 @@ void Dataplane::OnProbeTick() {
       p.monitor.OnProbeSent(seq, t1);
       p.monitor.OnCounters(now, p.Delivered(qdisc), p.queued_bytes + below);
     }
-    probes_sent_.Add();
+    counters_.probes_sent.Add();
     net::OverlayHeader h;
     h.type = net::OverlayType::kProbe;
     h.hop_limit = 1;
@@ -546,8 +529,8 @@ void Dataplane::SendProbe(Port& port, const net::OverlayHeader& header,
     }
     return;
   }
-  sent_.Add();
-  sent_bytes_.Add(*size);
+  counters_.sent.Add();
+  counters_.sent_bytes.Add(*size);
   port.tx_wire_bytes.Add(*size + kUnderlayHeaderBytes);
 }
 
@@ -568,7 +551,7 @@ void Dataplane::HandleProbe(Port& in, const net::OverlayPacket& packet, Time wal
   h.hop_limit = 1;
   h.source = static_cast<uint32_t>(config_.node);
   h.destination = packet.header.source;
-  probe_replies_sent_.Add();
+  counters_.probe_replies_sent.Add();
   SendProbe(
       in, h,
       net::EncodeProbeReply(net::ProbeReplyBody{probe->sequence, probe->t1, wall_rx, WallNow()}),
@@ -591,10 +574,10 @@ void Dataplane::HandleProbeReply(Port& in, const net::OverlayPacket& packet, Tim
     MutexLock lock(&monitor_mu_);
     const absl::Status s = in.monitor.OnProbeReply(reply->sequence, reply->t1, reply->t2, reply->t3,
                                                    wall_rx, &counted);
-    if (!s.ok()) probe_replies_rejected_.Add();
+    if (!s.ok()) counters_.probe_replies_rejected.Add();
   }
   if (!counted) return;
-  probe_replies_received_.Add();
+  counters_.probe_replies_received.Add();
   in.probes_answered.Add();
   if (in.liveness.OnReply(reply->sequence)) SetPortUp(in, in.liveness.up());
 }
@@ -614,7 +597,7 @@ void Dataplane::ReadNetlink() {
       if (carrier) continue;  // coming back is for the probes to confirm
       for (auto& port : ports_) {
         if (port->ifindex != 0 && port->ifindex == static_cast<unsigned>(info->ifi_index)) {
-          carrier_losses_.Add();
+          counters_.carrier_losses.Add();
           LinkFailed(*port);
         }
       }
@@ -631,7 +614,7 @@ void Dataplane::LinkFailed(Port& port) {
 void Dataplane::SetPortUp(Port& port, bool up) {
   port.up_local = up;
   port.up.store(up, std::memory_order_relaxed);
-  liveness_changes_.Add();
+  counters_.liveness_changes.Add();
   if (active_callback_) active_callback_(port.config.neighbour, up);
 }
 

@@ -220,29 +220,47 @@ struct NeighbourSample {
   uint64_t probes_answered = 0;
 };
 
+// The data plane's event counters, each once: X(name, what it counts). The list generates the
+// snapshot's fields (DataplaneCounters), the live counters the data-plane thread adds to, the
+// copy between them and the names they are exported under (DataplaneCounters::ForEach), as
+// Envoy's stats macros do.
+#define DAR_DATAPLANE_COUNTERS(X)                                                         \
+  X(received, "datagrams received on the links (valid or not)")                           \
+  X(from_tun, "packets read from the TUN device (a super-packet counts once)")            \
+  X(encapsulated, "packets from the TUN sent into the overlay (each segment)")            \
+  X(delivered, "data packets for this node written to the TUN (each one joined)")         \
+  X(forwarded, "data packets passed on toward another node")                              \
+  X(sent, "datagrams the kernel took (data and probes)")                                  \
+  X(sent_bytes, "overlay bytes of the datagrams the kernel took")                         \
+  X(probes_sent, "probes sent on the links")                                              \
+  X(probe_replies_sent, "probe replies sent")                                             \
+  X(probe_replies_received, "probe replies counted by the estimators")                    \
+  X(probe_replies_rejected, "probe replies refused: duplicate, too late, unusable times") \
+  X(liveness_changes, "a neighbour link went down or came back up")                       \
+  X(carrier_losses, "a link's interface lost carrier (rtnetlink)")                        \
+  X(recv_errors, "recvmmsg or TUN read failed")                                           \
+  X(receive_batches, "recvmmsg calls that returned datagrams")                            \
+  X(send_batches, "sendmmsg calls that sent datagrams")                                   \
+  X(gso_messages, "messages of 2 or more datagrams (UDP GSO) sent")                       \
+  X(gro_slots, "received slots that held 2 or more datagrams (GRO)")                      \
+  X(tun_super_reads, "TCP super-packets read from the TUN and segmented")                 \
+  X(tun_super_writes, "super-packets of 2 or more segments written to the TUN")
+
 // Event counts since Create. A snapshot: each value is read atomically, the set is not.
 struct DataplaneCounters {
   std::array<uint64_t, kDropReasons> drops{};
-  uint64_t received = 0;      // datagrams received on the links (valid or not)
-  uint64_t from_tun = 0;      // packets read from the TUN device (a super-packet counts once)
-  uint64_t encapsulated = 0;  // packets from the TUN sent into the overlay (each segment)
-  uint64_t delivered = 0;     // data packets for this node written to the TUN (each one joined)
-  uint64_t forwarded = 0;     // data packets passed on toward another node
-  uint64_t sent = 0;          // datagrams the kernel took (data and probes)
-  uint64_t sent_bytes = 0;    // their overlay bytes
-  uint64_t probes_sent = 0;
-  uint64_t probe_replies_sent = 0;
-  uint64_t probe_replies_received = 0;  // counted by the estimators
-  uint64_t probe_replies_rejected = 0;  // duplicate, too late, or unusable timestamps
-  uint64_t liveness_changes = 0;        // a neighbour went down or came back up
-  uint64_t carrier_losses = 0;          // a link's interface lost carrier (rtnetlink)
-  uint64_t recv_errors = 0;             // recvmmsg or TUN read failed
-  uint64_t receive_batches = 0;         // recvmmsg calls that returned datagrams
-  uint64_t send_batches = 0;            // sendmmsg calls that sent datagrams
-  uint64_t gso_messages = 0;            // messages of 2 or more datagrams (UDP GSO) they sent
-  uint64_t gro_slots = 0;               // received slots that held 2 or more datagrams (GRO)
-  uint64_t tun_super_reads = 0;         // TCP super-packets read from the TUN and segmented
-  uint64_t tun_super_writes = 0;        // super-packets of 2 or more segments written to the TUN
+#define DAR_DATAPLANE_COUNTER_FIELD(name, help) uint64_t name = 0;
+  DAR_DATAPLANE_COUNTERS(DAR_DATAPLANE_COUNTER_FIELD)
+#undef DAR_DATAPLANE_COUNTER_FIELD
+
+  // Calls fn(name, help, value) for each counter of the list, in its order (not the drops).
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+#define DAR_DATAPLANE_COUNTER_VISIT(name, help) \
+  fn(std::string_view(#name), std::string_view(help), name);
+    DAR_DATAPLANE_COUNTERS(DAR_DATAPLANE_COUNTER_VISIT)
+#undef DAR_DATAPLANE_COUNTER_VISIT
+  }
 
   uint64_t dropped(DropReason r) const { return drops[static_cast<size_t>(r)]; }
   uint64_t total_dropped() const;
@@ -388,7 +406,7 @@ class Dataplane {
   // Drains rtnetlink: a link whose interface lost carrier (or was deleted) is down at once.
   void ReadNetlink();
   void SetPortUp(Port& port, bool up);
-  void Drop(DropReason reason) { drops_[static_cast<size_t>(reason)].Add(); }
+  void Drop(DropReason reason) { counters_.drops[static_cast<size_t>(reason)].Add(); }
   void DropBuffer(DropReason reason, uint32_t buffer);
   Time WallNow() const;
 
@@ -458,11 +476,14 @@ class Dataplane {
   std::atomic<clockid_t> clock_id_{0};
   mutable Mutex thread_mu_;  // Start/Stop
 
-  std::array<Counter, kDropReasons> drops_;
-  Counter received_, from_tun_, encapsulated_, delivered_, forwarded_, sent_, sent_bytes_;
-  Counter probes_sent_, probe_replies_sent_, probe_replies_received_, probe_replies_rejected_;
-  Counter liveness_changes_, carrier_losses_, recv_errors_, receive_batches_, send_batches_,
-      gso_messages_, gro_slots_, tun_super_reads_, tun_super_writes_;
+  // The live counters of DAR_DATAPLANE_COUNTERS and one per drop reason.
+  struct LiveCounters {
+    std::array<Counter, kDropReasons> drops;
+#define DAR_DATAPLANE_COUNTER_LIVE(name, help) Counter name;
+    DAR_DATAPLANE_COUNTERS(DAR_DATAPLANE_COUNTER_LIVE)
+#undef DAR_DATAPLANE_COUNTER_LIVE
+  };
+  LiveCounters counters_;
   std::vector<Counter> sent_to_;  // by destination NodeId: SentBytesByDestination
 };
 

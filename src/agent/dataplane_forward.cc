@@ -37,10 +37,10 @@ void Dataplane::ReceiveFrom(Port& port, net::UdpSocket& socket) {
     }
     absl::StatusOr<int> got = socket.RecvBatch(absl::MakeSpan(recv_slots_));
     const size_t n = got.ok() ? static_cast<size_t>(*got) : 0;
-    if (!got.ok()) recv_errors_.Add();
+    if (!got.ok()) counters_.recv_errors.Add();
     const Time wall_rx = n > 0 ? WallNow() : Time(0);
     const Time now = n > 0 ? SteadyNow() : Time(0);
-    if (n > 0) receive_batches_.Add();
+    if (n > 0) counters_.receive_batches.Add();
     // Datagrams are authenticated kOverlayParseBatch at a time (their tags side by side: the
     // datagrams of a GRO slot, or equal-size ones of several slots), then handled one by one in
     // order; what they produced is sent every kFlushDatagrams or so.
@@ -60,13 +60,13 @@ void Dataplane::ReceiveFrom(Port& port, net::UdpSocket& socket) {
     for (size_t i = 0; i < n; ++i) {
       net::RecvSlot& slot = recv_slots_[i];
       if (slot.truncated) {
-        received_.Add();
+        counters_.received.Add();
         Drop(DropReason::kTruncated);
         continue;
       }
-      if (slot.segment_size > 0) gro_slots_.Add();
+      if (slot.segment_size > 0) counters_.gro_slots.Add();
       net::ForEachDatagram(slot, [&](size_t offset, size_t size) {
-        received_.Add();
+        counters_.received.Add();
         ++unflushed;
         // Longer than a pool buffer: the peer's MTU is larger than ours.
         if (size > buffer_bytes_) {
@@ -149,7 +149,7 @@ void Dataplane::Deliver(absl::Span<const uint8_t> payload) {
     Drop(DropReason::kTunWrite);
     return;
   }
-  delivered_.Add();
+  counters_.delivered.Add();
 }
 
 void Dataplane::FlushDelivery() {
@@ -160,14 +160,15 @@ void Dataplane::FlushDelivery() {
     const absl::Span<const uint8_t> packet = coalescer.Take(&info);
     const absl::StatusOr<bool> written = tun_->Write(packet, info);
     if (!written.ok() || !*written) {
-      drops_[static_cast<size_t>(DropReason::kTunWrite)].Add(static_cast<uint64_t>(segments));
+      counters_.drops[static_cast<size_t>(DropReason::kTunWrite)].Add(
+          static_cast<uint64_t>(segments));
       // A kernel without UDP segmentation offload for TUN writes (before 6.2) refuses them:
       // this batch is lost, and from now on datagrams are written one by one.
       if (!written.ok() && info.gso == net::OffloadInfo::Gso::kUdp) udp_coalesce_ = false;
       return;
     }
-    delivered_.Add(static_cast<uint64_t>(segments));
-    if (segments > 1) tun_super_writes_.Add();
+    counters_.delivered.Add(static_cast<uint64_t>(segments));
+    if (segments > 1) counters_.tun_super_writes.Add();
   };
   if (!tcp_coalescer_) return;
   flush(*tcp_coalescer_);
@@ -190,11 +191,11 @@ void Dataplane::ReadTun() {
                          &info)
             : tun_->Read(absl::MakeSpan(inner, room));
     if (!n.ok() || *n == 0) {
-      if (!n.ok()) recv_errors_.Add();
+      if (!n.ok()) counters_.recv_errors.Add();
       GiveBuffer(b);
       break;
     }
-    from_tun_.Add();
+    counters_.from_tun.Add();
     if (info.gso == net::OffloadInfo::Gso::kNone) {
       if (*n > room || !net::CompleteChecksum(absl::MakeSpan(inner, *n), info)) {
         DropBuffer(DropReason::kBadOffload, b);
@@ -213,7 +214,7 @@ void Dataplane::ReadTun() {
       Drop(DropReason::kBadOffload);
       continue;
     }
-    tun_super_reads_.Add();
+    counters_.tun_super_reads.Add();
     // Sealed in chunks, their tags side by side; a chunk takes at most the buffers free (the
     // pool keeps at least one free for every packet in flight, see Create).
     std::array<uint32_t, net::kOverlayParseBatch> segments;
@@ -281,7 +282,7 @@ void Dataplane::EncapsulateBatch(const uint32_t* buffers, const size_t* sizes, s
   if (m == 0) return;
   net::TagSealedOverlays(*key, data.data(), sealed.data(), m);
   for (size_t j = 0; j < m; ++j) {
-    encapsulated_.Add();
+    counters_.encapsulated.Add();
     Route(kept[j], data[j], sealed[j], headers[j], /*transit=*/false, now);
   }
 }
@@ -307,7 +308,7 @@ void Dataplane::Route(uint32_t buffer, uint8_t* data, size_t size, const net::Ov
       DropBuffer(DropReasonFor(s), buffer);
       return;
     }
-    forwarded_.Add();
+    counters_.forwarded.Add();
   }
   Enqueue(*ports_[static_cast<size_t>(port_of_link_[static_cast<size_t>(link)])], data, size,
           buffer);
@@ -402,16 +403,16 @@ void Dataplane::Flush(Port& port) {
       continue;
     }
     for (int m = 0; m < sent; ++m) {
-      if (tx.runs[m] > 1) gso_messages_.Add();
+      if (tx.runs[m] > 1) counters_.gso_messages.Add();
       for (uint32_t k = 0; k < tx.runs[m]; ++k) {
         const Port::Queued q = port.Pop();
-        sent_.Add();
-        sent_bytes_.Add(q.size);
+        counters_.sent.Add();
+        counters_.sent_bytes.Add(q.size);
         port.tx_wire_bytes.Add(q.size + kUnderlayHeaderBytes);
         GiveBuffer(q.buffer);
       }
     }
-    send_batches_.Add();
+    counters_.send_batches.Add();
   }
   SetWritableInterest(port, false);
 }

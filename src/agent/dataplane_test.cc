@@ -60,6 +60,25 @@ TEST(DropReasonTest, OverlayStatusesMapToTheirReasons) {
   }
 }
 
+// Every field of the snapshot besides the drops comes from the one list, so it is exported
+// under its own name: a field added outside DAR_DATAPLANE_COUNTERS would be missed by ForEach.
+TEST(DataplaneCountersTest, ForEachVisitsEveryCounterOnceByItsName) {
+  DataplaneCounters c;
+  uint64_t next = 1;
+#define DAR_TEST_SET(name, help) c.name = next++;
+  DAR_DATAPLANE_COUNTERS(DAR_TEST_SET)
+#undef DAR_TEST_SET
+  std::set<std::string_view> names;
+  uint64_t expected = 1;
+  c.ForEach([&](std::string_view name, std::string_view help, uint64_t value) {
+    EXPECT_TRUE(names.insert(name).second) << name;
+    EXPECT_FALSE(help.empty()) << name;
+    EXPECT_EQ(value, expected++) << name;
+  });
+  EXPECT_EQ(names.size() * sizeof(uint64_t), sizeof(DataplaneCounters) - sizeof(c.drops));
+  EXPECT_TRUE(names.count("forwarded") == 1 && names.count("sent_bytes") == 1);
+}
+
 TEST(TrafficClassTest, Cs1IsBulkEverythingElseLatency) {
   EXPECT_EQ(TrafficClassFromTos(8 << 2), net::TrafficClass::kBulk);        // CS1
   EXPECT_EQ(TrafficClassFromTos((8 << 2) | 3), net::TrafficClass::kBulk);  // CS1 with ECN CE

@@ -159,9 +159,11 @@ int Run(const std::string& path, const std::string& log_path) {
       drops[std::string(agent::DropReasonName(static_cast<agent::DropReason>(r)))] = c.drops[r];
     }
   }
-  out.Info("stopped", {{"forwarded", c.forwarded},
-                       {"delivered", c.delivered},
-                       {"encapsulated", c.encapsulated},
+  nlohmann::json counters = nlohmann::json::object();
+  c.ForEach([&](std::string_view name, std::string_view, uint64_t value) {
+    counters[std::string(name)] = value;
+  });
+  out.Info("stopped", {{"dataplane", counters},
                        {"drops", drops},
                        {"tables_accepted", t.accepted},
                        {"tables_refused", t.refused},
