@@ -1,6 +1,6 @@
 // The agent's configuration file: who this node is, the whole overlay (every node and link, for
 // the static fallback table), its neighbours on the underlay, the controller, TLS files and
-// local settings. dar-lab writes one per node (lab/lab.h NodeConfigYaml); parsed and validated
+// local settings. dar-lab writes one per node (lab/lab_files.h NodeConfigYaml); parsed and validated
 // here in one place, errors naming the file and the field ("A.yaml: neighbours[1].link: ...").
 //
 //   lab: dmd                          # optional, for people

@@ -39,6 +39,10 @@
 // the policy's Weigh is one call over all. No part's work depends on another's, so the
 // cycle's output is the same bit for bit on any executor.
 // Pure computation: no clock, no I/O, no thread of its own. Not thread-safe.
+//
+// The code: configuration and the cycle in route_computer.cc; what it knows of each link
+// (samples, marks, forecasts, LinkState) in route_computer_links.cc; the learned policy's
+// part of a cycle in route_computer_policy.cc.
 #ifndef DAR_CORE_ROUTE_COMPUTER_H_
 #define DAR_CORE_ROUTE_COMPUTER_H_
 
@@ -298,6 +302,8 @@ class RouteComputer {
   Duration MeasuredQueueing(LinkId l, DataRate capacity) const;
   void ObserveDelivery(LinkId l, const LinkSample& previous);
   void ResetForecasts();
+  // A link's utilisation forecaster as config_.forecast says, bounded to [0, 1].
+  HoltForecaster NewForecaster() const;
   void ResetEngines();
   // Runs the weight policy over `out`'s tables and replaces them with its weights; leaves
   // them and returns why if it fails.

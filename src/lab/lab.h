@@ -134,42 +134,6 @@ class Lab {
 std::vector<std::string> TbfCommand(const std::string& netns, const std::string& ifname,
                                     DataRate rate);
 
-// Credentials and files of a lab dir besides state.json: certificates in <dir>/certs (the layout
-// of security/certs.h: a CA, the controller's, node-<id> for every node, admin-admin for darctl),
-// the data-plane key agents start with (<dir>/overlay.key, 64 hex digits, mode 0600), the
-// agents' state dirs (<dir>/state/<node name>, made by the agents).
-inline constexpr std::string_view kLabCertDir = "certs";
-inline constexpr std::string_view kLabAdminName = "admin";
-inline constexpr std::string_view kLabOverlayKeyFile = "overlay.key";
-// The id of that key (the controller starts with it too, and rotates to new ones).
-inline constexpr int kLabInitialKeyId = 0;
-inline constexpr int kLabDataPort = 7000;
-// What a link without a rate limit is configured as (a veth is much faster than anything the
-// lab sends).
-inline constexpr DataRate kLabUnlimitedCapacity = DataRate::Gbps(10);
-
-// The lab's trust domain: "<lab name>.dar".
-std::string LabTrustDomain(const LabLayout& layout);
-// A node's overlay (TUN) address: 10.77.0.<id> (a /16).
-std::string LabOverlayAddress(const NodeLayout& node);
-// The capacity both ends are told: the rate limit, or kLabUnlimitedCapacity.
-DataRate LabLinkCapacity(const LinkLayout& link);
-
-// Creates the CA, the controller's, every node's and the admin's certificates, valid from an
-// hour before `now` for a year, and a fresh overlay key in `dir`; replaces earlier ones.
-// Errors: those of security::InitCertDir / IssueFromCertDir, Internal for the key file.
-absl::Status CreateLabCredentials(const LabLayout& layout, const std::string& dir, absl::Time now);
-
-// The config file a node's agent gets ({config}; agent/agent_config.h reads it): its id and
-// name, namespace, the controller's address, its management link, TLS files, state dir, probe
-// and forwarding settings, the initial key, every node and link of the lab (for the static
-// table), and its neighbours with link index, local interface and address, the peer's address
-// and interface, and the rate limit. Paths are relative to the lab dir (where it is written).
-std::string NodeConfigYaml(const LabLayout& layout, int node);
-// The config file the controller gets (control/controller_config.h reads it): its listen
-// address, TLS files and trust domain, probe settings, the nodes and the links.
-std::string ControllerConfigYaml(const LabLayout& layout);
-
 // A human-readable summary: nodes with namespaces, addresses, config and log paths, links with
 // their state and rate, the controller's address, and each process with whether it is running.
 std::string DescribeLab(const LabState& state, const std::string& dir);

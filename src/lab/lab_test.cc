@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lab/lab_files.h"
 #include "security/key_ring.h"
 #include "security/tls.h"
 #include "yaml-cpp/yaml.h"

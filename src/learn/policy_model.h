@@ -43,6 +43,10 @@
 // (QuantizedPolicyModel::BatchLogits). The kernels take rows in blocks; for hidden layers of
 // at most 32 (dar-train's default), the AVX2 ones run 8 rows at a time, one per lane, and the
 // AVX-512 one 16.
+//
+// The code, one concern per file: the model file and FP32 in policy_model.cc; the INT8 model
+// and its link halves in policy_quantized.cc; the row kernels in policy_kernels.cc; the
+// softmax and LearnedPolicy in learned_policy.cc.
 #ifndef DAR_LEARN_POLICY_MODEL_H_
 #define DAR_LEARN_POLICY_MODEL_H_
 
@@ -60,7 +64,7 @@
 
 namespace dar::learn {
 
-struct LinkHalves;  // policy_model.cc
+struct LinkHalves;  // policy_kernels.h
 
 inline constexpr int kModelFormatVersion = 1;
 
