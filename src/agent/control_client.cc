@@ -33,6 +33,7 @@ ControlClient::ControlClient(const AgentConfig& config, TableStore& store,
       dataplane_(dataplane),
       log_(log),
       options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : RealClock::Instance()),
       rng_(options_.seed),
       forwarding_(options_.forwarding),
       probe_interval_ns_(config.probe_interval.count()),
@@ -40,15 +41,9 @@ ControlClient::ControlClient(const AgentConfig& config, TableStore& store,
 
 ControlClient::~ControlClient() { Stop(); }
 
-Time ControlClient::Now() const {
-  if (options_.steady_clock) return options_.steady_clock();
-  return std::chrono::duration_cast<Time>(std::chrono::steady_clock::now().time_since_epoch());
-}
+Time ControlClient::Now() const { return clock_.Now(); }
 
-int64_t ControlClient::UnixNow() const {
-  if (options_.unix_clock) return options_.unix_clock();
-  return absl::ToUnixNanos(absl::Now());
-}
+int64_t ControlClient::UnixNow() const { return clock_.UnixNanos(); }
 
 absl::Status ControlClient::Start() {
   MutexLock lock(&mu_);

@@ -33,6 +33,7 @@
 #include "agent/agent_tables.h"
 #include "agent/dataplane.h"
 #include "agent/table_store.h"
+#include "base/clock.h"
 #include "base/json_log.h"
 #include "base/mutex.h"
 #include "core/next_hop_chooser.h"
@@ -95,11 +96,11 @@ struct ControlClientOptions {
   ForwardingConfig forwarding;
   // Seeds the backoff jitter.
   uint64_t seed = 1;
-  // The steady clock of the table store and the samples' `now`; default std::chrono's
-  // steady_clock. The Unix clock (nanoseconds) stamps samples and checks certificate
-  // validity; default the system clock.
-  std::function<Time()> steady_clock;
-  std::function<int64_t()> unix_clock;
+  // The clock of every decision the client makes on time: the table store's staleness, the
+  // samples' `now`, the silence timeout (monotonic); the samples' and fallbacks' stamps and
+  // certificate validity (Unix). The real one if null; must outlive the client. (The client's
+  // thread paces its waits on the steady clock whatever this is.)
+  const Clock* clock = nullptr;
 };
 
 // What the client has done since Start. A snapshot.
@@ -171,6 +172,7 @@ class ControlClient {
   DataplaneControl& dataplane_;
   JsonLog& log_;
   ControlClientOptions options_;
+  const Clock& clock_;           // options_.clock, or the real one
   Random rng_;                   // the run thread's
   ForwardingConfig forwarding_;  // the reader thread's
   // The probe settings in force (config file, then the controller's); the interval also paces

@@ -32,20 +32,11 @@ namespace dar::agent {
 namespace {
 
 using ::testing::HasSubstr;
-using Clock = std::chrono::steady_clock;
-
 constexpr auto kTimeout = std::chrono::seconds(20);
 constexpr char kDomain[] = "test.dar";
 
-// Polls `done` until it holds or kTimeout passes.
-bool Eventually(const std::function<bool()>& done) {
-  const auto deadline = Clock::now() + kTimeout;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
+// Polls `done` until it holds or kTimeout passes (the client's thread, the gRPC streams).
+bool Eventually(const std::function<bool()>& done) { return test::WaitFor(done, kTimeout); }
 
 using test::TempDir;
 
@@ -312,6 +303,7 @@ neighbours:
   void StartClient(ControlClientOptions options = {}) {
     options.backoff_min = Milliseconds(10);
     options.backoff_max = Milliseconds(100);
+    options.clock = &clock_;
     client_ = std::make_unique<ControlClient>(config_, *store_, dataplane_, log_, options);
     ASSERT_TRUE(client_->Start().ok());
   }
@@ -324,6 +316,10 @@ neighbours:
     return false;
   }
 
+  // Every decision the client makes on time (staleness, silence, stamps) reads this clock,
+  // which moves only when a test says: none depends on how fast this machine runs the test.
+  // It starts at the real Unix time, inside the certificates' validity.
+  ManualClock clock_{absl::ToUnixNanos(absl::Now())};
   TempDir dir_;
   std::string certs_;
   int port_ = 0;
@@ -379,7 +375,7 @@ TEST_F(ControlClientTest, SaysHelloOverMutualTlsThenSendsSamples) {
   EXPECT_EQ(a.queue_bytes(), 1234);
   EXPECT_EQ(a.probes_sent(), 40u);
   EXPECT_EQ(a.probes_answered(), 30u);
-  EXPECT_GT(a.time_unix_ns(), 1'600'000'000'000'000'000);
+  EXPECT_EQ(a.time_unix_ns(), clock_.UnixNanos());  // stamped by the client's clock
   EXPECT_EQ(samples.samples(1).neighbor_id(), 4u);
   EXPECT_FALSE(samples.samples(1).up());
   // What the node sent since its previous samples, per destination: D's 1,000 bytes, each
@@ -481,10 +477,12 @@ TEST_F(ControlClientTest, AppliesTheControllersConfig) {
   ASSERT_EQ(dataplane_.probes().size(), 1u);
   EXPECT_EQ(dataplane_.probes()[0], std::make_pair(Duration(Milliseconds(50)), 5));
 
-  // The short staleness timeout applies: a table that is not refreshed gives way to the
-  // static one, installed by the client on its own.
+  // The short staleness timeout applies: a table that is not refreshed for longer gives way
+  // to the static one, installed by the client on its own.
   ASSERT_TRUE(controller_->SendTable(FullTable(3)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
+  ASSERT_TRUE(Eventually([&] { return !dataplane_.tables()->is_static; }));
+  clock_.Advance(Milliseconds(250));
   ASSERT_TRUE(Eventually([&] { return dataplane_.tables()->is_static; }));
   EXPECT_TRUE(Logged("table stale: falling back to the static table"));
 
@@ -506,7 +504,7 @@ TEST_F(ControlClientTest, AppliesTheControllersConfig) {
 TEST_F(ControlClientTest, ReportsItsTableAndEveryFallbackToStatic) {
   // As the agent's main does: the static table is taken (and installed) before the client
   // starts; the hello must still say static.
-  ASSERT_NE(store_->TakeChange(Time(std::chrono::steady_clock::now().time_since_epoch())), nullptr);
+  ASSERT_NE(store_->TakeChange(clock_.Now()), nullptr);
   StartClient();
   size_t cursor = 0;
   const v1::Hello hello = controller_->NextHello(cursor);
@@ -524,19 +522,18 @@ TEST_F(ControlClientTest, ReportsItsTableAndEveryFallbackToStatic) {
   EXPECT_FALSE(status.static_table());
   EXPECT_EQ(status.fallbacks(), 0u);
 
-  // A short staleness timeout, and no refresh: the agent falls back and says so.
+  // A short staleness timeout, and no refresh: once the clock has passed it, the agent falls
+  // back and says so, stamped with the time it did.
   v1::ControllerMessage m;
   m.mutable_config()->set_table_stale_ms(150);
-  const int64_t before_ns = absl::ToUnixNanos(absl::Now());
   ASSERT_TRUE(controller_->Send(m));
+  clock_.Advance(Milliseconds(200));
   status = next_status();
   EXPECT_TRUE(status.static_table());
   EXPECT_EQ(status.fallbacks(), 1u);
-  EXPECT_GE(status.last_fallback_unix_ns(), before_ns);
-  EXPECT_LE(status.last_fallback_unix_ns(), absl::ToUnixNanos(absl::Now()));
+  EXPECT_EQ(status.last_fallback_unix_ns(), clock_.UnixNanos());
 
-  m.mutable_config()->set_table_stale_ms(60'000);  // no second fallback while the test runs
-  ASSERT_TRUE(controller_->Send(m));
+  // A new table replaces the static one; the clock stands still, so it stays fresh.
   ASSERT_TRUE(controller_->SendTable(FullTable(4)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
   status = next_status();
@@ -569,12 +566,16 @@ TEST_F(ControlClientTest, AFallbackWhileDisconnectedIsInTheNextHello) {
   size_t cursor = 0;
   controller_->NextHello(cursor);
   v1::ControllerMessage m;
-  m.mutable_config()->set_table_stale_ms(2000);  // long enough to be disconnected first
+  m.mutable_config()->set_table_stale_ms(2000);
   ASSERT_TRUE(controller_->Send(m));
   ASSERT_TRUE(controller_->SendTable(FullTable(5)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
   const int port = port_;
   StopServer();
+  ASSERT_TRUE(Eventually([&] { return !client_->status().connected; }));
+  // The table goes stale only now, while no controller listens.
+  EXPECT_FALSE(client_->table_status().static_table());
+  clock_.Advance(Milliseconds(2500));
   ASSERT_TRUE(Eventually([&] { return client_->table_status().static_table(); }));
   // The old stream never heard of it: it happened while disconnected.
   EXPECT_EQ(controller_->Count([](const v1::AgentMessage& x) {
@@ -588,7 +589,7 @@ TEST_F(ControlClientTest, AFallbackWhileDisconnectedIsInTheNextHello) {
   EXPECT_EQ(hello.installed_version(), 5u);
   EXPECT_TRUE(hello.table_status().static_table());
   EXPECT_EQ(hello.table_status().fallbacks(), 1u);
-  EXPECT_GT(hello.table_status().last_fallback_unix_ns(), 0);
+  EXPECT_EQ(hello.table_status().last_fallback_unix_ns(), clock_.UnixNanos());
 }
 
 TEST_F(ControlClientTest, ReconnectsAfterTheControllerRestarts) {
@@ -623,7 +624,15 @@ TEST_F(ControlClientTest, GivesUpASilentStream) {
   StartClient(options);
   size_t cursor = 0;
   controller_->NextHello(cursor);
-  // The controller never answers: the client drops the stream and says hello again.
+  // The controller never answers, but the clock has not moved: the stream is kept, however
+  // long the samples take in real time.
+  for (int i = 0; i < 3; ++i) {
+    controller_->Next(cursor, [](const v1::AgentMessage& x) { return x.has_samples(); });
+  }
+  EXPECT_EQ(controller_->Count([](const v1::AgentMessage& x) { return x.has_hello(); }), 1);
+  EXPECT_EQ(client_->status().connect_failures, 0);
+  // Past the timeout, the client drops the stream and says hello again.
+  clock_.Advance(Milliseconds(250));
   controller_->NextHello(cursor);
   EXPECT_GE(client_->status().connect_failures, 1);
   EXPECT_THAT(client_->status().last_error, HasSubstr("sent nothing for 200 ms"));

@@ -18,16 +18,13 @@
 #include "agent/dataplane.h"
 #include "agent/saved_keys.h"
 #include "agent/table_store.h"
+#include "base/clock.h"
 #include "base/json_log.h"
 #include "fmt/format.h"
 #include "security/tls.h"
 
 namespace dar::cli {
 namespace {
-
-Time SteadyNow() {
-  return std::chrono::duration_cast<Time>(std::chrono::steady_clock::now().time_since_epoch());
-}
 
 // The configuration, the TLS files it names (this node's certificate) and the data plane's
 // settings, checked as a start would, without opening anything.
@@ -121,8 +118,8 @@ int Run(const std::string& path, const std::string& log_path) {
 
   // Forward at once: on the table from disk if there is a good one, else the static table.
   agent::TableStore store(*config, topology, config->table_stale, &out);
-  store.LoadFromDisk(SteadyNow()).IgnoreError();  // logged by the store
-  (*dataplane)->InstallTables(store.TakeChange(SteadyNow()));
+  store.LoadFromDisk(RealClock::Instance().Now()).IgnoreError();  // logged by the store
+  (*dataplane)->InstallTables(store.TakeChange(RealClock::Instance().Now()));
   agent::DataplaneBridge bridge(**dataplane);
   agent::ControlClientOptions options;
   options.forwarding = dataplane_config->forwarding;

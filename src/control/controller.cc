@@ -12,12 +12,7 @@ namespace dar::control {
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig config,
                                                               const ControllerOptions& options) {
   std::unique_ptr<Controller> c(new Controller());
-  if (options.clock == nullptr) {
-    c->own_clock_ = std::make_unique<RealClock>();
-    c->clock_ = c->own_clock_.get();
-  } else {
-    c->clock_ = options.clock;
-  }
+  c->clock_ = options.clock != nullptr ? options.clock : &RealClock::Instance();
   c->config_file_ = config.file;
   c->listen_override_ = options.listen_override;
   if (!options.listen_override.empty()) config.listen = options.listen_override;

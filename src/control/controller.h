@@ -12,10 +12,10 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "base/clock.h"
 #include "base/json_log.h"
 #include "base/mutex.h"
 #include "control/admin_service.h"
-#include "control/controller_clock.h"
 #include "control/controller_config.h"
 #include "control/controller_core.h"
 #include "control/controller_metrics.h"
@@ -31,7 +31,7 @@ struct ControllerOptions {
   bool cycle_thread = true;
   // The clock; the real one if null. Must outlive the controller. (The cycle thread paces
   // itself on the steady clock whatever this is.)
-  const ControllerClock* clock = nullptr;
+  const Clock* clock = nullptr;
   // Replaces the configuration's listen address, at start and on every reload (a command
   // line flag).
   std::string listen_override;
@@ -75,8 +75,7 @@ class Controller {
   absl::Status Apply(absl::StatusOr<ControllerConfig> next);
   void CycleLoop();
 
-  std::unique_ptr<RealClock> own_clock_;
-  const ControllerClock* clock_ = nullptr;
+  const Clock* clock_ = nullptr;
   std::string config_file_;
   std::string listen_override_;
   std::string trust_domain_;

@@ -23,8 +23,8 @@ std::pair<std::string, std::string> CableKey(const std::string& a, const std::st
   return a < b ? std::pair(a, b) : std::pair(b, a);
 }
 
-ControllerCore::ControllerCore(const ControllerConfig& config, const ControllerClock& clock,
-                               JsonLog& log, ControllerMetrics& metrics, bool publish_thread,
+ControllerCore::ControllerCore(const ControllerConfig& config, const Clock& clock, JsonLog& log,
+                               ControllerMetrics& metrics, bool publish_thread,
                                std::optional<security::KeyRing> keys)
     : clock_(clock),
       log_(log),

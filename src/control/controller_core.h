@@ -34,10 +34,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/clock.h"
 #include "base/executor.h"
 #include "base/json_log.h"
 #include "base/mutex.h"
-#include "control/controller_clock.h"
 #include "control/controller_config.h"
 #include "control/controller_metrics.h"
 #include "control/controller_session.h"
@@ -93,7 +93,7 @@ class ControllerCore {
   // core's own (an idle stream serialises and encrypts its next write in the offer), so the
   // cycle thread is free for the next decision; a newer snapshot replaces one not yet
   // offered. Without it, RunCycle offers before it returns.
-  ControllerCore(const ControllerConfig& config, const ControllerClock& clock, JsonLog& log,
+  ControllerCore(const ControllerConfig& config, const Clock& clock, JsonLog& log,
                  ControllerMetrics& metrics, bool publish_thread = false,
                  std::optional<security::KeyRing> keys = std::nullopt);
   ~ControllerCore();
@@ -274,7 +274,7 @@ class ControllerCore {
   std::vector<bool> DrainedLinks(
       const Overlay& overlay, const std::set<std::pair<std::string, std::string>>& drained) const;
 
-  const ControllerClock& clock_;
+  const Clock& clock_;
   JsonLog& log_;
   ControllerMetrics& metrics_;
 

@@ -19,8 +19,8 @@ class AgentStream final : public Reactor,
                           public AgentLink,
                           public std::enable_shared_from_this<AgentStream> {
  public:
-  AgentStream(grpc::CallbackServerContext* context, ControllerCore& core,
-              const ControllerClock& clock, JsonLog& log)
+  AgentStream(grpc::CallbackServerContext* context, ControllerCore& core, const Clock& clock,
+              JsonLog& log)
       : core_(core), clock_(clock), log_(log), peer_(security::PeerSpiffeId(*context)) {}
 
   void Begin() {
@@ -175,7 +175,7 @@ class AgentStream final : public Reactor,
   }
 
   ControllerCore& core_;
-  const ControllerClock& clock_;
+  const Clock& clock_;
   JsonLog& log_;
   const absl::StatusOr<security::SpiffeId> peer_;
   v1::AgentMessage in_;  // only the read path touches it

@@ -10,8 +10,8 @@
 #define DAR_CONTROL_CONTROLLER_SERVICE_H_
 
 #include "absl/status/status.h"
+#include "base/clock.h"
 #include "base/json_log.h"
-#include "control/controller_clock.h"
 #include "control/controller_core.h"
 #include "dar/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -28,7 +28,7 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
   // All three must outlive the service and every stream it opened (shut the server down
   // first).
-  AgentServiceImpl(ControllerCore& core, const ControllerClock& clock, JsonLog& log)
+  AgentServiceImpl(ControllerCore& core, const Clock& clock, JsonLog& log)
       : core_(core), clock_(clock), log_(log) {}
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* Connect(
@@ -36,7 +36,7 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
 
  private:
   ControllerCore& core_;
-  const ControllerClock& clock_;
+  const Clock& clock_;
   JsonLog& log_;
 };
 
