@@ -307,8 +307,8 @@ void Dataplane::SetLivenessCallback(std::function<void(NodeId neighbour, bool up
 std::vector<NeighbourSample> Dataplane::Samples(Time now) const {
   std::vector<NeighbourSample> out;
   out.reserve(ports_.size());
-  MutexLock lock(&monitor_mu_);
   for (const auto& p : ports_) {
+    MutexLock lock(&p->monitor_mu);
     NeighbourSample n;
     n.neighbour = p->config.neighbour;
     n.link = p->config.link;
@@ -466,9 +466,9 @@ void Dataplane::ApplyControl() {
     spec.it_interval.tv_nsec = interval.count() % 1000000000;
     spec.it_value = spec.it_interval;
     ::timerfd_settime(timer_fd_.get(), 0, &spec, nullptr);  // cannot fail for a valid spec
-    MutexLock monitor_lock(&monitor_mu_);
     for (auto& p : ports_) {
       p->liveness.set_missed_probes(missed);
+      MutexLock lock(&p->monitor_mu);
       p->monitor.set_sample_period(interval);
     }
   }
@@ -492,7 +492,7 @@ void Dataplane::OnProbeTick() {
     const absl::StatusOr<QdiscStats> qdisc = ReadRootQdiscStats(p.ifindex);
     const int64_t below = std::max<int64_t>(outq, qdisc.ok() ? qdisc->backlog_bytes : 0);
     {
-      MutexLock lock(&monitor_mu_);
+      MutexLock lock(&p.monitor_mu);
       p.monitor.OnProbeSent(seq, t1);
       p.monitor.OnCounters(now, p.Delivered(qdisc), p.queued_bytes + below);
     }
@@ -571,7 +571,7 @@ void Dataplane::HandleProbeReply(Port& in, const net::OverlayPacket& packet, Tim
   }
   bool counted = false;
   {
-    MutexLock lock(&monitor_mu_);
+    MutexLock lock(&in.monitor_mu);
     const absl::Status s = in.monitor.OnProbeReply(reply->sequence, reply->t1, reply->t2, reply->t3,
                                                    wall_rx, &counted);
     if (!s.ok()) counters_.probe_replies_rejected.Add();

@@ -466,9 +466,6 @@ class Dataplane {
   std::function<void(NodeId, bool)> pending_callback_ ABSL_GUARDED_BY(control_mu_);
   std::atomic<uint64_t> generation_{0};
 
-  // Guards every Port::monitor (the data-plane thread writes, Samples reads).
-  mutable Mutex monitor_mu_;
-
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> thread_cpu_ns_{0};  // of finished runs

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "agent/dataplane.h"
 #include "agent/qdisc_stats.h"
+#include "base/mutex.h"
 #include "core/telemetry.h"
 #include "net/udp_socket.h"
 
@@ -77,7 +78,9 @@ struct Dataplane::Port {
   // Same address and port: probes and replies, steered here by the kernel on arrival (see
   // Create), sent at once, never queued behind data.
   net::UdpSocket probe_socket;
-  LinkMonitor monitor;  // guarded by monitor_mu_
+  // The data-plane thread writes the monitor, Samples reads it from the caller's thread.
+  mutable Mutex monitor_mu;
+  LinkMonitor monitor ABSL_GUARDED_BY(monitor_mu);
   LinkLiveness liveness;
   bool up_local = true;  // liveness.up(), for the chooser
   std::atomic<bool> up{true};

@@ -85,53 +85,66 @@ class AgentStream final : public Reactor,
   }
 
   void OnDone() override {
-    if (wire_id_) core_.Detach(*wire_id_, this);
-    log_.Debug("agent stream done", {{"node", wire_id_ ? std::to_string(*wire_id_) : "?"},
-                                     {"status", finish_status_.error_message()}});
+    std::optional<uint32_t> id;
+    std::string status;
+    {
+      MutexLock lock(&mu_);
+      id = wire_id_;
+      status = finish_status_.error_message();
+    }
+    if (id) core_.Detach(*id, this);
+    log_.Debug("agent stream done", {{"node", id ? std::to_string(*id) : "?"}, {"status", status}});
     std::shared_ptr<AgentStream> last = std::move(self_);  // may delete this on return
   }
 
  private:
+  // The node the stream was admitted for; none before its hello.
+  std::optional<uint32_t> WireId() {
+    MutexLock lock(&mu_);
+    return wire_id_;
+  }
+
   absl::Status Handle(const v1::AgentMessage& m) {
+    const std::optional<uint32_t> id = WireId();
     switch (m.kind_case()) {
       case v1::AgentMessage::kHello:
+        if (id) return Refuse("a second hello", id);
         return OnHello(m.hello());
       case v1::AgentMessage::kSamples: {
-        if (!wire_id_) return Refuse("samples before hello");
-        const absl::Status s = core_.OnSamples(*wire_id_, m.samples());
-        if (!s.ok()) core_.OnStreamRefused("samples_refused", std::to_string(*wire_id_), s);
+        if (!id) return Refuse("samples before hello", id);
+        const absl::Status s = core_.OnSamples(*id, m.samples());
+        if (!s.ok()) core_.OnStreamRefused("samples_refused", std::to_string(*id), s);
         return s;
       }
       case v1::AgentMessage::kAck: {
-        if (!wire_id_) return Refuse("an ack before hello");
+        if (!id) return Refuse("an ack before hello", id);
         AckOutcome outcome;
         {
           MutexLock lock(&mu_);
           outcome = session_->OnAck(m.ack());
           TryWriteLocked();
         }
-        core_.OnAck(*wire_id_, m.ack(), outcome);
+        core_.OnAck(*id, m.ack(), outcome);
         return absl::OkStatus();
       }
       case v1::AgentMessage::kStatus:
-        if (!wire_id_) return Refuse("a table status before hello");
-        core_.OnTableStatus(*wire_id_, m.status());
+        if (!id) return Refuse("a table status before hello", id);
+        core_.OnTableStatus(*id, m.status());
         return absl::OkStatus();
       case v1::AgentMessage::KIND_NOT_SET:
         break;
     }
-    return Refuse("an empty message (no hello, samples, ack or table status)");
+    return Refuse("an empty message (no hello, samples, ack or table status)", id);
   }
 
-  absl::Status Refuse(const std::string& what) {
+  absl::Status Refuse(const std::string& what, std::optional<uint32_t> id) {
     const absl::Status s = absl::InvalidArgumentError(
         fmt::format("protocol error: {}; an agent sends hello first, then samples and acks", what));
-    core_.OnStreamRefused("stream_refused", wire_id_ ? std::to_string(*wire_id_) : "", s);
+    core_.OnStreamRefused("stream_refused", id ? std::to_string(*id) : "", s);
     return s;
   }
 
   absl::Status OnHello(const v1::Hello& hello) {
-    if (wire_id_) return Refuse("a second hello");
     if (!peer_.ok()) {
       const absl::Status s = absl::UnauthenticatedError(
           fmt::format("hello for node {}: no usable client identity: {}", hello.node_id(),
@@ -181,8 +194,7 @@ class AgentStream final : public Reactor,
   v1::AgentMessage in_;  // only the read path touches it
 
   Mutex mu_;
-  // Set once admitted, under mu_, by the read path, which alone reads it without mu_.
-  std::optional<uint32_t> wire_id_;
+  std::optional<uint32_t> wire_id_ ABSL_GUARDED_BY(mu_);  // set once admitted
   std::optional<AgentSession> session_ ABSL_GUARDED_BY(mu_);
   // Offers before admission.
   std::shared_ptr<const RouteSnapshot> pending_snapshot_ ABSL_GUARDED_BY(mu_);
@@ -191,8 +203,7 @@ class AgentStream final : public Reactor,
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish wanted
   bool finished_ ABSL_GUARDED_BY(mu_) = false;   // Finish called
-  // Set under mu_; OnDone, after the last callback, reads it without.
-  grpc::Status finish_status_;
+  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<AgentStream> self_;
 };
 
