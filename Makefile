@@ -6,7 +6,7 @@ TSAN_BUILD ?= build-tsan
 SCENARIO ?= scenarios/default.yaml
 OUT ?= out/default
 
-.PHONY: deps configure build run test test-asan test-tsan check-thread-safety check-layers bench evaluate format clean
+.PHONY: deps configure build run test test-asan test-tsan check-thread-safety check-tidy check-layers bench evaluate format clean
 
 deps:
 	./scripts/install-deps.sh
@@ -20,13 +20,15 @@ build: configure
 run: build
 	./$(BUILD)/src/cli/dar-sim run $(SCENARIO) --out $(OUT)
 
-# The layers of src/ (no include runs back up), unit and integration tests (Release), clang's
-# thread-safety analysis of the code that locks, the unit tests again under ASan + UBSan, and
+# The layers of src/ (no include runs back up), a build without a warning (-Werror), unit and
+# integration tests (Release), clang's thread-safety analysis of the code that locks,
+# clang-tidy's bugprone and performance checks, the unit tests again under ASan + UBSan, and
 # those of threaded code under TSan.
 test: build
 	./scripts/check-layers.py src
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) check-thread-safety
+	$(MAKE) check-tidy
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
 
@@ -55,6 +57,11 @@ check-layers:
 
 check-thread-safety: configure
 	./scripts/check-thread-safety.py $(BUILD)
+
+# clang-tidy (.clang-tidy: bugprone-*, performance-*) over every non-test source and the DAR
+# headers it includes; any finding fails.
+check-tidy: configure
+	./scripts/check-tidy.py $(BUILD)
 
 bench: build
 	./$(BUILD)/bench/sim_bench

@@ -107,6 +107,7 @@ absl::Status Build(Bench& b, bool gso, bool transit) {
   // The overlay.
   for (const char* name : {"src", "mid", "dst"}) b.topology.AddNode(name, NodeKind::kSwitch);
   std::vector<std::pair<LinkId, LinkId>> links;
+  links.reserve(2);
   for (int e = 0; e < 2; ++e) links.push_back(b.topology.AddDuplexLink(e, e + 1, LinkParams{}));
   net::OverlayKeyBytes key = net::GenerateOverlayKey();
   const RoutingTables routing = ComputeStaticTables(b.topology);
@@ -272,9 +273,13 @@ absl::StatusOr<Result> BlastUdp(Bench& b, const UdpRun& run, double seconds) {
   std::atomic<uint64_t> received{0};
   std::thread receiver([&] {
     ::pthread_setname_np(::pthread_self(), "fb-recv");
-    std::vector<uint8_t> bufs(64 * 2048);
+    constexpr size_t kSlots = 64, kSlotBytes = 2048;
+    std::vector<uint8_t> bufs(kSlots * kSlotBytes);
     std::vector<net::RecvSlot> slots;
-    for (int i = 0; i < 64; ++i) slots.emplace_back(absl::MakeSpan(bufs.data() + i * 2048, 2048));
+    slots.reserve(kSlots);
+    for (size_t i = 0; i < kSlots; ++i) {
+      slots.emplace_back(absl::MakeSpan(bufs.data() + i * kSlotBytes, kSlotBytes));
+    }
     while (!stop.load(std::memory_order_relaxed)) {
       pollfd p{rx.fd(), POLLIN, 0};
       if (::poll(&p, 1, 50) <= 0) continue;

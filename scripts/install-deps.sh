@@ -8,8 +8,9 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # clang's thread-safety analysis of the code that locks (make check-thread-safety): g++
-  # ignores the ABSL_GUARDED_BY annotations; clang checks them. python3 runs the check.
-  clang python3
+  # ignores the ABSL_GUARDED_BY annotations; clang checks them. clang-tidy's bugprone and
+  # performance checks (make check-tidy). python3 runs both.
+  clang clang-tidy python3
   # The real runtime (controller, agents, overlay, lab): gRPC over mutual TLS, OpenSSL for
   # certificates, libsodium for data-plane authenticators, Prometheus metrics, an HTTP server
   # for /healthz and metrics, iproute2 for namespaces and veths, iperf3 for the lab's traffic.

@@ -27,12 +27,12 @@ std::string Endpoint(net::Ipv4Address a, uint16_t port) {
 
 ControlClient::ControlClient(const AgentConfig& config, TableStore& store,
                              DataplaneControl& dataplane, JsonLog& log,
-                             ControlClientOptions options)
+                             const ControlClientOptions& options)
     : config_(config),
       store_(store),
       dataplane_(dataplane),
       log_(log),
-      options_(std::move(options)),
+      options_(options),
       clock_(options_.clock != nullptr ? *options_.clock : RealClock::Instance()),
       rng_(options_.seed),
       forwarding_(options_.forwarding),

@@ -120,7 +120,7 @@ class ControlClient {
  public:
   // `config`, `store`, `dataplane` and `log` must outlive the client.
   ControlClient(const AgentConfig& config, TableStore& store, DataplaneControl& dataplane,
-                JsonLog& log, ControlClientOptions options);
+                JsonLog& log, const ControlClientOptions& options);
   // Stops the client.
   ~ControlClient();
   ControlClient(const ControlClient&) = delete;

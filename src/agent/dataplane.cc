@@ -279,7 +279,7 @@ absl::Status Dataplane::SetForwarding(const ForwardingConfig& config) {
 absl::Status Dataplane::SetProbeSettings(Duration interval, int missed_probes) {
   if (interval < Milliseconds(1) || interval > Seconds(60)) {
     return absl::InvalidArgumentError(
-        fmt::format("probe interval {} ms: must be between 1 ms and 60 s", interval.count() / 1e6));
+        fmt::format("probe interval {} ms: must be between 1 ms and 60 s", ToMillis(interval)));
   }
   if (missed_probes < 1) {
     return absl::InvalidArgumentError(

@@ -21,8 +21,10 @@ class Message {
   explicit Message(uint16_t type) { Append(nlmsghdr{.nlmsg_type = type}); }
   template <typename T>
   Message& Append(const T& value) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    bytes_.insert(bytes_.end(), p, p + sizeof(T));
+    // (resize and memcpy: g++ 12 warns, wrongly, of an overflow in inserting the bytes.)
+    const size_t at = bytes_.size();
+    bytes_.resize(at + sizeof(T));
+    std::memcpy(bytes_.data() + at, &value, sizeof(T));
     Pad();
     return *this;
   }

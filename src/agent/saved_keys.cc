@@ -14,7 +14,7 @@ namespace dar::agent {
 namespace {
 
 constexpr char kFormat[] = "dar-agent-keys/1";
-constexpr size_t kMaxFileBytes = 64 * 1024;
+constexpr size_t kMaxFileBytes = size_t{64} * 1024;
 
 std::string KeysPath(const std::string& state_dir) {
   return (std::filesystem::path(state_dir) / kKeysFileName).string();

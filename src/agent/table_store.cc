@@ -42,9 +42,7 @@ std::string RowName(const v1::Route& r) {
   return fmt::format("destination {} class {}", r.destination_id(), r.traffic_class());
 }
 
-absl::Status Refusal(std::string message) {
-  return absl::FailedPreconditionError(std::move(message));
-}
+absl::Status Refusal(const std::string& message) { return absl::FailedPreconditionError(message); }
 
 absl::Status NonZeroVersion(uint64_t version) {
   return version == 0 ? Refusal("version 0 is not a table version") : absl::OkStatus();

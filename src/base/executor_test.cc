@@ -111,6 +111,7 @@ TEST(ExecutorTest, NestedAndConcurrentCallsFinish) {
 
   std::atomic<int> total = 0;
   std::vector<std::thread> callers;
+  callers.reserve(3);
   for (int c = 0; c < 3; ++c) {
     callers.emplace_back([&] {
       for (int k = 0; k < 50; ++k) pool.RunEach(6, [&](int) { total.fetch_add(1); });

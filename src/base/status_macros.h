@@ -16,11 +16,14 @@
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, Foo());` declares x from an absl::StatusOr, or returns its error.
+// `lhs` is a declaration, which parentheses would break.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define ASSIGN_OR_RETURN(lhs, rexpr) \
   ASSIGN_OR_RETURN_IMPL_(DAR_CONCAT_(dar_statusor_, __LINE__), lhs, rexpr)
 #define ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                           \
   if (!statusor.ok()) return statusor.status();      \
   lhs = std::move(statusor).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif  // DAR_BASE_STATUS_MACROS_H_

@@ -45,6 +45,7 @@ v1::NodeView ControllerCore::NodeViewLocked(NodeId n) const {
 std::vector<v1::NodeView> ControllerCore::ListNodes() const {
   MutexLock lock(&mu_);
   std::vector<v1::NodeView> out;
+  out.reserve(static_cast<size_t>(overlay_->topology.num_nodes()));
   for (NodeId n = 0; n < overlay_->topology.num_nodes(); ++n) out.push_back(NodeViewLocked(n));
   return out;
 }

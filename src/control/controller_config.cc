@@ -411,12 +411,12 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
     return loc.Key(root, "sample_timeout",
                    top.Error("sample_timeout", fmt::format("must be longer than the probe interval "
                                                            "({} ms)",
-                                                           c.probe_interval.count() / 1000000.0)));
+                                                           ToMillis(c.probe_interval))));
   }
   if (c.table_stale <= c.policy.cycle) {
     return loc.Key(root, "table_stale",
                    top.Error("table_stale", fmt::format("must be longer than the cycle ({} ms)",
-                                                        c.policy.cycle.count() / 1000000.0)));
+                                                        ToMillis(c.policy.cycle))));
   }
 
   RETURN_IF_ERROR(ReadNodes(loc, top, root, c));

@@ -354,7 +354,7 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
         ++dropped;
         continue;
       }
-      pending_.push_back(std::move(p));
+      pending_.push_back(p);
     }
     if (pending_sent_.size() < 64 * static_cast<size_t>(topo.num_nodes()) * topo.num_nodes()) {
       pending_sent_.insert(pending_sent_.end(), sent.begin(), sent.end());

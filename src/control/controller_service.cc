@@ -112,7 +112,7 @@ class AgentStream final : public Reactor,
         return OnHello(m.hello());
       case v1::AgentMessage::kSamples: {
         if (!id) return Refuse("samples before hello", id);
-        const absl::Status s = core_.OnSamples(*id, m.samples());
+        absl::Status s = core_.OnSamples(*id, m.samples());
         if (!s.ok()) core_.OnStreamRefused("samples_refused", std::to_string(*id), s);
         return s;
       }
@@ -138,7 +138,7 @@ class AgentStream final : public Reactor,
   }
 
   absl::Status Refuse(const std::string& what, std::optional<uint32_t> id) {
-    const absl::Status s = absl::InvalidArgumentError(
+    absl::Status s = absl::InvalidArgumentError(
         fmt::format("protocol error: {}; an agent sends hello first, then samples and acks", what));
     core_.OnStreamRefused("stream_refused", id ? std::to_string(*id) : "", s);
     return s;
@@ -146,7 +146,7 @@ class AgentStream final : public Reactor,
 
   absl::Status OnHello(const v1::Hello& hello) {
     if (!peer_.ok()) {
-      const absl::Status s = absl::UnauthenticatedError(
+      absl::Status s = absl::UnauthenticatedError(
           fmt::format("hello for node {}: no usable client identity: {}", hello.node_id(),
                       std::string(peer_.status().message())));
       core_.OnStreamRefused("hello_refused", std::to_string(hello.node_id()), s);

@@ -89,7 +89,7 @@ std::string TestConfigYaml(const TestPki& pki, int nodes,
   return out;
 }
 
-TestAgent::TestAgent(std::shared_ptr<grpc::Channel> channel, TableHandler on_table,
+TestAgent::TestAgent(const std::shared_ptr<grpc::Channel>& channel, TableHandler on_table,
                      bool keep_messages)
     : stub_(v1::AgentService::NewStub(channel)),
       on_table_(std::move(on_table)),

@@ -71,7 +71,7 @@ class TestAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Con
 
   // Opens the stream on `channel`. Without `keep_messages` only their number is kept
   // (WaitFor then finds nothing; for long runs).
-  TestAgent(std::shared_ptr<grpc::Channel> channel, TableHandler on_table = nullptr,
+  TestAgent(const std::shared_ptr<grpc::Channel>& channel, TableHandler on_table = nullptr,
             bool keep_messages = true);
   ~TestAgent() override;  // cancels the call and waits for it to end
 

@@ -151,8 +151,8 @@ class YamlReader {
     double scale;  // value * scale = nanoseconds or bytes
   };
 
-  YamlReader(YAML::Node node, std::string where)
-      : node_(std::move(node)), where_(std::move(where)) {}
+  // YAML::Node has no move constructor: a node is a handle, copied.
+  YamlReader(const YAML::Node& node, std::string where) : node_(node), where_(std::move(where)) {}
   static std::vector<UnitKey> DurationKeys(std::string_view name);
   static std::vector<UnitKey> SizeKeys(std::string_view name);
   static std::string DurationDisplay(std::string_view name);

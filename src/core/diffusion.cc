@@ -33,9 +33,11 @@ void PrefetchBlock(const DestinationTable& table, uint32_t row) {
 
 void PrefetchRow(const DestinationTable& table, uint32_t row) {
   const absl::Span<const NextHop> r = table.Row(row);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(r.data() + r.size());
-  for (uintptr_t p = reinterpret_cast<uintptr_t>(r.data()) & ~uintptr_t{63}; p < end; p += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(p));
+  const char* const begin = reinterpret_cast<const char*>(r.data());
+  const char* const end = reinterpret_cast<const char*>(r.data() + r.size());
+  // From the start of the row's first cache line (64 bytes) to its end.
+  for (const char* p = begin - (reinterpret_cast<uintptr_t>(begin) & 63); p < end; p += 64) {
+    __builtin_prefetch(p);
   }
 }
 
@@ -136,6 +138,7 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
   std::vector<LinkId> twin(topo.num_links(), kNoLink);
   {
     std::vector<std::pair<std::pair<NodeId, NodeId>, LinkId>> ends;
+    ends.reserve(static_cast<size_t>(topo.num_links()));
     for (LinkId l = 0; l < topo.num_links(); ++l)
       ends.push_back({{topo.link(l).src, topo.link(l).dst}, l});
     std::sort(ends.begin(), ends.end());

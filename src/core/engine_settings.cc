@@ -27,10 +27,12 @@ EngineSettings DeployedEngineSettings() {
 }
 
 absl::Status ReadEngineSettings(YamlReader& r, EngineSettings& s) {
-  ASSIGN_OR_RETURN(const std::string decision,
-                   r.OptionalChoice("decision", s.marginal ? "marginal" : "diffusion",
-                                    {"diffusion", "marginal"}));
-  s.marginal = decision == "marginal";
+  // Not ASSIGN_OR_RETURN into a string: g++ 12 then warns, wrongly, that the string may be
+  // read uninitialised (-Wmaybe-uninitialized, which -Werror makes fatal).
+  const absl::StatusOr<std::string> decision = r.OptionalChoice(
+      "decision", s.marginal ? "marginal" : "diffusion", {"diffusion", "marginal"});
+  if (!decision.ok()) return decision.status();
+  s.marginal = *decision == "marginal";
   MarginalDecisionConfig& m = s.marginal_config;
   RoutingObjective& o = m.routing.objective;
   ASSIGN_OR_RETURN(o.power, r.Optional<double>("objective_power", o.power, Bounds::InRange(2, 64)));

@@ -479,7 +479,7 @@ void ComputeMarginals(const Problem& p, size_t t, const std::vector<double>& w, 
     m.delta[v] = delta;
     m.curvature[v] = curvature;
     for (const auto [l, k] : out) tainted = tainted || m.tainted[k] || !(m.delta[k] < delta);
-    m.tainted[v] = tainted;
+    m.tainted[v] = static_cast<char>(tainted);
   }
 }
 
@@ -489,7 +489,6 @@ void ComputeMarginals(const Problem& p, size_t t, const std::vector<double>& w, 
 void StepToward(const Problem& p, size_t t, const DestinationFlow& flow, const Marginals& m,
                 const ObjectiveTerms& terms, const MarginalRoutingConfig& config, double step,
                 std::vector<double>& w, std::vector<std::pair<LinkId, double>>& undo) {
-  const Topology& topo = p.topo();
   const NodeId target = p.targets()[t];
   const auto set = [&](LinkId l, double weight) {
     if (weight != w[l]) undo.push_back({l, w[l]});
@@ -497,7 +496,7 @@ void StepToward(const Problem& p, size_t t, const DestinationFlow& flow, const M
   };
   // A node without traffic keeps its weights: they steer only what may come, and moving them
   // would churn tables for nothing.
-  for (const auto [v, traffic] : flow.through) {
+  for (const auto& [v, traffic] : flow.through) {
     if (v == target || m.delta[v] == kInf || !(traffic > 0)) continue;
     const absl::Span<const Out> out = p.OutOf(v);
     // The next hop of least marginal cost: a current one, or a neighbour v may start using.

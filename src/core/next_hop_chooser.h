@@ -58,7 +58,7 @@ struct ForwardingConfig {
   // absorbs, and short flows on a quiet fabric are not split at all. The default, 15 KB
   // (about ten full segments, 12 us at 10 Gb/s), is well inside the simulator's 50 us
   // minimum reordering window (docs/transport.md).
-  int64_t reroute_threshold_bytes = 15 * 1024;
+  int64_t reroute_threshold_bytes = int64_t{15} * 1024;
   // drill_flowlet: a flowlet of the latency class (0) is held as above for its first
   // sticky_packets packets only; after them every packet takes DRILL's choice. Hermes
   // reroutes only flows that have sent more than 100 KB: the short ones (RPCs, query

@@ -207,7 +207,7 @@ void RouteComputer::LinkStates(std::vector<LinkState>& states, std::vector<char>
   slow.resize(links);
   for (LinkId l = 0; l < links; ++l) {
     states[l] = StateOf(l);
-    slow[l] = Slow(l);
+    slow[l] = static_cast<char>(Slow(l));
   }
 }
 

@@ -117,6 +117,7 @@ RoutingTables ComputeStaticTables(const Topology& topo) {
 RoutingTables ComputeEcmpTables(const Topology& topo) {
   return ComputeTables(topo, [](const std::vector<LinkId>& links, size_t) {
     std::vector<NextHop> hops;
+    hops.reserve(links.size());
     for (LinkId l : links) hops.push_back({l, 1.0 / static_cast<double>(links.size())});
     return hops;
   });

@@ -24,7 +24,9 @@ DestinationTable::DestinationTable(NodeId destination,
 
 RoutingTables::RoutingTables(int num_nodes, const std::vector<NodeId>& destinations)
     : dest_index_(num_nodes, -1), destinations_(destinations), tables_(destinations.size()) {
-  for (size_t i = 0; i < destinations.size(); ++i) dest_index_[destinations[i]] = i;
+  for (size_t i = 0; i < destinations.size(); ++i) {
+    dest_index_[destinations[i]] = static_cast<int32_t>(i);
+  }
 }
 
 void RoutingTables::Set(DestinationTablePtr table) {

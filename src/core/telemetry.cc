@@ -148,8 +148,8 @@ Duration RttEstimator::percentile() const {
   if (sorted_.empty()) return Duration::zero();
   const int64_t n = static_cast<int64_t>(sorted_.size());
   // The small epsilon keeps e.g. 0.5 * 4 at rank 2 despite rounding in quantile_ * n.
-  const int64_t rank =
-      std::clamp<int64_t>(static_cast<int64_t>(std::ceil(quantile_ * n - 1e-9)), 1, n);
+  const int64_t rank = std::clamp<int64_t>(
+      static_cast<int64_t>(std::ceil(quantile_ * static_cast<double>(n) - 1e-9)), 1, n);
   return sorted_[static_cast<size_t>(rank - 1)];
 }
 

@@ -18,9 +18,13 @@ inline constexpr Duration Nanoseconds(int64_t n) { return Duration(n); }
 inline constexpr Duration Microseconds(int64_t n) { return Duration(n * 1000); }
 inline constexpr Duration Milliseconds(int64_t n) { return Duration(n * 1000 * 1000); }
 inline constexpr Duration Seconds(int64_t n) { return Duration(n * 1000 * 1000 * 1000); }
-// Rounds to the nearest nanosecond. For configuration input only, never on a hot path.
+// Rounds to the nearest nanosecond, halves away from zero (as std::llround, which is not
+// constexpr). For configuration input only, never on a hot path.
 inline constexpr Duration SecondsF(double s) {
-  return Duration(static_cast<int64_t>(s * 1e9 + 0.5));
+  const double ns = s * 1e9;
+  const auto whole = static_cast<int64_t>(ns);  // toward zero
+  const double rest = ns - static_cast<double>(whole);
+  return Duration(rest >= 0.5 ? whole + 1 : rest <= -0.5 ? whole - 1 : whole);
 }
 inline constexpr double ToSeconds(Duration d) { return static_cast<double>(d.count()) * 1e-9; }
 inline constexpr double ToMillis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }

@@ -57,7 +57,7 @@ std::string LogPath(const std::string& dir, const std::string& who) {
 // passes, and GSO hands the shaper datagrams of up to 64 KiB. Replaced in place with a smaller
 // bucket while such a datagram is queued, a tbf would otherwise wedge for good.
 int64_t TbfBurstBytes(DataRate rate) {
-  return std::max<int64_t>(rate.BytesIn(Milliseconds(10)), 64 * 1024);
+  return std::max<int64_t>(rate.BytesIn(Milliseconds(10)), int64_t{64} * 1024);
 }
 
 }  // namespace

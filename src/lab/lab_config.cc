@@ -97,7 +97,7 @@ class Locator : public YamlLocator {
 
   // CheckNoUnknownKeys of `r` (reading `map`), located at the offending key.
   absl::Status CheckKeys(const YamlReader& r, const YAML::Node& map) const {
-    const absl::Status s = r.CheckNoUnknownKeys();
+    absl::Status s = r.CheckNoUnknownKeys();
     if (s.ok()) return s;
     if (map.IsDefined() && map.IsMap()) {
       for (const auto& entry : map) {

@@ -69,7 +69,7 @@ std::string LabTest::WriteDiamond(const std::vector<std::string>& rates,
     links += fmt::format("  - {{a: {}, b: {}{}}}\n", ends[i][0], ends[i][1],
                          rate.empty() ? "" : ", rate: " + rate);
   }
-  const std::string path = dir_ + "/lab.yaml";
+  std::string path = dir_ + "/lab.yaml";
   std::ofstream(path) << fmt::format(
       "name: {}\nnodes:\n  - {{id: 1, name: A}}\n  - {{id: 2, name: B}}\n"
       "  - {{id: 3, name: C}}\n  - {{id: 4, name: D}}\nlinks:\n{}services:\n{}",

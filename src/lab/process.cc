@@ -99,6 +99,7 @@ void WaitForExit(std::vector<Target>& targets, Duration timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!targets.empty()) {
     std::vector<pollfd> fds;
+    fds.reserve(targets.size());
     for (const Target& t : targets) fds.push_back({t.pidfd, POLLIN, 0});
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -184,6 +185,7 @@ absl::StatusOr<HeldProcess> SpawnHeld(const std::vector<std::string>& argv,
     return absl::InternalError(fmt::format("cannot start `{}`: {}", shown, Errno(err)));
   }
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
 

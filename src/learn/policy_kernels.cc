@@ -13,6 +13,11 @@
 namespace dar::learn {
 namespace {
 
+// The kernels index rows and registers with int products (a row of the block, at most 16,
+// times a width, at most 528): far from overflowing int, and kept in int so that the
+// compiler's address arithmetic stays what it is.
+// NOLINTBEGIN(bugprone-implicit-widening-of-multiplication-result)
+
 // Quantises the non-negative `x` (n values) to [0, 32767] in `q`; returns the scale (x ~ q *
 // scale), 0 if all of x is 0.
 float QuantiseActivations(const float* x, int n, int16_t* q) {
@@ -530,6 +535,7 @@ __attribute__((target(DAR_AVX512_TARGET))) void Rows32Avx512(const KernelNet& ne
 }
 #undef DAR_AVX512_TARGET
 #pragma GCC diagnostic pop
+// NOLINTEND(bugprone-implicit-widening-of-multiplication-result)
 
 }  // namespace
 

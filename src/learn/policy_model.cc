@@ -107,7 +107,8 @@ absl::Status AllFinite(const std::vector<float>& v, const std::string& what) {
 // Line (1-based) of byte `offset` of `text`.
 size_t LineOf(const std::string& text, size_t offset) {
   offset = std::min(offset, text.size());
-  return 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + offset, '\n'));
+  return 1 + static_cast<size_t>(std::count(
+                 text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n'));
 }
 
 }  // namespace

@@ -157,11 +157,17 @@ __attribute__((always_inline)) inline void SipHashLanes(const uint8_t* const* in
   v2 ^= 0xee;
   for (int r = 0; r < 4; ++r) DAR_SIPHASH_ROUND;
   Lanes t = v0 ^ v1 ^ v2 ^ v3;
-  for (int l = 0; l < L; ++l) std::memcpy(out[l], &t[l], 8);
+  for (int l = 0; l < L; ++l) {
+    const uint64_t lane = t[l];  // (clang takes no address of a vector's lane)
+    std::memcpy(out[l], &lane, 8);
+  }
   v1 ^= 0xdd;
   for (int r = 0; r < 4; ++r) DAR_SIPHASH_ROUND;
   t = v0 ^ v1 ^ v2 ^ v3;
-  for (int l = 0; l < L; ++l) std::memcpy(out[l] + 8, &t[l], 8);
+  for (int l = 0; l < L; ++l) {
+    const uint64_t lane = t[l];
+    std::memcpy(out[l] + 8, &lane, 8);
+  }
 }
 
 #undef DAR_SIPHASH_ROUND

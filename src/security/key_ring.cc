@@ -15,7 +15,7 @@ namespace dar::security {
 namespace {
 
 constexpr char kFormat[] = "dar-key-ring/1";
-constexpr size_t kMaxRingFileBytes = 64 * 1024;
+constexpr size_t kMaxRingFileBytes = size_t{64} * 1024;
 
 std::string Hex(const std::string& bytes) {
   std::string out;

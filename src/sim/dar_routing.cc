@@ -42,8 +42,8 @@ void DarRouting::Start(ControlContext& ctx) {
     ApplyKnownDown();
     Cycle(/*force_full=*/false, config_.push_delay);
   });
-  pushes_line_ = std::make_unique<DelayLine<Push>>(
-      ctx.loop, [this](Push&& p) { Receive(std::move(p.tables), p.cls); });
+  pushes_line_ =
+      std::make_unique<DelayLine<Push>>(ctx.loop, [this](Push&& p) { Receive(p.tables, p.cls); });
   if (config_.decision == DarConfig::Decision::kMarginal) {
     MarginalDecisionConfig m = config_.marginal;
     m.period = config_.agents.period;
@@ -150,7 +150,7 @@ void DarRouting::SendTables(std::shared_ptr<const RoutingTables> tables, int cls
   pushes_line_->Send(Push{std::move(tables), cls}, delay);
 }
 
-void DarRouting::Receive(std::shared_ptr<const RoutingTables> tables, int cls) {
+void DarRouting::Receive(const std::shared_ptr<const RoutingTables>& tables, int cls) {
   const Time now = ctx_->loop.now();
   TableManager& m = *managers_[cls];
   if (!m.Offer(tables, now).ok()) {
@@ -181,7 +181,7 @@ void DarRouting::Report(nlohmann::json& metrics) const {
   metrics["control_cycles"] = marginal ? marginal_->stats().cycles : stats.cycles;
   metrics["route_changes"] = route_changes;
   const double seconds = ToSeconds(ctx_->loop.now());
-  metrics["route_changes_per_s"] = seconds > 0 ? route_changes / seconds : 0.0;
+  metrics["route_changes_per_s"] = seconds > 0 ? static_cast<double>(route_changes) / seconds : 0.0;
   if (marginal) {
     const MarginalDecisionStats& m = marginal_->stats();
     metrics["marginal"] = {{"publishes", m.publishes},   {"holds", m.holds},

@@ -105,7 +105,7 @@ class DarRouting : public ControlPlane {
   void SendTables(std::shared_ptr<const RoutingTables> tables, int cls, Duration delay);
   // The forwarders receive tables: they offer them to their TableManager and install what it
   // then serves.
-  void Receive(std::shared_ptr<const RoutingTables> tables, int cls);
+  void Receive(const std::shared_ptr<const RoutingTables>& tables, int cls);
 
   DarConfig config_;
   ControlContext* ctx_ = nullptr;

@@ -221,6 +221,7 @@ nlohmann::json MeanOfRuns(const std::vector<nlohmann::json>& runs) {
   Json& policies = out["policies"];
   for (size_t i = 0; i < policies.size(); ++i) {
     std::vector<const Json*> metrics;
+    metrics.reserve(runs.size());
     for (const Json& r : runs) metrics.push_back(&r.at("policies").at(i).at("metrics"));
     policies[i]["metrics"] = MeanOf(metrics);
   }
@@ -264,6 +265,7 @@ absl::StatusOr<nlohmann::json> SummarizeSeeds(const std::vector<nlohmann::json>&
   Json& policies = out["policies"];
   for (size_t i = 0; i < policies.size(); ++i) {
     std::vector<const Json*> metrics;
+    metrics.reserve(runs.size());
     for (const Json& r : runs) metrics.push_back(&r["policies"][i]["metrics"]);
     policies[i]["ci95"] = IntervalOf(metrics);
     Json missing = Json::object();
@@ -443,7 +445,7 @@ std::string FormatSeedMarkdown(const nlohmann::json& summary,
       }
       std::string diff = DiffText(*e, sc.factor, ", ");
       if (!e->at("relative").is_number()) diff += sc.unit;
-      if (e->at("significant").get<bool>()) diff = "**" + diff + "**";
+      if (e->at("significant").get<bool>()) diff = fmt::format("**{}**", diff);
       out += " " + diff + " |";
     }
     out += "\n";

@@ -300,8 +300,9 @@ void Transport::OnAck(const Packet& p) {
   f.window_acked += payload;
   if (p.ece) f.window_marked += payload;
   if (f.snd_una >= f.window_end) {
-    const double frac =
-        f.window_acked > 0 ? static_cast<double>(f.window_marked) / f.window_acked : 0.0;
+    const double frac = f.window_acked > 0 ? static_cast<double>(f.window_marked) /
+                                                 static_cast<double>(f.window_acked)
+                                           : 0.0;
     if (plb_ &&
         f.plb.OnRoundEnd(*plb_, f.window_acked, f.window_marked, f.in_flight_bytes > 0, now)) {
       Repath(f);

@@ -76,6 +76,7 @@ absl::StatusOr<std::vector<NodeId>> ReadSlowHosts(YamlReader& r, const Topology&
 std::vector<bool> SlowFlags(const std::vector<NodeId>& group,
                             const std::vector<NodeId>& slow_hosts) {
   std::vector<bool> slow;
+  slow.reserve(group.size());
   for (NodeId h : group) {
     slow.push_back(std::find(slow_hosts.begin(), slow_hosts.end(), h) != slow_hosts.end());
   }
