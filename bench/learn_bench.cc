@@ -121,7 +121,7 @@ void BM_BuildFeatures(benchmark::State& state) {
       LinkState& s = states[l];
       s.utilisation = 0.8 * rng.Uniform();
       s.present_utilisation = present[l] = s.utilisation * rng.Uniform();
-      s.queueing = rng.Uniform() < 0.1 ? Nanoseconds(static_cast<int64_t>(20'000 * rng.Uniform()))
+      s.queueing = rng.Uniform() < 0.1 ? Microseconds(static_cast<int64_t>(20 * rng.Uniform()))
                                        : Duration(0);
       s.loss = rng.Uniform() < 0.05 ? 0.01 * rng.Uniform() : 0;
     }

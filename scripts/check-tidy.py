@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """clang-tidy's bugprone and performance checks (.clang-tidy) over DAR's own code.
 
-Every non-generated, non-test source under src/ and bench/ in BUILD/compile_commands.json is
-checked with the build's own flags, and the DAR headers it includes with it (HeaderFilterRegex
-in .clang-tidy); any finding fails the check. Tests are left out: they are as many files again,
-mostly GoogleTest macros, and would double the time for little. So is what builds against
-LibTorch (src/train and dar-train's main): Debian's LibTorch headers do not compile with clang 14. A finding that is wrong is
+Every non-generated source under src/ and bench/ in BUILD/compile_commands.json but the tests
+(*_test.cc; the test helpers are checked) is checked with the build's own flags, and the DAR
+headers it includes with it (HeaderFilterRegex in .clang-tidy); any finding fails the check.
+Tests are left out: they are as many files again, mostly GoogleTest macros, and would double
+the time for little. So is what builds against LibTorch (src/train and dar-train's main):
+Debian's LibTorch headers do not compile with clang 14. A finding that is wrong is
 silenced where it is, with NOLINT(check) and the reason beside it.
 Usage: check-tidy.py BUILD_DIR
 """

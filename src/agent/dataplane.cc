@@ -279,7 +279,8 @@ absl::Status Dataplane::SetForwarding(const ForwardingConfig& config) {
 absl::Status Dataplane::SetProbeSettings(Duration interval, int missed_probes) {
   if (interval < Milliseconds(1) || interval > Seconds(60)) {
     return absl::InvalidArgumentError(
-        fmt::format("probe interval {} ms: must be between 1 ms and 60 s", ToMillis(interval)));
+        fmt::format("probe interval {} ms: must be between 1 ms and 60 s",
+                    static_cast<double>(interval.count()) / 1e6));
   }
   if (missed_probes < 1) {
     return absl::InvalidArgumentError(

@@ -1,7 +1,8 @@
 // Integration tests (root only): data planes in network namespaces joined by veth pairs, each
 // with its TUN device, carrying plain UDP and TCP between the namespaces' overlay addresses.
 // Everything a test creates (namespaces, veths, TUNs, sockets) is named with the process id
-// and removed by RAII, also when the test fails.
+// and removed by RAII, also when the test fails. One file over 600 lines: the namespaces,
+// veths and TUN devices the tests share are most of it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>

@@ -1,6 +1,7 @@
 // Unit tests of the data plane that need no privileges: the pure pieces (drop reasons, DSCP,
 // ingress classification, the liveness state machine, config checks) and whole Dataplanes
 // without TUN devices talking over loopback sockets (probes, liveness, forwarding, drops).
+// One file over 600 lines: the loopback data planes are one fixture the tests share.
 // Every node of a test gets its own loopback address 127.a.b.n, with a.b from the process id,
 // so that parallel test processes never share a socket address.
 #include "agent/dataplane.h"

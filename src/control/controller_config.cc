@@ -409,14 +409,16 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
               top.OptionalDuration("sample_timeout", 3 * c.probe_interval, Bounds::Positive())));
   if (c.sample_timeout <= c.probe_interval) {
     return loc.Key(root, "sample_timeout",
-                   top.Error("sample_timeout", fmt::format("must be longer than the probe interval "
-                                                           "({} ms)",
-                                                           ToMillis(c.probe_interval))));
+                   top.Error("sample_timeout",
+                             fmt::format("must be longer than the probe interval "
+                                         "({} ms)",
+                                         static_cast<double>(c.probe_interval.count()) / 1e6)));
   }
   if (c.table_stale <= c.policy.cycle) {
-    return loc.Key(root, "table_stale",
-                   top.Error("table_stale", fmt::format("must be longer than the cycle ({} ms)",
-                                                        ToMillis(c.policy.cycle))));
+    return loc.Key(
+        root, "table_stale",
+        top.Error("table_stale", fmt::format("must be longer than the cycle ({} ms)",
+                                             static_cast<double>(c.policy.cycle.count()) / 1e6)));
   }
 
   RETURN_IF_ERROR(ReadNodes(loc, top, root, c));

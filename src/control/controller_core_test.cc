@@ -1,3 +1,7 @@
+// The controller's core through its whole contract (admission, samples, the cycle, acks, the
+// admin views, reloads and operator state) on a manual clock, without gRPC. One file over
+// 600 lines: every test shares the fixture that plays the agents, and splitting it would
+// spread that fixture over several files.
 #include "control/controller_core.h"
 
 #include <algorithm>

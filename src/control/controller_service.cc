@@ -99,7 +99,7 @@ class AgentStream final : public Reactor,
 
  private:
   // The node the stream was admitted for; none before its hello.
-  std::optional<uint32_t> WireId() {
+  std::optional<uint32_t> WireId() ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     return wire_id_;
   }

@@ -33,11 +33,11 @@ void PrefetchBlock(const DestinationTable& table, uint32_t row) {
 
 void PrefetchRow(const DestinationTable& table, uint32_t row) {
   const absl::Span<const NextHop> r = table.Row(row);
-  const char* const begin = reinterpret_cast<const char*>(r.data());
-  const char* const end = reinterpret_cast<const char*>(r.data() + r.size());
-  // From the start of the row's first cache line (64 bytes) to its end.
-  for (const char* p = begin - (reinterpret_cast<uintptr_t>(begin) & 63); p < end; p += 64) {
-    __builtin_prefetch(p);
+  // Each cache line (64 bytes) the row touches, from the one it starts in. Addresses as
+  // integers: a pointer before the row's start would be undefined.
+  const uintptr_t end = reinterpret_cast<uintptr_t>(r.data() + r.size());
+  for (uintptr_t p = reinterpret_cast<uintptr_t>(r.data()) & ~uintptr_t{63}; p < end; p += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(p));  // NOLINT(performance-no-int-to-ptr)
   }
 }
 

@@ -1,3 +1,6 @@
+// The diffusion engine: potentials, downhill weights, loop freedom, incremental recomputation
+// and hysteresis. One file, as the engine is one algorithm (diffusion.cc says why that is
+// one file too).
 #include "core/diffusion.h"
 
 #include <cmath>

@@ -6,6 +6,7 @@
 //
 // Needs root, iperf3 and openssl (scripts/install-deps.sh installs them); skips otherwise.
 // Every lab is named after the test process and removed by TearDown, also when a test fails.
+// One file over 600 lines: every test runs on the one lab fixture, which is most of it.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>

@@ -185,7 +185,7 @@ class QuantizedPolicyModel {
   // The slot in `ws` of the first layer's link half for `c`, made if it has none this call.
   uint32_t LinkSlot(const PolicyCandidate& c, Workspace& ws) const;
   // Logits of n rows: row r's features at rows + r * stride bytes, their link halves from
-  // `halves` (policy_model.cc).
+  // `halves` (policy_kernels.h), by the kernel `kernel` picks (policy_quantized.cc).
   void Run(const char* rows, size_t stride, size_t n, const LinkHalves& halves, float* logits,
            Kernel kernel) const;
 

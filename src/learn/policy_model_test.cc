@@ -1,3 +1,6 @@
+// The learned policy's model file, its FP32 and INT8 inference (every kernel against the
+// portable one, bit for bit) and LearnedPolicy. One file: the kernels' agreement tests share
+// the models and batches the file tests make.
 #include "learn/policy_model.h"
 
 #include <unistd.h>

@@ -1,3 +1,5 @@
+// Mutual TLS 1.3 over real gRPC on 127.0.0.1 with certificates made per test: who is let in,
+// who is refused and why. One file: every test shares the certificate fixture.
 #include "security/tls.h"
 
 #include <arpa/inet.h>

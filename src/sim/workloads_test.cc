@@ -1,4 +1,5 @@
-// The workloads on a real event loop, network and transport.
+// The workloads on a real event loop, network and transport, one section per workload; one
+// file because they share the small networks they run on.
 #include <fstream>
 #include <map>
 #include <memory>
