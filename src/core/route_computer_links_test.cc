@@ -18,12 +18,9 @@ namespace dar {
 namespace {
 
 using test::Diamond;
-using test::ExpectValid;
-using test::FeatureSum;
 using test::LabConfig;
 using test::Measured;
 using test::Sample;
-using test::TestPolicy;
 
 TEST(RouteComputerTest, StateComesFromSampleForecastAndParams) {
   Diamond g;

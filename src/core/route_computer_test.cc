@@ -25,7 +25,6 @@ using test::FeatureSum;
 using test::LabConfig;
 using test::Measured;
 using test::Sample;
-using test::TestPolicy;
 
 TEST(RouteComputerTest, FirstCycleIsFullAndVersionsGrowPerClass) {
   Diamond g;
