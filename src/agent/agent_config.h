@@ -1,7 +1,8 @@
 // The agent's configuration file: who this node is, the whole overlay (every node and link, for
 // the static fallback table), its neighbours on the underlay, the controller, TLS files and
-// local settings. dar-lab writes one per node (lab/lab_files.h NodeConfigYaml); parsed and validated
-// here in one place, errors naming the file and the field ("A.yaml: neighbours[1].link: ...").
+// local settings. dar-lab writes one per node (lab/lab_files.h NodeConfigYaml); parsed and
+// validated here in one place, errors naming the file and the field ("A.yaml: neighbours[1].link:
+// ...").
 //
 //   lab: dmd                          # optional, for people
 //   node: {id: 1, name: A}            # must be one of `nodes`
