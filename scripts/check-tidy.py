@@ -27,7 +27,7 @@ def main():
     tidy = shutil.which("clang-tidy") or shutil.which("clang-tidy-14")
     if tidy is None:
         sys.exit("check-tidy: clang-tidy not found (scripts/install-deps.sh installs it)")
-    build = sys.argv[1]
+    build = os.path.abspath(sys.argv[1])  # clang-tidy runs from the repository root
     db_path = os.path.join(build, "compile_commands.json")
     try:
         with open(db_path) as f:
@@ -45,8 +45,8 @@ def main():
     def check(path):
         # -Wno-error: g++ builds without a warning (-Werror); clang's own warnings are not
         # findings of these checks.
-        r = subprocess.run([tidy, "-p", build, "--quiet", "--extra-arg=-Wno-error", path], cwd=root,
-                           capture_output=True, text=True)
+        r = subprocess.run([tidy, "-p", build, "--quiet", "--extra-arg=-Wno-error", path],
+                           cwd=root, capture_output=True, text=True)
         return path, r.returncode, r.stdout + r.stderr
 
     findings = {}

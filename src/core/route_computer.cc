@@ -1,13 +1,10 @@
 #include "core/route_computer.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <limits>
 #include <string>
 
 #include "base/status_macros.h"
-#include "core/routing_table.h"
 #include "fmt/format.h"
 
 namespace dar {

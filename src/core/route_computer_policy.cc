@@ -7,7 +7,6 @@
 #include "base/status_macros.h"
 #include "core/route_computer.h"
 #include "core/routing_table.h"
-#include "fmt/format.h"
 
 namespace dar {
 

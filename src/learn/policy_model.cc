@@ -1,22 +1,15 @@
 #include "learn/policy_model.h"
 
 #include <algorithm>
-#include <atomic>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iterator>
-#include <limits>
-#include <sstream>
 #include <utility>
 
 #include "base/files.h"
 #include "base/status_macros.h"
-#include "core/vector_exp.h"
 #include "fmt/format.h"
 
 namespace dar::learn {
