@@ -255,6 +255,7 @@ absl::Status ReadTop(YamlReader& top, AgentConfig& c, const std::string& base_di
   absl::StatusOr<ForwardingMode> parsed_mode = ParseForwardingMode(mode);
   if (!parsed_mode.ok()) return top.Error("forwarding_mode", parsed_mode.status());
   c.forwarding_mode = *parsed_mode;
+  ASSIGN_OR_RETURN(c.line_rate, top.OptionalRate("line_rate", c.line_rate));
   ASSIGN_OR_RETURN(c.hop_limit,
                    top.Optional<int>("hop_limit", c.hop_limit, Bounds::InRange(1, 255)));
   ASSIGN_OR_RETURN(c.table_stale,
@@ -350,6 +351,7 @@ absl::StatusOr<DataplaneConfig> MakeDataplaneConfig(const AgentConfig& config,
   d.probe_interval = config.probe_interval;
   d.liveness.missed_probes = config.missed_probes;
   d.forwarding.mode = config.forwarding_mode;
+  d.forwarding.line_rate = config.line_rate;
   d.hop_limit = config.hop_limit;
   d.seed = seed;
   if (config.initial_key) {

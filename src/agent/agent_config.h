@@ -18,7 +18,10 @@
 //   data_port: 7000                   # UDP port of the overlay on every underlay address
 //   probe_interval_ms: 100
 //   missed_probes: 3                  # unanswered probes before a neighbour counts as down
-//   forwarding_mode: per_flowlet      # per_flow | per_flowlet | per_packet | per_packet_p2c
+//   forwarding_mode: per_flowlet      # per_flow | per_flowlet | per_packet | per_packet_p2c |
+//                                     # drill | drill_flowlet
+//   line_rate_gbps: 10                # optional: the rate one flow can send at (drill_flowlet
+//                                     # sprays long flows only where that can buy something)
 //   hop_limit: 64
 //   table_stale_ms: 3000              # until the controller says otherwise
 //   initial_key: {id: 0, file: overlay.key}   # optional: a data-plane key to use before the
@@ -109,6 +112,7 @@ struct AgentConfig {
   Duration probe_interval = Milliseconds(100);
   int missed_probes = 3;
   ForwardingMode forwarding_mode = ForwardingMode::kPerFlowlet;
+  DataRate line_rate;  // ForwardingConfig::line_rate; zero: unknown
   int hop_limit = 64;
   Duration table_stale = Seconds(3);
   std::optional<InitialKey> initial_key;

@@ -26,6 +26,7 @@ state_dir: state/B
 probe_interval_ms: 50
 missed_probes: 4
 forwarding_mode: per_packet
+line_rate_mbps: 100
 initial_key: {id: 7, file: overlay.key}
 nodes:
   - {id: 1, name: A, overlay: 10.77.0.1}
@@ -72,6 +73,7 @@ TEST(AgentConfigTest, ParsesANodeConfig) {
   EXPECT_EQ(c->probe_interval, Milliseconds(50));
   EXPECT_EQ(c->missed_probes, 4);
   EXPECT_EQ(c->forwarding_mode, ForwardingMode::kPerPacket);
+  EXPECT_EQ(c->line_rate, DataRate::Mbps(100));
   EXPECT_EQ(c->table_stale, Seconds(3));
   ASSERT_TRUE(c->initial_key.has_value());
   EXPECT_EQ(c->initial_key->id, 7u);
@@ -128,6 +130,8 @@ TEST(AgentConfigTest, ErrorsNameFileAndField) {
   EXPECT_THAT(ErrorOf(Replace(kNodeB, "10.255.255.1:50051", "ctl:99999")),
               HasSubstr("controller: bad port"));
   EXPECT_THAT(ErrorOf(Replace(kNodeB, "per_packet", "per_byte")), HasSubstr("forwarding_mode"));
+  EXPECT_THAT(ErrorOf(Replace(kNodeB, "line_rate_mbps: 100", "line_rate_mbps: -1")),
+              HasSubstr("line_rate_mbps"));
   EXPECT_THAT(ErrorOf(Replace(kNodeB, "missed_probes: 4", "missed_probes: 0")),
               HasSubstr("missed_probes"));
   EXPECT_THAT(ErrorOf(Replace(kNodeB, "overlay: 10.77.0.3", "overlay: 10.77.0.300")),
@@ -208,6 +212,7 @@ TEST(AgentConfigTest, MakesTheDataplaneConfig) {
   EXPECT_EQ(d->probe_interval, Milliseconds(50));
   EXPECT_EQ(d->liveness.missed_probes, 4);
   EXPECT_EQ(d->forwarding.mode, ForwardingMode::kPerPacket);
+  EXPECT_EQ(d->forwarding.line_rate, DataRate::Mbps(100));
   EXPECT_EQ(d->seed, 42u);
   ASSERT_EQ(d->initial_keys.size(), 1u);
   EXPECT_EQ(d->initial_keys[0].id, 7u);

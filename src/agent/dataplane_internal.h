@@ -163,6 +163,10 @@ struct Dataplane::PortView {
     const Port* p = Find(link);
     return p == nullptr ? 0 : p->queued_bytes;
   }
+  DataRate capacity(LinkId link) const {
+    const Port* p = Find(link);
+    return p == nullptr ? DataRate() : p->config.capacity;
+  }
 };
 
 // The descriptors of one sendmmsg call: up to batch_size messages of up to kMaxGsoSegments

@@ -66,6 +66,10 @@ absl::Status ForwardingConfig::Validate() const {
     return absl::InvalidArgumentError(fmt::format(
         "forwarding config: bulk_sticky_packets is {}, must be in [0, 2^30]", bulk_sticky_packets));
   }
+  if (line_rate.bps() < 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("forwarding config: line_rate is {} b/s, must be >= 0", line_rate.bps()));
+  }
   if (reroute_threshold_bytes < 0) {
     return absl::InvalidArgumentError(fmt::format(
         "forwarding config: reroute_threshold_bytes is {}, must be >= 0", reroute_threshold_bytes));

@@ -9,8 +9,10 @@
 #ifndef DAR_CORE_NEXT_HOP_CHOOSER_H_
 #define DAR_CORE_NEXT_HOP_CHOOSER_H_
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <vector>
 
@@ -78,6 +80,15 @@ struct ForwardingConfig {
   // the weights do (docs/results.md: chosen on development seeds 1-5, where it was ahead or
   // level on every scenario tried).
   bool spray_long_flows = true;
+  // drill_flowlet: the rate one flow can send at (the hosts' line rate); zero = unknown.
+  // When known, a hop sprays a long flowlet (spray_long_flows) only where spraying can buy
+  // something: the row's weights are uneven (the controller knows of an asymmetry that the
+  // local queues do not show), or a next hop is no faster than this, so that two long flows
+  // hashed onto it would fill it (the low flow entropy of collectives and long requests).
+  // Elsewhere the flowlet stays held (moved only past reroute_threshold_bytes): on equal paths
+  // faster than any flow, holding loses nothing to collisions, and spraying only hands the
+  // receivers' ports the bursts the fabric's queues had absorbed (docs/results.md, incast).
+  DataRate line_rate;
 
   // OK, or InvalidArgument naming the first bad field.
   absl::Status Validate() const;
@@ -85,11 +96,13 @@ struct ForwardingConfig {
 
 // What a NextHopChooser reads about the forwarder's own ports, by outgoing link: whether it
 // may send on the link now (carrier up and not ruled out by its own liveness check) and how
-// many bytes wait in the link's local queue. Both are called on the per-packet path.
+// many bytes wait in the link's local queue, both called on the per-packet path; and the
+// link's capacity, read per packet only past a drill_flowlet hold with line_rate set.
 template <typename P>
 concept LocalPortState = requires(const P& ports, LinkId link) {
   { ports.forwardable(link) } -> std::convertible_to<bool>;
   { ports.queued_bytes(link) } -> std::convertible_to<int64_t>;
+  { ports.capacity(link) } -> std::convertible_to<DataRate>;  // zero: unknown
 };
 
 // The next-hop choice of one forwarder (one node). Holds the forwarding configuration, the
@@ -116,7 +129,8 @@ concept LocalPortState = requires(const P& ports, LinkId link) {
 // class), stays on the flowlet's next hop
 // unless DRILL's choice has more than reroute_threshold_bytes fewer bytes queued, and then
 // moves the flowlet there; the packets after those are each drawn by weight
-// (spray_long_flows), or take DRILL's choice each. A flowlet whose
+// (spray_long_flows; with line_rate known, only where that can buy something, else the
+// flowlet stays held), or take DRILL's choice each. A flowlet whose
 // next hop is withdrawn or stops being forwardable starts afresh, held again for its first
 // packets on the new one, as after a gap: its path changed, and what follows is a new burst
 // on it.
@@ -168,6 +182,9 @@ class NextHopChooser {
   template <LocalPortState Ports>
   LinkId ChooseDrill(absl::Span<const NextHop> hops, NodeId destination, Random& rng,
                      const Ports& ports);
+  // Whether spraying a long flowlet over `hops` can buy anything (see line_rate).
+  template <LocalPortState Ports>
+  bool SprayPays(absl::Span<const NextHop> hops, const Ports& ports) const;
   template <LocalPortState Ports>
   LinkId ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination,
                             Time now, Random& rng, const Ports& ports, int sticky_packets);
@@ -179,6 +196,9 @@ class NextHopChooser {
                             Time now, const Ports& ports, bool& fresh);
 
   static constexpr size_t kDrillMemorySize = 1024;
+  // Next hops' weights within this share of the largest count as even (SprayPays): far finer
+  // than any asymmetry worth spraying for, far coarser than rounding.
+  static constexpr double kEvenWeights = 0.01;
 
   ForwardingConfig config_;
   uint64_t salt_;
@@ -244,6 +264,21 @@ LinkId NextHopChooser::ChooseFlowlet(absl::Span<const NextHop> hops, uint64_t fl
 }
 
 template <LocalPortState Ports>
+bool NextHopChooser::SprayPays(absl::Span<const NextHop> hops, const Ports& ports) const {
+  if (config_.line_rate.is_zero()) return true;
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = 0;
+  for (const NextHop& h : hops) {
+    const DataRate c = ports.capacity(h.link);
+    if (c.is_zero() || c <= config_.line_rate) return true;
+    const double w = ports.forwardable(h.link) ? h.weight : 0;
+    lo = std::min(lo, w);
+    hi = std::max(hi, w);
+  }
+  return hi - lo > kEvenWeights * hi;
+}
+
+template <LocalPortState Ports>
 LinkId NextHopChooser::ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64_t flow,
                                           NodeId destination, Time now, Random& rng,
                                           const Ports& ports, int sticky_packets) {
@@ -251,12 +286,16 @@ LinkId NextHopChooser::ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64
   FlowletEntry& e = FindFlowlet(hops, flow, destination, now, ports, fresh);
   if (!fresh) e.packets = 0;
   if (e.packets <= sticky_packets) ++e.packets;
-  if (config_.spray_long_flows && fresh && e.packets > sticky_packets) {
-    e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/false, ports);
-    return e.link;
+  bool held = e.packets <= sticky_packets;
+  if (config_.spray_long_flows && fresh && !held) {
+    if (SprayPays(hops, ports)) {
+      e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/false, ports);
+      return e.link;
+    }
+    held = true;
   }
   const LinkId drill = ChooseDrill(hops, destination, rng, ports);
-  if (!fresh || e.packets > sticky_packets ||
+  if (!fresh || !held ||
       (drill != kNoLink &&
        ports.queued_bytes(e.link) - ports.queued_bytes(drill) > config_.reroute_threshold_bytes)) {
     e.link = drill;

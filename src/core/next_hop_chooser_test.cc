@@ -16,9 +16,13 @@ struct FakePorts {
   explicit FakePorts(int links) : up(links, true), queued(links, 0) {}
   bool forwardable(LinkId link) const { return up[link]; }
   int64_t queued_bytes(LinkId link) const { return queued[link]; }
+  DataRate capacity(LinkId link) const {
+    return capacities.empty() ? DataRate() : capacities[link];
+  }
 
   std::vector<bool> up;
   std::vector<int64_t> queued;
+  std::vector<DataRate> capacities;  // empty: unknown
 };
 static_assert(LocalPortState<FakePorts>);
 
@@ -82,6 +86,9 @@ TEST(ForwardingConfigTest, ValidateNamesTheBadField) {
   c = ForwardingConfig();
   c.bulk_sticky_packets = -1;
   EXPECT_THAT(c.Validate().message(), HasSubstr("bulk_sticky_packets"));
+  c = ForwardingConfig();
+  c.line_rate = DataRate::BitsPerSecond(-1);
+  EXPECT_THAT(c.Validate().message(), HasSubstr("line_rate"));
 }
 
 TEST(NextHopChooserTest, PerPacketFollowsWeights) {
@@ -489,6 +496,52 @@ TEST(NextHopChooserTest, DrillFlowletHoldsABulkFlowletForFewerPackets) {
   const int bulk = first_move(kBulkClass);
   EXPECT_GE(bulk, 10);
   EXPECT_LT(bulk, 60);
+}
+
+// With the line rate known, a long flowlet is sprayed only where that can buy something: on
+// equal next hops faster than one flow it stays held; it is sprayed where a next hop is no
+// faster than the line rate (unknown counts as no faster), or where the weights are uneven,
+// which a next hop that is not forwardable makes them.
+TEST(NextHopChooserTest, DrillFlowletSpraysOnlyWhereItCanBuySomething) {
+  const std::vector<NextHop> even = {{0, 0.5}, {1, 0.5}};
+  ForwardingConfig config = Config(ForwardingMode::kDrillFlowlet);
+  config.sticky_packets = 10;
+  config.line_rate = DataRate::Gbps(10);
+  // How many of 400 packets after the hold leave on another next hop than the first one.
+  auto moves_after_hold = [&](const std::vector<NextHop>& hops, const FakePorts& ports) {
+    NextHopChooser c(config, 5);
+    Random rng(3);
+    Time t{0};
+    LinkId first = kNoLink;
+    int moves = 0;
+    for (int i = 0; i < 410; ++i) {
+      t += Microseconds(1);
+      const LinkId l = c.Choose(hops, 7, 9, t, rng, ports);
+      if (first == kNoLink) first = l;
+      if (i >= 10) moves += l != first;
+    }
+    return moves;
+  };
+  FakePorts fast(3);  // empty queues: a held flowlet never moves
+  fast.capacities = {DataRate::Gbps(20), DataRate::Gbps(20), DataRate::Gbps(20)};
+  EXPECT_EQ(moves_after_hold(even, fast), 0);
+  // Weights within 1% of each other are even.
+  EXPECT_EQ(moves_after_hold({{0, 0.502}, {1, 0.498}}, fast), 0);
+
+  FakePorts fillable = fast;
+  fillable.capacities[1] = DataRate::Gbps(10);
+  EXPECT_GT(moves_after_hold(even, fillable), 100);
+  FakePorts unknown = fast;
+  unknown.capacities[0] = DataRate();
+  EXPECT_GT(moves_after_hold(even, unknown), 100);
+  EXPECT_GT(moves_after_hold({{0, 0.6}, {1, 0.4}}, fast), 100);
+  // Link 2 down: two of three next hops left, so the weights as offered are uneven.
+  FakePorts one_down = fast;
+  one_down.up[2] = false;
+  EXPECT_GT(moves_after_hold({{0, 0.34}, {1, 0.33}, {2, 0.33}}, one_down), 100);
+
+  config.line_rate = DataRate();  // unknown: sprayed everywhere
+  EXPECT_GT(moves_after_hold(even, fast), 100);
 }
 
 TEST(NextHopChooserTest, SameSeedSameChoices) {

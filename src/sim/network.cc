@@ -46,6 +46,7 @@ class Network::Port {
   void set_usable(bool usable) { usable_ = usable; }
   void set_silent_failure(bool failed) { silent_ = failed; }
   int64_t queued_bytes() const { return queued_bytes_; }
+  DataRate capacity() const { return capacity_; }
   const LinkCounters& counters() const { return counters_; }
   LinkCounters& mutable_counters() { return counters_; }
 
@@ -146,6 +147,7 @@ class Network::PortView {
   explicit PortView(const std::vector<std::unique_ptr<Port>>& ports) : ports_(ports) {}
   bool forwardable(LinkId link) const { return ports_[link]->forwardable(); }
   int64_t queued_bytes(LinkId link) const { return ports_[link]->queued_bytes(); }
+  DataRate capacity(LinkId link) const { return ports_[link]->capacity(); }
 
  private:
   const std::vector<std::unique_ptr<Port>>& ports_;

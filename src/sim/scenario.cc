@@ -1,5 +1,6 @@
 #include "sim/scenario.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -83,6 +84,18 @@ absl::StatusOr<TimedEvent> ReadEvent(YamlReader& r, const Topology& topo) {
   return e;
 }
 
+// The fastest link out of any host: the rate one flow can send at (ForwardingConfig::line_rate).
+DataRate HostLineRate(const Topology& topo) {
+  DataRate fastest;
+  for (NodeId n = 0; n < topo.num_nodes(); ++n) {
+    if (topo.node(n).kind != NodeKind::kHost) continue;
+    for (const LinkId l : topo.node(n).out_links) {
+      fastest = std::max(fastest, topo.link(l).params.capacity);
+    }
+  }
+  return fastest;
+}
+
 // A preset named by the policy's routing: its routing and default forwarding.
 void ApplyPreset(PolicySpec& p) {
   if (const PolicyPreset* preset = Registry<PolicyPreset>::Find(p.routing)) {
@@ -125,6 +138,7 @@ absl::Status ReadPolicyKeys(YamlReader& r, PolicySpec& p) {
                                    Bounds::InRange(0, 1 << 30)));
   ASSIGN_OR_RETURN(p.forwarding.spray_long_flows,
                    r.Optional<bool>("spray_long_flows", p.forwarding.spray_long_flows));
+  ASSIGN_OR_RETURN(p.forwarding.line_rate, r.OptionalRate("line_rate", p.forwarding.line_rate));
   return absl::OkStatus();
 }
 
@@ -244,6 +258,7 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::
     }
     ConfigContext ctx{where, s.base_dir, &s.topology};
     ASSIGN_OR_RETURN(ControlPlanePtr cp, CreatePolicyControlPlane(p, ctx));
+    if (p.forwarding.line_rate.is_zero()) p.forwarding.line_rate = HostLineRate(s.topology);
     s.policies.push_back(std::move(p));
   }
   RETURN_IF_ERROR(r.CheckNoUnknownKeys());

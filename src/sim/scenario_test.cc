@@ -157,6 +157,19 @@ TEST(ScenarioTest, ShippedScenariosLoad) {
   EXPECT_GE(files, 10);
 }
 
+// A policy's line rate is the hosts' fastest link unless the policy gives its own.
+TEST(ScenarioTest, TheLineRateIsTheHostsUnlessGiven) {
+  std::string text = kSmallFatTree;
+  const std::string host_link = "host_link: {capacity_gbps: 10,";
+  text.replace(text.find(host_link), host_link.size(), "host_link: {capacity_gbps: 25,");
+  const std::string spray = "forwarding: per_packet,";
+  text.replace(text.find(spray), spray.size(), "forwarding: per_packet, line_rate_gbps: 40,");
+  absl::StatusOr<Scenario> s = Parse(text);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->policies[0].forwarding.line_rate, DataRate::Gbps(25));
+  EXPECT_EQ(s->policies[2].forwarding.line_rate, DataRate::Gbps(40));
+}
+
 // The annotated example in scenarios/README.md is a valid scenario, so the schema page
 // cannot drift from the parser.
 TEST(ScenarioTest, TheReadmeExampleIsValid) {
@@ -221,6 +234,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"NegativeBulkHold", "forwarding: per_packet,",
                 "forwarding: per_packet, bulk_sticky_packets: -1,",
                 "bulk_sticky_packets: must be >= 0"},
+        BadCase{"ZeroLineRate", "forwarding: per_packet,",
+                "forwarding: per_packet, line_rate_gbps: 0,", "line_rate_gbps: must be > 0"},
         BadCase{"DuplicatePolicy", "name: ecmp,", "name: static,", "listed twice"},
         BadCase{"NotYaml", "policies:", "policies: [", "test.yaml"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
