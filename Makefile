@@ -3,10 +3,11 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
 SCENARIO ?= scenarios/default.yaml
 OUT ?= out/default
 
-.PHONY: deps configure build run test test-asan test-tsan check-thread-safety check-tidy check-layers bench evaluate format clean
+.PHONY: deps configure build run test test-asan test-tsan fuzz check-thread-safety check-tidy check-layers bench evaluate format clean
 
 deps:
 	./scripts/install-deps.sh
@@ -22,8 +23,8 @@ run: build
 
 # The layers of src/ (no include runs back up), a build without a warning (-Werror), unit and
 # integration tests (Release), clang's thread-safety analysis of the code that locks,
-# clang-tidy's bugprone and performance checks, the unit tests again under ASan + UBSan, and
-# those of threaded code under TSan.
+# clang-tidy's bugprone and performance checks, the unit tests again under ASan + UBSan,
+# those of threaded code under TSan, and the fuzz targets.
 test: build
 	./scripts/check-layers.py src
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -31,6 +32,7 @@ test: build
 	$(MAKE) check-tidy
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
+	$(MAKE) fuzz
 
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDAR_SANITIZE=ON -DDAR_BENCHMARKS=OFF -DDAR_TRAINING=OFF
@@ -52,6 +54,11 @@ test-tsan: deps
 
 # clang's -Wthread-safety over every file that takes a lock (includes base/mutex.h): a member
 # read or written without the mutex that guards it (ABSL_GUARDED_BY) fails the build.
+# libFuzzer (clang) over the scenario and overlay-header parsers, a fixed number of inputs from
+# a fixed seed (scripts/run-fuzz.sh).
+fuzz: deps
+	./scripts/run-fuzz.sh $(FUZZ_BUILD)
+
 check-layers:
 	./scripts/check-layers.py src
 
@@ -93,4 +100,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) out
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) out

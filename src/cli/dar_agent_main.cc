@@ -1,6 +1,6 @@
 // dar-agent: the DAR agent of one node. main() parses flags, loads the configuration, builds
 // the data plane, the table store (on the table saved on disk, else the static table) and the
-// control client, and stops them on SIGINT or SIGTERM.
+// control client, and stops them on SIGINT or SIGTERM (SIGHUP is logged and ignored).
 //
 //   dar-agent --config node.yaml [--log agent.jsonl]
 //   dar-agent --config node.yaml --check-config     exit 0 if valid, else 1 with the error
@@ -77,6 +77,7 @@ int Run(const std::string& path, const std::string& log_path) {
   // mask, so none of them is interrupted.
   sigset_t signals;
   sigemptyset(&signals);
+  sigaddset(&signals, SIGHUP);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
@@ -142,8 +143,17 @@ int Run(const std::string& path, const std::string& log_path) {
     return 1;
   }
 
+  // SIGHUP is logged and ignored: what the file holds (who this node is, the overlay, the
+  // neighbours, the TLS files) is read once at start, and what may change at run time (the
+  // forwarding mode, the keys, the tables' staleness) comes from the controller.
   int sig = 0;
-  while (sigwait(&signals, &sig) != 0) {
+  while (sigwait(&signals, &sig) != 0 || sig == SIGHUP) {
+    if (sig == SIGHUP) {
+      out.Warn("SIGHUP ignored", {{"why",
+                                   "the configuration file is read at start only; "
+                                   "restart dar-agent to apply a changed one"}});
+      sig = 0;
+    }
   }
   out.Info("stopping", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
   client.Stop();

@@ -141,7 +141,11 @@ YAML::Node YamlReader::Raw(std::string_view key) {
   MarkKnown(key, key);
   if (!node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
   const YAML::Node& map = node_;
-  return map[std::string(key)];
+  // A key that is not there comes back from a const map as an invalid node, which throws on
+  // anything but IsDefined(); hand out a plain undefined one instead.
+  YAML::Node value = map[std::string(key)];
+  if (!value.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
+  return value;
 }
 
 template <typename T>
@@ -311,23 +315,28 @@ absl::StatusOr<DataRate> YamlReader::OptionalRate(std::string_view name, DataRat
 }
 
 absl::StatusOr<int64_t> YamlReader::OptionalSize(std::string_view name, int64_t default_value,
-                                                 const Bounds& bounds) {
+                                                 const Bounds& bounds, int64_t max_bytes) {
   const std::vector<UnitKey> keys = SizeKeys(name);
   absl::StatusOr<std::optional<UnitKey>> key = FindUnitKey(keys, SizeDisplay(name));
   if (!key.ok()) return key.status();
   if (!key->has_value()) return default_value;
   absl::StatusOr<double> bytes = ReadScaled(**key, bounds, 1e18);
   if (!bytes.ok()) return bytes.status();
+  if (*bytes > static_cast<double>(max_bytes)) {
+    return Error((*key)->key, fmt::format("{:g} is too large: at most {} bytes",
+                                          *bytes / (*key)->scale, max_bytes));
+  }
   return static_cast<int64_t>(std::llround(*bytes));
 }
 
-absl::StatusOr<int64_t> YamlReader::RequiredSize(std::string_view name, const Bounds& bounds) {
+absl::StatusOr<int64_t> YamlReader::RequiredSize(std::string_view name, const Bounds& bounds,
+                                                 int64_t max_bytes) {
   if (!HasSize(name)) {
     const std::vector<UnitKey> keys = SizeKeys(name);
     return Error(keys[2].key,
                  fmt::format("required (or {}, {}, {})", keys[0].key, keys[1].key, keys[3].key));
   }
-  return OptionalSize(name, 0, bounds);
+  return OptionalSize(name, 0, bounds, max_bytes);
 }
 
 absl::StatusOr<NodeId> YamlReader::RequiredHost(std::string_view key, const Topology& topo) {

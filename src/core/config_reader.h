@@ -114,12 +114,15 @@ class YamlReader {
 
   // A size in bytes given as exactly one of <name>_bytes, <name>_kb, <name>_mb, <name>_gb
   // (binary units); an empty `name` means the keys bytes, kb, mb, gb. `bounds` apply to the
-  // number as written (default: > 0). Rounded to the nearest byte.
+  // number as written (default: > 0), `max_bytes` to the size. Rounded to the nearest byte.
+  static constexpr int64_t kMaxSizeBytes = int64_t{1} << 60;
   bool HasSize(std::string_view name);
   absl::StatusOr<int64_t> RequiredSize(std::string_view name,
-                                       const Bounds& bounds = Bounds::Positive());
+                                       const Bounds& bounds = Bounds::Positive(),
+                                       int64_t max_bytes = kMaxSizeBytes);
   absl::StatusOr<int64_t> OptionalSize(std::string_view name, int64_t default_value,
-                                       const Bounds& bounds = Bounds::Positive());
+                                       const Bounds& bounds = Bounds::Positive(),
+                                       int64_t max_bytes = kMaxSizeBytes);
 
   // A data rate given as exactly one of <name>_bps, <name>_kbps, <name>_mbps, <name>_gbps
   // (decimal units, bits per second). `bounds` apply to the number as written (default: > 0).

@@ -39,6 +39,11 @@ struct Node {
   std::vector<LinkId> in_links;
 };
 
+// The slowest and fastest link anything builds (1 kb/s, 1 Pb/s): a rate of zero would divide by
+// zero when a packet's transmit time is taken, a larger one overflow.
+inline constexpr DataRate kMinLinkCapacity = DataRate::BitsPerSecond(1000);
+inline constexpr DataRate kMaxLinkCapacity = DataRate::BitsPerSecond(1000000000000000);
+
 // Parameters of one direction of a link.
 struct LinkParams {
   DataRate capacity = DataRate::Gbps(10);

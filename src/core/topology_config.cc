@@ -74,8 +74,10 @@ absl::StatusOr<LinkParams> ReadLinkParams(YamlReader& config, std::string_view k
   if (!config.Has(key)) return default_value;
   ASSIGN_OR_RETURN(YamlReader map, config.RequiredMap(key));
   LinkParams params = default_value;
-  ASSIGN_OR_RETURN(const double gbps, map.Optional<double>("capacity_gbps", params.capacity.gbps(),
-                                                           Bounds::Positive()));
+  ASSIGN_OR_RETURN(
+      const double gbps,
+      map.Optional<double>("capacity_gbps", params.capacity.gbps(),
+                           Bounds::InRange(kMinLinkCapacity.gbps(), kMaxLinkCapacity.gbps())));
   params.capacity = DataRate::Gbps(gbps);
   ASSIGN_OR_RETURN(params.delay, map.OptionalDuration("delay", params.delay, Bounds::Positive()));
   ASSIGN_OR_RETURN(params.queue_bytes,

@@ -119,8 +119,9 @@ overrides: [{link: ["0", "1"], down: true}]
 TEST(TopologyConfigTest, ErrorsNameTheKeyPath) {
   EXPECT_EQ(ErrorOf("{type: fat_tree, k: 4, fabric_link: {capacity_gbps: x}}"),
             "scenario.yaml: topology.fabric_link.capacity_gbps: must be a number, got 'x'");
-  EXPECT_EQ(ErrorOf("{type: fat_tree, k: 4, fabric_link: {capacity_gbps: -1}}"),
-            "scenario.yaml: topology.fabric_link.capacity_gbps: must be > 0, got -1");
+  EXPECT_EQ(
+      ErrorOf("{type: fat_tree, k: 4, fabric_link: {capacity_gbps: -1}}"),
+      "scenario.yaml: topology.fabric_link.capacity_gbps: must be >= 1e-06 and <= 1e+06, got -1");
   EXPECT_THAT(ErrorOf("{type: fat_tree, k: 4, fabric_link: {delay_us: 0}}"),
               HasSubstr("topology.fabric_link.delay_us: must be > 0, got 0"));
   EXPECT_THAT(ErrorOf("{type: fat_tree, k: 4, fabric_link: {queue_kb: 0}}"),

@@ -102,9 +102,10 @@ absl::Status ApplyLinkOverrides(Topology& topo, const std::vector<LinkOverride>&
     absl::StatusOr<NodeId> b = topo.FindNode(o.b);
     if (!b.ok())
       return absl::InvalidArgumentError(absl::StrCat(cable, ": unknown node '", o.b, "'"));
-    if (o.capacity_fraction && !(std::isfinite(*o.capacity_fraction) && *o.capacity_fraction > 0)) {
+    if (o.capacity_fraction && !(std::isfinite(*o.capacity_fraction) && *o.capacity_fraction > 0 &&
+                                 *o.capacity_fraction <= 1)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(cable, ": capacity_fraction must be positive, got ", *o.capacity_fraction));
+          absl::StrCat(cable, ": capacity_fraction must be in (0, 1], got ", *o.capacity_fraction));
     }
     if (o.metric && !(std::isfinite(*o.metric) && *o.metric > 0)) {
       return absl::InvalidArgumentError(
@@ -119,6 +120,11 @@ absl::Status ApplyLinkOverrides(Topology& topo, const std::vector<LinkOverride>&
       ++matched;
       if (o.capacity_fraction) {
         link.params.capacity = link.params.capacity.Scaled(*o.capacity_fraction);
+        if (link.params.capacity < kMinLinkCapacity) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(cable, ": capacity_fraction ", *o.capacity_fraction,
+                           " leaves the link under ", kMinLinkCapacity.bps(), " b/s"));
+        }
       }
       if (o.down) link.up = false;
       if (o.metric) link.params.metric = *o.metric;
@@ -138,6 +144,12 @@ absl::StatusOr<Topology> BuildFatTree(YamlReader& config, const std::string& /*b
   if (params.k % 2 != 0) {
     return config.Error("k", fmt::format("must be even, got {}", params.k));
   }
+  // k^3/4 hosts and 5k^2/4 switches; 3k^3/4 cables, two links each.
+  const int64_t k = params.k;
+  if (k * k * k / 4 + 5 * k * k / 4 > kMaxGeneratedNodes ||
+      3 * k * k * k / 2 > kMaxGeneratedLinks) {
+    return config.Error("k", fmt::format("{} is too large: at most 64", params.k));
+  }
   ASSIGN_OR_RETURN(params.host_link, ReadLinkParams(config, "host_link", LinkParams()));
   ASSIGN_OR_RETURN(params.fabric_link, ReadLinkParams(config, "fabric_link", LinkParams()));
   return FatTree(params);
@@ -149,6 +161,15 @@ absl::StatusOr<Topology> BuildLeafSpine(YamlReader& config, const std::string& /
   ASSIGN_OR_RETURN(params.spines, config.Required<int>("spines", Bounds::AtLeast(1)));
   ASSIGN_OR_RETURN(params.hosts_per_leaf,
                    config.Required<int>("hosts_per_leaf", Bounds::NonNegative()));
+  const int64_t leaves = params.leaves;
+  const int64_t hosts = leaves * params.hosts_per_leaf;
+  const int64_t links = 2 * (hosts + leaves * params.spines);
+  if (hosts + leaves + params.spines > kMaxGeneratedNodes || links > kMaxGeneratedLinks) {
+    return config.Error("leaves", fmt::format("{} leaves, {} spines and {} hosts a leaf are too "
+                                              "many: at most {} nodes and {} links",
+                                              params.leaves, params.spines, params.hosts_per_leaf,
+                                              kMaxGeneratedNodes, kMaxGeneratedLinks));
+  }
   ASSIGN_OR_RETURN(params.host_link, ReadLinkParams(config, "host_link", LinkParams()));
   ASSIGN_OR_RETURN(params.fabric_link, ReadLinkParams(config, "fabric_link", LinkParams()));
   return LeafSpine(params);

@@ -14,6 +14,11 @@
 
 namespace dar {
 
+// The largest topology a generator builds: 2^17 nodes (a k=64 fat-tree has 70,656), 2^21
+// directed links. Bigger ones are refused by name rather than left to run out of memory.
+inline constexpr int64_t kMaxGeneratedNodes = int64_t{1} << 17;
+inline constexpr int64_t kMaxGeneratedLinks = int64_t{1} << 21;
+
 struct FatTreeParams {
   int k = 4;                    // switch radix; REQUIRES: even, >= 2
   LinkParams host_link = {};    // host <-> edge switch

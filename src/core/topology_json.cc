@@ -143,10 +143,13 @@ class Importer {
     }
     if (edge.contains("capacity")) {
       const Json& capacity = edge["capacity"];
-      if (!capacity.is_number() || !(capacity.get<double>() >= 1)) {
-        return Error(where,
-                     absl::StrCat("capacity must be a positive number of bits per second, got ",
-                                  capacity.dump()));
+      if (!capacity.is_number() ||
+          !(capacity.get<double>() >= static_cast<double>(kMinLinkCapacity.bps()) &&
+            capacity.get<double>() <= static_cast<double>(kMaxLinkCapacity.bps()))) {
+        return Error(
+            where,
+            absl::StrCat("capacity must be a number of bits per second from 1e3 to 1e15, got ",
+                         capacity.dump()));
       }
       params.capacity = DataRate::BitsPerSecond(static_cast<int64_t>(capacity.get<double>()));
     }
@@ -170,7 +173,8 @@ absl::StatusOr<Topology> BuildNodeLinkJson(YamlReader& config, const std::string
   JsonImportOptions options;
   ASSIGN_OR_RETURN(
       const double gbps,
-      config.Optional<double>("capacity_gbps", options.capacity.gbps(), Bounds::Positive()));
+      config.Optional<double>("capacity_gbps", options.capacity.gbps(),
+                              Bounds::InRange(kMinLinkCapacity.gbps(), kMaxLinkCapacity.gbps())));
   options.capacity = DataRate::Gbps(gbps);
   ASSIGN_OR_RETURN(options.queue_bytes,
                    config.OptionalSize("queue", options.queue_bytes, Bounds::Positive()));

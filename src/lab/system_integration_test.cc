@@ -812,7 +812,8 @@ TEST_F(SystemTest, DarctlShowsAndChangesWhatTheControllerRuns) {
 }
 
 // A reload through the real signal: a bad file is refused with the file and the key, and the
-// running configuration stays (the agents keep their tables); a good one applies.
+// running configuration stays (the agents keep their tables); a good one applies. An agent
+// sent SIGHUP logs it and keeps running.
 TEST_F(SystemTest, SighupReloadRefusesABadFileAndAppliesAGoodOne) {
   Up('r');
   if (IsSkipped() || HasFatalFailure()) return;
@@ -820,10 +821,23 @@ TEST_F(SystemTest, SighupReloadRefusesABadFileAndAppliesAGoodOne) {
       nlohmann::json::parse(ReadFile(dir_ + "/state.json"), nullptr, false);
   ASSERT_TRUE(state.is_object());
   int pid = 0;
+  int agent_pid = 0;
+  std::string agent_log;
   for (const nlohmann::json& p : state.value("processes", nlohmann::json::array())) {
     if (p.value("role", "") == "controller") pid = p.value("pid", 0);
+    if (p.value("role", "") == "agent" && agent_pid == 0) {
+      agent_pid = p.value("pid", 0);
+      agent_log = p.value("log", "");
+    }
   }
   ASSERT_GT(pid, 0) << state.dump(1);
+  ASSERT_GT(agent_pid, 0) << state.dump(1);
+  // An agent takes SIGHUP as a no-op and says so; the checks below that every agent is still
+  // connected and gets tables cover that it kept running.
+  ASSERT_EQ(::kill(agent_pid, SIGHUP), 0);
+  EXPECT_TRUE(WaitFor([&] {
+    return ReadFile(agent_log).find("SIGHUP ignored") != std::string::npos;
+  })) << agent_log;
   const std::string file = dir_ + "/controller.yaml";
   const std::string good = ReadFile(file);
   ASSERT_THAT(good, Not(HasSubstr("cycle_ms")));

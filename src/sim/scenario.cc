@@ -69,7 +69,15 @@ absl::StatusOr<TimedEvent> ReadEvent(YamlReader& r, const Topology& topo) {
   e.both_directions = direction == "both";
   if (kind == "capacity") {
     e.kind = TimedEvent::Kind::kCapacity;
-    ASSIGN_OR_RETURN(e.capacity_fraction, m.Required<double>("fraction", Bounds::Positive()));
+    ASSIGN_OR_RETURN(e.capacity_fraction,
+                     m.Required<double>("fraction", Bounds{0.0, false, 1.0, true}));
+    for (const LinkId l : {topo.FindLink(e.a, e.b), topo.FindLink(e.b, e.a)}) {
+      if (l != kNoLink &&
+          topo.link(l).params.capacity.Scaled(e.capacity_fraction) < kMinLinkCapacity) {
+        return m.Error("fraction", fmt::format("{} leaves the link under {} b/s",
+                                               e.capacity_fraction, kMinLinkCapacity.bps()));
+      }
+    }
   } else {
     e.kind = TimedEvent::Kind::kLoadRamp;
     ASSIGN_OR_RETURN(e.load_from, m.Optional<double>("from", 0.0, Bounds::Fraction()));
@@ -203,7 +211,10 @@ absl::StatusOr<ControlPlanePtr> CreatePolicyControlPlane(const PolicySpec& polic
   return cp;
 }
 
-absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::string& path) {
+namespace {
+
+absl::StatusOr<Scenario> ParseScenarioOrThrow(const std::string& yaml_text,
+                                              const std::string& path) {
   ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(yaml_text, path));
   if (!root.IsMap()) return absl::InvalidArgumentError(fmt::format("{}: must be a map", path));
   Scenario s;
@@ -217,6 +228,13 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::
   s.seed = static_cast<uint64_t>(seed);
   ASSIGN_OR_RETURN(s.duration, r.RequiredDuration("duration", Bounds::Positive()));
   ASSIGN_OR_RETURN(s.drain_limit, r.OptionalDuration("drain_limit", s.drain_limit));
+  for (const auto& [key, d] : {std::pair{"duration", s.duration}, {"drain_limit", s.drain_limit}}) {
+    if (d > kMaxScenarioDuration) {
+      return r.Error(fmt::format("{}_{{s,ms,us,ns}}", key),
+                     fmt::format("{:g} s is too long: at most {:g} s", ToSeconds(d),
+                                 ToSeconds(kMaxScenarioDuration)));
+    }
+  }
 
   if (!r.Has("topology")) return r.Error("topology", "is required");
   ASSIGN_OR_RETURN(s.topology, BuildTopology(r.Raw("topology"), path, s.base_dir));
@@ -263,6 +281,18 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::
   }
   RETURN_IF_ERROR(r.CheckNoUnknownKeys());
   return s;
+}
+
+}  // namespace
+
+absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::string& path) {
+  // The readers turn what they read into errors; this is for what they have not foreseen, so
+  // that a scenario file never ends the program.
+  try {
+    return ParseScenarioOrThrow(yaml_text, path);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(fmt::format("{}: {}", path, e.what()));
+  }
 }
 
 absl::StatusOr<Scenario> LoadScenario(const std::string& path) {

@@ -47,6 +47,9 @@ struct PolicySpec {
   YAML::Node block;  // the policy's YAML (a map, or null), for the control plane's settings
 };
 
+// The longest a scenario may run, and drain after (a simulated hour each).
+inline constexpr Duration kMaxScenarioDuration = Seconds(3600);
+
 struct Scenario {
   std::string name;
   std::string path;      // the file it came from

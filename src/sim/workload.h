@@ -28,6 +28,15 @@
 
 namespace dar::sim {
 
+// What a workload may ask for, so that a typo ends in an error that names the key instead of a
+// run that never ends or runs out of memory: a message (request, response, transfer) of at
+// most 4 GiB, at most a million arrivals a second from one source, at most a million rounds,
+// iterations or repeats, a slowdown of at most 1,000.
+inline constexpr int64_t kMaxMessageBytes = int64_t{4} << 30;
+inline constexpr double kMaxArrivalsPerSecond = 1e6;
+inline constexpr int kMaxRepeats = 1000000;
+inline constexpr double kMaxSlowdown = 1000;
+
 // What a workload may use while it runs. All references outlive the workload.
 struct WorkloadContext {
   EventLoop& loop;

@@ -236,13 +236,15 @@ absl::StatusOr<WorkloadPtr> CreateAllToAll(const YAML::Node& node, const ConfigC
   AllToAllConfig c;
   std::string size_key;
   ASSIGN_OR_RETURN(c.jobs, ReadJobs(r, topo, &size_key));
-  ASSIGN_OR_RETURN(c.message_bytes, r.RequiredSize("message"));
-  ASSIGN_OR_RETURN(c.iterations, r.Optional<int>("iterations", 1, Bounds::AtLeast(1)));
+  ASSIGN_OR_RETURN(c.message_bytes,
+                   r.RequiredSize("message", Bounds::Positive(), kMaxMessageBytes));
+  ASSIGN_OR_RETURN(c.iterations, r.Optional<int>("iterations", 1, Bounds::InRange(1, kMaxRepeats)));
   ASSIGN_OR_RETURN(c.compute, r.OptionalDuration("compute", Duration(0)));
   ASSIGN_OR_RETURN(c.expert_compute, r.OptionalDuration("expert_compute", Duration(0)));
   ASSIGN_OR_RETURN(c.combine, r.Optional<bool>("combine", true));
   ASSIGN_OR_RETURN(c.slow_hosts, ReadSlowHosts(r, topo, c.jobs));
-  ASSIGN_OR_RETURN(c.slowdown, r.Optional<double>("slowdown", 1.0, Bounds::Positive()));
+  ASSIGN_OR_RETURN(c.slowdown,
+                   r.Optional<double>("slowdown", 1.0, Bounds{0.0, false, kMaxSlowdown, true}));
   ASSIGN_OR_RETURN(c.traffic_class, ReadTrafficClass(r, 0));
   ASSIGN_OR_RETURN(c.start, r.OptionalDuration("start", Duration(0)));
   RETURN_IF_ERROR(r.CheckNoUnknownKeys());

@@ -100,8 +100,8 @@ absl::StatusOr<WorkloadPtr> CreateBulk(const YAML::Node& node, const ConfigConte
     RETURN_IF_ERROR(e.CheckNoUnknownKeys());
     c.pairs.emplace_back(src, dst);
   }
-  ASSIGN_OR_RETURN(c.size_bytes, r.RequiredSize("size"));
-  ASSIGN_OR_RETURN(c.repeat, r.Optional<int>("repeat", 1, Bounds::AtLeast(1)));
+  ASSIGN_OR_RETURN(c.size_bytes, r.RequiredSize("size", Bounds::Positive(), kMaxMessageBytes));
+  ASSIGN_OR_RETURN(c.repeat, r.Optional<int>("repeat", 1, Bounds::InRange(1, kMaxRepeats)));
   ASSIGN_OR_RETURN(c.gap, r.OptionalDuration("gap", Duration(0)));
   ASSIGN_OR_RETURN(c.traffic_class, ReadTrafficClass(r, 1));
   ASSIGN_OR_RETURN(c.start, r.OptionalDuration("start", Duration(0)));

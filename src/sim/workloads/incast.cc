@@ -169,17 +169,20 @@ absl::StatusOr<WorkloadPtr> CreateIncast(const YAML::Node& node, const ConfigCon
                       r.Has("hosts") ? "the hosts list" : "the topology", c.hosts.size()));
     }
   }
-  ASSIGN_OR_RETURN(c.response_bytes, r.RequiredSize("response"));
+  ASSIGN_OR_RETURN(c.response_bytes,
+                   r.RequiredSize("response", Bounds::Positive(), kMaxMessageBytes));
   const bool has_rounds = r.Has("rounds");
   const bool has_rate = r.Has("rate_per_s");
   if (has_rounds == has_rate) {
     return r.Error(has_rounds ? "rate_per_s" : "rounds", "give exactly one of rounds, rate_per_s");
   }
   if (has_rounds) {
-    ASSIGN_OR_RETURN(c.rounds, r.Required<int>("rounds", Bounds::AtLeast(1)));
+    ASSIGN_OR_RETURN(c.rounds, r.Required<int>("rounds", Bounds::InRange(1, kMaxRepeats)));
     ASSIGN_OR_RETURN(c.gap, r.OptionalDuration("gap", Duration(0)));
   } else {
-    ASSIGN_OR_RETURN(c.rate_per_s, r.Required<double>("rate_per_s", Bounds::Positive()));
+    ASSIGN_OR_RETURN(
+        c.rate_per_s,
+        r.Required<double>("rate_per_s", Bounds{0.0, false, kMaxArrivalsPerSecond, true}));
     if (r.HasDuration("gap")) return r.Error("gap_us", "goes with rounds, not rate_per_s");
   }
   ASSIGN_OR_RETURN(c.traffic_class, ReadTrafficClass(r, 0));

@@ -54,15 +54,17 @@ absl::StatusOr<SizeMix> ReadSizeMix(YamlReader& parent, std::string_view key) {
     return r.Error("", "give either one size (kb: 64) or short_/long_ sizes, not both");
   }
   if (single) {
-    ASSIGN_OR_RETURN(mix.short_bytes, r.RequiredSize(""));
+    ASSIGN_OR_RETURN(mix.short_bytes, r.RequiredSize("", Bounds::Positive(), kMaxMessageBytes));
   } else {
-    ASSIGN_OR_RETURN(mix.short_bytes, r.RequiredSize("short"));
+    ASSIGN_OR_RETURN(mix.short_bytes,
+                     r.RequiredSize("short", Bounds::Positive(), kMaxMessageBytes));
     if (has_long != has_fraction) {
       return r.Error(has_long ? "long_fraction" : "long_mb",
                      "long_{bytes,kb,mb,gb} and long_fraction go together");
     }
     if (has_long) {
-      ASSIGN_OR_RETURN(mix.long_bytes, r.RequiredSize("long"));
+      ASSIGN_OR_RETURN(mix.long_bytes,
+                       r.RequiredSize("long", Bounds::Positive(), kMaxMessageBytes));
       ASSIGN_OR_RETURN(mix.long_fraction, r.Required<double>("long_fraction", Bounds::Fraction()));
     }
   }
@@ -244,7 +246,9 @@ absl::StatusOr<WorkloadPtr> CreateServing(const YAML::Node& node, const ConfigCo
                      fmt::format("'{}' is also a server", topo.node(c.clients[i]).name));
     }
   }
-  ASSIGN_OR_RETURN(c.rate_per_client, r.Required<double>("rate_per_client", Bounds::Positive()));
+  ASSIGN_OR_RETURN(
+      c.rate_per_client,
+      r.Required<double>("rate_per_client", Bounds{0.0, false, kMaxArrivalsPerSecond, true}));
   ASSIGN_OR_RETURN(c.request, ReadSizeMix(r, "request"));
   ASSIGN_OR_RETURN(c.response, ReadSizeMix(r, "response"));
   ASSIGN_OR_RETURN(c.server_time, r.OptionalDuration("server_time", Duration(0)));

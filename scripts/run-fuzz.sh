@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# make fuzz: builds the libFuzzer targets (fuzz/) with clang, ASan and UBSan in BUILD_DIR
+# (default build-fuzz) and runs each from its seed corpus for a fixed number of inputs from a
+# fixed seed, so that a run does the same on every machine (about a minute in all on two cores).
+# A crash, a leak, a timeout or an out-of-memory stops the run with the input that caused it
+# in BUILD_DIR/fuzz-artifacts/; put it in the target's corpus directory, where every later run
+# tries it first, and add a test for it.
+#   scripts/run-fuzz.sh [BUILD_DIR]            FUZZ_RUNS_SCALE=10 for ten times the inputs
+set -euo pipefail
+dir=${1:-build-fuzz}
+scale=${FUZZ_RUNS_SCALE:-1}
+cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDAR_FUZZ=ON -DDAR_WERROR=OFF -DDAR_BENCHMARKS=OFF \
+  -DDAR_TRAINING=OFF > /dev/null
+cmake --build "$dir" -j "$(nproc)" --target scenario_fuzz overlay_fuzz
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$dir/fuzz-artifacts"
+# run NAME RUNS CORPUS_DIR...: new inputs go to a scratch directory, the corpus stays as it is.
+run() {
+  local name=$1 runs=$2
+  shift 2
+  mkdir -p "$work/$name"
+  echo "fuzz: $name, $((runs * scale)) inputs"
+  "./$dir/fuzz/$name" "$work/$name" "$@" -seed=1 -runs=$((runs * scale)) -timeout=60 \
+    -rss_limit_mb=4096 -max_len=16384 -print_final_stats=1 \
+    -artifact_prefix="$dir/fuzz-artifacts/$name-" 2>&1 | tail -n 12
+  return "${PIPESTATUS[0]}"
+}
+run scenario_fuzz 3000 fuzz/corpus/scenario scenarios
+run overlay_fuzz 200000 fuzz/corpus/overlay
