@@ -2,8 +2,8 @@
 // the rest is:
 //   even: a received datagram, passed to ParseOverlay as it is;
 //   odd:  a header and payload that SealOverlay seals with the ring's key; the sealed
-//         datagram must parse back to the same header and payload, and with one byte flipped
-//         (chosen by the input) must not parse.
+//         datagram must parse back to the same header and payload, and with one bit flipped
+//         (where, the input chooses) must not parse.
 // ParseOverlay must never read outside the datagram (ASan) and never accept what the key did
 // not seal. Seed corpus: fuzz/corpus/overlay.
 #include <cstddef>
@@ -67,8 +67,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         packet.key_id == 7);
   Check(packet.payload.size() == payload.size() &&
         std::memcmp(packet.payload.data(), payload.data(), payload.size()) == 0);
-  // One flipped bit anywhere: refused.
-  const size_t at = (static_cast<size_t>(f[11]) * 131 + payload.size()) % *sealed;
+  // One flipped bit anywhere but in the first byte, the hop limit (which forwarders decrement,
+  // so the tag does not cover it): refused.
+  const size_t at = 1 + (static_cast<size_t>(f[11]) * 131 + payload.size()) % (*sealed - 1);
   out[at] ^= 1;
   Check(ParseOverlay(datagram, ring, &packet) != OverlayStatus::kOk);
   return 0;

@@ -27,5 +27,5 @@ run() {
     -artifact_prefix="$dir/fuzz-artifacts/$name-" 2>&1 | tail -n 12
   return "${PIPESTATUS[0]}"
 }
-run scenario_fuzz 3000 fuzz/corpus/scenario scenarios
-run overlay_fuzz 200000 fuzz/corpus/overlay
+run scenario_fuzz 40000 fuzz/corpus/scenario scenarios
+run overlay_fuzz 2000000 fuzz/corpus/overlay
