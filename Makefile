@@ -52,8 +52,6 @@ test-tsan: deps
 	for t in $(TSAN_TESTS); do \
 	  TSAN_OPTIONS=halt_on_error=1 ./$(TSAN_BUILD)/$$t --gtest_brief=1 || exit 1; done
 
-# clang's -Wthread-safety over every file that takes a lock (includes base/mutex.h): a member
-# read or written without the mutex that guards it (ABSL_GUARDED_BY) fails the build.
 # libFuzzer (clang) over the scenario and overlay-header parsers, a fixed number of inputs from
 # a fixed seed (scripts/run-fuzz.sh).
 fuzz: deps
@@ -62,6 +60,8 @@ fuzz: deps
 check-layers:
 	./scripts/check-layers.py src
 
+# clang's -Wthread-safety over every file that takes a lock (includes base/mutex.h): a member
+# read or written without the mutex that guards it (ABSL_GUARDED_BY) fails the build.
 check-thread-safety: configure
 	./scripts/check-thread-safety.py $(BUILD)
 

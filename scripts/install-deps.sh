@@ -9,8 +9,10 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # clang's thread-safety analysis of the code that locks (make check-thread-safety): g++
   # ignores the ABSL_GUARDED_BY annotations; clang checks them. clang-tidy's bugprone and
-  # performance checks (make check-tidy). python3 runs both.
-  clang clang-tidy python3
+  # performance checks (make check-tidy). python3 runs both. libclang-rt-14-dev: the libFuzzer,
+  # ASan and UBSan runtimes clang links the fuzz targets with (make fuzz), only recommended by
+  # clang's packages.
+  clang clang-tidy python3 libclang-rt-14-dev
   # The real runtime (controller, agents, overlay, lab): gRPC over mutual TLS, OpenSSL for
   # certificates, libsodium for data-plane authenticators, Prometheus metrics, an HTTP server
   # for /healthz and metrics, iproute2 for namespaces and veths, iperf3 for the lab's traffic.

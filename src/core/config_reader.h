@@ -48,6 +48,8 @@ struct Bounds {
   static Bounds Positive() { return Bounds{0.0, false, std::nullopt, true}; }
   // >= 0.
   static Bounds NonNegative() { return Bounds{0.0, true, std::nullopt, true}; }
+  // 0 < x <= hi.
+  static Bounds PositiveAtMost(double hi) { return Bounds{0.0, false, hi, true}; }
   // >= lo.
   static Bounds AtLeast(double lo) { return Bounds{lo, true, std::nullopt, true}; }
   // lo <= x <= hi.
@@ -115,7 +117,7 @@ class YamlReader {
   // A size in bytes given as exactly one of <name>_bytes, <name>_kb, <name>_mb, <name>_gb
   // (binary units); an empty `name` means the keys bytes, kb, mb, gb. `bounds` apply to the
   // number as written (default: > 0), `max_bytes` to the size. Rounded to the nearest byte.
-  static constexpr int64_t kMaxSizeBytes = int64_t{1} << 60;
+  static constexpr int64_t kMaxSizeBytes = int64_t{1} << 40;  // 1 TiB
   bool HasSize(std::string_view name);
   absl::StatusOr<int64_t> RequiredSize(std::string_view name,
                                        const Bounds& bounds = Bounds::Positive(),

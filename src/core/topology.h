@@ -43,6 +43,12 @@ struct Node {
 // zero when a packet's transmit time is taken, a larger one overflow.
 inline constexpr DataRate kMinLinkCapacity = DataRate::BitsPerSecond(1000);
 inline constexpr DataRate kMaxLinkCapacity = DataRate::BitsPerSecond(1000000000000000);
+// The same in Gb/s, as configuration files give a link's capacity.
+inline constexpr double kMinLinkGbps = 1e-6;
+inline constexpr double kMaxLinkGbps = 1e6;
+// A link's output queue: at most 1 GiB (a packet's transmit time at 1 kb/s stays within a
+// Duration).
+inline constexpr int64_t kMaxQueueBytes = int64_t{1} << 30;
 
 // Parameters of one direction of a link.
 struct LinkParams {

@@ -74,14 +74,13 @@ absl::StatusOr<LinkParams> ReadLinkParams(YamlReader& config, std::string_view k
   if (!config.Has(key)) return default_value;
   ASSIGN_OR_RETURN(YamlReader map, config.RequiredMap(key));
   LinkParams params = default_value;
-  ASSIGN_OR_RETURN(
-      const double gbps,
-      map.Optional<double>("capacity_gbps", params.capacity.gbps(),
-                           Bounds::InRange(kMinLinkCapacity.gbps(), kMaxLinkCapacity.gbps())));
+  ASSIGN_OR_RETURN(const double gbps,
+                   map.Optional<double>("capacity_gbps", params.capacity.gbps(),
+                                        Bounds::InRange(kMinLinkGbps, kMaxLinkGbps)));
   params.capacity = DataRate::Gbps(gbps);
   ASSIGN_OR_RETURN(params.delay, map.OptionalDuration("delay", params.delay, Bounds::Positive()));
-  ASSIGN_OR_RETURN(params.queue_bytes,
-                   map.OptionalSize("queue", params.queue_bytes, Bounds::Positive()));
+  ASSIGN_OR_RETURN(params.queue_bytes, map.OptionalSize("queue", params.queue_bytes,
+                                                        Bounds::Positive(), kMaxQueueBytes));
   RETURN_IF_ERROR(map.CheckNoUnknownKeys());
   return params;
 }

@@ -140,7 +140,7 @@ TEST(TopologyConfigTest, ErrorsNameTheKeyPath) {
   EXPECT_THAT(ErrorOf("{k: 4}"), HasSubstr("topology.type: required"));
   EXPECT_THAT(ErrorOf("[1, 2]"), HasSubstr("scenario.yaml: topology: must be a map"));
   EXPECT_THAT(ErrorOf("{type: leaf_spine, leaves: 0, spines: 1, hosts_per_leaf: 1}"),
-              HasSubstr("topology.leaves: must be >= 1, got 0"));
+              HasSubstr("topology.leaves: must be >= 1 and <= 131072, got 0"));
   EXPECT_THAT(ErrorOf("{type: node_link_json}"), HasSubstr("topology.file: required"));
   EXPECT_THAT(ErrorOf("{type: node_link_json, file: /nonexistent/x.json}"),
               HasSubstr("cannot open '/nonexistent/x.json'"));

@@ -14,6 +14,7 @@
 #include "core/registry.h"
 #include "core/topology_config.h"
 #include "core/topology_gen.h"
+#include "fmt/format.h"
 #include "nlohmann/json.hpp"
 
 namespace dar {
@@ -171,23 +172,29 @@ class Importer {
 absl::StatusOr<Topology> BuildNodeLinkJson(YamlReader& config, const std::string& base_dir) {
   ASSIGN_OR_RETURN(const std::string file, config.Required<std::string>("file"));
   JsonImportOptions options;
-  ASSIGN_OR_RETURN(
-      const double gbps,
-      config.Optional<double>("capacity_gbps", options.capacity.gbps(),
-                              Bounds::InRange(kMinLinkCapacity.gbps(), kMaxLinkCapacity.gbps())));
+  ASSIGN_OR_RETURN(const double gbps,
+                   config.Optional<double>("capacity_gbps", options.capacity.gbps(),
+                                           Bounds::InRange(kMinLinkGbps, kMaxLinkGbps)));
   options.capacity = DataRate::Gbps(gbps);
-  ASSIGN_OR_RETURN(options.queue_bytes,
-                   config.OptionalSize("queue", options.queue_bytes, Bounds::Positive()));
+  ASSIGN_OR_RETURN(options.queue_bytes, config.OptionalSize("queue", options.queue_bytes,
+                                                            Bounds::Positive(), kMaxQueueBytes));
   ASSIGN_OR_RETURN(
       options.default_delay,
       config.OptionalDuration("default_delay", options.default_delay, Bounds::Positive()));
-  ASSIGN_OR_RETURN(const int hosts_per_node,
-                   config.Optional<int>("hosts_per_node", 0, Bounds::NonNegative()));
+  ASSIGN_OR_RETURN(
+      const int hosts_per_node,
+      config.Optional<int>("hosts_per_node", 0,
+                           Bounds::InRange(0, static_cast<double>(kMaxGeneratedNodes))));
   ASSIGN_OR_RETURN(const LinkParams host_link, ReadLinkParams(config, "host_link", LinkParams()));
 
   std::filesystem::path path(file);
   if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
   ASSIGN_OR_RETURN(Topology topo, LoadNodeLinkJson(path.string(), options));
+  if (static_cast<int64_t>(topo.num_nodes()) * (1 + hosts_per_node) > kMaxGeneratedNodes) {
+    return config.Error("hosts_per_node",
+                        fmt::format("{} hosts on each of {} nodes are too many: at most {} nodes",
+                                    hosts_per_node, topo.num_nodes(), kMaxGeneratedNodes));
+  }
   AttachHosts(topo, hosts_per_node, host_link);
   return topo;
 }

@@ -70,7 +70,7 @@ absl::StatusOr<TimedEvent> ReadEvent(YamlReader& r, const Topology& topo) {
   if (kind == "capacity") {
     e.kind = TimedEvent::Kind::kCapacity;
     ASSIGN_OR_RETURN(e.capacity_fraction,
-                     m.Required<double>("fraction", Bounds{0.0, false, 1.0, true}));
+                     m.Required<double>("fraction", Bounds::PositiveAtMost(1.0)));
     for (const LinkId l : {topo.FindLink(e.a, e.b), topo.FindLink(e.b, e.a)}) {
       if (l != kNoLink &&
           topo.link(l).params.capacity.Scaled(e.capacity_fraction) < kMinLinkCapacity) {
@@ -167,7 +167,8 @@ absl::StatusOr<PolicySpec> ReadPolicy(const YAML::Node& node, const std::string&
 absl::Status ReadNetwork(YamlReader& r, NetworkConfig& n) {
   ASSIGN_OR_RETURN(n.ecn_threshold_bytes,
                    r.OptionalSize("ecn_threshold", n.ecn_threshold_bytes, Bounds::NonNegative()));
-  ASSIGN_OR_RETURN(n.host_queue_bytes, r.OptionalSize("host_queue", n.host_queue_bytes));
+  ASSIGN_OR_RETURN(n.host_queue_bytes, r.OptionalSize("host_queue", n.host_queue_bytes,
+                                                      Bounds::Positive(), kMaxQueueBytes));
   ASSIGN_OR_RETURN(int hop_limit,
                    r.Optional<int>("hop_limit", n.initial_hop_limit, Bounds::InRange(1, 255)));
   n.initial_hop_limit = static_cast<uint8_t>(hop_limit);

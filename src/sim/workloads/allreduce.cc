@@ -324,7 +324,7 @@ absl::StatusOr<WorkloadPtr> CreateAllReduce(const YAML::Node& node, const Config
   ASSIGN_OR_RETURN(c.compute, r.OptionalDuration("compute", Duration(0)));
   ASSIGN_OR_RETURN(c.slow_hosts, ReadSlowHosts(r, topo, c.jobs));
   ASSIGN_OR_RETURN(c.slowdown,
-                   r.Optional<double>("slowdown", 1.0, Bounds{0.0, false, kMaxSlowdown, true}));
+                   r.Optional<double>("slowdown", 1.0, Bounds::PositiveAtMost(kMaxSlowdown)));
   ASSIGN_OR_RETURN(c.traffic_class, ReadTrafficClass(r, 0));
   ASSIGN_OR_RETURN(c.start, r.OptionalDuration("start", Duration(0)));
   RETURN_IF_ERROR(r.CheckNoUnknownKeys());

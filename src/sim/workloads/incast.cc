@@ -182,7 +182,7 @@ absl::StatusOr<WorkloadPtr> CreateIncast(const YAML::Node& node, const ConfigCon
   } else {
     ASSIGN_OR_RETURN(
         c.rate_per_s,
-        r.Required<double>("rate_per_s", Bounds{0.0, false, kMaxArrivalsPerSecond, true}));
+        r.Required<double>("rate_per_s", Bounds::PositiveAtMost(kMaxArrivalsPerSecond)));
     if (r.HasDuration("gap")) return r.Error("gap_us", "goes with rounds, not rate_per_s");
   }
   ASSIGN_OR_RETURN(c.traffic_class, ReadTrafficClass(r, 0));

@@ -248,7 +248,7 @@ absl::StatusOr<WorkloadPtr> CreateServing(const YAML::Node& node, const ConfigCo
   }
   ASSIGN_OR_RETURN(
       c.rate_per_client,
-      r.Required<double>("rate_per_client", Bounds{0.0, false, kMaxArrivalsPerSecond, true}));
+      r.Required<double>("rate_per_client", Bounds::PositiveAtMost(kMaxArrivalsPerSecond)));
   ASSIGN_OR_RETURN(c.request, ReadSizeMix(r, "request"));
   ASSIGN_OR_RETURN(c.response, ReadSizeMix(r, "response"));
   ASSIGN_OR_RETURN(c.server_time, r.OptionalDuration("server_time", Duration(0)));
