@@ -248,6 +248,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "capacity.fraction: 1e-320 leaves the link under 1000 b/s"},
         BadCase{"HugeLinkCapacity", "capacity_gbps: 10", "capacity_gbps: 1e300",
                 "host_link.capacity_gbps: must be"},
+        BadCase{"HugeQueue", "queue_kb: 256", "queue_gb: 2",
+                "host_link.queue_gb: 2 is too large: at most 1073741824 bytes"},
         BadCase{"HugeFatTree", "k: 4", "k: 66", "topology.k: must be >= 2 and <= 64, got 66"},
         BadCase{"HugeArrivalRate", "{type: background, cdf: websearch, load: 0.4}",
                 "{type: incast, fan_in: 2, response_kb: 64, rate_per_s: 1e308}",
