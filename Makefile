@@ -52,8 +52,8 @@ test-tsan: deps
 	for t in $(TSAN_TESTS); do \
 	  TSAN_OPTIONS=halt_on_error=1 ./$(TSAN_BUILD)/$$t --gtest_brief=1 || exit 1; done
 
-# libFuzzer (clang) over the scenario and overlay-header parsers, a fixed number of inputs from
-# a fixed seed (scripts/run-fuzz.sh).
+# libFuzzer (clang) over the scenario, overlay-header and configuration parsers, a fixed number
+# of inputs from a fixed seed (scripts/run-fuzz.sh).
 fuzz: deps
 	./scripts/run-fuzz.sh $(FUZZ_BUILD)
 

@@ -297,7 +297,10 @@ const NeighbourConfig* AgentConfig::FindNeighbour(uint32_t id) const {
   return nullptr;
 }
 
-absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& text, const std::string& file) {
+namespace {
+
+absl::StatusOr<AgentConfig> ParseAgentConfigOrThrow(const std::string& text,
+                                                    const std::string& file) {
   ASSIGN_OR_RETURN(const YAML::Node root, ParseYaml(text, file));
   if (!root.IsMap()) {
     return absl::InvalidArgumentError(
@@ -309,6 +312,18 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& text, const std:
   const std::string base_dir = std::filesystem::path(file).parent_path().string();
   RETURN_IF_ERROR(ReadTop(top, c, base_dir));
   return c;
+}
+
+}  // namespace
+
+absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& text, const std::string& file) {
+  // The readers turn what they read into errors; this is for what yaml-cpp throws that they
+  // have not foreseen, so that a file never ends the program.
+  try {
+    return ParseAgentConfigOrThrow(text, file);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(fmt::format("{}: {}", file, e.what()));
+  }
 }
 
 absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path) {

@@ -32,6 +32,10 @@ class Located : public YamlLocator {
   // for unit families such as cycle_ms), else `map` itself.
   static YAML::Node KeyNode(const YAML::Node& map, std::string_view key) {
     if (!map.IsMap()) return map;
+    // The key itself first: `nodes` is not `nodes_stale_ms`, however the map is ordered.
+    for (const auto& entry : map) {
+      if (entry.first.IsScalar() && entry.first.Scalar() == key) return entry.second;
+    }
     for (const auto& entry : map) {
       if (!entry.first.IsScalar()) continue;
       const std::string& k = entry.first.Scalar();
@@ -294,8 +298,10 @@ RouteComputerConfig DefaultControllerRoutes() {
   return c;
 }
 
-absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
-                                                       const std::string& file) {
+namespace {
+
+absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string& text,
+                                                              const std::string& file) {
   const Located loc(file);
   ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
   if (!root.IsDefined() || root.IsNull()) {
@@ -431,6 +437,19 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
     return loc.Key(root, "policy", top.Error("policy", s.message()));
   }
   return c;
+}
+
+}  // namespace
+
+absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
+                                                       const std::string& file) {
+  // The readers turn what they read into errors; this is for what yaml-cpp throws that they
+  // have not foreseen, so that a file never ends the program.
+  try {
+    return ParseControllerConfigOrThrow(text, file);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(fmt::format("{}: {}", file, e.what()));
+  }
 }
 
 absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {

@@ -154,6 +154,9 @@ TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
       {With("listen: 127.0.0.1:50051", "listen: nowhere"), "ctl.yaml:2: listen: must be host:port"},
       {With("listen: 127.0.0.1:50051\n", ""), "ctl.yaml:2: listen: required"},
       {With("cycle_ms: 50", "cycle_ms: 0"), "ctl.yaml:8: cycle_ms: must be > 0"},
+      // A key named like another with a unit (`nodes_...` beside `nodes`) once made the node
+      // list be read from the wrong value (found by fuzz/config_fuzz.cc).
+      {With("table_stale_ms: 2000", "nodes_stale_ms: 2000"), "nodes_stale_ms: unknown key"},
       {With("cycle_ms: 50", "cycle_ms: 100000"), "cycle_ms: must be between 1 ms and 60 s"},
       {With("cycle_ms: 50", "cycle_ms: fast"), "ctl.yaml:8: cycle_ms"},
       {With("events_kept: 10", "events_kept: 0"), "ctl.yaml:11: events_kept"},

@@ -255,7 +255,9 @@ absl::StatusOr<std::vector<std::string>> ExpandCommand(const std::vector<std::st
   return out;
 }
 
-absl::StatusOr<LabConfig> ParseLabConfig(const std::string& text, const std::string& file) {
+namespace {
+
+absl::StatusOr<LabConfig> ParseLabConfigOrThrow(const std::string& text, const std::string& file) {
   ASSIGN_OR_RETURN(const YAML::Node root, ParseYaml(text, file));
   const Locator loc(file);
   if (root.IsDefined() && !root.IsNull() && !root.IsMap()) {
@@ -391,6 +393,18 @@ absl::StatusOr<LabConfig> ParseLabConfig(const std::string& text, const std::str
   RETURN_IF_ERROR(loc.CheckKeys(services, services_node));
   RETURN_IF_ERROR(loc.CheckKeys(r, root));
   return config;
+}
+
+}  // namespace
+
+absl::StatusOr<LabConfig> ParseLabConfig(const std::string& text, const std::string& file) {
+  // The readers turn what they read into errors; this is for what yaml-cpp throws that they
+  // have not foreseen, so that a file never ends the program.
+  try {
+    return ParseLabConfigOrThrow(text, file);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(fmt::format("{}: {}", file, e.what()));
+  }
 }
 
 absl::StatusOr<LabConfig> LoadLabConfig(const std::string& path) {
