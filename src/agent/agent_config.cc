@@ -317,13 +317,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfigOrThrow(const std::string& text,
 }  // namespace
 
 absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& text, const std::string& file) {
-  // The readers turn what they read into errors; this is for what yaml-cpp throws that they
-  // have not foreseen, so that a file never ends the program.
-  try {
-    return ParseAgentConfigOrThrow(text, file);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(fmt::format("{}: {}", file, e.what()));
-  }
+  return CatchYamlExceptions(file, [&] { return ParseAgentConfigOrThrow(text, file); });
 }
 
 absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path) {

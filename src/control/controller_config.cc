@@ -443,13 +443,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string&
 
 absl::StatusOr<ControllerConfig> ParseControllerConfig(const std::string& text,
                                                        const std::string& file) {
-  // The readers turn what they read into errors; this is for what yaml-cpp throws that they
-  // have not foreseen, so that a file never ends the program.
-  try {
-    return ParseControllerConfigOrThrow(text, file);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(fmt::format("{}: {}", file, e.what()));
-  }
+  return CatchYamlExceptions(file, [&] { return ParseControllerConfigOrThrow(text, file); });
 }
 
 absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {

@@ -202,6 +202,18 @@ std::string DescribeYaml(const YAML::Node& value);
 
 // Parses YAML text. Syntax errors become InvalidArgument "<where>: <yaml-cpp's message>".
 absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, std::string_view where);
+
+// Runs `read` (a reader of the text of `file`, returning an absl::StatusOr) and turns what
+// yaml-cpp throws that the reader has not foreseen into InvalidArgument "<file>: <message>":
+// whatever a file holds, it never ends the program.
+template <typename Read>
+auto CatchYamlExceptions(const std::string& file, Read read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(file + ": " + e.what());
+  }
+}
 // Reads and parses a YAML file; errors name `path`.
 absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path);
 

@@ -398,13 +398,7 @@ absl::StatusOr<LabConfig> ParseLabConfigOrThrow(const std::string& text, const s
 }  // namespace
 
 absl::StatusOr<LabConfig> ParseLabConfig(const std::string& text, const std::string& file) {
-  // The readers turn what they read into errors; this is for what yaml-cpp throws that they
-  // have not foreseen, so that a file never ends the program.
-  try {
-    return ParseLabConfigOrThrow(text, file);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(fmt::format("{}: {}", file, e.what()));
-  }
+  return CatchYamlExceptions(file, [&] { return ParseLabConfigOrThrow(text, file); });
 }
 
 absl::StatusOr<LabConfig> LoadLabConfig(const std::string& path) {

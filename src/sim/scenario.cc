@@ -287,13 +287,7 @@ absl::StatusOr<Scenario> ParseScenarioOrThrow(const std::string& yaml_text,
 }  // namespace
 
 absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::string& path) {
-  // The readers turn what they read into errors; this is for what they have not foreseen, so
-  // that a scenario file never ends the program.
-  try {
-    return ParseScenarioOrThrow(yaml_text, path);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(fmt::format("{}: {}", path, e.what()));
-  }
+  return CatchYamlExceptions(path, [&] { return ParseScenarioOrThrow(yaml_text, path); });
 }
 
 absl::StatusOr<Scenario> LoadScenario(const std::string& path) {
