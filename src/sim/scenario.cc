@@ -268,6 +268,7 @@ absl::StatusOr<Scenario> ParseScenarioOrThrow(const std::string& yaml_text,
     return r.Error("policies", "must be a non-empty list (e.g. [static, ecmp])");
   }
   std::set<std::string> names;
+  const DataRate host_line_rate = HostLineRate(s.topology);
   for (size_t i = 0; i < policies.size(); ++i) {
     const std::string where = fmt::format("{}: policies[{}]", path, i);
     ASSIGN_OR_RETURN(PolicySpec p, ReadPolicy(policies[i], where));
@@ -277,7 +278,7 @@ absl::StatusOr<Scenario> ParseScenarioOrThrow(const std::string& yaml_text,
     }
     ConfigContext ctx{where, s.base_dir, &s.topology};
     ASSIGN_OR_RETURN(ControlPlanePtr cp, CreatePolicyControlPlane(p, ctx));
-    if (p.forwarding.line_rate.is_zero()) p.forwarding.line_rate = HostLineRate(s.topology);
+    if (p.forwarding.line_rate.is_zero()) p.forwarding.line_rate = host_line_rate;
     s.policies.push_back(std::move(p));
   }
   RETURN_IF_ERROR(r.CheckNoUnknownKeys());
