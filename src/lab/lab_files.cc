@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -23,6 +24,12 @@ std::string LabOverlayAddress(const NodeLayout& node) { return fmt::format("10.7
 
 DataRate LabLinkCapacity(const LinkLayout& link) {
   return link.rate.value_or(kLabUnlimitedCapacity);
+}
+
+DataRate LabLineRate(const LabLayout& layout) {
+  DataRate fastest = DataRate::BitsPerSecond(0);
+  for (const LinkLayout& l : layout.links) fastest = std::max(fastest, LabLinkCapacity(l));
+  return fastest;
 }
 
 absl::Status CreateLabCredentials(const LabLayout& layout, const std::string& dir, absl::Time now) {
@@ -145,6 +152,9 @@ std::string NodeConfigYaml(const LabLayout& layout, int node) {
   out << YAML::Key << "probe_interval_ms" << YAML::Value << 100;
   out << YAML::Key << "missed_probes" << YAML::Value << 3;
   out << YAML::Key << "forwarding_mode" << YAML::Value << "per_flowlet";
+  // A node's own traffic enters through its TUN, which one flow can drive as fast as the lab's
+  // fastest link: every hop is one a single flow can fill, so long flowlets spray everywhere.
+  out << YAML::Key << "line_rate_bps" << YAML::Value << LabLineRate(layout).bps();
   EmitInitialKey(out);
   EmitTopology(layout, out);
   out << YAML::Key << "neighbours" << YAML::Value << YAML::BeginSeq;

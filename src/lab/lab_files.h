@@ -35,6 +35,10 @@ std::string LabOverlayAddress(const NodeLayout& node);
 // The capacity both ends are told: the rate limit, or kLabUnlimitedCapacity.
 DataRate LabLinkCapacity(const LinkLayout& link);
 
+// The line rate each agent is told: the fastest link's capacity, since a node's own traffic comes
+// from its TUN and a single flow can fill any of its links.
+DataRate LabLineRate(const LabLayout& layout);
+
 // Creates the CA, the controller's, every node's and the admin's certificates, valid from an
 // hour before `now` for a year, and a fresh overlay key in `dir`; replaces earlier ones.
 // Errors: those of security::InitCertDir / IssueFromCertDir, Internal for the key file.

@@ -230,6 +230,7 @@ TEST_F(LabTest, UpWritesCredentialsAndConfigsTheServicesAccept) {
     EXPECT_EQ(c->state_dir, fmt::format("{}/state/{}", dir_, name));
     EXPECT_EQ(c->links[0].capacity, DataRate::Mbps(100));
     EXPECT_EQ(c->links[1].capacity, kLabUnlimitedCapacity);
+    EXPECT_EQ(c->line_rate, kLabUnlimitedCapacity);
     absl::StatusOr<security::TlsMaterial> tls = security::LoadTlsMaterial(c->tls, absl::Now());
     ASSERT_TRUE(tls.ok()) << tls.status();
     EXPECT_EQ(tls->identity,
