@@ -44,9 +44,14 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
                                          : config.state_dir + "/overlay-keys.json"},
        {"active", keys.active_id()},
        {"phase", security::KeyPhaseName(keys.phase())}});
-  c->core_ =
-      std::make_unique<ControllerCore>(config, *c->clock_, *c->log_, *c->metrics_,
-                                       /*publish_thread=*/options.cycle_thread, std::move(keys));
+  ASSIGN_OR_RETURN(
+      TableVersions versions,
+      TableVersions::Load(config.state_dir.empty() ? "" : config.state_dir + "/table-versions.json",
+                          c->clock_->UnixNanos()));
+  c->log_->Info("table versions", {{"next", versions.next()}});
+  c->core_ = std::make_unique<ControllerCore>(config, *c->clock_, *c->log_, *c->metrics_,
+                                              /*publish_thread=*/options.cycle_thread,
+                                              std::move(keys), std::move(versions));
   // A link end newly reported down: the cycle thread runs a cycle at once (before the server
   // starts, so that no agent's samples race the setting).
   c->core_->SetEarlyCycleRequest([p = c.get()] {

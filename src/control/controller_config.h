@@ -15,7 +15,8 @@
 //   forecast_horizon_s: 30
 //   events_kept: 1000
 //   probe: {interval_ms: 100, missed_probes: 3}
-//   state_dir: state                 # optional: kept across restarts (the data-plane keys)
+//   state_dir: state                 # optional: kept across restarts (data-plane keys, table
+//                                    # versions, drains and policy)
 //   initial_key: {id: 0, file: overlay.key}   # optional: the key agents start with
 //   keys: {rotate_every_s: 86400, rollout_ms: 5000}   # optional; rotate_every 0: on request
 //   nodes:
@@ -121,8 +122,9 @@ struct ControllerConfig {
   int events_kept = 1000;
   Duration probe_interval = Milliseconds(100);
   int missed_probes = 3;
-  // Where the data-plane key ring (security/key_ring.h) is kept; empty: in memory only, so a
-  // restart makes new keys.
+  // Where the data-plane key ring (security/key_ring.h), the table-version counter
+  // (control/table_versions.h) and the operator's drains and policy are kept; empty: in memory
+  // only, so a restart makes new keys and versions continue from the clock.
   std::string state_dir;
   struct InitialKey {
     uint32_t id = 0;

@@ -25,7 +25,8 @@ std::pair<std::string, std::string> CableKey(const std::string& a, const std::st
 
 ControllerCore::ControllerCore(const ControllerConfig& config, const Clock& clock, JsonLog& log,
                                ControllerMetrics& metrics, bool publish_thread,
-                               std::optional<security::KeyRing> keys)
+                               std::optional<security::KeyRing> keys,
+                               std::optional<TableVersions> versions)
     : clock_(clock),
       log_(log),
       metrics_(metrics),
@@ -33,7 +34,9 @@ ControllerCore::ControllerCore(const ControllerConfig& config, const Clock& cloc
       policy_(config.policy),
       // Without a file or an initial key, Load cannot fail.
       keys_(keys ? std::move(*keys)
-                 : *security::KeyRing::Load(security::KeyRingOptions{}, clock.UnixNanos())) {
+                 : *security::KeyRing::Load(security::KeyRingOptions{}, clock.UnixNanos())),
+      // Without a file, Load cannot fail either.
+      versions_(versions ? std::move(*versions) : *TableVersions::Load("", clock.UnixNanos())) {
   assert(!config.trust_domain.empty());
   overlay_ = MakeOverlay(config_);
   agent_config_ = BuildAgentConfigLocked();
@@ -225,12 +228,28 @@ absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const security::
         }
       }
     }
+    absl::Status save_error;
+    TableVersions::Claim claim = TableVersions::Claim::kKnown;
+    if (refusal.ok()) claim = versions_.OnClaim(hello.installed_version(), &save_error);
+    if (claim == TableVersions::Claim::kRefused) {
+      refusal = absl::PermissionDeniedError(fmt::format(
+          "hello from node {} claims installed table version {}, more than {} above this "
+          "controller's next version {}: not taken (versions are the controller's; if the node "
+          "is honest, remove its saved tables)",
+          id, hello.installed_version(), TableVersions::kMaxClaimStep, versions_.next()));
+    } else if (claim == TableVersions::Claim::kAdopted) {
+      RecordEventLocked(
+          "table_versions_adopted", overlay_->name(v),
+          fmt::format("the node holds version {}, above this controller's; versions "
+                      "continue above it{}",
+                      hello.installed_version(),
+                      save_error.ok() ? "" : ": " + std::string(save_error.message())));
+    }
     if (refusal.ok()) {
       Agent& agent = agents_[id];
       replaced = std::move(agent.link);
       agent.link = std::move(link);
       agent.last_seen_unix_ns = clock_.UnixNanos();
-      next_version_ = std::max(next_version_, hello.installed_version() + 1);
       admission.config = agent_config_;
       admission.snapshot = latest_;
       admission.ack_timeout = config_.table_stale / 2;

@@ -42,6 +42,7 @@
 #include "control/controller_metrics.h"
 #include "control/controller_session.h"
 #include "control/controller_tables.h"
+#include "control/table_versions.h"
 #include "core/marginal_decision.h"
 #include "core/route_computer.h"
 #include "dar/v1/admin.pb.h"
@@ -86,7 +87,9 @@ class ControllerCore {
  public:
   // `config` must be valid (ParseControllerConfig) with a trust domain filled in. The clock,
   // log and metrics must outlive the core. `keys` are the data-plane keys it hands out and
-  // rotates (KeyRingFor); none: a random key in memory (tests).
+  // rotates (KeyRingFor); none: a random key in memory (tests). `versions` is where table
+  // versions come from (TableVersions::Load in the state directory); none: from the clock,
+  // persisted nowhere (tests).
   // A learned policy the configuration names is loaded here; if it is refused, the analytic
   // engine runs (see the top comment).
   // With `publish_thread`, each cycle's snapshot is offered to the streams by a thread of the
@@ -95,7 +98,8 @@ class ControllerCore {
   // offered. Without it, RunCycle offers before it returns.
   ControllerCore(const ControllerConfig& config, const Clock& clock, JsonLog& log,
                  ControllerMetrics& metrics, bool publish_thread = false,
-                 std::optional<security::KeyRing> keys = std::nullopt);
+                 std::optional<security::KeyRing> keys = std::nullopt,
+                 std::optional<TableVersions> versions = std::nullopt);
   ~ControllerCore();
   ControllerCore(const ControllerCore&) = delete;
   ControllerCore& operator=(const ControllerCore&) = delete;
@@ -339,7 +343,7 @@ class ControllerCore {
   std::set<std::pair<std::string, std::string>> drained_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);  // newest at the back
   std::shared_ptr<const RouteSnapshot> latest_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
+  TableVersions versions_ ABSL_GUARDED_BY(mu_);
   bool cycled_ ABSL_GUARDED_BY(mu_) = false;
   Time last_cycle_ ABSL_GUARDED_BY(mu_) = Time{0};
 

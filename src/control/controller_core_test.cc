@@ -185,9 +185,12 @@ TEST_F(CoreTest, HelloMustComeFromTheNodeItNames) {
 }
 
 TEST_F(CoreTest, AdmissionCarriesConfigKeysAndTablesAndReplacesAnOlderStream) {
+  // Versions start from the clock, in milliseconds.
+  const uint64_t first_version = static_cast<uint64_t>(clock_.UnixNanos() / 1'000'000);
   core_->RunCycle();
   auto first = std::make_shared<FakeLink>();
-  absl::StatusOr<ControllerCore::Admission> a = core_->Admit(Node(1), Hello(1, {2, 3}, 41), first);
+  absl::StatusOr<ControllerCore::Admission> a =
+      core_->Admit(Node(1), Hello(1, {2, 3}, first_version + 41), first);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_NE(a->config, nullptr);
   EXPECT_EQ(a->config->probe_interval_ms(), 100u);
@@ -202,15 +205,17 @@ TEST_F(CoreTest, AdmissionCarriesConfigKeysAndTablesAndReplacesAnOlderStream) {
   ASSERT_EQ(a->config->nodes_size(), 4);
   EXPECT_EQ(a->config->nodes(3).overlay_address(), "10.77.0.4");
   ASSERT_NE(a->snapshot, nullptr);
-  EXPECT_EQ(a->snapshot->version, 1u);
+  EXPECT_EQ(a->snapshot->version, first_version);
   EXPECT_EQ(a->ack_timeout, Milliseconds(1500));
   EXPECT_TRUE(core_->ListNodes()[0].connected());
   EXPECT_EQ(metrics_.agents_connected->Value(), 1);
 
-  // Versions continue above what the agent forwards with.
-  EXPECT_EQ(core_->RunCycle().version, 42u);
+  // Versions continue above what the agent forwards with (a little above the controller's own:
+  // the clock went back and nothing was persisted).
+  EXPECT_TRUE(HasEvent("table_versions_adopted", "version " + std::to_string(first_version + 41)));
+  EXPECT_EQ(core_->RunCycle().version, first_version + 42);
   ASSERT_EQ(first->snapshots.size(), 1u);
-  EXPECT_EQ(first->snapshots[0]->version, 42u);
+  EXPECT_EQ(first->snapshots[0]->version, first_version + 42);
 
   auto second = std::make_shared<FakeLink>();
   ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), second).ok());
@@ -221,6 +226,23 @@ TEST_F(CoreTest, AdmissionCarriesConfigKeysAndTablesAndReplacesAnOlderStream) {
   core_->Detach(1, second.get());
   EXPECT_FALSE(core_->ListNodes()[0].connected());
   EXPECT_TRUE(HasEvent("agent_disconnected"));
+}
+
+TEST_F(CoreTest, AHelloClaimingAVersionFarAboveTheControllersIsRefusedAndChangesNothing) {
+  const uint64_t before = core_->RunCycle().version;
+  auto link = std::make_shared<FakeLink>();
+  // A version near 2^64, as one that once wrapped the counter and made every agent refuse
+  // every table.
+  absl::StatusOr<ControllerCore::Admission> a =
+      core_->Admit(Node(1), Hello(1, {2, 3}, ~uint64_t{0} - 7), link);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(a.status().message()), HasSubstr("not taken"));
+  EXPECT_TRUE(HasEvent("hello_refused", "installed table version 18446744073709551608"));
+  EXPECT_FALSE(core_->ListNodes()[0].connected());
+  // The other agents' versions go on from where they were.
+  ASSERT_TRUE(core_->Admit(Node(2), Hello(2, {1, 4}, before), std::make_shared<FakeLink>()).ok());
+  EXPECT_EQ(core_->RunCycle().version, before + 1);
 }
 
 TEST_F(CoreTest, SamplesOnlyForOwnLinksWithSaneValues) {

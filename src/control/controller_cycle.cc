@@ -81,7 +81,14 @@ CycleReport ControllerCore::RunCycle() {
       cycle_threads = policy_.cycle_threads;
     }
     policy_dirty_ = false;
-    report.version = next_version_++;
+    absl::Status save_error;
+    report.version = versions_.Take(&save_error);
+    if (!save_error.ok()) {
+      RecordEventLocked("state_not_saved", "",
+                        fmt::format("table versions may repeat after a restart if the clock goes "
+                                    "back: {}",
+                                    std::string(save_error.message())));
+    }
     timeout = config_.sample_timeout;
   }
   const std::shared_ptr<const Overlay> overlay = computer_overlay_;

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -32,6 +33,7 @@
 
 #include "absl/strings/str_replace.h"
 #include "base/status_macros.h"
+#include "dar/v1/agent.pb.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -48,6 +50,29 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// Copies an agent's saved table file (agent/table_store.h: a header line, then the table) with
+// its version set near 2^64 and the header's size and FNV-1a checksum made to match.
+bool WriteHugeVersionTable(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::string header;
+  if (!std::getline(in, header)) return false;
+  v1::RouteTable table;
+  if (!table.ParseFromIstream(&in)) return false;
+  table.set_version(~uint64_t{0} - 7);
+  const std::string payload = table.SerializeAsString();
+  uint64_t fnv = 0xcbf29ce484222325;
+  for (const unsigned char c : payload) fnv = (fnv ^ c) * 0x100000001b3;
+  // "dar-agent-table 1 node=N size=S fnv1a64=H": keep the first three fields.
+  size_t at = 0;
+  for (int i = 0; i < 3 && at != std::string::npos; ++i) at = header.find(' ', at + 1);
+  if (at == std::string::npos) return false;
+  std::filesystem::create_directories(std::filesystem::path(to).parent_path());
+  std::ofstream(to, std::ios::binary)
+      << header.substr(0, at) << fmt::format(" size={} fnv1a64={:016x}\n", payload.size(), fnv)
+      << payload;
+  return true;
+}
 
 int64_t Ms(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -977,6 +1002,26 @@ TEST_F(SystemTest, ImpostorsAreRefused) {
   EXPECT_THAT(tls12.out + tls12.err, Not(HasSubstr("Protocol version: TLSv1.2")));
   const CommandResult tls13 = s_client("-tls1_3");
   EXPECT_THAT(tls13.out + tls13.err, HasSubstr("TLSv1.3"));
+
+  // A's own certificate, with saved tables claiming a version near 2^64 (as a hostile node
+  // would say it holds): the controller refuses the claim rather than continue above it, where
+  // the counter would wrap and every agent would refuse every table.
+  const std::string hostile_state = dir_ + "/state/hostile";
+  ASSERT_TRUE(WriteHugeVersionTable(dir_ + "/state/A/tables.bin", hostile_state + "/tables.bin"));
+  const std::map<std::string, uint64_t> others = AckedVersions();
+  const std::string hostile =
+      run_agent("hostile",
+                absl::StrReplaceAll(a_config, {{"state_dir: state/A", "state_dir: state/hostile"}}),
+                attempts(2));
+  EXPECT_THAT(hostile, HasSubstr("not taken"));
+  EXPECT_THAT(Darctl({"show", "events"}).dump(), HasSubstr("claims installed table version"));
+  // The other agents go on taking tables, with versions that grow from where they were.
+  ASSERT_TRUE(WaitFor([&] {
+    const std::map<std::string, uint64_t> now = AckedVersions();
+    return now.size() == 3 && std::all_of(now.begin(), now.end(), [&](const auto& e) {
+             return e.second > others.at(e.first) && e.second < others.at(e.first) + 100'000;
+           });
+  }));
 
   // The genuine agent joins again.
   ASSERT_EQ(Cli({"start", "A", "--dir", dir_}).exit_code, 0);

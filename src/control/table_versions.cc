@@ -1,0 +1,74 @@
+#include "control/table_versions.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+#include "base/files.h"
+#include "base/status_macros.h"
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+
+namespace dar::control {
+namespace {
+
+constexpr char kFormat[] = "dar-table-versions/1";
+// Room left at the top of the range: no version is ever handed out above it.
+constexpr uint64_t kCeiling = std::numeric_limits<uint64_t>::max() / 2;
+
+}  // namespace
+
+absl::StatusOr<TableVersions> TableVersions::Load(std::string file, int64_t now_unix_ns) {
+  uint64_t next = static_cast<uint64_t>(std::max<int64_t>(now_unix_ns / 1'000'000, 1));
+  if (!file.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(file, 4096);
+    if (text.ok()) {
+      const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+      if (!j.is_object() || j.value("format", "") != kFormat || !j.contains("reserved") ||
+          !j["reserved"].is_number_unsigned() || j["reserved"].get<uint64_t>() >= kCeiling) {
+        return absl::InvalidArgumentError(fmt::format(
+            "table versions {}: not a JSON object with format \"{}\" and \"reserved\" a version "
+            "below 2^63 (fix or remove the file; without it versions start from the clock)",
+            file, kFormat));
+      }
+      next = std::max(next, j["reserved"].get<uint64_t>() + 1);
+    } else if (!absl::IsNotFound(text.status())) {
+      return text.status();
+    }
+  }
+  TableVersions v(std::move(file), next);
+  RETURN_IF_ERROR(v.Reserve());
+  return v;
+}
+
+absl::Status TableVersions::Reserve() {
+  reserved_ = next_ + kBlock - 1;
+  if (file_.empty()) return absl::OkStatus();
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::path(file_).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return absl::InternalError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  nlohmann::json j;
+  j["format"] = kFormat;
+  j["reserved"] = reserved_;
+  return WriteFileAtomically(file_, j.dump() + "\n", 0600);
+}
+
+uint64_t TableVersions::Take(absl::Status* save_error) {
+  *save_error = next_ > reserved_ ? Reserve() : absl::OkStatus();
+  return next_++;
+}
+
+TableVersions::Claim TableVersions::OnClaim(uint64_t installed, absl::Status* save_error) {
+  *save_error = absl::OkStatus();
+  if (installed < next_) return Claim::kKnown;
+  if (installed - next_ >= kMaxClaimStep || installed >= kCeiling) return Claim::kRefused;
+  next_ = installed + 1;
+  if (next_ > reserved_) *save_error = Reserve();
+  return Claim::kAdopted;
+}
+
+}  // namespace dar::control

@@ -1,0 +1,69 @@
+// Where the controller's table versions come from: its own counter, never a peer's word.
+//
+// Agents install a table only if its version is newer than the one they hold (agent/
+// table_store.h), so versions must keep growing across controller restarts, or the agents
+// refuse every table and fall back to static routes. Two things keep them growing:
+// - a counter persisted in the state directory, in blocks: the file holds the top of the block
+//   being used, written before any version in the block is handed out, so a restart begins
+//   above every version its predecessor issued (one write per kBlock versions);
+// - the wall clock as a floor: a version is never below the controller's start time in
+//   milliseconds, which covers a controller without a state directory (a cycle is far longer
+//   than a millisecond, so a restart's clock is above its predecessor's versions).
+// An agent's hello says which version it holds. A claim below the next version is what it
+// should be; a claim a little above (the clock went back and nothing was persisted) moves the
+// counter past it; a claim more than kMaxClaimStep above is refused: one hostile hello must not
+// push the counter to the top of its range, where it would wrap.
+//
+// Thread-compatible.
+#ifndef DAR_CONTROL_TABLE_VERSIONS_H_
+#define DAR_CONTROL_TABLE_VERSIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace dar::control {
+
+class TableVersions {
+ public:
+  // Versions reserved by one write of the file: 1,000 s of cycles at 10 Hz.
+  static constexpr uint64_t kBlock = 10'000;
+  // How far above the next version an agent's claim may move the counter: 2^24, 4.7 hours of
+  // the clock floor; the counter's 2^64 would take 2^40 such claims.
+  static constexpr uint64_t kMaxClaimStep = uint64_t{1} << 24;
+
+  // Reads the counter file (`file` empty: nothing is persisted) and reserves the first block.
+  // Errors, naming the file: unreadable or malformed (it is left as it is: fix or remove it),
+  // or the reservation cannot be written.
+  static absl::StatusOr<TableVersions> Load(std::string file, int64_t now_unix_ns);
+
+  // The next version, which is then used up. Saves a new reservation first when the block is
+  // used up; if that fails the version is still handed out (the clock floor still holds
+  // across a restart) and the error is returned in `*save_error` (else OK).
+  uint64_t Take(absl::Status* save_error);
+
+  enum class Claim {
+    kKnown,    // below the next version: one this controller (or its predecessor) issued
+    kAdopted,  // above, by less than kMaxClaimStep: the counter now continues above it
+    kRefused,  // further above: not taken
+  };
+  // What to make of an agent saying it holds `installed`. Errors as Take, for kAdopted.
+  Claim OnClaim(uint64_t installed, absl::Status* save_error);
+
+  uint64_t next() const { return next_; }
+
+ private:
+  TableVersions(std::string file, uint64_t next) : file_(std::move(file)), next_(next) {}
+  // Makes [next_, next_ + kBlock) reserved, writing the file.
+  absl::Status Reserve();
+
+  std::string file_;
+  uint64_t next_;
+  uint64_t reserved_ = 0;  // the last version that may be handed out without a write
+};
+
+}  // namespace dar::control
+
+#endif  // DAR_CONTROL_TABLE_VERSIONS_H_

@@ -1,0 +1,94 @@
+#include "control/table_versions.h"
+
+#include <string>
+
+#include "base/files.h"
+#include "base/test_support.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace dar::control {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kNow = 1'700'000'000'123'456'789;  // ns
+constexpr uint64_t kNowMs = 1'700'000'000'123;
+
+uint64_t Reserved(const std::string& file) {
+  return nlohmann::json::parse(*ReadFile(file))["reserved"].get<uint64_t>();
+}
+
+TEST(TableVersionsTest, StartFromTheClockAndGrow) {
+  absl::StatusOr<TableVersions> v = TableVersions::Load("", kNow);
+  ASSERT_TRUE(v.ok()) << v.status();
+  absl::Status saved;
+  EXPECT_EQ(v->Take(&saved), kNowMs);
+  EXPECT_EQ(v->Take(&saved), kNowMs + 1);
+  EXPECT_TRUE(saved.ok());
+}
+
+TEST(TableVersionsTest, ARestartBeginsAboveEveryVersionIssuedEvenIfTheClockWentBack) {
+  test::TempDir dir;
+  const std::string file = dir.File("state/table-versions.json");
+  absl::Status saved;
+  uint64_t last = 0;
+  {
+    TableVersions v = *TableVersions::Load(file, kNow);
+    // Past one block, so that the file is written a second time.
+    for (uint64_t i = 0; i < TableVersions::kBlock + 5; ++i) last = v.Take(&saved);
+    ASSERT_TRUE(saved.ok()) << saved;
+    EXPECT_GE(Reserved(file), last);
+  }
+  // The clock an hour behind: the file, not the clock, decides.
+  TableVersions again = *TableVersions::Load(file, kNow - 3'600'000'000'000);
+  EXPECT_GT(again.Take(&saved), last);
+  // The clock ahead of the file: the clock decides.
+  TableVersions later = *TableVersions::Load(file, kNow + 3'600'000'000'000);
+  EXPECT_EQ(later.Take(&saved), kNowMs + 3'600'000);
+}
+
+TEST(TableVersionsTest, AClaimAboveIsAdoptedWithinTheStepAndRefusedBeyondIt) {
+  test::TempDir dir;
+  const std::string file = dir.File("table-versions.json");
+  TableVersions v = *TableVersions::Load(file, kNow);
+  absl::Status saved;
+  EXPECT_EQ(v.OnClaim(0, &saved), TableVersions::Claim::kKnown);
+  EXPECT_EQ(v.OnClaim(kNowMs - 1, &saved), TableVersions::Claim::kKnown);
+  EXPECT_EQ(v.next(), kNowMs);
+
+  // The clock went back with nothing persisted: an honest agent holds a newer version.
+  const uint64_t held = kNowMs + 3 * TableVersions::kBlock;
+  EXPECT_EQ(v.OnClaim(held, &saved), TableVersions::Claim::kAdopted);
+  EXPECT_TRUE(saved.ok()) << saved;
+  EXPECT_EQ(v.Take(&saved), held + 1);
+  EXPECT_GE(Reserved(file), held + 1);  // persisted before it was handed out
+
+  // A hostile claim near the top of the range, as one that once wrapped the counter.
+  const uint64_t next = v.next();
+  EXPECT_EQ(v.OnClaim(~uint64_t{0} - 1, &saved), TableVersions::Claim::kRefused);
+  EXPECT_EQ(v.OnClaim(next + TableVersions::kMaxClaimStep, &saved),
+            TableVersions::Claim::kRefused);
+  EXPECT_EQ(v.next(), next);
+  EXPECT_EQ(v.OnClaim(next + TableVersions::kMaxClaimStep - 1, &saved),
+            TableVersions::Claim::kAdopted);
+}
+
+TEST(TableVersionsTest, AMalformedFileIsRefusedAndKept) {
+  test::TempDir dir;
+  const std::string file = dir.File("table-versions.json");
+  for (const char* text : {"not json", R"({"format": "dar-table-versions/1"})",
+                           R"({"format": "x", "reserved": 5})",
+                           R"({"format": "dar-table-versions/1", "reserved": -5})",
+                           R"({"format": "dar-table-versions/1", "reserved": 18446744073709551615})"}) {
+    ASSERT_TRUE(WriteFileAtomically(file, text, 0600).ok());
+    absl::StatusOr<TableVersions> v = TableVersions::Load(file, kNow);
+    ASSERT_FALSE(v.ok()) << text;
+    EXPECT_THAT(std::string(v.status().message()), HasSubstr(file)) << text;
+    EXPECT_EQ(*ReadFile(file), text);
+  }
+}
+
+}  // namespace
+}  // namespace dar::control
