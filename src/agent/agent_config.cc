@@ -214,6 +214,16 @@ absl::Status ReadTop(YamlReader& top, AgentConfig& c, const std::string& base_di
   ASSIGN_OR_RETURN(c.controller, top.Required<std::string>("controller"));
   RETURN_IF_ERROR(CheckHostPort(top, "controller", c.controller));
   ASSIGN_OR_RETURN(c.controller_name, top.Optional<std::string>("controller_name", ""));
+  ASSIGN_OR_RETURN(const std::string controller_id, top.Optional<std::string>("controller_id", ""));
+  if (!controller_id.empty()) {
+    absl::StatusOr<security::SpiffeId> id = security::ParseSpiffeId(controller_id);
+    if (id.ok() && id->kind != security::PeerKind::kController) {
+      id = absl::InvalidArgumentError(fmt::format("{} is the identity of {}, not of a controller",
+                                                  controller_id, id->ToString()));
+    }
+    if (!id.ok()) return top.Error("controller_id", std::string(id.status().message()));
+    c.controller_id = *std::move(id);
+  }
 
   ASSIGN_OR_RETURN(YamlReader tls, top.RequiredMap("tls"));
   ASSIGN_OR_RETURN(c.tls.cert_file, tls.Required<std::string>("cert"));

@@ -10,8 +10,11 @@
 //   management: {interface: dmd-m1, address: 10.255.1.2/30, gateway: 10.255.1.1}  # optional,
 //                                     # for people (the lab routes to the controller over it)
 //   controller: 10.255.255.1:50051    # host:port of the controller
-//   controller_name: localhost        # optional: the name its certificate must carry, if not
+//   controller_name: localhost        # optional: the name to dial it by (TLS SNI), if not
 //                                     # the host above
+//   controller_id: spiffe://lab.dar/controller   # optional: the identity its certificate
+//                                     # must carry; default: the controller of this node's
+//                                     # trust domain (no host name is checked)
 //   tls: {cert: node-1.crt, key: node-1.key, ca: ca.crt}   # relative to this file
 //   state_dir: state/A                # the last good table lives here; relative to this file
 //   overlay: {tun: dar0, prefix_length: 16, mtu: 1400}     # optional; these are the defaults
@@ -104,6 +107,8 @@ struct AgentConfig {
   std::string management_gateway;
   std::string controller;       // host:port
   std::string controller_name;  // empty: the host of `controller`
+  // The controller's identity; none: the controller of the trust domain of `tls.cert_file`.
+  std::optional<security::SpiffeId> controller_id;
   security::TlsFiles tls;
   std::string state_dir;
   std::string tun_name = "dar0";

@@ -167,8 +167,23 @@ TEST(AgentConfigTest, ErrorsNameFileAndField) {
               HasSubstr("tls"));
   EXPECT_THAT(ErrorOf(Replace(kNodeB, "lab: dmd", "lab: dmd\nprobe_intervall_ms: 5")),
               HasSubstr("probe_intervall_ms"));
+  EXPECT_THAT(
+      ErrorOf(Replace(kNodeB, "lab: dmd", "lab: dmd\ncontroller_id: spiffe://dmd.dar/node/1")),
+      HasSubstr("controller_id: spiffe://dmd.dar/node/1 is the identity of"));
+  EXPECT_THAT(ErrorOf(Replace(kNodeB, "lab: dmd", "lab: dmd\ncontroller_id: https://x/controller")),
+              HasSubstr("controller_id"));
   EXPECT_THAT(ErrorOf("- just a list"), HasSubstr("/etc/dar/B.yaml: must be a map"));
   EXPECT_THAT(ErrorOf("node: {id: [1"), HasSubstr("/etc/dar/B.yaml"));
+}
+
+TEST(AgentConfigTest, TheControllersIdentityIsOptional) {
+  absl::StatusOr<AgentConfig> c = ParseAgentConfig(kNodeB, "B.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->controller_id.has_value());  // the controller of the certificate's domain
+  c = ParseAgentConfig(
+      Replace(kNodeB, "lab: dmd", "lab: dmd\ncontroller_id: spiffe://x.dar/controller"), "B.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->controller_id, security::SpiffeId::Controller("x.dar"));
 }
 
 TEST(AgentConfigTest, ParallelLinksToOneNeighbourAreRefused) {

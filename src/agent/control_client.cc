@@ -194,6 +194,10 @@ bool ControlClient::RunSession() {
   security::ChannelTlsOptions tls;
   tls.files = config_.tls;
   tls.server_name = config_.controller_name;
+  // The controller is who its certificate's identity says, not whichever certificate of the
+  // cluster's CA lists its host name.
+  tls.server_identity = config_.controller_id;
+  tls.server_is_own_controller = true;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       security::CreateSecureChannel(config_.controller, tls, absl::FromUnixNanos(UnixNow()));
   if (!channel.ok()) {

@@ -279,10 +279,11 @@ neighbours:
     StopServer();
   }
 
-  void StartServer(int port) {
+  // A controller presenting the certificate <certs>/<cert>.crt.
+  void StartServer(int port, const std::string& cert = "controller") {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
         security::MakeServerCredentials(
-            {certs_ + "/controller.crt", certs_ + "/controller.key", certs_ + "/ca.crt"},
+            {certs_ + "/" + cert + ".crt", certs_ + "/" + cert + ".key", certs_ + "/ca.crt"},
             absl::Now());
     ASSERT_TRUE(creds.ok()) << creds.status();
     controller_ = std::make_unique<FakeController>();
@@ -616,6 +617,43 @@ TEST_F(ControlClientTest, ReconnectsAfterTheControllerRestarts) {
   EXPECT_TRUE(client_->status().connected);
   EXPECT_TRUE(Logged("disconnected from the controller"));
   EXPECT_TRUE(Logged("reconnecting to the controller"));
+}
+
+TEST_F(ControlClientTest, TalksOnlyToTheControllersIdentity) {
+  // A node's certificate listing the controller's address, as any certificate of the cluster's
+  // CA may: the agent must not take it for the controller (nor a data-plane key from it).
+  security::IssueOptions impostor;
+  impostor.dir = certs_;
+  impostor.name = "9";
+  impostor.hosts = {"127.0.0.1"};
+  impostor.not_before = absl::Now() - absl::Hours(1);
+  impostor.not_after = absl::Now() + absl::Hours(1);
+  ASSERT_TRUE(security::IssueFromCertDir(impostor).ok());
+  const int port = port_;
+  StopServer();
+  StartServer(port, "node-9");
+  StartClient();
+  ASSERT_TRUE(Eventually([&] { return client_->status().connect_failures >= 2; }));
+  EXPECT_EQ(controller_->Count([](const v1::AgentMessage& m) { return m.has_hello(); }), 0);
+  EXPECT_TRUE(controller_->peers().empty());
+  client_->Stop();
+  client_.reset();
+
+  // The real controller, but the config names another one: refused too.
+  StopServer();
+  StartServer(port);
+  config_.controller_id = security::SpiffeId::Controller("elsewhere.example");
+  StartClient();
+  ASSERT_TRUE(Eventually([&] { return client_->status().connect_failures >= 2; }));
+  EXPECT_EQ(controller_->Count([](const v1::AgentMessage& m) { return m.has_hello(); }), 0);
+  client_->Stop();
+  client_.reset();
+
+  // The controller the config names: the hello goes through.
+  config_.controller_id = security::SpiffeId::Controller(kDomain);
+  StartClient();
+  size_t cursor = 0;
+  EXPECT_EQ(controller_->NextHello(cursor).node_id(), 2u);
 }
 
 TEST_F(ControlClientTest, GivesUpASilentStream) {

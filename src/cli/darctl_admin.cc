@@ -27,7 +27,8 @@ struct Connection {
   std::string tls_dir;  // holds ca.crt and admin-<name>.crt/.key (darctl certs)
   std::string admin = "admin";
   std::string cert, key, ca;  // explicit files override tls_dir
-  std::string server_name;    // the name the controller's certificate must carry
+  std::string server_name;    // the name to dial the controller by (TLS SNI)
+  std::string controller_id;  // its certificate's identity; empty: the admin's domain's
   bool json = false;
   int timeout_s = 5;
 };
@@ -50,8 +51,12 @@ void AddConnectionFlags(CLI::App* cmd, Connection& c) {
   cmd->add_option("--key", c.key, "Admin key (overrides --tls-dir)");
   cmd->add_option("--ca", c.ca, "CA bundle (overrides --tls-dir)");
   cmd->add_option("--server-name", c.server_name,
-                  "Name the controller's certificate must carry (default: the address's host)")
+                  "Name to dial the controller by, for TLS (default: the address's host)")
       ->envname("DAR_SERVER_NAME");
+  cmd->add_option("--controller-id", c.controller_id,
+                  "Identity the controller's certificate must carry (default: "
+                  "spiffe://<the admin certificate's domain>/controller)")
+      ->envname("DAR_CONTROLLER_ID");
   cmd->add_flag("-j,--json", c.json, "Print JSON");
 }
 
@@ -72,6 +77,21 @@ std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c) {
     Fail("no TLS files: give --tls-dir (or DAR_TLS_DIR), or --cert, --key and --ca");
   }
   options.server_name = c.server_name;
+  // The controller is who its certificate's identity says, not whichever certificate of the
+  // cluster's CA lists its host name.
+  options.server_is_own_controller = true;
+  if (!c.controller_id.empty()) {
+    absl::StatusOr<security::SpiffeId> id = security::ParseSpiffeId(c.controller_id);
+    if (id.ok() && id->kind != security::PeerKind::kController) {
+      id = absl::InvalidArgumentError(
+          fmt::format("the identity of {}, not of a controller", id->ToString()));
+    }
+    if (!id.ok()) {
+      Fail(fmt::format("--controller-id {}: {}", c.controller_id,
+                       std::string(id.status().message())));
+    }
+    options.server_identity = *std::move(id);
+  }
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       security::CreateSecureChannel(c.controller, options, absl::Now());
   if (!channel.ok()) Fail(std::string(channel.status().message()));

@@ -5,6 +5,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
+#include <functional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -12,6 +14,9 @@
 #include "base/status_macros.h"
 #include "fmt/format.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_certificate_verifier.h"
+#include "grpcpp/security/tls_credentials_options.h"
 #include "security/certs.h"
 
 namespace dar::security {
@@ -181,10 +186,69 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return grpc::SslServerCredentials(options);
 }
 
+namespace {
+
+// Passes a server whose certificate (already verified against the CA bundle) carries exactly
+// one URI SAN, the expected identity. Synchronous.
+class ServerIdentityVerifier final : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  explicit ServerIdentityVerifier(std::string expected) : expected_(std::move(expected)) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)> /*callback*/, grpc::Status* sync_status) override {
+    const std::vector<grpc::string_ref> uris = request->uri_names();
+    if (uris.size() == 1 && std::string_view(uris[0].data(), uris[0].size()) == expected_) {
+      *sync_status = grpc::Status::OK;
+    } else {
+      std::string seen;
+      for (const grpc::string_ref& u : uris) {
+        seen += (seen.empty() ? "" : ", ") + std::string(u.data(), u.size());
+      }
+      *sync_status = grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          fmt::format("the server's certificate is {}, not {}",
+                      seen.empty() ? std::string("without a URI SAN") : seen, expected_));
+    }
+    return true;
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest* /*request*/) override {}
+
+ private:
+  const std::string expected_;
+};
+
+}  // namespace
+
 absl::StatusOr<ChannelSecurity> MakeChannelSecurity(const ChannelTlsOptions& options,
                                                     absl::Time now) {
   RETURN_IF_ERROR(EnforceTls13());
   ASSIGN_OR_RETURN(TlsMaterial material, LoadTlsMaterial(options.files, now));
+  std::optional<SpiffeId> server_identity = options.server_identity;
+  if (!server_identity && options.server_is_own_controller) {
+    server_identity = SpiffeId::Controller(material.identity.trust_domain);
+  }
+  if (server_identity) {
+    // gRPC's TLS credentials: the same OpenSSL handshake (so TLS 1.3 only, as above) and chain
+    // verification, then the identity check in place of the host name's.
+    auto provider = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
+        material.ca_pem, std::vector<grpc::experimental::IdentityKeyCertPair>{
+                             {material.key_pem, material.cert_chain_pem}});
+    grpc::experimental::TlsChannelCredentialsOptions tls;
+    tls.set_certificate_provider(std::move(provider));
+    tls.watch_root_certs();
+    tls.watch_identity_key_cert_pairs();
+    tls.set_verify_server_certs(true);
+    tls.set_check_call_host(false);
+    tls.set_certificate_verifier(
+        grpc::experimental::ExternalCertificateVerifier::Create<ServerIdentityVerifier>(
+            server_identity->ToString()));
+    ChannelSecurity security;
+    security.credentials = grpc::experimental::TlsCredentials(tls);
+    if (!options.server_name.empty()) {
+      security.arguments.SetSslTargetNameOverride(options.server_name);
+    }
+    return security;
+  }
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = std::move(material.ca_pem);
   ssl.pem_private_key = std::move(material.key_pem);

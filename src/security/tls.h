@@ -31,6 +31,7 @@
 #define DAR_SECURITY_TLS_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -93,6 +94,15 @@ struct ChannelTlsOptions {
   // init`) when dialling the controller by an address its certificate does not list. Empty:
   // the target's host is checked.
   std::string server_name;
+  // The identity the server's certificate must carry as its only URI SAN (e.g. the
+  // controller's, SpiffeId::Controller), checked during the handshake instead of the host
+  // name: any certificate of the cluster's CA may list a host name, but only the controller's
+  // carries the controller's identity. None: the host name is checked (server_name), unless
+  // `server_is_own_controller`.
+  std::optional<SpiffeId> server_identity;
+  // Without a server_identity: the server must be the controller of the client's own trust
+  // domain (SpiffeId::Controller of the domain of the client's certificate).
+  bool server_is_own_controller = false;
 };
 
 // What grpc::CreateCustomChannel needs: credentials and the arguments that carry the server
@@ -103,7 +113,8 @@ struct ChannelSecurity {
 };
 
 // Channel credentials for mutual TLS 1.3: presents the own certificate and verifies the
-// server's against the CA bundle and the server name. Calls EnforceTls13.
+// server's against the CA bundle and the server identity (or, without one, the server name).
+// Calls EnforceTls13.
 // Errors: those of EnforceTls13 and LoadTlsMaterial.
 absl::StatusOr<ChannelSecurity> MakeChannelSecurity(const ChannelTlsOptions& options,
                                                     absl::Time now);

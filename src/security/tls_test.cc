@@ -685,5 +685,66 @@ TEST_F(TlsTest, ServerNameMustMatchTheServerCertificate) {
   EXPECT_TRUE(CallEcho(*channel).status.ok());
 }
 
+TEST_F(TlsTest, APinnedServerIdentityRefusesANodeCertificateServingAsTheController) {
+  // A node's certificate that lists the host names the controller's does, as any certificate
+  // of the cluster's CA may: the host name check passes it, the identity check does not.
+  const std::string dir = pki().dir();
+  IssueOptions impostor;
+  impostor.dir = dir;
+  impostor.name = "impostor";
+  impostor.hosts = {"localhost", "127.0.0.1"};
+  impostor.not_before = pki().now() - absl::Hours(1);
+  impostor.not_after = pki().now() + absl::Hours(1);
+  ASSERT_TRUE(IssueFromCertDir(impostor).ok());
+  auto credentials = MakeServerCredentials(pki().Files(Node("impostor")), pki().now());
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  TestServer fake(*credentials);
+  ASSERT_TRUE(fake.ok());
+  std::unique_ptr<TestServer> real = StartController();
+  ASSERT_TRUE(real != nullptr && real->ok());
+
+  ChannelTlsOptions options;
+  options.files = pki().Files(Node("n1"));
+  options.server_name = "localhost";
+  // Without a pinned identity the impostor is taken for the controller.
+  EXPECT_TRUE(CallEcho(*CreateSecureChannel(fake.target(), options, pki().now())).status.ok());
+
+  options.server_identity = Controller();
+  EchoResult to_fake = CallEcho(*CreateSecureChannel(fake.target(), options, pki().now()));
+  EXPECT_EQ(to_fake.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(fake.service().calls(), 1);  // only the unpinned call above reached it
+  EchoResult to_real = CallEcho(*CreateSecureChannel(real->target(), options, pki().now()));
+  ASSERT_TRUE(to_real.status.ok()) << to_real.status.error_message();
+  EXPECT_EQ(to_real.reply.peer_identity(), "spiffe://example.org/node/n1");
+  ASSERT_TRUE(to_real.server_identity.ok());
+  EXPECT_EQ(*to_real.server_identity, Controller());
+}
+
+TEST_F(TlsTest, APinnedClientStillRefusesAnotherCaAndTls12) {
+  ChannelTlsOptions options;
+  options.files = pki().Files(Node("n1"));
+  options.server_name = "localhost";
+  options.server_identity = Controller();
+  // The controller's identity, from a CA the client does not trust.
+  auto other = MakeServerCredentials(pki().OtherCaFiles(Controller()), pki().now());
+  ASSERT_TRUE(other.ok()) << other.status();
+  TestServer foreign(*other);
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_EQ(
+      CallEcho(*CreateSecureChannel(foreign.target(), options, pki().now())).status.error_code(),
+      grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(foreign.service().calls(), 0);
+  // A TLS 1.2 server with the right certificate.
+  RawTlsServer tls12(pki().Files(Controller()), TLS1_2_VERSION);
+  ASSERT_GT(tls12.port(), 0);
+  EXPECT_EQ(CallEcho(*CreateSecureChannel(fmt::format("127.0.0.1:{}", tls12.port()), options,
+                                          pki().now()))
+                .status.error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  RawTlsServer::Result server = tls12.Wait();
+  EXPECT_FALSE(server.handshake_ok);
+  EXPECT_EQ(ERR_GET_REASON(server.error), SSL_R_UNSUPPORTED_PROTOCOL) << server.error_text;
+}
+
 }  // namespace
 }  // namespace dar::security
