@@ -13,6 +13,7 @@
 #include "cli/darctl_admin.h"
 #include "fmt/format.h"
 #include "security/certs.h"
+#include "security/revocation.h"
 #include "security/tls.h"
 
 namespace dar::cli {
@@ -43,6 +44,13 @@ struct CertsIssueFlags {
   std::vector<std::string> hosts;
   int days = 365;
   bool force = false;
+};
+
+struct CertsRevokeFlags {
+  std::string dir;
+  std::string node;
+  std::string admin;
+  std::string cert;
 };
 
 void RunCertsInit(const CertsInitFlags& flags) {
@@ -98,6 +106,29 @@ void RunCertsIssue(const CertsIssueFlags& flags) {
                            issued->capped_at_ca ? " (the CA's end)" : "");
 }
 
+void RunCertsRevoke(const CertsRevokeFlags& flags) {
+  const int kinds =
+      (flags.node.empty() ? 0 : 1) + (flags.admin.empty() ? 0 : 1) + (flags.cert.empty() ? 0 : 1);
+  if (kinds != 1) {
+    Fail("certs revoke",
+         absl::InvalidArgumentError("give exactly one of --node ID, --admin NAME, --cert FILE"));
+  }
+  std::string cert = flags.cert;
+  if (cert.empty()) {
+    const security::SpiffeId id = flags.node.empty()
+                                      ? security::SpiffeId::Admin("unused", flags.admin)
+                                      : security::SpiffeId::Node("unused", flags.node);
+    if (absl::Status s = security::ValidateIdentityName(id.name); !s.ok()) Fail("certs revoke", s);
+    cert = flags.dir + "/" + security::CertFileName(id);
+  }
+  absl::StatusOr<std::string> serial = security::RevokeInCertDir(flags.dir, cert, absl::Now());
+  if (!serial.ok()) Fail("certs revoke", serial.status());
+  std::cout << fmt::format(
+      "revoked {} (serial {}) in {}/{}\nthe controller refuses it after its next start or "
+      "SIGHUP (its tls.crl must name this file)\n",
+      cert, *serial, flags.dir, security::kCrlFile);
+}
+
 void AddCertsCommands(CLI::App& app) {
   CLI::App* certs = app.add_subcommand("certs", "Certificates for mutual TLS");
   certs->require_subcommand(1);
@@ -134,6 +165,17 @@ void AddCertsCommands(CLI::App& app) {
       ->capture_default_str();
   issue_cmd->add_flag("--force", issue->force, "Replace existing files");
   issue_cmd->callback([issue] { RunCertsIssue(*issue); });
+
+  auto revoke = std::make_shared<CertsRevokeFlags>();
+  CLI::App* revoke_cmd = certs->add_subcommand(
+      "revoke",
+      "Add a certificate to the CA's revocation list (ca.crl), which the controller "
+      "checks every client against");
+  revoke_cmd->add_option("--dir", revoke->dir, "Directory holding ca.crt and ca.key")->required();
+  revoke_cmd->add_option("--node", revoke->node, "Revoke node-<ID>.crt of the directory");
+  revoke_cmd->add_option("--admin", revoke->admin, "Revoke admin-<NAME>.crt of the directory");
+  revoke_cmd->add_option("--cert", revoke->cert, "Revoke this certificate file");
+  revoke_cmd->callback([revoke] { RunCertsRevoke(*revoke); });
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "control/controller_service.h"
 #include "fmt/format.h"
 #include "security/identity.h"
+#include "security/revocation.h"
 
 namespace dar::control {
 namespace {
@@ -25,6 +26,12 @@ absl::Status AdminServiceImpl::Authorize(grpc::CallbackServerContext& context, c
           ? core_.CheckAdmin(*peer)
           : absl::PermissionDeniedError(fmt::format("admin API: no usable client identity: {}",
                                                     std::string(peer.status().message())));
+  if (status.ok()) {
+    absl::StatusOr<std::string> serial = security::PeerCertificateSerial(*context.auth_context());
+    status = serial.ok() ? core_.CheckNotRevoked(*serial, "admin API: " + peer->ToString())
+                         : absl::PermissionDeniedError(fmt::format(
+                               "admin API: {}", std::string(serial.status().message())));
+  }
   if (!status.ok()) {
     log_.Warn(
         "admin call refused",

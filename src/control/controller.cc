@@ -5,9 +5,27 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "fmt/format.h"
+#include "security/revocation.h"
 #include "security/tls.h"
 
 namespace dar::control {
+
+namespace {
+
+// The revocation list `config` names, checked against its CA; null if it names none.
+absl::StatusOr<std::shared_ptr<const security::RevocationList>> LoadRevocations(
+    const ControllerConfig& config) {
+  if (config.crl_file.empty()) return nullptr;
+  absl::StatusOr<security::RevocationList> list =
+      security::RevocationList::Load(config.crl_file, config.tls.ca_file);
+  if (!list.ok()) {
+    return absl::Status(list.status().code(), fmt::format("{}: tls.crl: {}", config.file,
+                                                          std::string(list.status().message())));
+  }
+  return std::make_shared<const security::RevocationList>(*std::move(list));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig config,
                                                               const ControllerOptions& options) {
@@ -62,6 +80,9 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
     p->thread_cv_.NotifyAll();
   });
   RETURN_IF_ERROR(c->core_->RestoreOperatorState());
+  ASSIGN_OR_RETURN(std::shared_ptr<const security::RevocationList> revoked,
+                   LoadRevocations(config));
+  c->core_->SetRevocations(std::move(revoked));
   c->agent_service_ = std::make_unique<AgentServiceImpl>(*c->core_, *c->clock_, *c->log_);
   c->admin_service_ = std::make_unique<AdminServiceImpl>(*c->core_, *c->log_);
 
@@ -179,8 +200,12 @@ absl::Status Controller::Apply(absl::StatusOr<ControllerConfig> next) {
   if (!next.ok()) return refuse(next.status());
   next->trust_domain = trust_domain_;
   if (!listen_override_.empty()) next->listen = listen_override_;
+  // So does a revocation list that does not verify: the running list stays.
+  absl::StatusOr<std::shared_ptr<const security::RevocationList>> revoked = LoadRevocations(*next);
+  if (!revoked.ok()) return refuse(revoked.status());
   // A refused learned-policy model refuses the whole reload: the running model stays.
   if (absl::Status s = core_->Reload(*next); !s.ok()) return refuse(s);
+  core_->SetRevocations(*std::move(revoked));
   {
     MutexLock lock(&thread_mu_);
     wake_ = true;

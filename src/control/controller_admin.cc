@@ -20,6 +20,24 @@ absl::Status ControllerCore::CheckAdmin(const security::SpiffeId& peer) const {
       peer.ToString(), config_.trust_domain, config_.trust_domain));
 }
 
+void ControllerCore::SetRevocations(std::shared_ptr<const security::RevocationList> list) {
+  MutexLock lock(&mu_);
+  if (list == revoked_) return;
+  const size_t count = list == nullptr ? 0 : list->size();
+  revoked_ = std::move(list);
+  RecordEventLocked(
+      "revocations_loaded", "",
+      fmt::format("{} revoked certificate{} refused from now on", count, count == 1 ? "" : "s"));
+}
+
+absl::Status ControllerCore::CheckNotRevoked(const std::string& serial,
+                                             const std::string& who) const {
+  MutexLock lock(&mu_);
+  if (revoked_ == nullptr || !revoked_->Revoked(serial)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      fmt::format("the certificate of {} (serial {}) is revoked", who, serial));
+}
+
 void ControllerCore::OnAdminRefused(const std::string& who, const absl::Status& status) {
   metrics_.admin_refused->Increment();
   RecordEvent("admin_refused", who, std::string(status.message()));

@@ -324,6 +324,8 @@ absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string&
     if (field->empty()) return loc.Key(tls_node, key, tls.Error(key, "must name a PEM file"));
     *field = Resolve(*field, file);
   }
+  ASSIGN_OR_RETURN(c.crl_file, loc.Key(tls_node, "crl", tls.Optional<std::string>("crl", "")));
+  if (!c.crl_file.empty()) c.crl_file = Resolve(c.crl_file, file);
   RETURN_IF_ERROR(loc.CheckKeys(tls, tls_node));
 
   ASSIGN_OR_RETURN(c.trust_domain,

@@ -5,6 +5,7 @@
 //
 //   listen: 127.0.0.1:50051          # gRPC, agents and admin (mutual TLS 1.3)
 //   tls: {cert: controller.crt, key: controller.key, ca: ca.crt}   # relative to the file
+//                                    # and optionally crl: ca.crl (revoked certificates)
 //   trust_domain: dar.test           # optional: the controller certificate's domain
 //   http: 127.0.0.1:9100             # optional: /metrics and /healthz (plain HTTP)
 //   log: controller.jsonl            # optional: JSON lines; default stderr
@@ -112,6 +113,8 @@ struct ControllerConfig {
   std::string file;  // where it was read from; "" if built in code
   std::string listen = "127.0.0.1:50051";
   security::TlsFiles tls;
+  // The CA's revocation list (security/revocation.h), read at start and on SIGHUP; empty: none.
+  std::string crl_file;
   std::string trust_domain;  // empty: the controller certificate's
   std::string http;          // empty: no HTTP server
   std::string log_file;      // empty: stderr

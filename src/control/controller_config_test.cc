@@ -14,7 +14,7 @@ using ::testing::HasSubstr;
 
 constexpr char kGood[] = R"(# a diamond
 listen: 127.0.0.1:50051
-tls: {cert: certs/controller.crt, key: certs/controller.key, ca: /etc/dar/ca.crt}
+tls: {cert: certs/controller.crt, key: certs/controller.key, ca: /etc/dar/ca.crt, crl: certs/ca.crl}
 trust_domain: dar.test
 http: 127.0.0.1:9100
 log: ctl.jsonl
@@ -89,6 +89,7 @@ TEST(ControllerConfigTest, ParsesEveryField) {
   EXPECT_EQ(c->listen, "127.0.0.1:50051");
   EXPECT_EQ(c->tls.cert_file, "/etc/dar/certs/controller.crt");  // relative to the file
   EXPECT_EQ(c->tls.ca_file, "/etc/dar/ca.crt");
+  EXPECT_EQ(c->crl_file, "/etc/dar/certs/ca.crl");
   EXPECT_EQ(c->trust_domain, "dar.test");
   EXPECT_EQ(c->http, "127.0.0.1:9100");
   EXPECT_EQ(c->log_file, "/etc/dar/ctl.jsonl");
@@ -142,6 +143,7 @@ TEST(ControllerConfigTest, DefaultsForOptionalFields) {
   EXPECT_TRUE(c->http.empty());
   EXPECT_TRUE(c->trust_domain.empty());
   EXPECT_EQ(c->tls.cert_file, "c");
+  EXPECT_TRUE(c->crl_file.empty());  // nothing revoked
 }
 
 TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {

@@ -49,6 +49,7 @@
 #include "dar/v1/agent.pb.h"
 #include "security/identity.h"
 #include "security/key_ring.h"
+#include "security/revocation.h"
 
 namespace dar::control {
 
@@ -161,6 +162,15 @@ class ControllerCore {
 
   // OK if `peer` is an admin of the trust domain, else PermissionDenied.
   absl::Status CheckAdmin(const security::SpiffeId& peer) const;
+
+  // --- Revocation (security/revocation.h) ---
+
+  // The certificates to refuse from now on; null: none. Streams of a certificate it lists end
+  // at their next message (an agent sends samples ten times a second).
+  void SetRevocations(std::shared_ptr<const security::RevocationList> list);
+  // OK unless the certificate with serial number `serial` (who: its identity) is revoked:
+  // PermissionDenied, counted with the refusals of its kind by the caller.
+  absl::Status CheckNotRevoked(const std::string& serial, const std::string& who) const;
   // An admin call from `who` was refused: counted, and an "admin_refused" event.
   void OnAdminRefused(const std::string& who, const absl::Status& status);
   v1::TopologyView GetTopology() const;
@@ -344,6 +354,7 @@ class ControllerCore {
   std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);  // newest at the back
   std::shared_ptr<const RouteSnapshot> latest_ ABSL_GUARDED_BY(mu_);
   TableVersions versions_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const security::RevocationList> revoked_ ABSL_GUARDED_BY(mu_);
   bool cycled_ ABSL_GUARDED_BY(mu_) = false;
   Time last_cycle_ ABSL_GUARDED_BY(mu_) = Time{0};
 

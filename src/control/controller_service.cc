@@ -7,6 +7,7 @@
 #include "base/mutex.h"
 #include "fmt/format.h"
 #include "security/identity.h"
+#include "security/revocation.h"
 
 namespace dar::control {
 namespace {
@@ -21,7 +22,11 @@ class AgentStream final : public Reactor,
  public:
   AgentStream(grpc::CallbackServerContext* context, ControllerCore& core, const Clock& clock,
               JsonLog& log)
-      : core_(core), clock_(clock), log_(log), peer_(security::PeerSpiffeId(*context)) {}
+      : core_(core),
+        clock_(clock),
+        log_(log),
+        peer_(security::PeerSpiffeId(*context)),
+        serial_(security::PeerCertificateSerial(*context->auth_context())) {}
 
   void Begin() {
     self_ = shared_from_this();
@@ -106,6 +111,14 @@ class AgentStream final : public Reactor,
 
   absl::Status Handle(const v1::AgentMessage& m) {
     const std::optional<uint32_t> id = WireId();
+    // Checked on every message, so that a revocation ends a stream already open.
+    if (peer_.ok() && serial_.ok()) {
+      if (absl::Status s = core_.CheckNotRevoked(*serial_, peer_->ToString()); !s.ok()) {
+        core_.OnStreamRefused(id ? "stream_refused" : "hello_refused",
+                              id ? std::to_string(*id) : std::to_string(m.hello().node_id()), s);
+        return s;
+      }
+    }
     switch (m.kind_case()) {
       case v1::AgentMessage::kHello:
         if (id) return Refuse("a second hello", id);
@@ -191,6 +204,7 @@ class AgentStream final : public Reactor,
   const Clock& clock_;
   JsonLog& log_;
   const absl::StatusOr<security::SpiffeId> peer_;
+  const absl::StatusOr<std::string> serial_;
   v1::AgentMessage in_;  // only the read path touches it
 
   Mutex mu_;

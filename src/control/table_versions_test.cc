@@ -68,8 +68,7 @@ TEST(TableVersionsTest, AClaimAboveIsAdoptedWithinTheStepAndRefusedBeyondIt) {
   // A hostile claim near the top of the range, as one that once wrapped the counter.
   const uint64_t next = v.next();
   EXPECT_EQ(v.OnClaim(~uint64_t{0} - 1, &saved), TableVersions::Claim::kRefused);
-  EXPECT_EQ(v.OnClaim(next + TableVersions::kMaxClaimStep, &saved),
-            TableVersions::Claim::kRefused);
+  EXPECT_EQ(v.OnClaim(next + TableVersions::kMaxClaimStep, &saved), TableVersions::Claim::kRefused);
   EXPECT_EQ(v.next(), next);
   EXPECT_EQ(v.OnClaim(next + TableVersions::kMaxClaimStep - 1, &saved),
             TableVersions::Claim::kAdopted);
@@ -78,10 +77,10 @@ TEST(TableVersionsTest, AClaimAboveIsAdoptedWithinTheStepAndRefusedBeyondIt) {
 TEST(TableVersionsTest, AMalformedFileIsRefusedAndKept) {
   test::TempDir dir;
   const std::string file = dir.File("table-versions.json");
-  for (const char* text : {"not json", R"({"format": "dar-table-versions/1"})",
-                           R"({"format": "x", "reserved": 5})",
-                           R"({"format": "dar-table-versions/1", "reserved": -5})",
-                           R"({"format": "dar-table-versions/1", "reserved": 18446744073709551615})"}) {
+  for (const char* text :
+       {"not json", R"({"format": "dar-table-versions/1"})", R"({"format": "x", "reserved": 5})",
+        R"({"format": "dar-table-versions/1", "reserved": -5})",
+        R"({"format": "dar-table-versions/1", "reserved": 18446744073709551615})"}) {
     ASSERT_TRUE(WriteFileAtomically(file, text, 0600).ok());
     absl::StatusOr<TableVersions> v = TableVersions::Load(file, kNow);
     ASSERT_FALSE(v.ok()) << text;

@@ -14,6 +14,7 @@
 #include "fmt/format.h"
 #include "security/certs.h"
 #include "security/identity.h"
+#include "security/revocation.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dar::lab {
@@ -92,6 +93,12 @@ static void EmitTls(const security::SpiffeId& id, YAML::Emitter& out) {
       << fmt::format("{}/{}", kLabCertDir, security::KeyFileName(id));
   out << YAML::Key << "ca" << YAML::Value
       << fmt::format("{}/{}", kLabCertDir, security::kCaCertFile);
+  // The controller is the one that verifies clients' certificates, so the one that needs the
+  // revocation list (`darctl certs revoke --dir <lab>/certs`, then SIGHUP).
+  if (id.kind == security::PeerKind::kController) {
+    out << YAML::Key << "crl" << YAML::Value
+        << fmt::format("{}/{}", kLabCertDir, security::kCrlFile);
+  }
   out << YAML::EndMap;
 }
 

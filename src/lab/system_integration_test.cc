@@ -918,6 +918,68 @@ TEST_F(SystemTest, SighupReloadRefusesABadFileAndAppliesAGoodOne) {
 // Impostors against the real controller: an agent with another CA's certificate, an agent
 // whose certificate names another node than its config, and a TLS 1.2 client are refused; the
 // genuine agent then joins again.
+// An operator revokes node A's certificate and an admin's with darctl, then sends the
+// controller SIGHUP: A's open stream ends and its reconnections are refused, the other agents
+// keep taking tables, and the admin's calls are refused; other admins are not.
+TEST_F(SystemTest, RevokedCertificatesAreRefusedAfterSighup) {
+  Up('v');
+  if (IsSkipped() || HasFatalFailure()) return;
+  const nlohmann::json state =
+      nlohmann::json::parse(ReadFile(dir_ + "/state.json"), nullptr, false);
+  int pid = 0;
+  std::string a_log;
+  for (const nlohmann::json& p : state.value("processes", nlohmann::json::array())) {
+    if (p.value("role", "") == "controller") pid = p.value("pid", 0);
+    if (p.value("role", "") == "agent" && p.value("node", "") == "A") a_log = p.value("log", "");
+  }
+  ASSERT_GT(pid, 0) << state.dump(1);
+  ASSERT_FALSE(a_log.empty()) << state.dump(1);
+  const auto darctl_certs = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {Bin("darctl"), "certs"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<CommandResult> r = SubprocessRunner(Seconds(30)).Execute(argv);
+    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->err : r.status().ToString());
+  };
+  darctl_certs({"issue", "--dir", dir_ + "/certs", "--admin", "eve"});
+  ASSERT_EQ(DarctlRun({"show", "nodes", "--admin", "eve"}).exit_code, 0);
+
+  darctl_certs({"revoke", "--dir", dir_ + "/certs", "--node", "1"});
+  darctl_certs({"revoke", "--dir", dir_ + "/certs", "--admin", "eve"});
+  const std::map<std::string, uint64_t> before = AckedVersions();
+  ASSERT_EQ(::kill(pid, SIGHUP), 0);
+  // A is cut off: its stream ends and every reconnection is refused.
+  EXPECT_TRUE(WaitFor([&] { return AckedVersions().count("A") == 0; }))
+      << Darctl({"show", "nodes"}).dump(1);
+  EXPECT_TRUE(WaitFor([&] {
+    return ReadFile(a_log).find("(serial") != std::string::npos &&
+           ReadFile(a_log).find("is revoked") != std::string::npos;
+  })) << ReadFile(a_log);
+  const std::string events = Darctl({"show", "events", "--limit", "0"}).dump();
+  EXPECT_THAT(events, HasSubstr("revocations_loaded"));
+  EXPECT_THAT(events, HasSubstr("spiffe://" + name_ + ".dar/node/1"));
+  // The others go on taking tables.
+  EXPECT_TRUE(WaitFor([&] {
+    const std::map<std::string, uint64_t> now = AckedVersions();
+    return now.size() == 3 && std::all_of(now.begin(), now.end(), [&](const auto& e) {
+             return e.second > before.at(e.first);
+           });
+  }));
+  // The revoked admin is refused; the lab's admin is not.
+  const CommandResult eve = DarctlRun({"show", "nodes", "--admin", "eve"});
+  EXPECT_NE(eve.exit_code, 0);
+  EXPECT_THAT(eve.err, HasSubstr("revoked"));
+  EXPECT_EQ(DarctlRun({"show", "nodes"}).exit_code, 0);
+
+  // A list that does not verify (here: not a list at all) is refused on SIGHUP, and the
+  // running one stays: eve is still refused.
+  std::ofstream(dir_ + "/certs/ca.crl") << "not a list\n";
+  ASSERT_EQ(::kill(pid, SIGHUP), 0);
+  EXPECT_TRUE(WaitFor([&] {
+    return Darctl({"show", "events", "--limit", "0"}).dump().find("tls.crl") != std::string::npos;
+  }));
+  EXPECT_NE(DarctlRun({"show", "nodes", "--admin", "eve"}).exit_code, 0);
+}
+
 TEST_F(SystemTest, ImpostorsAreRefused) {
   if (::access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "needs openssl";
   Up('i');

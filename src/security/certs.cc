@@ -20,6 +20,7 @@
 #include "base/files.h"
 #include "base/status_macros.h"
 #include "fmt/format.h"
+#include "security/revocation.h"
 
 namespace dar::security {
 namespace {
@@ -441,12 +442,15 @@ absl::Status InitCertDir(const InitCertDirOptions& options) {
   RETURN_IF_ERROR(AddHosts(options.controller_hosts, probe));
   const SpiffeId controller = SpiffeId::Controller(options.trust_domain);
   if (!options.overwrite) {
-    RETURN_IF_ERROR(
-        RefuseExisting({JoinPath(options.dir, kCaCertFile), JoinPath(options.dir, kCaKeyFile),
-                        JoinPath(options.dir, CertFileName(controller)),
-                        JoinPath(options.dir, KeyFileName(controller))}));
+    RETURN_IF_ERROR(RefuseExisting(
+        {JoinPath(options.dir, kCaCertFile), JoinPath(options.dir, kCaKeyFile),
+         JoinPath(options.dir, CertFileName(controller)),
+         JoinPath(options.dir, KeyFileName(controller)), JoinPath(options.dir, kCrlFile)}));
   }
   RETURN_IF_ERROR(EnsureDirectory(options.dir));
+  // The old CA's revocation list means nothing to the new one.
+  std::error_code ec;
+  std::filesystem::remove(JoinPath(options.dir, kCrlFile), ec);
 
   CertificateSpec ca_spec;
   const std::string ca_name = fmt::format("DAR CA {}", options.trust_domain);
@@ -462,41 +466,50 @@ absl::Status InitCertDir(const InitCertDirOptions& options) {
                                       options.overwrite));
   RETURN_IF_ERROR(WriteFileAtomically(JoinPath(options.dir, kCaCertFile), ca_cert_pem, kCertMode,
                                       options.overwrite));
-  return IssueAndWrite(options.dir, controller, options.controller_hosts, options.not_before,
-                       options.not_after, ca_cert.get(), ca_key.get(), options.overwrite);
+  RETURN_IF_ERROR(IssueAndWrite(options.dir, controller, options.controller_hosts,
+                                options.not_before, options.not_after, ca_cert.get(), ca_key.get(),
+                                options.overwrite));
+  return WriteCrl(options.dir, options.not_before);
 }
 
-absl::StatusOr<IssuedCertificate> IssueFromCertDir(const IssueOptions& options) {
-  RETURN_IF_ERROR(CheckValidity(options.not_before, options.not_after));
-  const std::string ca_cert_path = JoinPath(options.dir, kCaCertFile);
-  const std::string ca_key_path = JoinPath(options.dir, kCaKeyFile);
-  absl::StatusOr<std::string> ca_cert_pem = ReadFile(ca_cert_path, kMaxConfigFileBytes);
+absl::StatusOr<CertDirCa> LoadCertDirCa(const std::string& dir) {
+  CertDirCa ca;
+  ca.cert_path = JoinPath(dir, kCaCertFile);
+  const std::string ca_key_path = JoinPath(dir, kCaKeyFile);
+  absl::StatusOr<std::string> ca_cert_pem = ReadFile(ca.cert_path, kMaxConfigFileBytes);
   if (absl::IsNotFound(ca_cert_pem.status())) {
-    return absl::NotFoundError(
-        fmt::format("no CA in '{}' ({} is missing); create one with `darctl certs init`",
-                    options.dir, ca_cert_path));
+    return absl::NotFoundError(fmt::format(
+        "no CA in '{}' ({} is missing); create one with `darctl certs init`", dir, ca.cert_path));
   }
   if (!ca_cert_pem.ok()) return ca_cert_pem.status();
   ASSIGN_OR_RETURN(const std::string ca_key_pem, ReadFile(ca_key_path, kMaxConfigFileBytes));
-  ASSIGN_OR_RETURN(std::vector<X509Ptr> ca_certs, ParseCertificatesPem(*ca_cert_pem, ca_cert_path));
-  ASSIGN_OR_RETURN(EvpPkeyPtr ca_key, ParsePrivateKeyPem(ca_key_pem, ca_key_path));
-  X509* ca_cert = ca_certs.front().get();
-  if (X509_check_private_key(ca_cert, ca_key.get()) != 1) {
+  ASSIGN_OR_RETURN(std::vector<X509Ptr> ca_certs, ParseCertificatesPem(*ca_cert_pem, ca.cert_path));
+  ASSIGN_OR_RETURN(ca.key, ParsePrivateKeyPem(ca_key_pem, ca_key_path));
+  ca.cert = std::move(ca_certs.front());
+  if (X509_check_private_key(ca.cert.get(), ca.key.get()) != 1) {
     ERR_clear_error();
     return absl::InvalidArgumentError(
-        fmt::format("{} does not belong to the certificate in {}", ca_key_path, ca_cert_path));
+        fmt::format("{} does not belong to the certificate in {}", ca_key_path, ca.cert_path));
   }
-  const std::vector<std::string> uris = UriSans(ca_cert);
+  const std::vector<std::string> uris = UriSans(ca.cert.get());
   if (uris.size() != 1) {
     return absl::InvalidArgumentError(fmt::format(
-        "{}: expected one URI SAN spiffe://<trust-domain>, found {}", ca_cert_path, uris.size()));
+        "{}: expected one URI SAN spiffe://<trust-domain>, found {}", ca.cert_path, uris.size()));
   }
   absl::StatusOr<std::string> domain = ParseTrustDomainId(uris[0]);
   if (!domain.ok()) {
     return absl::InvalidArgumentError(
-        fmt::format("{}: {}", ca_cert_path, std::string(domain.status().message())));
+        fmt::format("{}: {}", ca.cert_path, std::string(domain.status().message())));
   }
-  const SpiffeId id{*domain, options.kind, options.name};
+  ca.trust_domain = *std::move(domain);
+  return ca;
+}
+
+absl::StatusOr<IssuedCertificate> IssueFromCertDir(const IssueOptions& options) {
+  RETURN_IF_ERROR(CheckValidity(options.not_before, options.not_after));
+  ASSIGN_OR_RETURN(const CertDirCa ca, LoadCertDirCa(options.dir));
+  X509* ca_cert = ca.cert.get();
+  const SpiffeId id{ca.trust_domain, options.kind, options.name};
   RETURN_IF_ERROR(ValidateSpiffeId(id));
   if (!options.overwrite) {
     RETURN_IF_ERROR(RefuseExisting(
@@ -509,7 +522,7 @@ absl::StatusOr<IssuedCertificate> IssueFromCertDir(const IssueOptions& options) 
       absl::FromTimeT(absl::ToTimeT(std::min(options.not_after, ca_not_after)));
   RETURN_IF_ERROR(CheckValidity(options.not_before, not_after));
   RETURN_IF_ERROR(IssueAndWrite(options.dir, id, options.hosts, options.not_before, not_after,
-                                ca_cert, ca_key.get(), options.overwrite));
+                                ca_cert, ca.key.get(), options.overwrite));
   return IssuedCertificate{id, JoinPath(options.dir, CertFileName(id)),
                            JoinPath(options.dir, KeyFileName(id)), not_after,
                            ca_not_after < options.not_after};

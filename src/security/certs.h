@@ -7,6 +7,7 @@
 //   (not_before, not_after), so that tests can make expired certificates.
 // - A certificate directory, as `darctl certs init|issue` manages it:
 //     ca.crt, ca.key                     the CA (its URI SAN is "spiffe://<trust-domain>")
+//     ca.crl                             the certificates it revoked (security/revocation.h)
 //     controller.crt, controller.key     spiffe://<domain>/controller
 //     node-<id>.crt, node-<id>.key       spiffe://<domain>/node/<id>
 //     admin-<name>.crt, admin-<name>.key spiffe://<domain>/admin/<name>
@@ -121,9 +122,10 @@ struct InitCertDirOptions {
   bool overwrite = false;
 };
 
-// Creates a CA (ca.crt, ca.key) and a controller certificate signed by it in `options.dir`.
+// Creates a CA (ca.crt, ca.key), a controller certificate signed by it and an empty revocation
+// list (ca.crl, security/revocation.h) in `options.dir`.
 // Errors: InvalidArgument for a bad trust domain, host or validity; AlreadyExists if one of
-// the four files exists and !overwrite (nothing is written then); PermissionDenied /
+// the five files exists and !overwrite (nothing is written then); PermissionDenied /
 // Internal for file system errors, naming the path.
 absl::Status InitCertDir(const InitCertDirOptions& options);
 
@@ -151,6 +153,17 @@ struct IssuedCertificate {
   absl::Time not_after;
   bool capped_at_ca = false;
 };
+
+// The CA of a certificate directory, checked: ca.crt and ca.key parse and belong together, and
+// the certificate names a trust domain. Errors: NotFound (no ca.crt: says to run `darctl certs
+// init`), InvalidArgument naming the file.
+struct CertDirCa {
+  X509Ptr cert;
+  EvpPkeyPtr key;
+  std::string trust_domain;
+  std::string cert_path;
+};
+absl::StatusOr<CertDirCa> LoadCertDirCa(const std::string& dir);
 
 // Issues a certificate and key with the CA in `options.dir` and writes them there.
 // Errors: NotFound / InvalidArgument for a missing or bad CA (naming the file), a CA key that

@@ -204,6 +204,7 @@ TEST(CertDirTest, InitWritesCaAndControllerWithModes) {
   EXPECT_EQ(FileMode(dir.File("pki/controller.key")), 0600u);
   EXPECT_EQ(FileMode(dir.File("pki/ca.crt")), 0644u);
   EXPECT_EQ(FileMode(dir.File("pki/controller.crt")), 0644u);
+  EXPECT_EQ(FileMode(dir.File("pki/ca.crl")), 0644u);
 
   X509Ptr ca = LoadCert(dir.File("pki/ca.crt"));
   X509Ptr controller = LoadCert(dir.File("pki/controller.crt"));
@@ -219,7 +220,7 @@ TEST(CertDirTest, InitWritesCaAndControllerWithModes) {
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(options.dir)) {
     ++entries;
   }
-  EXPECT_EQ(entries, 4);
+  EXPECT_EQ(entries, 5);
 }
 
 TEST(CertDirTest, InitRefusesToReplaceUnlessOverwrite) {
