@@ -62,6 +62,9 @@ struct Flags {
   int destinations = 4;                                      // per node, with traffic toward them
   int cycle_iterations = 0;                                  // 0: the layer's own limits
   int64_t max_link_scans = -1;                               // -1: the controller's default
+  // Node 1 floods: besides its samples at rate_hz, it sends valid samples of its own links
+  // (4,096 a message) as fast as its stream takes them.
+  bool flood = false;
 };
 
 // A ring (connected) plus random chords until the mean degree is reached; no parallel links.
@@ -195,6 +198,29 @@ int Run(const Flags& flags) {
     }
   }
   const double period_s = 1.0 / flags.rate_hz;
+  std::atomic<bool> flooding{flags.flood && !flags.direct};
+  std::atomic<int64_t> flooded{0};
+  std::thread flooder;
+  if (flooding) {
+    flooder = std::thread([&] {
+      v1::AgentMessage m;
+      for (int k = 0; k < 4096; ++k) {
+        v1::LinkSample* s = m.mutable_samples()->add_samples();
+        s->set_neighbor_id(neighbours[1][static_cast<size_t>(k) % neighbours[1].size()]);
+        s->set_up(true);
+        s->set_rtt_ms(0.3);
+        s->set_utilisation(0.5);
+      }
+      while (flooding.load(std::memory_order_relaxed)) {
+        if (agents[0]->unsent() >= 8) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          continue;
+        }
+        agents[0]->Send(m);
+        flooded.fetch_add(4096, std::memory_order_relaxed);
+      }
+    });
+  }
   for (auto tick = start; tick < end; tick += period) {
     std::this_thread::sleep_until(tick);
     for (int i = 1; i <= flags.nodes; ++i) {
@@ -234,6 +260,16 @@ int Run(const Flags& flags) {
   const double policy_cycles = c.metrics().policy_cycles->Value() - policy_cycles_before;
   const double policy_failures = c.metrics().policy_failures->Value() - policy_failures_before;
   const double policy_decisions = c.metrics().policy_decisions->Value() - policy_decisions_before;
+  flooding = false;
+  if (flooder.joinable()) flooder.join();
+  // Who lost samples, and how often a link was declared down (nothing failed: each one is
+  // false).
+  uint64_t dropped_flooder = 0, dropped_others = 0;
+  for (const v1::NodeView& n : c.core().ListNodes()) {
+    (n.node_id() == 1 ? dropped_flooder : dropped_others) += n.samples_dropped();
+  }
+  int links_down = 0;
+  for (const v1::Event& e : c.core().ListEvents(0)) links_down += e.kind() == "link_down";
   agents.clear();
   c.Shutdown();
 
@@ -286,6 +322,14 @@ int Run(const Flags& flags) {
               ingested / elapsed, messages / elapsed, static_cast<double>(sent) / elapsed);
   std::printf("  tables received by agents: %.0f/s\n",
               static_cast<double>(tables_received) / elapsed);
+  if (flags.flood) {
+    std::printf("  flooding node 1: sent %.0f samples/s more\n",
+                static_cast<double>(flooded.load()) / elapsed);
+  }
+  std::printf(
+      "  samples dropped: %llu of node 1, %llu of the other nodes; links declared down: %d\n",
+      static_cast<unsigned long long>(dropped_flooder),
+      static_cast<unsigned long long>(dropped_others), links_down);
   return 0;
 }
 
@@ -314,6 +358,8 @@ int main(int argc, char** argv) {
                  "Each row weighed at least every this many cycles (policy.policy_refresh_cycles)")
       ->check(CLI::Range(1, 1000));
   app.add_flag("--direct", flags.direct, "Samples straight into the core: no agents, no gRPC");
+  app.add_flag("--flood", flags.flood,
+               "Node 1 also sends valid samples of its links as fast as its stream takes them");
   app.add_option("--decision", flags.decision, "The decision layer")
       ->check(CLI::IsMember({"marginal", "diffusion"}));
   app.add_option("--destinations", flags.destinations, "Destinations each node sends to")

@@ -131,14 +131,15 @@ std::string Age(int64_t unix_ns) {
 }
 
 void PrintNodes(const google::protobuf::RepeatedPtrField<dar::v1::NodeView>& nodes) {
-  std::cout << fmt::format("{:<6}{:<14}{:<16}{:<11}{:>10}{:>9}{:>12}{:>11}{:>10}\n", "id", "name",
-                           "overlay", "connected", "version", "refused", "table", "fallbacks",
-                           "seen");
+  std::cout << fmt::format("{:<6}{:<14}{:<16}{:<11}{:>15}{:>9}{:>12}{:>11}{:>10}{:>10}\n", "id",
+                           "name", "overlay", "connected", "version", "refused", "table",
+                           "fallbacks", "dropped", "seen");
   for (const auto& n : nodes) {
-    std::cout << fmt::format(
-        "{:<6}{:<14}{:<16}{:<11}{:>10}{:>9}{:>12}{:>11}{:>10}\n", n.node_id(), n.name(),
-        n.overlay_address(), n.connected() ? "yes" : "no", n.acked_version(), n.refused_tables(),
-        n.static_table() ? "static" : "controller", n.fallbacks(), Age(n.last_seen_unix_ns()));
+    std::cout << fmt::format("{:<6}{:<14}{:<16}{:<11}{:>15}{:>9}{:>12}{:>11}{:>10}{:>10}\n",
+                             n.node_id(), n.name(), n.overlay_address(),
+                             n.connected() ? "yes" : "no", n.acked_version(), n.refused_tables(),
+                             n.static_table() ? "static" : "controller", n.fallbacks(),
+                             n.samples_dropped(), Age(n.last_seen_unix_ns()));
   }
 }
 

@@ -56,6 +56,7 @@ v1::NodeView ControllerCore::NodeViewLocked(NodeId n) const {
     view.set_last_seen_unix_ns(it->second.last_seen_unix_ns);
     view.set_static_table(it->second.table_status.static_table());
     view.set_fallbacks(it->second.table_status.fallbacks());
+    view.set_samples_dropped(it->second.samples_dropped);
   }
   return view;
 }

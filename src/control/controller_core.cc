@@ -359,6 +359,7 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
     if (it != agents_.end()) it->second.last_seen_unix_ns = unix_now;
     if (reported_overlay_ != overlay) {
       reported_.assign(static_cast<size_t>(topo.num_links()), Reported::kUnheard);
+      pending_by_node_.assign(static_cast<size_t>(topo.num_nodes()), 0);
       reported_overlay_ = overlay;
     }
     for (const PendingSample& p : batch) {
@@ -366,14 +367,29 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
       newly_down |= !p.sample.up && r != Reported::kDown;
       r = p.sample.up ? Reported::kUp : Reported::kDown;
     }
-    // Bounded: a stalled cycle must not let memory grow; 64 samples a link is 6 s at 10 Hz.
-    const size_t limit = 64 * static_cast<size_t>(topo.num_links()) + 1024;
+    // Bounded, and by node: 64 samples of each of its link ends (6 s at 10 Hz, so a stalled
+    // cycle cannot let memory grow) and 64 more. A node sending more than that between two
+    // cycles loses its own samples; the others' shares are untouched.
+    uint32_t& mine = pending_by_node_[static_cast<size_t>(v)];
+    const size_t share = 64 * (topo.node(v).out_links.size() + 1);
     for (PendingSample& p : batch) {
-      if (pending_.size() >= limit) {
+      if (mine >= share) {
         ++dropped;
         continue;
       }
       pending_.push_back(p);
+      ++mine;
+    }
+    if (dropped > 0 && it != agents_.end()) {
+      Agent& a = it->second;
+      a.samples_dropped += dropped;
+      if (unix_now - a.dropped_event_unix_ns >= 60'000'000'000) {
+        a.dropped_event_unix_ns = unix_now;
+        RecordEventLocked("samples_dropped", overlay->name(v),
+                          fmt::format("{} of its samples dropped so far: it sends more than its "
+                                      "share ({} a cycle); other nodes' samples are kept",
+                                      a.samples_dropped, share));
+      }
     }
     if (pending_sent_.size() < 64 * static_cast<size_t>(topo.num_nodes()) * topo.num_nodes()) {
       pending_sent_.insert(pending_sent_.end(), sent.begin(), sent.end());

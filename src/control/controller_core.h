@@ -226,7 +226,9 @@ class ControllerCore {
     uint64_t acked_version = 0;
     uint64_t refused_tables = 0;
     int64_t last_seen_unix_ns = 0;
-    v1::TableStatus table_status;  // as last reported
+    v1::TableStatus table_status;       // as last reported
+    uint64_t samples_dropped = 0;       // its own, past its share of the ingest buffer
+    int64_t dropped_event_unix_ns = 0;  // when that was last an event (once a minute)
   };
   struct PendingSample {
     LinkId link;
@@ -333,6 +335,9 @@ class ControllerCore {
   // By wire id; entries stay after a disconnect.
   std::map<uint32_t, Agent> agents_ ABSL_GUARDED_BY(mu_);
   std::vector<PendingSample> pending_ ABSL_GUARDED_BY(mu_);
+  // Samples of each node (by NodeId of `reported_overlay_`) in pending_: each node has a share
+  // of the buffer of its own, so that one flooding node loses its own samples, not others'.
+  std::vector<uint32_t> pending_by_node_ ABSL_GUARDED_BY(mu_);
   struct PendingSent {
     NodeId src, dst;
     uint64_t bytes;

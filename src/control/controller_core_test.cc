@@ -317,6 +317,28 @@ TEST_F(CoreTest, LinkIsDownWhenBothEndsSaySoNotWhenOneDoes) {
   EXPECT_THAT(NextHops("n1", "n4"), ::testing::UnorderedElementsAre("n2", "n3"));
 }
 
+TEST_F(CoreTest, AFloodingNodeLosesItsOwnSamplesNotOthers) {
+  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), std::make_shared<FakeLink>()).ok());
+  core_->RunCycle();
+  // n1 (two links) floods between two cycles: its share is 64 a link end and 64 more, 192.
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(core_->OnSamples(1, Samples({{2, true}, {3, true}}, 0.5)).ok());
+  }
+  EXPECT_EQ(metrics_.samples_dropped->Value(), 2000 - 192);
+  // The others' samples of the same cycle are all kept, whatever n1 sent.
+  ASSERT_TRUE(core_->OnSamples(2, Samples({{1, true}, {4, true}})).ok());
+  ASSERT_TRUE(core_->OnSamples(3, Samples({{1, true}, {4, true}})).ok());
+  ASSERT_TRUE(core_->OnSamples(4, Samples({{2, true}, {3, true}})).ok());
+  EXPECT_EQ(metrics_.samples_dropped->Value(), 2000 - 192);
+  const std::vector<v1::NodeView> nodes = core_->ListNodes();
+  EXPECT_EQ(nodes[0].samples_dropped(), 2000u - 192);
+  EXPECT_TRUE(HasEvent("samples_dropped", "share (192 a cycle)"));
+  // A cycle starts every share afresh.
+  core_->RunCycle();
+  ASSERT_TRUE(core_->OnSamples(1, Samples({{2, true}, {3, true}})).ok());
+  EXPECT_EQ(metrics_.samples_dropped->Value(), 2000 - 192);
+}
+
 TEST_F(CoreTest, LinkIsDownWhenSamplesStop) {
   ReportAll();
   core_->RunCycle();

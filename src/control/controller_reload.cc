@@ -1,5 +1,6 @@
 // ControllerCore's configuration: a reload (SIGHUP) and the operator state kept across
 // restarts (drains, policy overrides).
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 
@@ -78,6 +79,7 @@ absl::Status ControllerCore::Reload(const ControllerConfig& config) {
       overlay_ = MakeOverlay(config_);
       ResetComputer(clock_.Now());
       pending_.clear();
+      std::fill(pending_by_node_.begin(), pending_by_node_.end(), 0);
       pending_sent_.clear();
       for (auto it = drained_.begin(); it != drained_.end();) {
         const NodeId a = overlay_->FindByNameOrId(it->first);

@@ -112,6 +112,11 @@ void TestAgent::Send(v1::AgentMessage message) {
   if (!writing_) WriteNextLocked();
 }
 
+size_t TestAgent::unsent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return outbox_.size();
+}
+
 void TestAgent::SendHello(uint32_t node_id, const std::vector<uint32_t>& neighbours,
                           bool delta_tables, uint64_t installed_version) {
   v1::AgentMessage m;

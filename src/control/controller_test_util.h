@@ -89,6 +89,8 @@ class TestAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Con
   std::optional<grpc::Status> WaitDone(
       std::chrono::milliseconds timeout = std::chrono::seconds(10));
   size_t received() const;
+  // Messages given to Send and not yet written (the one being written among them).
+  size_t unsent() const;
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;

@@ -980,6 +980,53 @@ TEST_F(SystemTest, RevokedCertificatesAreRefusedAfterSighup) {
   EXPECT_NE(DarctlRun({"show", "nodes", "--admin", "eve"}).exit_code, 0);
 }
 
+// A node with a valid certificate floods the controller with valid samples of its own links
+// (dar_flood_agent, in A's namespace, with A's certificate, A's own agent stopped): the
+// controller drops A's excess and nothing of B's, C's or D's, declares no link down, and the
+// others keep taking tables.
+TEST_F(SystemTest, AFloodingNodeLosesOnlyItsOwnSamples) {
+  Up('f');
+  if (IsSkipped() || HasFatalFailure()) return;
+  ASSERT_EQ(Cli({"stop", "A", "--dir", dir_}).exit_code, 0);
+  const std::map<std::string, uint64_t> before = AckedVersions();
+  ASSERT_EQ(before.size(), 3u);
+  absl::StatusOr<CommandResult> flood =
+      SubprocessRunner(Seconds(60))
+          .Execute({"ip", "netns", "exec", Netns("A"),
+                    std::string(DAR_BINARY_DIR) + "/src/control/dar_flood_agent", "--controller",
+                    "10.255.255.1:50051", "--tls-dir", dir_ + "/certs", "--node", "1",
+                    "--neighbours", "2,3", "--seconds", "5"});
+  ASSERT_TRUE(flood.ok()) << flood.status();
+  ASSERT_EQ(flood->exit_code, 0) << flood->err;
+  std::printf("%s", flood->out.c_str());
+
+  const nlohmann::json nodes = Darctl({"show", "nodes"});
+  ASSERT_TRUE(nodes.is_object());
+  uint64_t dropped_a = 0;
+  for (const nlohmann::json& n : nodes["nodes"]) {
+    const uint64_t dropped = n.contains("samples_dropped") ? U64(n["samples_dropped"]) : 0;
+    if (n.value("name", "") == "A") {
+      dropped_a = dropped;
+    } else {
+      EXPECT_EQ(dropped, 0u) << n.dump();
+    }
+  }
+  EXPECT_GT(dropped_a, 100'000u);
+  const std::string events = Darctl({"show", "events", "--limit", "0"}).dump();
+  EXPECT_THAT(events, HasSubstr("samples_dropped"));
+  EXPECT_THAT(events, Not(HasSubstr("link_down")));
+  EXPECT_TRUE(WaitFor([&] {
+    const std::map<std::string, uint64_t> now = AckedVersions();
+    return now.size() == 3 && std::all_of(now.begin(), now.end(), [&](const auto& e) {
+             return e.second > before.at(e.first);
+           });
+  }));
+  std::printf("controller dropped %llu of A's samples and none of the others'\n",
+              static_cast<unsigned long long>(dropped_a));
+  ASSERT_EQ(Cli({"start", "A", "--dir", dir_}).exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] { return AllAgentsHaveTables(); }, std::chrono::seconds(30)));
+}
+
 TEST_F(SystemTest, ImpostorsAreRefused) {
   if (::access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "needs openssl";
   Up('i');
