@@ -59,6 +59,8 @@ Dataplane::Dataplane(const DataplaneConfig& config)
       chooser_(config.forwarding,
                Random::Hash(config.seed ^ (0x5a17ull << 32) ^ static_cast<uint64_t>(config.node))),
       rng_(Random::Hash(config.seed) ^ static_cast<uint64_t>(config.node)),
+      sequencer_(config.overlay_addresses.size(), WallNow().count()),
+      replay_(config.overlay_addresses.size()),
       pending_forwarding_(config.forwarding) {}
 
 Dataplane::~Dataplane() { Stop(); }
@@ -366,6 +368,12 @@ Time Dataplane::WallNow() const {
   return config_.wall_clock ? config_.wall_clock() : ReadClock(CLOCK_REALTIME);
 }
 
+bool Dataplane::FirstTime(const net::OverlayPacket& packet) {
+  if (replay_.Accept(packet.header.source, packet.key_id, packet.header.sequence)) return true;
+  Drop(DropReason::kReplayed);
+  return false;
+}
+
 uint32_t Dataplane::TakeBuffer() {
   // The pool is sized so that this cannot fail (see Create).
   assert(!free_buffers_.empty());
@@ -503,6 +511,7 @@ void Dataplane::OnProbeTick() {
     h.hop_limit = 1;
     h.source = static_cast<uint32_t>(config_.node);
     h.destination = static_cast<uint32_t>(p.config.neighbour);
+    h.sequence = sequencer_.Next(h.destination);
     SendProbe(p, h, net::EncodeProbe(net::ProbeBody{seq, t1}), *key);
   }
 }
@@ -541,6 +550,7 @@ void Dataplane::HandleProbe(Port& in, const net::OverlayPacket& packet, Time wal
     Drop(DropReason::kBadProbe);
     return;
   }
+  if (!FirstTime(packet)) return;
   const absl::StatusOr<net::ProbeBody> probe = net::DecodeProbe(packet.payload);
   const net::OverlayKey* key = active_keys_->current();
   if (!probe.ok() || key == nullptr) {
@@ -552,6 +562,7 @@ void Dataplane::HandleProbe(Port& in, const net::OverlayPacket& packet, Time wal
   h.hop_limit = 1;
   h.source = static_cast<uint32_t>(config_.node);
   h.destination = packet.header.source;
+  h.sequence = sequencer_.Next(h.destination);
   counters_.probe_replies_sent.Add();
   SendProbe(
       in, h,
@@ -565,6 +576,7 @@ void Dataplane::HandleProbeReply(Port& in, const net::OverlayPacket& packet, Tim
     Drop(DropReason::kBadProbe);
     return;
   }
+  if (!FirstTime(packet)) return;
   const absl::StatusOr<net::ProbeReplyBody> reply = net::DecodeProbeReply(packet.payload);
   if (!reply.ok()) {
     Drop(DropReason::kBadLength);

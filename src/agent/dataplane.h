@@ -87,6 +87,7 @@ enum class DropReason : uint8_t {
   kUnknownKeyId,
   kBadTag,
   kHopLimitExhausted,
+  kReplayed,   // addressed to this node, with a sequence number it has seen (or too old)
   kTruncated,  // a datagram longer than the receive buffer (the peer's MTU is larger)
   kBadProbe,   // a probe or reply whose source or destination node does not fit its link
   kNoKey,      // nothing to seal with: no key has been set yet
@@ -409,6 +410,9 @@ class Dataplane {
   void Drop(DropReason reason) { counters_.drops[static_cast<size_t>(reason)].Add(); }
   void DropBuffer(DropReason reason, uint32_t buffer);
   Time WallNow() const;
+  // False, with the datagram counted as kReplayed, if `packet` (addressed to this node) repeats
+  // a sequence number of its source and key.
+  bool FirstTime(const net::OverlayPacket& packet);
 
   // Buffers. kNoBuffer stands for a datagram that lives in a receive slot.
   static constexpr uint32_t kNoBuffer = ~uint32_t{0};
@@ -450,6 +454,9 @@ class Dataplane {
   Random rng_;
   std::shared_ptr<const AgentTables> active_tables_;
   std::shared_ptr<const net::OverlayKeyRing> active_keys_;
+  // Sequence numbers this node seals with, and the replay windows of what is addressed to it.
+  net::OverlaySequencer sequencer_;
+  net::OverlayReplayGuard replay_;
   std::function<void(NodeId, bool)> active_callback_;
   uint64_t applied_generation_ = 0;
   uint64_t applied_forwarding_generation_ = 0;

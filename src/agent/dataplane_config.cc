@@ -76,6 +76,8 @@ std::string_view DropReasonName(DropReason reason) {
       return "bad_tag";
     case DropReason::kHopLimitExhausted:
       return "hop_limit_exhausted";
+    case DropReason::kReplayed:
+      return "replayed";
     case DropReason::kTruncated:
       return "truncated";
     case DropReason::kBadProbe:
@@ -124,6 +126,8 @@ DropReason DropReasonFor(net::OverlayStatus status) {
       return DropReason::kBadTag;
     case net::OverlayStatus::kHopLimitExhausted:
       return DropReason::kHopLimitExhausted;
+    case net::OverlayStatus::kReplayed:
+      return DropReason::kReplayed;
     case net::OverlayStatus::kOk:
     case net::OverlayStatus::kCount:
       break;

@@ -118,7 +118,7 @@ void Dataplane::HandleDatagram(Port& in, uint8_t* data, size_t size, net::Overla
       break;
   }
   if (packet.header.destination == static_cast<uint32_t>(config_.node)) {
-    Deliver(packet.payload);
+    if (FirstTime(packet)) Deliver(packet.payload);
     return;
   }
   Route(kNoBuffer, data, size, packet.header, /*transit=*/true, now);
@@ -271,6 +271,7 @@ void Dataplane::EncapsulateBatch(const uint32_t* buffers, const size_t* sizes, s
     h.source = static_cast<uint32_t>(config_.node);
     h.destination = static_cast<uint32_t>(it->second);
     h.flow_hash = in.flow_hash;
+    h.sequence = sequencer_.Next(h.destination);
     sent_to_[static_cast<size_t>(it->second)].Add(sizes[i]);
     const absl::StatusOr<size_t> size =
         net::SealOverlayHeader(h, packet, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));

@@ -606,6 +606,44 @@ TEST_F(TransitTest, AnswersProbesWithFourTimestamps) {
   EXPECT_EQ(dp_->counters().probe_replies_sent, 1u);
 }
 
+TEST_F(TransitTest, WhatIsAddressedToItCountsOnceAndTransitIsLeftToTheDestination) {
+  // A probe re-sent as captured: answered once, the copies dropped as replays.
+  net::OverlayHeader probe;
+  probe.type = net::OverlayType::kProbe;
+  probe.source = 0;
+  probe.destination = 1;
+  probe.hop_limit = 1;
+  probe.sequence = 77;
+  const std::vector<uint8_t> captured =
+      from_.Seal(probe, net::EncodeProbe(net::ProbeBody{17, Time(123456)}));
+  for (int i = 0; i < 3; ++i) from_.SendRaw(captured, dp_in_);
+  ASSERT_TRUE(WaitDropped(DropReason::kReplayed, 2));
+  const std::vector<uint8_t> reply = from_.Receive(std::chrono::seconds(20));
+  ASSERT_FALSE(reply.empty());
+  EXPECT_TRUE(from_.Receive(std::chrono::milliseconds(200)).empty());
+  EXPECT_EQ(dp_->counters().probe_replies_sent, 1u);
+  // The reply carries the data plane's own sequence number, counted from its start time.
+  net::OverlayPacket p;
+  ASSERT_EQ(net::ParseOverlay(reply, from_.keys(), &p), net::OverlayStatus::kOk);
+  EXPECT_GE(p.header.sequence, uint64_t{1'600'000'000'000} << 20);
+  // A newer number from the same source is taken; so is one a little older, not seen yet.
+  probe.sequence = 80;
+  from_.SendRaw(from_.Seal(probe, net::EncodeProbe(net::ProbeBody{18, Time(5)})), dp_in_);
+  probe.sequence = 79;
+  from_.SendRaw(from_.Seal(probe, net::EncodeProbe(net::ProbeBody{19, Time(5)})), dp_in_);
+  ASSERT_TRUE(
+      WaitFor([&] { return dp_->counters().probe_replies_sent == 3; }, std::chrono::seconds(20)));
+  EXPECT_EQ(Dropped(DropReason::kReplayed), 2u);
+
+  // A transit datagram re-sent is forwarded again: the destination holds the window.
+  const std::vector<uint8_t> data =
+      from_.Seal(DataHeader(0, 2, 5), UdpPacket("10.77.0.3", 9000, 64));
+  from_.SendRaw(data, dp_in_);
+  from_.SendRaw(data, dp_in_);
+  EXPECT_FALSE(to_.Receive(std::chrono::seconds(20)).empty());
+  EXPECT_FALSE(to_.Receive(std::chrono::seconds(20)).empty());
+}
+
 TEST_F(TransitTest, KeyRotation) {
   const std::vector<uint8_t> inner = UdpPacket("10.77.0.3", 9000, 64);
   // The new key (id 2) is accepted alongside the old one; the data plane seals with it.

@@ -9,6 +9,7 @@
 // One file over 600 lines: every test runs on the one lab fixture, which is most of it.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/if_ether.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -27,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,8 +39,10 @@
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lab/lab_files.h"
 #include "lab/lab_test_util.h"
 #include "net/netns.h"
+#include "net/overlay_header.h"
 #include "net/scoped_fd.h"
 #include "nlohmann/json.hpp"
 
@@ -191,8 +195,9 @@ class DatagramStream {
 
   struct Report {
     uint32_t sent = 0;
-    uint32_t lost = 0;       // of [first, end)
-    int64_t longest_gap_ms;  // longest time without an arrival while datagrams were due
+    uint32_t lost = 0;        // of [first, end)
+    uint32_t duplicates = 0;  // arrivals of a datagram that had arrived already
+    int64_t longest_gap_ms;   // longest time without an arrival while datagrams were due
   };
   // After Stop: datagrams [first, end) lost, and the longest time between two arrivals over
   // the whole stream.
@@ -201,7 +206,9 @@ class DatagramStream {
     r.sent = static_cast<uint32_t>(sent_at_.size());
     std::vector<bool> seen(sent_at_.size(), false);
     for (const auto& [seq, at] : arrivals_) {
-      if (seq < seen.size()) seen[seq] = true;
+      if (seq >= seen.size()) continue;
+      r.duplicates += seen[seq];
+      seen[seq] = true;
     }
     for (uint32_t s = first; s < std::min<uint32_t>(end, r.sent); ++s) r.lost += !seen[s];
     Clock::duration longest{};
@@ -1025,6 +1032,101 @@ TEST_F(SystemTest, AFloodingNodeLosesOnlyItsOwnSamples) {
               static_cast<unsigned long long>(dropped_a));
   ASSERT_EQ(Cli({"start", "A", "--dir", dir_}).exit_code, 0);
   EXPECT_TRUE(WaitFor([&] { return AllAgentsHaveTables(); }, std::chrono::seconds(30)));
+}
+
+// An attacker on a link captures four overlay datagrams of a 1 ms stream from A to D and
+// re-sends them to D's agent from B's namespace, from a port of its own, as fast as it can for
+// two seconds: D's agent drops every copy (replayed), the application sees no duplicate, and
+// the stream loses nothing.
+TEST_F(SystemTest, ReplayedDatagramsAreNotDelivered) {
+  Up('p');
+  if (IsSkipped() || HasFatalFailure()) return;
+  absl::StatusOr<std::unique_ptr<DatagramStream>> stream =
+      DatagramStream::Open(Netns("A"), Netns("D"), "10.77.0.4", 9000);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  (*stream)->Start();
+  ASSERT_TRUE((*stream)->WaitSent(300));
+
+  // Capture in D's namespace: IP packets to the data port that carry an overlay data datagram.
+  net::ScopedFd sniffer;
+  ASSERT_TRUE(net::RunInNamespace(Netns("D"), [&]() -> absl::Status {
+                sniffer.Reset(::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_IP)));
+                return sniffer.valid() ? absl::OkStatus() : absl::ErrnoToStatus(errno, "socket");
+              }).ok());
+  struct Captured {
+    std::vector<uint8_t> payload;
+    sockaddr_in to{};
+  };
+  std::vector<Captured> captured;
+  const auto capture_until = Clock::now() + std::chrono::seconds(10);
+  while (captured.size() < 4 && Clock::now() < capture_until) {
+    pollfd p{sniffer.get(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    uint8_t frame[2048];
+    const ssize_t n = ::recv(sniffer.get(), frame, sizeof frame, 0);
+    if (n < 28 || (frame[0] >> 4) != 4 || frame[9] != IPPROTO_UDP) continue;
+    const size_t ihl = static_cast<size_t>(frame[0] & 0xf) * 4;
+    if (static_cast<size_t>(n) < ihl + 8 + net::kOverlayOverheadBytes) continue;
+    const uint8_t* udp = frame + ihl;
+    if (((udp[2] << 8) | udp[3]) != kLabDataPort) continue;
+    const uint8_t* overlay = udp + 8;
+    if (overlay[1] != net::kOverlayVersion ||
+        overlay[net::kOverlayTypeOffset] != static_cast<uint8_t>(net::OverlayType::kData)) {
+      continue;
+    }
+    Captured c;
+    c.payload.assign(overlay, static_cast<const uint8_t*>(frame + n));
+    c.to.sin_family = AF_INET;
+    c.to.sin_port = htons(kLabDataPort);
+    std::memcpy(&c.to.sin_addr, frame + 16, 4);
+    captured.push_back(std::move(c));
+  }
+  ASSERT_EQ(captured.size(), 4u) << "no overlay datagrams seen on D's links";
+  sniffer.Reset(-1);
+
+  // Replay from B's namespace.
+  net::ScopedFd attacker;
+  ASSERT_TRUE(net::RunInNamespace(Netns("B"), [&]() -> absl::Status {
+                attacker.Reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+                return attacker.valid() ? absl::OkStatus() : absl::ErrnoToStatus(errno, "socket");
+              }).ok());
+  const uint32_t first = (*stream)->sent();
+  uint64_t replayed = 0;
+  const auto replay_start = Clock::now();
+  while (Clock::now() - replay_start < std::chrono::seconds(2)) {
+    for (const Captured& c : captured) {
+      replayed += ::sendto(attacker.get(), c.payload.data(), c.payload.size(), 0,
+                           reinterpret_cast<const sockaddr*>(&c.to), sizeof c.to) > 0;
+    }
+  }
+  const double replay_s = std::chrono::duration<double>(Clock::now() - replay_start).count();
+  const uint32_t end = (*stream)->sent();
+  ASSERT_TRUE((*stream)->WaitSent(200));
+  (*stream)->Stop();
+  const DatagramStream::Report r = (*stream)->Analyse(first, end);
+  EXPECT_EQ(r.duplicates, 0u);
+  EXPECT_LE(r.lost, (end - first) / 100) << "of " << end - first;
+
+  // D's agent counted the copies it dropped (its counters are logged when it stops).
+  ASSERT_EQ(Cli({"stop", "D", "--dir", dir_}).exit_code, 0);
+  uint64_t dropped_replays = 0;
+  std::istringstream log(ReadFile(dir_ + "/D.log"));
+  for (std::string line; std::getline(log, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("msg", "") == "stopped") {
+      dropped_replays = j["drops"].value("replayed", uint64_t{0});
+    }
+  }
+  EXPECT_GT(dropped_replays, replayed / 2) << "of " << replayed << " replayed";
+  std::printf(
+      "replayed 4 captured datagrams %llu times in %.1f s (%.0f k/s) from B to D: D's agent "
+      "dropped %llu as replays, the application saw %u duplicates; the 1 ms stream lost %u of "
+      "%u meanwhile, longest gap %lld ms\n",
+      static_cast<unsigned long long>(replayed), replay_s, replayed / replay_s / 1000,
+      static_cast<unsigned long long>(dropped_replays), r.duplicates, r.lost, end - first,
+      static_cast<long long>(r.longest_gap_ms));
+  RecordProperty("replayed_per_s", static_cast<int>(replayed / replay_s));
+  RecordProperty("duplicates", static_cast<int>(r.duplicates));
 }
 
 TEST_F(SystemTest, ImpostorsAreRefused) {

@@ -27,6 +27,7 @@ constexpr size_t kDestinationAt = 12;
 constexpr size_t kFlowHashAt = 16;
 constexpr size_t kLengthAt = 20;
 constexpr size_t kReservedAt = 22;
+constexpr size_t kSequenceAt = 24;
 
 // crypto_kdf context: which subkey of the cluster key the tag uses (8 bytes, no NUL needed).
 constexpr char kKdfContext[crypto_kdf_CONTEXTBYTES] = {'D', 'A', 'R', 'o', 'v', 'l', 'a', 'y'};
@@ -76,6 +77,8 @@ std::string_view OverlayStatusName(OverlayStatus s) {
       return "bad_tag";
     case OverlayStatus::kHopLimitExhausted:
       return "hop_limit_exhausted";
+    case OverlayStatus::kReplayed:
+      return "replayed";
     case OverlayStatus::kCount:
       break;
   }
@@ -351,6 +354,7 @@ absl::StatusOr<size_t> SealOverlayHeader(const OverlayHeader& header,
   Store32(p + kFlowHashAt, header.flow_hash);
   Store16(p + kLengthAt, static_cast<uint16_t>(payload.size()));
   Store16(p + kReservedAt, 0);
+  Store64(p + kSequenceAt, header.sequence);
   return size;
 }
 
@@ -391,6 +395,7 @@ OverlayStatus FinishParse(absl::Span<const uint8_t> datagram, const uint8_t* tag
   out->header.source = Load32(p + kSourceAt);
   out->header.destination = Load32(p + kDestinationAt);
   out->header.flow_hash = Load32(p + kFlowHashAt);
+  out->header.sequence = Load64(p + kSequenceAt);
   out->key_id = Load32(p + kKeyIdAt);
   out->payload = datagram.subspan(kOverlayHeaderBytes, covered - kOverlayHeaderBytes);
   return OverlayStatus::kOk;
@@ -454,6 +459,50 @@ OverlayStatus ForwardOverlay(absl::Span<uint8_t> datagram) {
   if (p[kHopLimitAt] <= 1) return OverlayStatus::kHopLimitExhausted;
   --p[kHopLimitAt];
   return OverlayStatus::kOk;
+}
+
+// Replay protection -----------------------------------------------------------------------------
+
+OverlaySequencer::OverlaySequencer(size_t destinations, int64_t start_unix_ns)
+    : next_(destinations, static_cast<uint64_t>(std::max<int64_t>(start_unix_ns, 0) / 1'000'000)
+                              << 20) {}
+
+bool ReplayWindow::Accept(uint64_t seq) {
+  const auto bit = [](uint64_t s) { return uint64_t{1} << (s % 64); };
+  const auto word = [](uint64_t s) { return static_cast<size_t>((s / 64) % (kWindow / 64)); };
+  if (!any_ || seq > top_) {
+    // Slide: the numbers between the old top and `seq` are not seen yet.
+    if (!any_ || seq - top_ >= kWindow) {
+      seen_.fill(0);
+    } else {
+      for (uint64_t s = top_ + 1; s < seq; ++s) seen_[word(s)] &= ~bit(s);
+    }
+    seen_[word(seq)] |= bit(seq);
+    top_ = seq;
+    any_ = true;
+    return true;
+  }
+  if (top_ - seq >= kWindow) return false;  // too old to tell
+  if ((seen_[word(seq)] & bit(seq)) != 0) return false;
+  seen_[word(seq)] |= bit(seq);
+  return true;
+}
+
+bool OverlayReplayGuard::Accept(uint32_t source, uint32_t key_id, uint64_t seq) {
+  if (source >= slots_.size()) return false;
+  auto& slots = slots_[source];
+  Slot* slot = nullptr;
+  Slot* stalest = &slots[0];
+  for (Slot& s : slots) {
+    if (s.used && s.key_id == key_id) slot = &s;
+    if (s.last_use < stalest->last_use) stalest = &s;
+  }
+  if (slot == nullptr) {
+    slot = stalest;
+    *slot = Slot{key_id, true, 0, ReplayWindow()};
+  }
+  slot->last_use = ++uses_;
+  return slot->window.Accept(seq);
 }
 
 // Probes ----------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 //
 //    0        1        2        3
 //   +--------+--------+--------+--------+
-//   |hop lim.|version |  type  | class  |   version 2; type OverlayType; class TrafficClass
+//   |hop lim.|version |  type  | class  |   version 3; type OverlayType; class TrafficClass
 //   +--------+--------+--------+--------+
 //   |              key id               |   which cluster key made the tag (key rotation)
 //   |          source node id           |
@@ -12,6 +12,9 @@
 //   +-----------------+-----------------+
 //   | payload length  |    reserved     |   reserved: sent as 0, ignored on receipt
 //   +-----------------+-----------------+
+//   |        sequence number            |   per source, destination and key: anti-replay
+//   |          (64 bits)                |   (OverlayReplayGuard)
+//   +-----------------------------------+
 //   |  payload (payload length bytes)   |
 //   |  tag (16 bytes)                   |
 //   +-----------------------------------+
@@ -31,6 +34,12 @@
 // A packet keeps the key id its ingress sealed it with; key rotation accepts the old key for
 // a rollout period after the new one seals (security/key_ring.h), far longer than a packet
 // spends in the overlay.
+// Replay: the tag covers a sequence number that the source counts up per destination, from
+// its start time in milliseconds shifted left by 20 (so that a restarted source begins above
+// everything it sent before, unless it sent a million packets a millisecond to one
+// destination), and the destination accepts each number once, within a sliding window per
+// source and key (OverlayReplayGuard; IPsec's anti-replay window, RFC 4303 3.4.3). Version 2
+// had no sequence: a datagram captured once could be re-sent and delivered any number of times.
 //
 // Nothing here allocates on the per-packet path (SealOverlay, ParseOverlay, ForwardOverlay,
 // FlowHash, the probe codecs' encoders). All functions are thread-safe; an OverlayKeyRing is
@@ -42,6 +51,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,8 +60,8 @@
 
 namespace dar::net {
 
-inline constexpr uint8_t kOverlayVersion = 2;
-inline constexpr size_t kOverlayHeaderBytes = 24;
+inline constexpr uint8_t kOverlayVersion = 3;
+inline constexpr size_t kOverlayHeaderBytes = 32;
 // Where the header's type byte is (OverlayType): what a socket filter steers by.
 inline constexpr size_t kOverlayTypeOffset = 2;
 inline constexpr size_t kOverlayTagBytes = 16;
@@ -82,6 +92,9 @@ struct OverlayHeader {
   uint32_t source = 0;
   uint32_t destination = 0;
   uint32_t flow_hash = 0;
+  // Counted up by the source per destination (OverlaySequencer); checked once by the
+  // destination (OverlayReplayGuard).
+  uint64_t sequence = 0;
 };
 
 // The outcome of ParseOverlay (and ForwardOverlay): kOk, or why a datagram is dropped. One
@@ -97,6 +110,8 @@ enum class OverlayStatus : uint8_t {
   kUnknownKeyId,       // no key with this id in the ring
   kBadTag,             // the tag does not match: corrupted, forged, or another key
   kHopLimitExhausted,  // hop limit 0 on arrival, or ForwardOverlay would send it with 0
+  kReplayed,           // its sequence number was seen, or is older than the window (checked by
+                       // the destination, OverlayReplayGuard, not by ParseOverlay)
   kCount
 };
 // A short snake_case name ("too_short", "bad_tag", ...) for counters and logs.
@@ -232,6 +247,55 @@ std::array<uint8_t, kProbeReplyBodyBytes> EncodeProbeReply(const ProbeReplyBody&
 // payloads of probe datagrams).
 absl::StatusOr<ProbeBody> DecodeProbe(absl::Span<const uint8_t> payload);
 absl::StatusOr<ProbeReplyBody> DecodeProbeReply(absl::Span<const uint8_t> payload);
+
+// The sequence numbers a source seals with, one counter per destination (0..n-1), each
+// starting at `start_unix_ns` in milliseconds shifted left by 20. Not thread-safe.
+class OverlaySequencer {
+ public:
+  OverlaySequencer(size_t destinations, int64_t start_unix_ns);
+  // The next number toward `destination`. REQUIRES: destination < the count given.
+  uint64_t Next(uint32_t destination) { return next_[destination]++; }
+
+ private:
+  std::vector<uint64_t> next_;
+};
+
+// An anti-replay window over 64-bit sequence numbers (RFC 4303 3.4.3, with the whole 64 bits
+// carried): the highest number accepted and which of the kWindow numbers below it were seen.
+class ReplayWindow {
+ public:
+  static constexpr uint64_t kWindow = 2048;
+  // True, and marks it seen, if `seq` is above the highest so far, or within the window and not
+  // seen yet; false (a replay, or too old) otherwise. Call only for authenticated datagrams.
+  bool Accept(uint64_t seq);
+
+ private:
+  std::array<uint64_t, kWindow / 64> seen_{};  // bit seq % kWindow, for seq in the window
+  uint64_t top_ = 0;
+  bool any_ = false;
+};
+
+// The replay windows of a destination: one per source node (0..n-1) and key id, for as many
+// keys as a ring holds (so that replays under keys in turn cannot push a window out while its
+// key is still accepted; a key beyond that takes the slot seen least recently). Not
+// thread-safe; no allocation after construction.
+class OverlayReplayGuard {
+ public:
+  explicit OverlayReplayGuard(size_t sources) : slots_(sources) {}
+  // Whether an authenticated datagram from `source` is new (see ReplayWindow::Accept); false
+  // also for a source outside 0..n-1.
+  bool Accept(uint32_t source, uint32_t key_id, uint64_t seq);
+
+ private:
+  struct Slot {
+    uint32_t key_id = 0;
+    bool used = false;
+    uint64_t last_use = 0;
+    ReplayWindow window;
+  };
+  std::vector<std::array<Slot, OverlayKeyRing::kMaxKeys>> slots_;
+  uint64_t uses_ = 0;
+};
 
 // A hash of an IP packet's flow, so that a flow (or flowlet) keeps to one path. IPv4 and IPv6
 // TCP, UDP and SCTP packets hash their 5-tuple (addresses, protocol, ports); fragments and

@@ -36,6 +36,7 @@ OverlayHeader DataHeader() {
   h.source = 0x01020304;
   h.destination = 0xa0b0c0d0;
   h.flow_hash = 0xdeadbeef;
+  h.sequence = 0x0102030405060708;
   return h;
 }
 
@@ -70,9 +71,9 @@ class OverlayTest : public ::testing::Test {
 TEST_F(OverlayTest, DataRoundTrip) {
   const std::vector<uint8_t> payload = Bytes(1400, 3);
   const std::vector<uint8_t> d = Seal(DataHeader(), payload);
-  EXPECT_EQ(d.size(), 1400 + 40u);
+  EXPECT_EQ(d.size(), 1400 + 48u);
   EXPECT_EQ(d[0], 7);  // hop limit first (outside the tag), then the version
-  EXPECT_EQ(d[1], 2);  // big-endian fields
+  EXPECT_EQ(d[1], 3);  // big-endian fields
   EXPECT_EQ(d[8], 0x01);
   EXPECT_EQ(d[11], 0x04);
   OverlayPacket p;
@@ -83,6 +84,9 @@ TEST_F(OverlayTest, DataRoundTrip) {
   EXPECT_EQ(p.header.source, 0x01020304u);
   EXPECT_EQ(p.header.destination, 0xa0b0c0d0u);
   EXPECT_EQ(p.header.flow_hash, 0xdeadbeefu);
+  EXPECT_EQ(p.header.sequence, 0x0102030405060708u);
+  EXPECT_EQ(d[24], 0x01);
+  EXPECT_EQ(d[31], 0x08);
   EXPECT_EQ(p.key_id, 1u);
   EXPECT_THAT(p.payload, ElementsAreArray(payload));
   EXPECT_EQ(p.payload.data(), d.data() + kOverlayHeaderBytes);  // no copy
@@ -111,7 +115,7 @@ TEST_F(OverlayTest, SealsInPlace) {
 TEST_F(OverlayTest, SealRejectsWhatItCannotCarry) {
   std::vector<uint8_t> small(100);
   absl::StatusOr<size_t> n =
-      SealOverlay(DataHeader(), Bytes(61, 0), *ring_.current(), absl::MakeSpan(small));
+      SealOverlay(DataHeader(), Bytes(53, 0), *ring_.current(), absl::MakeSpan(small));
   ASSERT_FALSE(n.ok());
   EXPECT_EQ(n.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(n.status().message(), HasSubstr("101-byte"));
@@ -468,10 +472,86 @@ TEST_F(OverlayTest, RandomAndMutatedDatagramsAreRejected) {
   }
   // The corpus reached every check.
   for (int s = 1; s < static_cast<int>(OverlayStatus::kCount); ++s) {
-    if (static_cast<OverlayStatus>(s) == OverlayStatus::kHopLimitExhausted) continue;
+    // Neither is ParseOverlay's to find in a corrupted datagram.
+    if (static_cast<OverlayStatus>(s) == OverlayStatus::kHopLimitExhausted ||
+        static_cast<OverlayStatus>(s) == OverlayStatus::kReplayed) {
+      continue;
+    }
     EXPECT_GT(seen[s], 0) << OverlayStatusName(static_cast<OverlayStatus>(s));
   }
   EXPECT_GT(seen[static_cast<int>(OverlayStatus::kBadTag)], 2000);
+}
+
+// Replay protection ---------------------------------------------------------------------------
+
+TEST(ReplayWindowTest, AcceptsEachNumberOnceWithinTheWindow) {
+  ReplayWindow w;
+  EXPECT_TRUE(w.Accept(1000));
+  EXPECT_FALSE(w.Accept(1000));  // the same again
+  EXPECT_TRUE(w.Accept(1002));
+  EXPECT_TRUE(w.Accept(1001));  // late, within the window, new
+  EXPECT_FALSE(w.Accept(1001));
+  EXPECT_TRUE(w.Accept(999));  // below the first, within the window: not seen yet
+  // Reordering by up to the window is accepted, each number once.
+  const uint64_t top = 1002 + ReplayWindow::kWindow - 1;
+  EXPECT_TRUE(w.Accept(top));
+  EXPECT_FALSE(w.Accept(1002));                         // seen
+  EXPECT_TRUE(w.Accept(1003));                          // not seen, still inside
+  EXPECT_FALSE(w.Accept(top - ReplayWindow::kWindow));  // too old to tell: refused
+  // A jump past the whole window forgets it; everything below the window is refused.
+  EXPECT_TRUE(w.Accept(top + 10 * ReplayWindow::kWindow));
+  EXPECT_FALSE(w.Accept(top));
+  EXPECT_TRUE(w.Accept(top + 10 * ReplayWindow::kWindow - 5));
+  // Numbers between the old and the new top that were never seen are accepted once.
+  EXPECT_TRUE(w.Accept(top + 10 * ReplayWindow::kWindow + 3));
+  EXPECT_TRUE(w.Accept(top + 10 * ReplayWindow::kWindow + 1));
+  EXPECT_FALSE(w.Accept(top + 10 * ReplayWindow::kWindow + 1));
+}
+
+TEST(ReplayWindowTest, MatchesASetOfSeenNumbersUnderRandomReordering) {
+  // Against the obvious model: a number is new if never accepted and not older than the window.
+  Random rng(5);
+  ReplayWindow w;
+  std::set<uint64_t> seen;
+  uint64_t top = 0;
+  bool any = false;
+  for (int i = 0; i < 200000; ++i) {
+    const uint64_t base = 1'000'000 + static_cast<uint64_t>(i) / 2;
+    const uint64_t seq = base - std::min<uint64_t>(base, rng.Below(3 * ReplayWindow::kWindow));
+    const bool expect =
+        !seen.contains(seq) && (!any || seq > top || top - seq < ReplayWindow::kWindow);
+    ASSERT_EQ(w.Accept(seq), expect) << i << " seq " << seq << " top " << top;
+    if (expect) {
+      seen.insert(seq);
+      if (!any || seq > top) top = seq;
+      any = true;
+    }
+  }
+}
+
+TEST(OverlayReplayGuardTest, OneWindowPerSourceAndKey) {
+  OverlayReplayGuard g(3);
+  EXPECT_TRUE(g.Accept(0, 1, 50));
+  EXPECT_TRUE(g.Accept(1, 1, 50));  // another source
+  EXPECT_TRUE(g.Accept(0, 2, 50));  // another key
+  EXPECT_FALSE(g.Accept(0, 1, 50));
+  EXPECT_FALSE(g.Accept(0, 2, 50));
+  EXPECT_FALSE(g.Accept(3, 1, 1));  // no such source
+  // Replays under the ring's keys in turn cannot push a window out while its key is held.
+  for (uint32_t k = 3; k <= OverlayKeyRing::kMaxKeys; ++k) EXPECT_TRUE(g.Accept(0, k, 7));
+  EXPECT_FALSE(g.Accept(0, 1, 50));
+  EXPECT_FALSE(g.Accept(0, 2, 50));
+}
+
+TEST(OverlaySequencerTest, CountsPerDestinationFromTheStartTime) {
+  OverlaySequencer s(2, /*start_unix_ns=*/1'700'000'000'123'456'789);
+  const uint64_t base = uint64_t{1'700'000'000'123} << 20;
+  EXPECT_EQ(s.Next(0), base);
+  EXPECT_EQ(s.Next(0), base + 1);
+  EXPECT_EQ(s.Next(1), base);
+  // A restart a millisecond later begins above everything a million packets could reach.
+  OverlaySequencer later(2, 1'700'000'000'124'456'789);
+  EXPECT_GT(later.Next(0), base + 1'000'000);
 }
 
 // FlowHash ----------------------------------------------------------------------------------
