@@ -14,7 +14,7 @@ scale=${FUZZ_RUNS_SCALE:-1}
 cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDAR_FUZZ=ON -DDAR_WERROR=OFF -DDAR_BENCHMARKS=OFF \
   -DDAR_TRAINING=OFF > /dev/null
-cmake --build "$dir" -j "$(nproc)" --target scenario_fuzz overlay_fuzz config_fuzz
+cmake --build "$dir" -j "$(nproc)" --target scenario_fuzz overlay_fuzz config_fuzz state_fuzz
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$dir/fuzz-artifacts"
@@ -25,9 +25,10 @@ run() {
   mkdir -p "$work/$name"
   echo "fuzz: $name, $((runs * scale)) inputs"
   local log="$dir/fuzz-$name.log"
-  if ! "./$dir/fuzz/$name" "$work/$name" "$@" -seed=1 -runs=$((runs * scale)) -timeout=60 \
+  # Flags among the arguments come after the defaults, which they override.
+  if ! "./$dir/fuzz/$name" "$work/$name" -seed=1 -runs=$((runs * scale)) -timeout=60 \
     -rss_limit_mb=4096 -max_len=16384 -print_final_stats=1 \
-    -artifact_prefix="$dir/fuzz-artifacts/$name-" > "$log" 2>&1; then
+    -artifact_prefix="$dir/fuzz-artifacts/$name-" "$@" > "$log" 2>&1; then
     cat "$log"
     echo "fuzz: $name failed; the input is in $dir/fuzz-artifacts/" >&2
     return 1
@@ -37,3 +38,4 @@ run() {
 run scenario_fuzz 40000 fuzz/corpus/scenario scenarios
 run overlay_fuzz 2000000 fuzz/corpus/overlay
 run config_fuzz 100000 fuzz/corpus/config
+run state_fuzz 20000 fuzz/corpus/state -max_len=65536

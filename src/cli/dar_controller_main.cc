@@ -9,6 +9,7 @@
 // --check-config also loads the learned policy's model (policy.policy_model) and refuses a bad
 // one; the daemon would start with it refused, running the analytic engine.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <iostream>
 #include <string>
@@ -124,6 +125,14 @@ int main(int argc, char** argv) {
   if (config.empty()) {
     std::cerr << "dar-controller: --config FILE is required (or --check-config FILE)\n";
     return 1;
+  }
+  // Every connection holds a descriptor, a stalled one until the handshake timeout
+  // (Controller::kHandshakeTimeoutMs): as many as the hard limit allows, not the soft 1,024 a
+  // service is often started with, so that a burst of stalled clients cannot lock others out.
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
   }
   return dar::cli::Run(config, listen);
 }

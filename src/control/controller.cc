@@ -83,7 +83,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   ASSIGN_OR_RETURN(std::shared_ptr<const security::RevocationList> revoked,
                    LoadRevocations(config));
   c->core_->SetRevocations(std::move(revoked));
-  c->agent_service_ = std::make_unique<AgentServiceImpl>(*c->core_, *c->clock_, *c->log_);
+  c->agent_service_ =
+      std::make_unique<AgentServiceImpl>(*c->core_, *c->clock_, *c->log_, config.hello_timeout);
   c->admin_service_ = std::make_unique<AdminServiceImpl>(*c->core_, *c->log_);
 
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
@@ -96,29 +97,47 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Bounds against clients that connect and then stall (gRPC's defaults hold a handshake two
+  // minutes and allow any number of streams): a TLS handshake must finish within 5 s; a
+  // connection carries at most 8 streams at once (an agent needs one, darctl one at a time);
+  // a connection with no call for 2 minutes is closed. Streams that send no hello are closed
+  // by CloseSilentStreams, and at most AgentServiceImpl::kMaxStreamsWithoutHello wait at once.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kHandshakeTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
   c->server_ = builder.BuildAndStart();
   if (c->server_ == nullptr || c->port_ == 0) {
     return absl::UnavailableError(
         fmt::format("{}: listen {}: cannot serve gRPC there", config.file, config.listen));
   }
 
-  if (!config.http.empty()) {
-    c->http_ =
-        std::make_unique<ControllerHttp>([m = c->metrics_.get()] { return m->Serialize(); },
-                                         [core = c->core_.get()] { return core->HealthProblem(); });
-    absl::StatusOr<int> port = c->http_->Start(config.http);
-    if (!port.ok()) {
-      return absl::Status(port.status().code(),
-                          fmt::format("{}: {}", config.file, std::string(port.status().message())));
+  const auto healthy = [core = c->core_.get()] { return core->HealthProblem(); };
+  const auto ready = [core = c->core_.get()] { return core->ReadinessProblem(); };
+  const auto serve = [&](std::unique_ptr<ControllerHttp>& http, const std::string& address,
+                         std::function<std::string()> metrics, int threads,
+                         int* port) -> absl::Status {
+    if (address.empty()) return absl::OkStatus();
+    http = std::make_unique<ControllerHttp>(std::move(metrics), healthy, ready, threads);
+    absl::StatusOr<int> bound = http->Start(address);
+    if (!bound.ok()) {
+      return absl::Status(
+          bound.status().code(),
+          fmt::format("{}: {}", config.file, std::string(bound.status().message())));
     }
-    c->http_port_ = *port;
-  }
+    *port = *bound;
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(serve(
+      c->http_, config.http, [m = c->metrics_.get()] { return m->Serialize(); },
+      /*threads=*/8, &c->http_port_));
+  RETURN_IF_ERROR(serve(c->health_http_, config.health, nullptr, /*threads=*/2, &c->health_port_));
 
   c->core_->RunCycle();
   c->log_->Info("controller started", {{"config", config.file},
                                        {"listen", config.listen},
                                        {"port", c->port_},
                                        {"http_port", c->http_port_},
+                                       {"health_port", c->health_port_},
                                        {"trust_domain", c->trust_domain_},
                                        {"nodes", config.nodes.size()},
                                        {"links", config.links.size()},
@@ -144,6 +163,7 @@ void Controller::Shutdown() {
       server_->Wait();
     }
     if (http_ != nullptr) http_->Stop();
+    if (health_http_ != nullptr) health_http_->Stop();
     if (log_ != nullptr) log_->Info("controller stopped");
   });
 }
@@ -178,6 +198,7 @@ void Controller::CycleLoop() {
     last = SteadyClock::now();
     thread_mu_.Unlock();
     core_->RunCycle();
+    agent_service_->CloseSilentStreams();
     thread_mu_.Lock();
   }
   thread_mu_.Unlock();

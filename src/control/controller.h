@@ -39,6 +39,11 @@ struct ControllerOptions {
 
 class Controller {
  public:
+  // What one client may hold of the gRPC server (Start explains).
+  static constexpr int kHandshakeTimeoutMs = 5'000;
+  static constexpr int kMaxStreamsPerConnection = 8;
+  static constexpr int kMaxConnectionIdleMs = 120'000;
+
   // Checks the TLS files (valid now, a controller certificate; its trust domain is the
   // configuration's unless that names one, which must then match), opens the log, binds the
   // gRPC and HTTP addresses (port 0: any free port), runs a first cycle and starts the cycle
@@ -63,10 +68,12 @@ class Controller {
   // Runs one decision cycle now, on the caller's thread.
   CycleReport RunCycleNow() { return core_->RunCycle(); }
 
-  int port() const { return port_; }            // the gRPC port bound
-  int http_port() const { return http_port_; }  // 0 without HTTP
+  int port() const { return port_; }                // the gRPC port bound
+  int http_port() const { return http_port_; }      // 0 without HTTP
+  int health_port() const { return health_port_; }  // 0 without a health listener
   const std::string& trust_domain() const { return trust_domain_; }
   ControllerCore& core() { return *core_; }
+  const AgentServiceImpl& agent_service() const { return *agent_service_; }
   ControllerMetrics& metrics() { return *metrics_; }
   JsonLog& log() { return *log_; }
 
@@ -86,8 +93,10 @@ class Controller {
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ControllerHttp> http_;
+  std::unique_ptr<ControllerHttp> health_http_;  // /healthz and /readyz only
   int port_ = 0;
   int http_port_ = 0;
+  int health_port_ = 0;
 
   Mutex thread_mu_;
   CondVar thread_cv_;

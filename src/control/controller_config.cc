@@ -335,6 +335,10 @@ absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string&
         loc.Key(root, "trust_domain",
                 top.Error("trust_domain", security::ValidateTrustDomain(c.trust_domain))));
   }
+  ASSIGN_OR_RETURN(c.health, loc.Key(root, "health", top.Optional<std::string>("health", "")));
+  if (!c.health.empty()) {
+    RETURN_IF_ERROR(loc.Key(root, "health", top.Error("health", CheckHostPort(c.health))));
+  }
   ASSIGN_OR_RETURN(c.http, loc.Key(root, "http", top.Optional<std::string>("http", "")));
   if (!c.http.empty()) {
     RETURN_IF_ERROR(loc.Key(root, "http", top.Error("http", CheckHostPort(c.http))));
@@ -415,6 +419,12 @@ absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string&
       c.sample_timeout,
       loc.Key(root, "sample_timeout",
               top.OptionalDuration("sample_timeout", 3 * c.probe_interval, Bounds::Positive())));
+  ASSIGN_OR_RETURN(c.hello_timeout, loc.Key(root, "hello_timeout",
+                                            top.OptionalDuration("hello_timeout", c.hello_timeout,
+                                                                 Bounds::Positive())));
+  if (c.hello_timeout > Seconds(600)) {
+    return loc.Key(root, "hello_timeout", top.Error("hello_timeout", "must be at most 600 s"));
+  }
   if (c.sample_timeout <= c.probe_interval) {
     return loc.Key(root, "sample_timeout",
                    top.Error("sample_timeout",

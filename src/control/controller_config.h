@@ -7,12 +7,15 @@
 //   tls: {cert: controller.crt, key: controller.key, ca: ca.crt}   # relative to the file
 //                                    # and optionally crl: ca.crl (revoked certificates)
 //   trust_domain: dar.test           # optional: the controller certificate's domain
-//   http: 127.0.0.1:9100             # optional: /metrics and /healthz (plain HTTP)
+//   http: 127.0.0.1:9100             # optional: /metrics, /healthz, /readyz (plain HTTP)
+//   health: 127.0.0.1:9101           # optional: /healthz and /readyz alone, apart from the
+//                                    # clients of `http`
 //   log: controller.jsonl            # optional: JSON lines; default stderr
 //   log_level: info                  # debug | info | warn | error
 //   cycle_ms: 100                    # decision cycle
 //   table_stale_ms: 3000             # agents fall back to static after this without a table
 //   sample_timeout_ms: 300           # a link end silent this long counts as down
+//   hello_timeout_ms: 5000           # a stream without a hello this long is closed
 //   forecast_horizon_s: 30
 //   events_kept: 1000
 //   probe: {interval_ms: 100, missed_probes: 3}
@@ -117,10 +120,13 @@ struct ControllerConfig {
   std::string crl_file;
   std::string trust_domain;  // empty: the controller certificate's
   std::string http;          // empty: no HTTP server
+  std::string health;        // /healthz and /readyz alone, on a listener of their own; empty: none
   std::string log_file;      // empty: stderr
   std::string log_level = "info";
   Duration table_stale = Seconds(3);
   Duration sample_timeout = Milliseconds(300);
+  // A stream that has not sent its hello this long after it opened is closed.
+  Duration hello_timeout = Seconds(5);
   Duration forecast_horizon = Seconds(30);
   int events_kept = 1000;
   Duration probe_interval = Milliseconds(100);

@@ -155,6 +155,9 @@ class ControllerCore {
   CycleReport RunCycle();
   // Empty when a cycle finished recently (within 3 cycles, at least 1 s), else why not.
   std::string HealthProblem() const;
+  // Empty when the controller is ready to serve: healthy, and at least one agent connected;
+  // else why not.
+  std::string ReadinessProblem() const;
   // The cycle period of the current policy.
   Duration cycle_period() const;
 

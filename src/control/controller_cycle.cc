@@ -272,6 +272,17 @@ std::string ControllerCore::HealthProblem() const {
   return "";
 }
 
+std::string ControllerCore::ReadinessProblem() const {
+  if (std::string problem = HealthProblem(); !problem.empty()) return problem;
+  MutexLock lock(&mu_);
+  int connected = 0;
+  for (const auto& [wire, a] : agents_) connected += a.link != nullptr;
+  if (connected == 0) {
+    return fmt::format("no agent connected (0 of {} nodes)", overlay_->topology.num_nodes());
+  }
+  return "";
+}
+
 Duration ControllerCore::cycle_period() const {
   MutexLock lock(&mu_);
   return policy_.cycle;

@@ -1,5 +1,11 @@
 // The controller end to end over real gRPC and mutual TLS 1.3 on 127.0.0.1: agents (scripted
 // TestAgents with their own certificates), the admin API, reloads, and the HTTP endpoints.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -481,6 +487,98 @@ TEST_F(ControllerGrpcTest, CycleThreadPushesTablesAndHttpServesMetricsAndHealth)
 
 // With the real cycle thread on a 60 s period, a sample saying a link went down brings a table
 // without that link at once: only the early cycle can have made it.
+// Clients that connect and stall hold nothing for long: a TCP connection that never starts
+// TLS is closed after the handshake timeout, a stream that sends no hello after the hello
+// timeout; slow HTTP clients on the metrics listener do not reach the health listener; and
+// readiness (an agent connected, the cycle running) is not liveness.
+TEST_F(ControllerGrpcTest, StalledClientsAreBoundedAndHealthIsServedApart) {
+  testing::TempDir dir;
+  ControllerConfig config = testing::MakeTestConfig(*pki_, 4, kDiamond, dir.File("ctl.jsonl"));
+  config.http = "127.0.0.1:0";
+  config.health = "127.0.0.1:0";
+  config.hello_timeout = Milliseconds(300);
+  config.policy.cycle = Milliseconds(20);
+  absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  controller_ = std::move(*c);
+  ASSERT_GT(controller_->health_port(), 0);
+  httplib::Client health("127.0.0.1", controller_->health_port());
+  health.set_read_timeout(1, 0);
+  // Alive, not ready: no agent yet.
+  ASSERT_TRUE(WaitUntil([&] {
+    httplib::Result r = health.Get("/healthz");
+    return r && r->status == 200;
+  }));
+  httplib::Result ready = health.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_THAT(ready->body, HasSubstr("no agent connected (0 of 4 nodes)"));
+
+  // Twelve clients (more than the listener's threads) that start a request on the metrics
+  // listener and stall.
+  const auto connect_raw = [](int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a), 0);
+    return fd;
+  };
+  std::vector<int> slow;
+  for (int i = 0; i < 12; ++i) {
+    slow.push_back(connect_raw(controller_->http_port()));
+    const char partial[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+    EXPECT_GT(::send(slow.back(), partial, sizeof partial - 1, MSG_NOSIGNAL), 0);
+  }
+  const auto asked = std::chrono::steady_clock::now();
+  httplib::Result alive = health.Get("/healthz");
+  ASSERT_TRUE(alive);
+  EXPECT_EQ(alive->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(900));
+  // The metrics listener frees its threads as the stalled reads time out.
+  httplib::Client http("127.0.0.1", controller_->http_port());
+  http.set_read_timeout(15, 0);
+  httplib::Result metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+
+  // A stream that never says hello is closed after the hello timeout.
+  auto silent = Agent(Node(2));
+  std::optional<grpc::Status> done = silent->WaitDone(std::chrono::seconds(10));
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(done->error_message(), HasSubstr("no hello within 300 ms"));
+  EXPECT_EQ(controller_->agent_service().streams_without_hello(), 0u);
+
+  // An agent that says hello is kept, and the controller is ready.
+  auto agent = Agent(Node(3), [](const v1::RouteTable& t) {
+    v1::TableAck ack;
+    ack.set_version(t.version());
+    ack.set_accepted(true);
+    return ack;
+  });
+  agent->SendHello(3, {1, 4}, true);
+  ASSERT_TRUE(WaitUntil([&] {
+    httplib::Result r = health.Get("/readyz");
+    return r && r->status == 200;
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_FALSE(agent->WaitDone(std::chrono::milliseconds(0)).has_value());
+
+  // A TCP connection that never starts its TLS handshake is closed by the server.
+  const int idle = connect_raw(controller_->port());
+  pollfd p{idle, POLLIN, 0};
+  const auto opened = std::chrono::steady_clock::now();
+  ASSERT_EQ(::poll(&p, 1, Controller::kHandshakeTimeoutMs + 5000), 1);
+  char byte;
+  EXPECT_LE(::recv(idle, &byte, 1, 0), 0);  // closed (EOF or reset)
+  EXPECT_GE(std::chrono::steady_clock::now() - opened,
+            std::chrono::milliseconds(Controller::kHandshakeTimeoutMs - 500));
+  ::close(idle);
+  for (int fd : slow) ::close(fd);
+}
+
 TEST_F(ControllerGrpcTest, ALinkReportedDownGetsACycleAtOnce) {
   ControllerConfig config = testing::MakeTestConfig(*pki_, 4, kDiamond);
   config.policy.cycle = Seconds(60);

@@ -117,22 +117,35 @@ void ControllerMetrics::SetPolicyActive(bool learned) {
 }
 
 ControllerHttp::ControllerHttp(std::function<std::string()> metrics,
-                               std::function<std::string()> healthy)
+                               std::function<std::string()> healthy,
+                               std::function<std::string()> ready, int threads)
     : server_(std::make_unique<httplib::Server>()) {
-  server_->Get("/metrics",
-               [metrics = std::move(metrics)](const httplib::Request&, httplib::Response& res) {
-                 res.set_content(metrics(), "text/plain; version=0.0.4; charset=utf-8");
-               });
-  server_->Get("/healthz",
-               [healthy = std::move(healthy)](const httplib::Request&, httplib::Response& res) {
-                 const std::string problem = healthy();
-                 if (problem.empty()) {
-                   res.set_content("ok\n", "text/plain");
-                 } else {
-                   res.status = 503;
-                   res.set_content(problem + "\n", "text/plain");
-                 }
-               });
+  server_->new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
+  server_->set_read_timeout(2, 0);
+  server_->set_write_timeout(2, 0);
+  server_->set_keep_alive_timeout(5);
+  server_->set_keep_alive_max_count(100);
+  if (metrics) {
+    server_->Get("/metrics",
+                 [metrics = std::move(metrics)](const httplib::Request&, httplib::Response& res) {
+                   res.set_content(metrics(), "text/plain; version=0.0.4; charset=utf-8");
+                 });
+  }
+  const auto probe = [](std::function<std::string()> check, const char* good) {
+    return [check = std::move(check), good](const httplib::Request&, httplib::Response& res) {
+      const std::string problem = check();
+      if (problem.empty()) {
+        res.set_content(good, "text/plain");
+      } else {
+        res.status = 503;
+        res.set_content(problem + "\n", "text/plain");
+      }
+    };
+  };
+  server_->Get("/healthz", probe(std::move(healthy), "ok\n"));
+  server_->Get("/readyz", probe(std::move(ready), "ready\n"));
 }
 
 ControllerHttp::~ControllerHttp() { Stop(); }

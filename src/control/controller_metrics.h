@@ -75,11 +75,16 @@ struct ControllerMetrics {
   prometheus::Family<prometheus::Counter>* events_;
 };
 
-// Serves GET /metrics (`metrics()`, text/plain; version=0.0.4) and GET /healthz (200 "ok" when
-// `healthy()` returns empty, else 503 with its text) on its own thread.
+// Serves GET /metrics (`metrics()`, text/plain; version=0.0.4; left out when null), GET
+// /healthz (liveness: 200 "ok" when `healthy()` returns empty, else 503 with its text) and GET
+// /readyz (readiness: the same with `ready()`) on threads of its own. A client gets 2 s for
+// each read and write and a connection at most 5 s idle between requests, so slow clients free
+// their thread; a listener of its own for /healthz and /readyz (the controller's `health`
+// address) keeps liveness checks apart from whoever occupies the metrics listener.
 class ControllerHttp {
  public:
-  ControllerHttp(std::function<std::string()> metrics, std::function<std::string()> healthy);
+  ControllerHttp(std::function<std::string()> metrics, std::function<std::string()> healthy,
+                 std::function<std::string()> ready, int threads);
   ~ControllerHttp();  // stops
   ControllerHttp(const ControllerHttp&) = delete;
   ControllerHttp& operator=(const ControllerHttp&) = delete;

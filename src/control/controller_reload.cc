@@ -62,6 +62,7 @@ absl::Status ControllerCore::Reload(const ControllerConfig& config) {
     if (next.trust_domain.empty()) next.trust_domain = config_.trust_domain;
     keep(next.trust_domain, config_.trust_domain, "trust_domain");
     keep(next.http, config_.http, "http");
+    keep(next.health, config_.health, "health");
     keep(next.log_file, config_.log_file, "log");
     if (absl::StatusOr<LogLevel> level = ParseLogLevel(next.log_level); level.ok()) {
       log_.set_level(*level);

@@ -10,8 +10,6 @@
 #include "security/revocation.h"
 
 namespace dar::control {
-namespace {
-
 using Reactor = grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>;
 
 // One agent's stream. Owned by itself from Connect until gRPC calls OnDone; the core may hold
@@ -31,6 +29,12 @@ class AgentStream final : public Reactor,
   void Begin() {
     self_ = shared_from_this();
     StartRead(&in_);
+  }
+
+  // Whether its hello was admitted.
+  bool admitted() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return wire_id_.has_value();
   }
 
   void OfferSnapshot(std::shared_ptr<const RouteSnapshot> snapshot) override {
@@ -221,13 +225,53 @@ class AgentStream final : public Reactor,
   std::shared_ptr<AgentStream> self_;
 };
 
-}  // namespace
-
 grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* AgentServiceImpl::Connect(
     grpc::CallbackServerContext* context) {
   auto stream = std::make_shared<AgentStream>(context, core_, clock_, log_);
   stream->Begin();
+  bool full = false;
+  {
+    MutexLock lock(&mu_);
+    full = waiting_.size() >= kMaxStreamsWithoutHello;
+    if (!full) waiting_.emplace_back(clock_.Now(), stream);
+  }
+  if (full) {
+    const absl::Status s = absl::ResourceExhaustedError(fmt::format(
+        "{} streams are waiting for their hello; try again later", kMaxStreamsWithoutHello));
+    core_.OnStreamRefused("stream_refused", "", s);
+    stream->Close(s);
+  }
   return stream.get();
+}
+
+void AgentServiceImpl::CloseSilentStreams() {
+  std::vector<std::shared_ptr<AgentStream>> silent;
+  {
+    MutexLock lock(&mu_);
+    const Time now = clock_.Now();
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      std::shared_ptr<AgentStream> s = it->second.lock();
+      if (s == nullptr || s->admitted()) {
+        it = waiting_.erase(it);
+      } else if (now - it->first >= hello_timeout_) {
+        silent.push_back(std::move(s));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& s : silent) {
+    const absl::Status status = absl::DeadlineExceededError(
+        fmt::format("no hello within {} ms of opening the stream", ToMillis(hello_timeout_)));
+    core_.OnStreamRefused("stream_refused", "", status);
+    s->Close(status);
+  }
+}
+
+size_t AgentServiceImpl::streams_without_hello() const {
+  MutexLock lock(&mu_);
+  return waiting_.size();
 }
 
 }  // namespace dar::control

@@ -9,9 +9,14 @@
 #ifndef DAR_CONTROL_CONTROLLER_SERVICE_H_
 #define DAR_CONTROL_CONTROLLER_SERVICE_H_
 
+#include <deque>
+#include <memory>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "base/clock.h"
 #include "base/json_log.h"
+#include "base/mutex.h"
 #include "control/controller_core.h"
 #include "dar/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -24,20 +29,36 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+class AgentStream;
+
 class AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
+  // Streams that have not sent their hello, at most: more are refused at once
+  // (ResourceExhausted), so that streams opened and left silent cannot pile up.
+  static constexpr size_t kMaxStreamsWithoutHello = 1024;
+
   // All three must outlive the service and every stream it opened (shut the server down
-  // first).
-  AgentServiceImpl(ControllerCore& core, const Clock& clock, JsonLog& log)
-      : core_(core), clock_(clock), log_(log) {}
+  // first). A stream without a hello after `hello_timeout` is closed by CloseSilentStreams.
+  AgentServiceImpl(ControllerCore& core, const Clock& clock, JsonLog& log, Duration hello_timeout)
+      : core_(core), clock_(clock), log_(log), hello_timeout_(hello_timeout) {}
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* Connect(
       grpc::CallbackServerContext* context) override;
+
+  // Closes (DeadlineExceeded) every stream older than the hello timeout that has not been
+  // admitted; forgets those that were or have ended. Called by the controller's cycle thread.
+  void CloseSilentStreams();
+  // Streams opened and not yet admitted or ended, as last counted.
+  size_t streams_without_hello() const;
 
  private:
   ControllerCore& core_;
   const Clock& clock_;
   JsonLog& log_;
+  const Duration hello_timeout_;
+  mutable Mutex mu_;
+  // Oldest first: when each stream opened.
+  std::deque<std::pair<Time, std::weak_ptr<AgentStream>>> waiting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dar::control

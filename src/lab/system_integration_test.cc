@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1127,6 +1128,60 @@ TEST_F(SystemTest, ReplayedDatagramsAreNotDelivered) {
       static_cast<long long>(r.longest_gap_ms));
   RecordProperty("replayed_per_s", static_cast<int>(replayed / replay_s));
   RecordProperty("duplicates", static_cast<int>(r.duplicates));
+}
+
+// 1,100 TCP connections to the controller that never start TLS (more than the 1,024
+// descriptors a service is often given): darctl and the agents still get through, and the
+// controller closes every stalled connection after its handshake timeout.
+TEST_F(SystemTest, StalledHandshakesDoNotLockClientsOut) {
+  Up('h');
+  if (IsSkipped() || HasFatalFailure()) return;
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_max < 2000) GTEST_SKIP() << "needs a file limit of 2,000";
+  files.rlim_cur = files.rlim_max;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  std::vector<net::ScopedFd> stalled(1100);
+  ASSERT_TRUE(net::RunInNamespace(Netns("ctl"), [&]() -> absl::Status {
+                for (net::ScopedFd& fd : stalled) {
+                  fd.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+                  sockaddr_in a{};
+                  a.sin_family = AF_INET;
+                  a.sin_port = htons(50051);
+                  inet_pton(AF_INET, "10.255.255.1", &a.sin_addr);
+                  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+                    return absl::ErrnoToStatus(errno, "connect");
+                  }
+                }
+                return absl::OkStatus();
+              }).ok());
+  const auto opened = Clock::now();
+  // darctl gets through while they stall.
+  const nlohmann::json nodes = Darctl({"show", "nodes"});
+  ASSERT_TRUE(nodes.is_object());
+  EXPECT_EQ(nodes["nodes"].size(), 4u);
+  // The controller closes each of them after its handshake timeout.
+  size_t closed = 0;
+  const auto deadline = opened + std::chrono::seconds(20);
+  std::vector<bool> seen(stalled.size(), false);
+  while (closed < stalled.size() && Clock::now() < deadline) {
+    for (size_t i = 0; i < stalled.size(); ++i) {
+      if (seen[i]) continue;
+      pollfd p{stalled[i].get(), POLLIN, 0};
+      if (::poll(&p, 1, 0) == 1) {
+        seen[i] = true;
+        ++closed;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const int64_t took_ms = Ms(Clock::now() - opened);
+  EXPECT_EQ(closed, stalled.size());
+  EXPECT_TRUE(AllAgentsHaveTables());
+  std::printf(
+      "1,100 stalled TCP connections: darctl answered meanwhile, all closed by the "
+      "controller %lld ms after they opened\n",
+      static_cast<long long>(took_ms));
 }
 
 TEST_F(SystemTest, ImpostorsAreRefused) {
