@@ -37,6 +37,14 @@ bool WaitUntil(const std::function<bool()>& cond, std::chrono::milliseconds time
   return test::WaitFor(cond, timeout);
 }
 
+// An agent's table handler that accepts every table.
+std::optional<v1::TableAck> AcceptEvery(const v1::RouteTable& t) {
+  v1::TableAck ack;
+  ack.set_version(t.version());
+  ack.set_accepted(true);
+  return ack;
+}
+
 bool IsConfig(const v1::ControllerMessage& m) { return m.has_config(); }
 bool IsTable(const v1::ControllerMessage& m) { return m.has_table(); }
 
@@ -160,12 +168,7 @@ TEST_F(ControllerGrpcTest, SamplesSayingALinkIsDownMoveRoutesOffIt) {
   StartController();
   std::map<uint32_t, std::unique_ptr<TestAgent>> agents;
   for (uint32_t id : {1u, 2u}) {
-    agents[id] = Agent(Node(id), [](const v1::RouteTable& t) {
-      v1::TableAck ack;
-      ack.set_version(t.version());
-      ack.set_accepted(true);
-      return ack;
-    });
+    agents[id] = Agent(Node(id), AcceptEvery);
     agents[id]->SendHello(id, kNeighbours.at(id), /*delta_tables=*/false);
   }
   size_t cursor = 0;
@@ -440,12 +443,7 @@ TEST_F(ControllerGrpcTest, CycleThreadPushesTablesAndHttpServesMetricsAndHealth)
   controller_ = std::move(*c);
   ASSERT_GT(controller_->http_port(), 0);
 
-  auto agent = Agent(Node(3), [](const v1::RouteTable& t) {
-    v1::TableAck ack;
-    ack.set_version(t.version());
-    ack.set_accepted(true);
-    return ack;
-  });
+  auto agent = Agent(Node(3), AcceptEvery);
   agent->SendHello(3, {1, 4}, true);
   uint64_t last = 0;
   size_t cursor = 0;
@@ -552,12 +550,7 @@ TEST_F(ControllerGrpcTest, StalledClientsAreBoundedAndHealthIsServedApart) {
   EXPECT_EQ(controller_->agent_service().streams_without_hello(), 0u);
 
   // An agent that says hello is kept, and the controller is ready.
-  auto agent = Agent(Node(3), [](const v1::RouteTable& t) {
-    v1::TableAck ack;
-    ack.set_version(t.version());
-    ack.set_accepted(true);
-    return ack;
-  });
+  auto agent = Agent(Node(3), AcceptEvery);
   agent->SendHello(3, {1, 4}, true);
   ASSERT_TRUE(WaitUntil([&] {
     httplib::Result r = health.Get("/readyz");
@@ -586,12 +579,7 @@ TEST_F(ControllerGrpcTest, ALinkReportedDownGetsACycleAtOnce) {
   absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(config);
   ASSERT_TRUE(c.ok()) << c.status();
   controller_ = std::move(*c);
-  auto agent = Agent(Node(1), [](const v1::RouteTable& t) {
-    v1::TableAck ack;
-    ack.set_version(t.version());
-    ack.set_accepted(true);
-    return ack;
-  });
+  auto agent = Agent(Node(1), AcceptEvery);
   agent->SendHello(1, {2, 3}, /*delta_tables=*/false);
   size_t cursor = 0;
   std::optional<v1::ControllerMessage> first = agent->WaitFor(IsTable, &cursor);

@@ -302,6 +302,20 @@ class SystemTest : public LabTest {
     return v.is_number() ? v.get<uint64_t>() : 0;
   }
 
+  // The first process of the lab's state file with this role ("controller", "agent") and, if
+  // given, node; an empty object if there is none (a test failure says so).
+  nlohmann::json Process(const std::string& role, const std::string& node = "") {
+    const nlohmann::json state =
+        nlohmann::json::parse(ReadFile(dir_ + "/state.json"), nullptr, false);
+    if (state.is_object()) {
+      for (const nlohmann::json& p : state.value("processes", nlohmann::json::array())) {
+        if (p.value("role", "") == role && (node.empty() || p.value("node", "") == node)) return p;
+      }
+    }
+    ADD_FAILURE() << "no " << role << " " << node << " in " << state.dump(1);
+    return nlohmann::json::object();
+  }
+
   // The table version each node acknowledged, by name; empty if darctl failed.
   std::map<std::string, uint64_t> AckedVersions(bool connected_only = true) {
     std::map<std::string, uint64_t> out;
@@ -850,21 +864,12 @@ TEST_F(SystemTest, DarctlShowsAndChangesWhatTheControllerRuns) {
 TEST_F(SystemTest, SighupReloadRefusesABadFileAndAppliesAGoodOne) {
   Up('r');
   if (IsSkipped() || HasFatalFailure()) return;
-  const nlohmann::json state =
-      nlohmann::json::parse(ReadFile(dir_ + "/state.json"), nullptr, false);
-  ASSERT_TRUE(state.is_object());
-  int pid = 0;
-  int agent_pid = 0;
-  std::string agent_log;
-  for (const nlohmann::json& p : state.value("processes", nlohmann::json::array())) {
-    if (p.value("role", "") == "controller") pid = p.value("pid", 0);
-    if (p.value("role", "") == "agent" && agent_pid == 0) {
-      agent_pid = p.value("pid", 0);
-      agent_log = p.value("log", "");
-    }
-  }
-  ASSERT_GT(pid, 0) << state.dump(1);
-  ASSERT_GT(agent_pid, 0) << state.dump(1);
+  const int pid = Process("controller").value("pid", 0);
+  const nlohmann::json agent = Process("agent");
+  const int agent_pid = agent.value("pid", 0);
+  const std::string agent_log = agent.value("log", "");
+  ASSERT_GT(pid, 0);
+  ASSERT_GT(agent_pid, 0);
   // An agent takes SIGHUP as a no-op and says so; the checks below that every agent is still
   // connected and gets tables cover that it kept running.
   ASSERT_EQ(::kill(agent_pid, SIGHUP), 0);
@@ -932,16 +937,10 @@ TEST_F(SystemTest, SighupReloadRefusesABadFileAndAppliesAGoodOne) {
 TEST_F(SystemTest, RevokedCertificatesAreRefusedAfterSighup) {
   Up('v');
   if (IsSkipped() || HasFatalFailure()) return;
-  const nlohmann::json state =
-      nlohmann::json::parse(ReadFile(dir_ + "/state.json"), nullptr, false);
-  int pid = 0;
-  std::string a_log;
-  for (const nlohmann::json& p : state.value("processes", nlohmann::json::array())) {
-    if (p.value("role", "") == "controller") pid = p.value("pid", 0);
-    if (p.value("role", "") == "agent" && p.value("node", "") == "A") a_log = p.value("log", "");
-  }
-  ASSERT_GT(pid, 0) << state.dump(1);
-  ASSERT_FALSE(a_log.empty()) << state.dump(1);
+  const int pid = Process("controller").value("pid", 0);
+  const std::string a_log = Process("agent", "A").value("log", "");
+  ASSERT_GT(pid, 0);
+  ASSERT_FALSE(a_log.empty());
   const auto darctl_certs = [&](std::vector<std::string> args) {
     std::vector<std::string> argv = {Bin("darctl"), "certs"};
     argv.insert(argv.end(), args.begin(), args.end());

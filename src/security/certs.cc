@@ -25,9 +25,6 @@
 namespace dar::security {
 namespace {
 
-struct BioDeleter {
-  void operator()(BIO* bio) const { BIO_free(bio); }
-};
 struct BignumDeleter {
   void operator()(BIGNUM* bn) const { BN_free(bn); }
 };
@@ -37,7 +34,6 @@ struct ExtensionDeleter {
 struct GeneralNamesDeleter {
   void operator()(GENERAL_NAMES* names) const { GENERAL_NAMES_free(names); }
 };
-using BioPtr = std::unique_ptr<BIO, BioDeleter>;
 using BignumPtr = std::unique_ptr<BIGNUM, BignumDeleter>;
 using ExtensionPtr = std::unique_ptr<X509_EXTENSION, ExtensionDeleter>;
 using GeneralNamesPtr = std::unique_ptr<GENERAL_NAMES, GeneralNamesDeleter>;

@@ -19,6 +19,7 @@
 #ifndef DAR_SECURITY_CERTS_H_
 #define DAR_SECURITY_CERTS_H_
 
+#include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/x509.h>
 #include <sys/types.h>
@@ -41,8 +42,12 @@ struct EvpPkeyDeleter {
 struct X509Deleter {
   void operator()(X509* cert) const { X509_free(cert); }
 };
+struct BioDeleter {
+  void operator()(BIO* bio) const { BIO_free(bio); }
+};
 using EvpPkeyPtr = std::unique_ptr<EVP_PKEY, EvpPkeyDeleter>;
 using X509Ptr = std::unique_ptr<X509, X509Deleter>;
+using BioPtr = std::unique_ptr<BIO, BioDeleter>;
 
 // What goes into a certificate besides its key and issuer.
 struct CertificateSpec {

@@ -18,16 +18,12 @@
 namespace dar::security {
 namespace {
 
-struct BioDeleter {
-  void operator()(BIO* bio) const { BIO_free(bio); }
-};
 struct CrlDeleter {
   void operator()(X509_CRL* crl) const { X509_CRL_free(crl); }
 };
 struct Asn1TimeDeleter {
   void operator()(ASN1_TIME* t) const { ASN1_TIME_free(t); }
 };
-using BioPtr = std::unique_ptr<BIO, BioDeleter>;
 using CrlPtr = std::unique_ptr<X509_CRL, CrlDeleter>;
 using Asn1TimePtr = std::unique_ptr<ASN1_TIME, Asn1TimeDeleter>;
 
