@@ -322,7 +322,7 @@ int Run(const Flags& flags) {
               ingested / elapsed, messages / elapsed, static_cast<double>(sent) / elapsed);
   std::printf("  tables received by agents: %.0f/s\n",
               static_cast<double>(tables_received) / elapsed);
-  if (flags.flood) {
+  if (flooding.load() || flooded.load() > 0) {
     std::printf("  flooding node 1: sent %.0f samples/s more\n",
                 static_cast<double>(flooded.load()) / elapsed);
   }

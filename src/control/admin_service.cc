@@ -27,7 +27,7 @@ absl::Status AdminServiceImpl::Authorize(grpc::CallbackServerContext& context, c
           : absl::PermissionDeniedError(fmt::format("admin API: no usable client identity: {}",
                                                     std::string(peer.status().message())));
   if (status.ok()) {
-    absl::StatusOr<std::string> serial = security::PeerCertificateSerial(*context.auth_context());
+    absl::StatusOr<std::string> serial = security::PeerCertificateSerial(context);
     status = serial.ok() ? core_.CheckNotRevoked(*serial, "admin API: " + peer->ToString())
                          : absl::PermissionDeniedError(fmt::format(
                                "admin API: {}", std::string(serial.status().message())));

@@ -12,12 +12,13 @@ namespace dar::control {
 
 namespace {
 
-// The revocation list `config` names, checked against its CA; null if it names none.
+// The revocation list `config` names, checked against the CA in `ca_file` (the one the server
+// trusts, which a reload does not change); null if it names none.
 absl::StatusOr<std::shared_ptr<const security::RevocationList>> LoadRevocations(
-    const ControllerConfig& config) {
+    const ControllerConfig& config, const std::string& ca_file) {
   if (config.crl_file.empty()) return nullptr;
   absl::StatusOr<security::RevocationList> list =
-      security::RevocationList::Load(config.crl_file, config.tls.ca_file);
+      security::RevocationList::Load(config.crl_file, ca_file);
   if (!list.ok()) {
     return absl::Status(list.status().code(), fmt::format("{}: tls.crl: {}", config.file,
                                                           std::string(list.status().message())));
@@ -49,6 +50,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
         "{}: trust_domain is {} but the controller certificate {} is of {}", config.file,
         config.trust_domain, config.tls.cert_file, material.identity.trust_domain));
   }
+  c->ca_file_ = config.tls.ca_file;
   c->trust_domain_ = config.trust_domain;
 
   ASSIGN_OR_RETURN(LogLevel level, ParseLogLevel(config.log_level));
@@ -81,7 +83,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   });
   RETURN_IF_ERROR(c->core_->RestoreOperatorState());
   ASSIGN_OR_RETURN(std::shared_ptr<const security::RevocationList> revoked,
-                   LoadRevocations(config));
+                   LoadRevocations(config, config.tls.ca_file));
   c->core_->SetRevocations(std::move(revoked));
   c->agent_service_ =
       std::make_unique<AgentServiceImpl>(*c->core_, *c->clock_, *c->log_, config.hello_timeout);
@@ -222,8 +224,19 @@ absl::Status Controller::Apply(absl::StatusOr<ControllerConfig> next) {
   next->trust_domain = trust_domain_;
   if (!listen_override_.empty()) next->listen = listen_override_;
   // So does a revocation list that does not verify: the running list stays.
-  absl::StatusOr<std::shared_ptr<const security::RevocationList>> revoked = LoadRevocations(*next);
+  absl::StatusOr<std::shared_ptr<const security::RevocationList>> revoked =
+      LoadRevocations(*next, ca_file_);
   if (!revoked.ok()) return refuse(revoked.status());
+  if (const std::shared_ptr<const security::RevocationList> running = core_->revocations();
+      running != nullptr && (*revoked == nullptr || (*revoked)->number() < running->number())) {
+    return refuse(absl::FailedPreconditionError(fmt::format(
+        "{}: tls.crl: {} is older than the list running (number {}): an older list would take "
+        "revocations back; the running list stays",
+        next->file,
+        *revoked == nullptr ? std::string("no list")
+                            : fmt::format("list number {}", (*revoked)->number()),
+        running->number())));
+  }
   // A refused learned-policy model refuses the whole reload: the running model stays.
   if (absl::Status s = core_->Reload(*next); !s.ok()) return refuse(s);
   core_->SetRevocations(*std::move(revoked));

@@ -86,6 +86,7 @@ class Controller {
   std::string config_file_;
   std::string listen_override_;
   std::string trust_domain_;
+  std::string ca_file_;  // the CA the server trusts (tls.ca at start)
   std::unique_ptr<JsonLog> log_;
   std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<ControllerCore> core_;

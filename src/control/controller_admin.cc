@@ -30,6 +30,11 @@ void ControllerCore::SetRevocations(std::shared_ptr<const security::RevocationLi
       fmt::format("{} revoked certificate{} refused from now on", count, count == 1 ? "" : "s"));
 }
 
+std::shared_ptr<const security::RevocationList> ControllerCore::revocations() const {
+  MutexLock lock(&mu_);
+  return revoked_;
+}
+
 absl::Status ControllerCore::CheckNotRevoked(const std::string& serial,
                                              const std::string& who) const {
   MutexLock lock(&mu_);

@@ -230,12 +230,14 @@ absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const security::
     }
     absl::Status save_error;
     TableVersions::Claim claim = TableVersions::Claim::kKnown;
-    if (refusal.ok()) claim = versions_.OnClaim(hello.installed_version(), &save_error);
+    if (refusal.ok()) {
+      claim = versions_.OnClaim(hello.installed_version(), clock_.UnixNanos(), &save_error);
+    }
     if (claim == TableVersions::Claim::kRefused) {
       refusal = absl::PermissionDeniedError(fmt::format(
           "hello from node {} claims installed table version {}, more than {} above this "
-          "controller's next version {}: not taken (versions are the controller's; if the node "
-          "is honest, remove its saved tables)",
+          "controller's next version {} and its clock: not taken (versions are the "
+          "controller's; if the node is honest, remove its saved tables)",
           id, hello.installed_version(), TableVersions::kMaxClaimStep, versions_.next()));
     } else if (claim == TableVersions::Claim::kAdopted) {
       RecordEventLocked(
@@ -350,7 +352,8 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
     }
     sent.push_back(PendingSent{v, d, x.bytes()});
   }
-  size_t dropped = 0;
+  size_t dropped = 0;          // samples
+  size_t dropped_reports = 0;  // entries of what it sent
   bool newly_down = false;
   {
     MutexLock lock(&mu_);
@@ -360,6 +363,7 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
     if (reported_overlay_ != overlay) {
       reported_.assign(static_cast<size_t>(topo.num_links()), Reported::kUnheard);
       pending_by_node_.assign(static_cast<size_t>(topo.num_nodes()), 0);
+      pending_sent_by_node_.assign(static_cast<size_t>(topo.num_nodes()), 0);
       reported_overlay_ = overlay;
     }
     for (const PendingSample& p : batch) {
@@ -380,19 +384,28 @@ absl::Status ControllerCore::OnSamples(uint32_t wire_id, const v1::LinkSamples& 
       pending_.push_back(p);
       ++mine;
     }
-    if (dropped > 0 && it != agents_.end()) {
+    // What it sent, by the same rule: 64 reports of each destination a cycle.
+    uint32_t& mine_sent = pending_sent_by_node_[static_cast<size_t>(v)];
+    const size_t sent_share = 64 * static_cast<size_t>(topo.num_nodes());
+    for (const PendingSent& x : sent) {
+      if (mine_sent >= sent_share) {
+        ++dropped_reports;
+        continue;
+      }
+      pending_sent_.push_back(x);
+      ++mine_sent;
+    }
+    if (dropped + dropped_reports > 0 && it != agents_.end()) {
       Agent& a = it->second;
-      a.samples_dropped += dropped;
+      a.samples_dropped += dropped + dropped_reports;
       if (unix_now - a.dropped_event_unix_ns >= 60'000'000'000) {
         a.dropped_event_unix_ns = unix_now;
         RecordEventLocked("samples_dropped", overlay->name(v),
-                          fmt::format("{} of its samples dropped so far: it sends more than its "
-                                      "share ({} a cycle); other nodes' samples are kept",
+                          fmt::format("{} of its samples and reports dropped so far: it sends "
+                                      "more than its share ({} samples a cycle); other nodes' "
+                                      "samples are kept",
                                       a.samples_dropped, share));
       }
-    }
-    if (pending_sent_.size() < 64 * static_cast<size_t>(topo.num_nodes()) * topo.num_nodes()) {
-      pending_sent_.insert(pending_sent_.end(), sent.begin(), sent.end());
     }
     for (const auto& [destination, why] : ignored) {
       if (sent_ignored_.insert({wire_id, destination}).second) {

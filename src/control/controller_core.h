@@ -171,6 +171,7 @@ class ControllerCore {
   // The certificates to refuse from now on; null: none. Streams of a certificate it lists end
   // at their next message (an agent sends samples ten times a second).
   void SetRevocations(std::shared_ptr<const security::RevocationList> list);
+  std::shared_ptr<const security::RevocationList> revocations() const;
   // OK unless the certificate with serial number `serial` (who: its identity) is revoked:
   // PermissionDenied, counted with the refusals of its kind by the caller.
   absl::Status CheckNotRevoked(const std::string& serial, const std::string& who) const;
@@ -230,7 +231,7 @@ class ControllerCore {
     uint64_t refused_tables = 0;
     int64_t last_seen_unix_ns = 0;
     v1::TableStatus table_status;       // as last reported
-    uint64_t samples_dropped = 0;       // its own, past its share of the ingest buffer
+    uint64_t samples_dropped = 0;       // its samples and reports past its share of the buffer
     int64_t dropped_event_unix_ns = 0;  // when that was last an event (once a minute)
   };
   struct PendingSample {
@@ -341,6 +342,8 @@ class ControllerCore {
   // Samples of each node (by NodeId of `reported_overlay_`) in pending_: each node has a share
   // of the buffer of its own, so that one flooding node loses its own samples, not others'.
   std::vector<uint32_t> pending_by_node_ ABSL_GUARDED_BY(mu_);
+  // The same for the entries of pending_sent_.
+  std::vector<uint32_t> pending_sent_by_node_ ABSL_GUARDED_BY(mu_);
   struct PendingSent {
     NodeId src, dst;
     uint64_t bytes;

@@ -332,11 +332,20 @@ TEST_F(CoreTest, AFloodingNodeLosesItsOwnSamplesNotOthers) {
   EXPECT_EQ(metrics_.samples_dropped->Value(), 2000 - 192);
   const std::vector<v1::NodeView> nodes = core_->ListNodes();
   EXPECT_EQ(nodes[0].samples_dropped(), 2000u - 192);
-  EXPECT_TRUE(HasEvent("samples_dropped", "share (192 a cycle)"));
+  EXPECT_TRUE(HasEvent("samples_dropped", "share (192 samples a cycle)"));
   // A cycle starts every share afresh.
   core_->RunCycle();
   ASSERT_TRUE(core_->OnSamples(1, Samples({{2, true}, {3, true}})).ok());
   EXPECT_EQ(metrics_.samples_dropped->Value(), 2000 - 192);
+  // Reports of what it sent have a share too: 64 a destination, 256 in the diamond.
+  v1::LinkSamples reports;
+  for (uint32_t d : {2, 3, 4}) {
+    v1::SentBytes* x = reports.add_sent();
+    x->set_destination_id(d);
+    x->set_bytes(1000);
+  }
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(core_->OnSamples(1, reports).ok());
+  EXPECT_EQ(core_->ListNodes()[0].samples_dropped(), 2000u - 192 + 300 - 256);
 }
 
 TEST_F(CoreTest, LinkIsDownWhenSamplesStop) {

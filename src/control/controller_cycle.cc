@@ -69,6 +69,7 @@ CycleReport ControllerCore::RunCycle() {
     MutexLock lock(&mu_);
     batch.swap(pending_);
     std::fill(pending_by_node_.begin(), pending_by_node_.end(), 0);
+    std::fill(pending_sent_by_node_.begin(), pending_sent_by_node_.end(), 0);
     sent.swap(pending_sent_);
     // A learned policy refines the diffusion engine's weights: with a model, diffusion.
     if (policy_.marginal && policy_.policy_model.empty()) {

@@ -483,8 +483,6 @@ TEST_F(ControllerGrpcTest, CycleThreadPushesTablesAndHttpServesMetricsAndHealth)
   EXPECT_GT(lines, cycles);
 }
 
-// With the real cycle thread on a 60 s period, a sample saying a link went down brings a table
-// without that link at once: only the early cycle can have made it.
 // Clients that connect and stall hold nothing for long: a TCP connection that never starts
 // TLS is closed after the handshake timeout, a stream that sends no hello after the hello
 // timeout; slow HTTP clients on the metrics listener do not reach the health listener; and
@@ -572,6 +570,8 @@ TEST_F(ControllerGrpcTest, StalledClientsAreBoundedAndHealthIsServedApart) {
   for (int fd : slow) ::close(fd);
 }
 
+// With the real cycle thread on a 60 s period, a sample saying a link went down brings a table
+// without that link at once: only the early cycle can have made it.
 TEST_F(ControllerGrpcTest, ALinkReportedDownGetsACycleAtOnce) {
   ControllerConfig config = testing::MakeTestConfig(*pki_, 4, kDiamond);
   config.policy.cycle = Seconds(60);

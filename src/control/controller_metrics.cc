@@ -126,7 +126,9 @@ ControllerHttp::ControllerHttp(std::function<std::string()> metrics,
   server_->set_read_timeout(2, 0);
   server_->set_write_timeout(2, 0);
   server_->set_keep_alive_timeout(5);
-  server_->set_keep_alive_max_count(100);
+  // A health listener answers one request a connection: an idle keep-alive client must not
+  // hold one of its few threads.
+  server_->set_keep_alive_max_count(metrics ? 100 : 1);
   if (metrics) {
     server_->Get("/metrics",
                  [metrics = std::move(metrics)](const httplib::Request&, httplib::Response& res) {

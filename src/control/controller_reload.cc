@@ -63,6 +63,7 @@ absl::Status ControllerCore::Reload(const ControllerConfig& config) {
     keep(next.trust_domain, config_.trust_domain, "trust_domain");
     keep(next.http, config_.http, "http");
     keep(next.health, config_.health, "health");
+    keep(next.hello_timeout, config_.hello_timeout, "hello_timeout");
     keep(next.log_file, config_.log_file, "log");
     if (absl::StatusOr<LogLevel> level = ParseLogLevel(next.log_level); level.ok()) {
       log_.set_level(*level);
@@ -81,6 +82,7 @@ absl::Status ControllerCore::Reload(const ControllerConfig& config) {
       ResetComputer(clock_.Now());
       pending_.clear();
       std::fill(pending_by_node_.begin(), pending_by_node_.end(), 0);
+      std::fill(pending_sent_by_node_.begin(), pending_sent_by_node_.end(), 0);
       pending_sent_.clear();
       for (auto it = drained_.begin(); it != drained_.end();) {
         const NodeId a = overlay_->FindByNameOrId(it->first);

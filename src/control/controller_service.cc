@@ -24,7 +24,8 @@ class AgentStream final : public Reactor,
         clock_(clock),
         log_(log),
         peer_(security::PeerSpiffeId(*context)),
-        serial_(security::PeerCertificateSerial(*context->auth_context())) {}
+        serial_(security::PeerCertificateSerial(*context)),
+        address_(context->peer()) {}
 
   void Begin() {
     self_ = shared_from_this();
@@ -35,6 +36,11 @@ class AgentStream final : public Reactor,
   bool admitted() ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     return wire_id_.has_value();
+  }
+  // Who the client is, for refusals: its certificate's identity and its address.
+  std::string who() const {
+    return fmt::format("{} at {}", peer_.ok() ? peer_->ToString() : "an unidentified client",
+                       address_);
   }
 
   void OfferSnapshot(std::shared_ptr<const RouteSnapshot> snapshot) override {
@@ -115,9 +121,14 @@ class AgentStream final : public Reactor,
 
   absl::Status Handle(const v1::AgentMessage& m) {
     const std::optional<uint32_t> id = WireId();
-    // Checked on every message, so that a revocation ends a stream already open.
-    if (peer_.ok() && serial_.ok()) {
-      if (absl::Status s = core_.CheckNotRevoked(*serial_, peer_->ToString()); !s.ok()) {
+    // Checked on every message, so that a revocation ends a stream already open. A client
+    // whose certificate's serial cannot be read is refused, as the admin API refuses it.
+    if (peer_.ok()) {
+      absl::Status s = serial_.ok()
+                           ? core_.CheckNotRevoked(*serial_, peer_->ToString())
+                           : absl::UnauthenticatedError(fmt::format(
+                                 "{}: {}", who(), std::string(serial_.status().message())));
+      if (!s.ok()) {
         core_.OnStreamRefused(id ? "stream_refused" : "hello_refused",
                               id ? std::to_string(*id) : std::to_string(m.hello().node_id()), s);
         return s;
@@ -209,7 +220,8 @@ class AgentStream final : public Reactor,
   JsonLog& log_;
   const absl::StatusOr<security::SpiffeId> peer_;
   const absl::StatusOr<std::string> serial_;
-  v1::AgentMessage in_;  // only the read path touches it
+  const std::string address_;  // the client's address, as gRPC gives it
+  v1::AgentMessage in_;        // only the read path touches it
 
   Mutex mu_;
   std::optional<uint32_t> wire_id_ ABSL_GUARDED_BY(mu_);  // set once admitted
@@ -232,12 +244,21 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* AgentServiceIm
   bool full = false;
   {
     MutexLock lock(&mu_);
+    // The list is swept every cycle; at the limit, sweep it now of the streams admitted or
+    // ended since, so that only streams still waiting count.
+    if (waiting_.size() >= kMaxStreamsWithoutHello) {
+      std::erase_if(waiting_, [](const auto& w) {
+        const std::shared_ptr<AgentStream> s = w.second.lock();
+        return s == nullptr || s->admitted();
+      });
+    }
     full = waiting_.size() >= kMaxStreamsWithoutHello;
     if (!full) waiting_.emplace_back(clock_.Now(), stream);
   }
   if (full) {
-    const absl::Status s = absl::ResourceExhaustedError(fmt::format(
-        "{} streams are waiting for their hello; try again later", kMaxStreamsWithoutHello));
+    const absl::Status s = absl::ResourceExhaustedError(
+        fmt::format("{}: {} streams are waiting for their hello; try again later", stream->who(),
+                    kMaxStreamsWithoutHello));
     core_.OnStreamRefused("stream_refused", "", s);
     stream->Close(s);
   }
@@ -262,8 +283,8 @@ void AgentServiceImpl::CloseSilentStreams() {
     }
   }
   for (const auto& s : silent) {
-    const absl::Status status = absl::DeadlineExceededError(
-        fmt::format("no hello within {} ms of opening the stream", ToMillis(hello_timeout_)));
+    const absl::Status status = absl::DeadlineExceededError(fmt::format(
+        "{}: no hello within {} ms of opening the stream", s->who(), ToMillis(hello_timeout_)));
     core_.OnStreamRefused("stream_refused", "", status);
     s->Close(status);
   }

@@ -26,7 +26,8 @@ absl::StatusOr<TableVersions> TableVersions::Load(std::string file, int64_t now_
     absl::StatusOr<std::string> text = ReadFile(file, 4096);
     if (text.ok()) {
       const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-      if (!j.is_object() || j.value("format", "") != kFormat || !j.contains("reserved") ||
+      if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+          j["format"].get<std::string>() != kFormat || !j.contains("reserved") ||
           !j["reserved"].is_number_unsigned() || j["reserved"].get<uint64_t>() >= kCeiling) {
         return absl::InvalidArgumentError(fmt::format(
             "table versions {}: not a JSON object with format \"{}\" and \"reserved\" a version "
@@ -44,8 +45,11 @@ absl::StatusOr<TableVersions> TableVersions::Load(std::string file, int64_t now_
 }
 
 absl::Status TableVersions::Reserve() {
-  reserved_ = next_ + kBlock - 1;
-  if (file_.empty()) return absl::OkStatus();
+  const uint64_t top = next_ + kBlock - 1;
+  if (file_.empty()) {
+    reserved_ = top;
+    return absl::OkStatus();
+  }
   std::error_code ec;
   const std::filesystem::path dir = std::filesystem::path(file_).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
@@ -53,8 +57,11 @@ absl::Status TableVersions::Reserve() {
     return absl::InternalError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   nlohmann::json j;
   j["format"] = kFormat;
-  j["reserved"] = reserved_;
-  return WriteFileAtomically(file_, j.dump() + "\n", 0600);
+  j["reserved"] = top;
+  // Only a block on disk counts as reserved: after a failed write the next version tries again.
+  RETURN_IF_ERROR(WriteFileAtomically(file_, j.dump() + "\n", 0600));
+  reserved_ = top;
+  return absl::OkStatus();
 }
 
 uint64_t TableVersions::Take(absl::Status* save_error) {
@@ -62,10 +69,15 @@ uint64_t TableVersions::Take(absl::Status* save_error) {
   return next_++;
 }
 
-TableVersions::Claim TableVersions::OnClaim(uint64_t installed, absl::Status* save_error) {
+TableVersions::Claim TableVersions::OnClaim(uint64_t installed, int64_t now_unix_ns,
+                                            absl::Status* save_error) {
   *save_error = absl::OkStatus();
   if (installed < next_) return Claim::kKnown;
-  if (installed - next_ >= kMaxClaimStep || installed >= kCeiling) return Claim::kRefused;
+  // Bounded by the clock, not by the counter, so that claims one after another cannot walk
+  // the counter away from the clock (where a restart without the file would begin): honest
+  // versions grow by ten a second, the clock by a thousand milliseconds.
+  const uint64_t clock_ms = static_cast<uint64_t>(std::max<int64_t>(now_unix_ns / 1'000'000, 1));
+  if (installed >= kCeiling || installed >= clock_ms + kMaxClaimStep) return Claim::kRefused;
   next_ = installed + 1;
   if (next_ > reserved_) *save_error = Reserve();
   return Claim::kAdopted;

@@ -30,8 +30,8 @@ class TableVersions {
  public:
   // Versions reserved by one write of the file: 1,000 s of cycles at 10 Hz.
   static constexpr uint64_t kBlock = 10'000;
-  // How far above the next version an agent's claim may move the counter: 2^24, 4.7 hours of
-  // the clock floor; the counter's 2^64 would take 2^40 such claims.
+  // How far above the clock in milliseconds an agent's claim may move the counter: 2^24, 4.7
+  // hours. Claims one after another cannot walk the counter further from the clock than that.
   static constexpr uint64_t kMaxClaimStep = uint64_t{1} << 24;
 
   // Reads the counter file (`file` empty: nothing is persisted) and reserves the first block.
@@ -46,11 +46,13 @@ class TableVersions {
 
   enum class Claim {
     kKnown,    // below the next version: one this controller (or its predecessor) issued
-    kAdopted,  // above, by less than kMaxClaimStep: the counter now continues above it
+    kAdopted,  // above, and less than kMaxClaimStep above the clock: the counter now
+               // continues above it
     kRefused,  // further above: not taken
   };
-  // What to make of an agent saying it holds `installed`. Errors as Take, for kAdopted.
-  Claim OnClaim(uint64_t installed, absl::Status* save_error);
+  // What to make of an agent saying it holds `installed`, at `now_unix_ns`. Errors as Take, for
+  // kAdopted.
+  Claim OnClaim(uint64_t installed, int64_t now_unix_ns, absl::Status* save_error);
 
   uint64_t next() const { return next_; }
 

@@ -54,24 +54,29 @@ TEST(TableVersionsTest, AClaimAboveIsAdoptedWithinTheStepAndRefusedBeyondIt) {
   const std::string file = dir.File("table-versions.json");
   TableVersions v = *TableVersions::Load(file, kNow);
   absl::Status saved;
-  EXPECT_EQ(v.OnClaim(0, &saved), TableVersions::Claim::kKnown);
-  EXPECT_EQ(v.OnClaim(kNowMs - 1, &saved), TableVersions::Claim::kKnown);
+  EXPECT_EQ(v.OnClaim(0, kNow, &saved), TableVersions::Claim::kKnown);
+  EXPECT_EQ(v.OnClaim(kNowMs - 1, kNow, &saved), TableVersions::Claim::kKnown);
   EXPECT_EQ(v.next(), kNowMs);
 
   // The clock went back with nothing persisted: an honest agent holds a newer version.
   const uint64_t held = kNowMs + 3 * TableVersions::kBlock;
-  EXPECT_EQ(v.OnClaim(held, &saved), TableVersions::Claim::kAdopted);
+  EXPECT_EQ(v.OnClaim(held, kNow, &saved), TableVersions::Claim::kAdopted);
   EXPECT_TRUE(saved.ok()) << saved;
   EXPECT_EQ(v.Take(&saved), held + 1);
   EXPECT_GE(Reserved(file), held + 1);  // persisted before it was handed out
 
   // A hostile claim near the top of the range, as one that once wrapped the counter.
   const uint64_t next = v.next();
-  EXPECT_EQ(v.OnClaim(~uint64_t{0} - 1, &saved), TableVersions::Claim::kRefused);
-  EXPECT_EQ(v.OnClaim(next + TableVersions::kMaxClaimStep, &saved), TableVersions::Claim::kRefused);
+  EXPECT_EQ(v.OnClaim(~uint64_t{0} - 1, kNow, &saved), TableVersions::Claim::kRefused);
+  EXPECT_EQ(v.OnClaim(kNowMs + TableVersions::kMaxClaimStep, kNow, &saved),
+            TableVersions::Claim::kRefused);
   EXPECT_EQ(v.next(), next);
-  EXPECT_EQ(v.OnClaim(next + TableVersions::kMaxClaimStep - 1, &saved),
+  EXPECT_EQ(v.OnClaim(kNowMs + TableVersions::kMaxClaimStep - 1, kNow, &saved),
             TableVersions::Claim::kAdopted);
+  // Claims one after another cannot walk the counter away from the clock: the next one is
+  // measured from the clock, which the counter is now far above.
+  EXPECT_EQ(v.OnClaim(v.next() + TableVersions::kMaxClaimStep / 2, kNow, &saved),
+            TableVersions::Claim::kRefused);
 }
 
 TEST(TableVersionsTest, AMalformedFileIsRefusedAndKept) {

@@ -541,6 +541,13 @@ TEST(OverlayReplayGuardTest, OneWindowPerSourceAndKey) {
   for (uint32_t k = 3; k <= OverlayKeyRing::kMaxKeys; ++k) EXPECT_TRUE(g.Accept(0, k, 7));
   EXPECT_FALSE(g.Accept(0, 1, 50));
   EXPECT_FALSE(g.Accept(0, 2, 50));
+  // A key beyond the ring's takes the slot of the key seen least recently (key 3 now: keys 1
+  // and 2 were just used), whose window starts over.
+  EXPECT_TRUE(g.Accept(0, 99, 1));
+  EXPECT_FALSE(g.Accept(0, 1, 50));
+  EXPECT_FALSE(g.Accept(0, 2, 50));
+  EXPECT_FALSE(g.Accept(0, OverlayKeyRing::kMaxKeys, 7));
+  EXPECT_TRUE(g.Accept(0, 3, 7));  // forgotten with its slot
 }
 
 TEST(OverlaySequencerTest, CountsPerDestinationFromTheStartTime) {

@@ -27,6 +27,16 @@ struct Asn1TimeDeleter {
 using CrlPtr = std::unique_ptr<X509_CRL, CrlDeleter>;
 using Asn1TimePtr = std::unique_ptr<ASN1_TIME, Asn1TimeDeleter>;
 
+// The list's cRLNumber (RFC 5280 5.2.3); 0 if it has none.
+uint64_t CrlNumber(X509_CRL* crl) {
+  ASN1_INTEGER* n =
+      static_cast<ASN1_INTEGER*>(X509_CRL_get_ext_d2i(crl, NID_crl_number, nullptr, nullptr));
+  uint64_t v = 0;
+  if (n != nullptr && ASN1_INTEGER_get_uint64(&v, n) != 1) v = 0;
+  ASN1_INTEGER_free(n);
+  return v;
+}
+
 std::string SerialHex(const ASN1_INTEGER* serial) {
   BIGNUM* bn = ASN1_INTEGER_to_BN(serial, nullptr);
   if (bn == nullptr) return "";
@@ -79,6 +89,15 @@ absl::Status UpdateCrl(const CertDirCa& ca, const std::string& dir, X509* cert, 
   if (date == nullptr || X509_CRL_set1_lastUpdate(crl.get(), date.get()) != 1) {
     return absl::InternalError(fmt::format("dating the CRL: {}", DrainOpenSslErrors()));
   }
+  // Every list gets the next number, so that the controller can refuse an older one put back.
+  ASN1_INTEGER* number = ASN1_INTEGER_new();
+  const bool numbered =
+      number != nullptr && ASN1_INTEGER_set_uint64(number, CrlNumber(crl.get()) + 1) == 1 &&
+      X509_CRL_add1_ext_i2d(crl.get(), NID_crl_number, number, 0, X509V3_ADD_REPLACE) == 1;
+  ASN1_INTEGER_free(number);
+  if (!numbered) {
+    return absl::InternalError(fmt::format("numbering the CRL: {}", DrainOpenSslErrors()));
+  }
   if (cert != nullptr) {
     const std::string serial = CertificateSerial(cert);
     bool listed = false;
@@ -117,11 +136,20 @@ std::string CertificateSerial(X509* cert) { return SerialHex(X509_get0_serialNum
 
 absl::StatusOr<std::string> PeerCertificateSerial(const grpc::AuthContext& auth) {
   const std::vector<grpc::string_ref> pem = auth.FindPropertyValues("x509_pem_cert");
-  if (pem.size() != 1) return absl::UnauthenticatedError("the peer presented no certificate");
+  if (pem.size() != 1) {
+    return absl::UnauthenticatedError(
+        fmt::format("the peer presented {} certificates, not one", pem.size()));
+  }
   absl::StatusOr<std::vector<X509Ptr>> certs =
       ParseCertificatesPem(std::string_view(pem[0].data(), pem[0].size()), "the peer");
   if (!certs.ok()) return absl::UnauthenticatedError(certs.status().message());
   return CertificateSerial(certs->front().get());
+}
+
+absl::StatusOr<std::string> PeerCertificateSerial(const grpc::ServerContextBase& context) {
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr) return absl::UnauthenticatedError("the call has no auth context");
+  return PeerCertificateSerial(*auth);
 }
 
 absl::Status WriteCrl(const std::string& dir, absl::Time now) {
@@ -150,6 +178,7 @@ absl::StatusOr<RevocationList> RevocationList::Load(const std::string& crl_file,
   ASSIGN_OR_RETURN(const std::string pem, ReadFile(crl_file, kMaxConfigFileBytes));
   ASSIGN_OR_RETURN(const CrlPtr crl, ParseCrl(pem, crl_file, cas.front().get()));
   RevocationList list;
+  list.number_ = CrlNumber(crl.get());
   STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl.get());
   for (int i = 0; revoked != nullptr && i < sk_X509_REVOKED_num(revoked); ++i) {
     list.serials_.insert(

@@ -12,8 +12,10 @@
 // `darctl certs revoke --node ID` adds the certificate in the directory to ca.crl (made on
 // first use); the controller reads the file named by `tls.crl` at start and on SIGHUP, checks
 // its signature against the CA, and refuses a hello, a sample or an admin call from a client
-// whose certificate's serial number is listed. A list that does not verify is refused with the
-// reason, and the running one stays.
+// whose certificate's serial number is listed. A list that does not verify, or an older one
+// (a lower cRLNumber) than the one running, is refused with the reason, and the running one
+// stays. (Across a restart of the controller an older list is not detected: keep ca.crl where
+// only the operator writes.)
 #ifndef DAR_SECURITY_REVOCATION_H_
 #define DAR_SECURITY_REVOCATION_H_
 
@@ -24,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/security/auth_context.h"
+#include "grpcpp/server_context.h"
 #include "security/certs.h"
 
 namespace dar::security {
@@ -36,6 +39,8 @@ std::string CertificateSerial(X509* cert);
 // The serial number of the authenticated peer's certificate (gRPC puts it, PEM, in the
 // "x509_pem_cert" property). Errors: Unauthenticated if there is none or it does not parse.
 absl::StatusOr<std::string> PeerCertificateSerial(const grpc::AuthContext& auth);
+// The same for the client of a server call; Unauthenticated without an auth context.
+absl::StatusOr<std::string> PeerCertificateSerial(const grpc::ServerContextBase& context);
 
 // Creates <dir>/ca.crl listing nothing, or signs the list again with `now` as its date.
 // Errors: those of LoadCertDirCa; a ca.crl that does not verify; file system errors.
@@ -60,9 +65,14 @@ class RevocationList {
 
   bool Revoked(const std::string& serial) const { return serials_.contains(serial); }
   size_t size() const { return serials_.size(); }
+  // Its cRLNumber: each list WriteCrl or RevokeInCertDir writes has the next (0: none). A list
+  // with a lower number than the one running is an older list put back, which would take
+  // revocations back: the controller refuses it.
+  uint64_t number() const { return number_; }
 
  private:
   absl::flat_hash_set<std::string> serials_;
+  uint64_t number_ = 0;
 };
 
 }  // namespace dar::security

@@ -1,5 +1,7 @@
 #include "security/revocation.h"
 
+#include <openssl/pem.h>
+
 #include <filesystem>
 #include <string>
 
@@ -57,6 +59,7 @@ TEST_F(RevocationTest, ListsWhatWasRevokedAndNothingElse) {
   empty = Load();
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(empty->size(), 0u);
+  EXPECT_EQ(empty->number(), 1u);
   absl::StatusOr<std::string> serial = RevokeInCertDir(dir_, dir_ + "/node-1.crt", now_);
   ASSERT_TRUE(serial.ok()) << serial.status();
   EXPECT_EQ(*serial, Serial(dir_ + "/node-1.crt"));
@@ -73,6 +76,7 @@ TEST_F(RevocationTest, ListsWhatWasRevokedAndNothingElse) {
   list = Load();
   ASSERT_TRUE(list.ok()) << list.status();
   EXPECT_EQ(list->size(), 2u);
+  EXPECT_EQ(list->number(), 4u);  // each list written has the next number
   EXPECT_TRUE(list->Revoked(Serial(dir_ + "/node-1.crt")));
   EXPECT_TRUE(list->Revoked(Serial(dir_ + "/node-2.crt")));
 }
@@ -95,16 +99,29 @@ TEST_F(RevocationTest, AForgedOrForeignListIsRefusedNamingTheFile) {
   // and revoking on top of it is refused too (the file is not replaced).
   EXPECT_FALSE(RevokeInCertDir(dir_, dir_ + "/node-1.crt", now_).ok());
 
-  // The cluster's own list with a byte of its body changed.
+  // The cluster's own list with the last byte of its signature changed: it still parses, and
+  // does not verify.
   std::filesystem::remove(dir_ + "/ca.crl");
   ASSERT_TRUE(RevokeInCertDir(dir_, dir_ + "/node-1.crt", now_).ok());
-  std::string pem = *ReadFile(dir_ + "/ca.crl");
-  const size_t at = pem.find('\n') + 40;
-  pem[at] = pem[at] == 'A' ? 'B' : 'A';
-  ASSERT_TRUE(WriteFileAtomically(dir_ + "/ca.crl", pem, 0644).ok());
+  const std::string pem = *ReadFile(dir_ + "/ca.crl");
+  BioPtr in(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  X509_CRL* crl = PEM_read_bio_X509_CRL(in.get(), nullptr, nullptr, nullptr);
+  ASSERT_NE(crl, nullptr);
+  const ASN1_BIT_STRING* sig = nullptr;
+  X509_CRL_get0_signature(crl, &sig, nullptr);
+  ASSERT_GT(sig->length, 8);
+  const_cast<ASN1_BIT_STRING*>(sig)->data[sig->length - 1] ^= 0x01;
+  BioPtr out(BIO_new(BIO_s_mem()));
+  ASSERT_EQ(PEM_write_bio_X509_CRL(out.get(), crl), 1);
+  X509_CRL_free(crl);
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(out.get(), &data);
+  ASSERT_TRUE(
+      WriteFileAtomically(dir_ + "/ca.crl", std::string(data, static_cast<size_t>(size)), 0644)
+          .ok());
   list = Load();
   ASSERT_FALSE(list.ok());
-  EXPECT_THAT(std::string(list.status().message()), HasSubstr("ca.crl"));
+  EXPECT_THAT(std::string(list.status().message()), HasSubstr("does not verify"));
 
   ASSERT_TRUE(WriteFileAtomically(dir_ + "/ca.crl", "not a list", 0644).ok());
   list = Load();
