@@ -59,7 +59,11 @@ Dataplane::Dataplane(const DataplaneConfig& config)
       chooser_(config.forwarding,
                Random::Hash(config.seed ^ (0x5a17ull << 32) ^ static_cast<uint64_t>(config.node))),
       rng_(Random::Hash(config.seed) ^ static_cast<uint64_t>(config.node)),
-      sequencer_(config.overlay_addresses.size(), WallNow().count()),
+      sequencer_(
+          config.overlay_addresses.size(),
+          std::max<int64_t>(WallNow().count(), static_cast<int64_t>(std::min<uint64_t>(
+                                                   config.sequence_floor_ms, uint64_t{1} << 43)) *
+                                                   1'000'000)),
       replay_(config.overlay_addresses.size()),
       pending_forwarding_(config.forwarding) {}
 

@@ -178,6 +178,10 @@ struct DataplaneConfig {
   // Keys to start with (optional: AgentConfig brings them later through SetKeys). When not
   // empty, exactly one must be active. Until a key is set nothing is sent, probes included.
   std::vector<KeyUpdate> initial_keys;
+  // Sequence numbers (net::OverlaySequencer) start from this time in milliseconds if the wall
+  // clock is behind it (agent/sequence_floor.h): a node restarted with its clock set back
+  // still begins above what its peers accepted before. 0: the clock alone.
+  uint64_t sequence_floor_ms = 0;
   // Datagrams per recvmmsg / sendmmsg and packets per TUN read burst (1..1024). With udp_gro a
   // receive slot holds up to 64 KB (batch_size * 64 KB of receive buffer).
   int batch_size = 32;
@@ -327,6 +331,9 @@ class Dataplane {
   std::vector<bool> LinksUp() const;
 
   DataplaneCounters counters() const;
+
+  // The highest overlay sequence number sealed so far (SequenceFloor::Keep). Thread-safe.
+  uint64_t HighestSequence() const { return sequencer_.Highest(); }
 
   // Bytes of the IP packets read from the TUN and sent into the overlay, per destination node
   // (by NodeId, one entry per node of DataplaneConfig::overlay_addresses), since the start:

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -17,6 +18,7 @@
 #include "agent/control_client.h"
 #include "agent/dataplane.h"
 #include "agent/saved_keys.h"
+#include "agent/sequence_floor.h"
 #include "agent/table_store.h"
 #include "base/clock.h"
 #include "base/json_log.h"
@@ -104,6 +106,18 @@ int Run(const std::string& path, const std::string& log_path) {
         {{"error", std::string(saved.status().message())},
          {"instead", config->initial_key ? "the initial key" : "none until the controller's"}});
   }
+  // Sequence numbers begin above what this node's peers accepted before, even if the clock was
+  // set back (agent/sequence_floor.h).
+  std::optional<agent::SequenceFloor> floor;
+  if (absl::StatusOr<agent::SequenceFloor> f =
+          agent::SequenceFloor::Start(config->state_dir, RealClock::Instance().UnixNanos());
+      f.ok()) {
+    floor = *std::move(f);
+    dataplane_config->sequence_floor_ms = floor->start_ms();
+  } else {
+    out.Warn("sequence numbers start from the clock alone",
+             {{"error", std::string(f.status().message())}});
+  }
   absl::StatusOr<std::unique_ptr<agent::Dataplane>> dataplane =
       agent::Dataplane::Create(*dataplane_config);
   if (!dataplane.ok()) {
@@ -146,13 +160,23 @@ int Run(const std::string& path, const std::string& log_path) {
   // SIGHUP is logged and ignored: what the file holds (who this node is, the overlay, the
   // neighbours, the TLS files) is read once at start, and what may change at run time (the
   // forwarding mode, the keys, the tables' staleness) comes from the controller.
+  // Once a second meanwhile, the sequence floor reserves further ahead if it must.
   int sig = 0;
-  while (sigwait(&signals, &sig) != 0 || sig == SIGHUP) {
+  bool floor_failed = false;
+  for (;;) {
+    const timespec second{1, 0};
+    sig = sigtimedwait(&signals, nullptr, &second);
+    if (sig == SIGINT || sig == SIGTERM) break;
     if (sig == SIGHUP) {
       out.Warn("SIGHUP ignored", {{"why",
                                    "the configuration file is read at start only; "
                                    "restart dar-agent to apply a changed one"}});
-      sig = 0;
+    } else if (floor) {  // the second passed (or EINTR)
+      const absl::Status s = floor->Keep((*dataplane)->HighestSequence());
+      if (!s.ok() && !floor_failed) {
+        out.Warn("sequence floor not kept", {{"error", std::string(s.message())}});
+      }
+      floor_failed = !s.ok();
     }
   }
   out.Info("stopping", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});

@@ -464,8 +464,19 @@ OverlayStatus ForwardOverlay(absl::Span<uint8_t> datagram) {
 // Replay protection -----------------------------------------------------------------------------
 
 OverlaySequencer::OverlaySequencer(size_t destinations, int64_t start_unix_ns)
-    : next_(destinations, static_cast<uint64_t>(std::max<int64_t>(start_unix_ns, 0) / 1'000'000)
-                              << 20) {}
+    : next_(destinations),
+      start_(static_cast<uint64_t>(std::max<int64_t>(start_unix_ns, 0) / 1'000'000) << 20) {
+  for (std::atomic<uint64_t>& n : next_) n.store(start_, std::memory_order_relaxed);
+}
+
+uint64_t OverlaySequencer::Highest() const {
+  uint64_t highest = start_;
+  for (const std::atomic<uint64_t>& n : next_) {
+    const uint64_t next = n.load(std::memory_order_relaxed);
+    if (next > start_) highest = std::max(highest, next - 1);
+  }
+  return highest;
+}
 
 bool ReplayWindow::Accept(uint64_t seq) {
   const auto bit = [](uint64_t s) { return uint64_t{1} << (s % 64); };

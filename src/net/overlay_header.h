@@ -48,6 +48,7 @@
 #define DAR_NET_OVERLAY_HEADER_H_
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -249,15 +250,24 @@ absl::StatusOr<ProbeBody> DecodeProbe(absl::Span<const uint8_t> payload);
 absl::StatusOr<ProbeReplyBody> DecodeProbeReply(absl::Span<const uint8_t> payload);
 
 // The sequence numbers a source seals with, one counter per destination (0..n-1), each
-// starting at `start_unix_ns` in milliseconds shifted left by 20. Not thread-safe.
+// starting at `start_unix_ns` in milliseconds shifted left by 20. Next is for one thread;
+// Highest may be called from any other.
 class OverlaySequencer {
  public:
   OverlaySequencer(size_t destinations, int64_t start_unix_ns);
   // The next number toward `destination`. REQUIRES: destination < the count given.
-  uint64_t Next(uint32_t destination) { return next_[destination]++; }
+  uint64_t Next(uint32_t destination) {
+    std::atomic<uint64_t>& n = next_[destination];
+    const uint64_t s = n.load(std::memory_order_relaxed);  // one writer: no read-modify-write
+    n.store(s + 1, std::memory_order_relaxed);
+    return s;
+  }
+  // The highest number handed out toward any destination, or the start if none was.
+  uint64_t Highest() const;
 
  private:
-  std::vector<uint64_t> next_;
+  std::vector<std::atomic<uint64_t>> next_;
+  uint64_t start_ = 0;
 };
 
 // An anti-replay window over 64-bit sequence numbers (RFC 4303 3.4.3, with the whole 64 bits

@@ -556,8 +556,10 @@ TEST(OverlaySequencerTest, CountsPerDestinationFromTheStartTime) {
   EXPECT_EQ(s.Next(0), base);
   EXPECT_EQ(s.Next(0), base + 1);
   EXPECT_EQ(s.Next(1), base);
+  EXPECT_EQ(s.Highest(), base + 1);
   // A restart a millisecond later begins above everything a million packets could reach.
   OverlaySequencer later(2, 1'700'000'000'124'456'789);
+  EXPECT_EQ(later.Highest(), base + (uint64_t{1} << 20));  // nothing handed out: the start
   EXPECT_GT(later.Next(0), base + 1'000'000);
 }
 
