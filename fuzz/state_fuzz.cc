@@ -7,6 +7,7 @@
 //   2 a learned policy's model         (learn/policy_model.h)
 //   3 the controller's key ring        (security/key_ring.h)
 //   4 the controller's table versions  (control/table_versions.h)
+//   5 an agent's sequence floor        (agent/sequence_floor.h)
 // Each must turn whatever it holds into a value or an error: no crash, no hang, no unbounded
 // allocation. Seed corpus: fuzz/corpus/state (the first byte of each file picks its reader).
 #include <unistd.h>
@@ -21,6 +22,7 @@
 
 #include "agent/agent_config.h"
 #include "agent/saved_keys.h"
+#include "agent/sequence_floor.h"
 #include "agent/table_store.h"
 #include "base/files.h"
 #include "base/json_log.h"
@@ -83,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)dar::WriteFileAtomically(path, body, 0600);
     return path;
   };
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0:
       write(std::filesystem::path(f->store->file_path()).filename().string());
       (void)f->store->LoadFromDisk(dar::Time(0));
@@ -101,9 +103,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)dar::security::KeyRing::Load(o, 1'700'000'000'000'000'000);
       break;
     }
-    default:
+    case 4:
       (void)dar::control::TableVersions::Load(write("table-versions.json"),
                                               1'700'000'000'000'000'000);
+      break;
+    default:
+      write(dar::agent::kSequenceFileName);
+      (void)dar::agent::SequenceFloor::Start(f->dir, 1'700'000'000'000'000'000);
       break;
   }
   return 0;
