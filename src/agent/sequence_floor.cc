@@ -50,6 +50,7 @@ absl::Status SequenceFloor::Keep(uint64_t highest_sequence) {
 }
 
 absl::Status SequenceFloor::Reserve(uint64_t ms) {
+  ms = std::min(ms, kMaxMs - 1);  // what Start reads back
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
   if (ec)

@@ -8,7 +8,10 @@
 // reserves kReserveMs milliseconds' worth above it, written before anything is sent; while it
 // runs, Keep reserves further ahead whenever the highest number sent comes within half of the
 // reserve. A restart begins above the reservation, so above everything sent, whatever the
-// clock says. Not thread-safe.
+// clock says. What that assumes: Keep runs at least every 32 ms' worth of numbers (the agent
+// calls it once a second, so up to 33 M packets a second to one destination), and the file
+// can be written; while it cannot (a full or read-only disk, a malformed file at start) the
+// numbers rest on the clock alone and the agent logs it. Not thread-safe.
 #ifndef DAR_AGENT_SEQUENCE_FLOOR_H_
 #define DAR_AGENT_SEQUENCE_FLOOR_H_
 

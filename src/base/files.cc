@@ -59,7 +59,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) 
 absl::Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode,
                                  bool overwrite) {
   const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0 && errno == EEXIST) {
+    // Left by a process with this pid that died before it could remove it (a container's
+    // process 1 after a power loss has the same pid every time): it holds nothing of ours.
+    unlink(tmp.c_str());
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  }
   if (fd < 0) return ErrnoStatus(errno, "cannot create", tmp);
   absl::Status status;
   for (size_t done = 0; done < contents.size() && status.ok();) {

@@ -70,5 +70,15 @@ TEST(FilesTest, AtomicWriteReplacesWithTheExactModeOrRefusesToReplace) {
   EXPECT_TRUE(absl::IsNotFound(WriteFileAtomically(dir.File("no/such/dir"), "x", 0600)));
 }
 
+TEST(FilesTest, AtomicWriteGetsPastATemporaryFileLeftByADeadProcessWithItsPid) {
+  ScratchDir dir;
+  const std::string f = dir.File("state.json");
+  const std::string stale = fmt::format("{}.tmp.{}", f, getpid());
+  ASSERT_TRUE(WriteFileAtomically(stale, "half a write", 0600).ok());
+  ASSERT_TRUE(WriteFileAtomically(f, "whole", 0600).ok());
+  EXPECT_EQ(*ReadFile(f), "whole");
+  EXPECT_FALSE(std::filesystem::exists(stale));
+}
+
 }  // namespace
 }  // namespace dar

@@ -6,6 +6,7 @@
 //   dar-agent --config node.yaml --check-config     exit 0 if valid, else 1 with the error
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <optional>
@@ -147,6 +148,12 @@ int Run(const std::string& path, const std::string& log_path) {
     out.Info(up ? "neighbour up" : "neighbour down",
              {{"neighbour", config->nodes[neighbour].id}, {"name", config->nodes[neighbour].name}});
   });
+  // The data plane read the clock again: reserve from where it really starts, before it sends.
+  if (floor) {
+    if (absl::Status s = floor->Keep((*dataplane)->HighestSequence()); !s.ok()) {
+      out.Warn("sequence floor not kept", {{"error", std::string(s.message())}});
+    }
+  }
   if (absl::Status s = (*dataplane)->Start(); !s.ok()) {
     out.Error("cannot start the data plane", {{"error", std::string(s.message())}});
     return 1;
@@ -160,28 +167,44 @@ int Run(const std::string& path, const std::string& log_path) {
   // SIGHUP is logged and ignored: what the file holds (who this node is, the overlay, the
   // neighbours, the TLS files) is read once at start, and what may change at run time (the
   // forwarding mode, the keys, the tables' staleness) comes from the controller.
-  // Once a second meanwhile, the sequence floor reserves further ahead if it must.
-  int sig = 0;
+  // Once a second meanwhile, whatever signals come, the sequence floor reserves further
+  // ahead if it must; and once more when the data plane has stopped.
   bool floor_failed = false;
+  const auto keep_floor = [&] {
+    if (!floor) return;
+    const absl::Status s = floor->Keep((*dataplane)->HighestSequence());
+    if (!s.ok() && !floor_failed) {
+      out.Warn("sequence floor not kept", {{"error", std::string(s.message())}});
+    } else if (s.ok() && floor_failed) {
+      out.Info("sequence floor kept again", {});
+    }
+    floor_failed = !s.ok();
+  };
+  int sig = 0;
+  auto next_keep = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   for (;;) {
-    const timespec second{1, 0};
-    sig = sigtimedwait(&signals, nullptr, &second);
+    const auto wait = std::max(next_keep - std::chrono::steady_clock::now(),
+                               std::chrono::steady_clock::duration::zero());
+    const timespec until{
+        static_cast<time_t>(std::chrono::duration_cast<std::chrono::seconds>(wait).count()),
+        static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count() %
+                          1'000'000'000)};
+    sig = sigtimedwait(&signals, nullptr, &until);
     if (sig == SIGINT || sig == SIGTERM) break;
     if (sig == SIGHUP) {
       out.Warn("SIGHUP ignored", {{"why",
                                    "the configuration file is read at start only; "
                                    "restart dar-agent to apply a changed one"}});
-    } else if (floor) {  // the second passed (or EINTR)
-      const absl::Status s = floor->Keep((*dataplane)->HighestSequence());
-      if (!s.ok() && !floor_failed) {
-        out.Warn("sequence floor not kept", {{"error", std::string(s.message())}});
-      }
-      floor_failed = !s.ok();
+    }
+    if (std::chrono::steady_clock::now() >= next_keep) {
+      keep_floor();
+      next_keep = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
   }
   out.Info("stopping", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
   client.Stop();
   (*dataplane)->Stop();
+  keep_floor();
   const agent::DataplaneCounters c = (*dataplane)->counters();
   const agent::TableStoreCounters t = store.counters();
   nlohmann::json drops = nlohmann::json::object();
