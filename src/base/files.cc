@@ -7,6 +7,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "nlohmann/json.hpp"
 
 namespace dar {
 
@@ -93,6 +97,37 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   }
   unlink(tmp.c_str());
   return status;
+}
+
+absl::StatusOr<std::optional<uint64_t>> ReadCounterFile(const std::string& path,
+                                                        std::string_view format,
+                                                        std::string_view key, uint64_t bound) {
+  absl::StatusOr<std::string> text = ReadFile(path, 4096);
+  if (absl::IsNotFound(text.status())) return std::nullopt;
+  if (!text.ok()) return text.status();
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  const std::string k(key);
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != format || !j.contains(k) || !j[k].is_number_unsigned() ||
+      j[k].get<uint64_t>() >= bound) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: not a JSON object with format \"{}\" and \"{}\" a number below {}", path,
+                    format, key, bound));
+  }
+  return j[k].get<uint64_t>();
+}
+
+absl::Status WriteCounterFile(const std::string& path, std::string_view format,
+                              std::string_view key, uint64_t value, mode_t mode) {
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return absl::InternalError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  nlohmann::json j;
+  j["format"] = format;
+  j[std::string(key)] = value;
+  return WriteFileAtomically(path, j.dump() + "\n", mode);
 }
 
 }  // namespace dar

@@ -7,6 +7,8 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +34,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
 // Errors name the path and the failing step.
 absl::Status WriteFileAtomically(const std::string& path, std::string_view contents, mode_t mode,
                                  bool overwrite = true);
+
+// A counter a daemon reserves ahead and keeps in a small JSON file, {"format": `format`, `key`:
+// N} (control/table_versions.h, agent/sequence_floor.h).
+// ReadCounterFile: N, or nullopt if there is no file. Errors name the file: InvalidArgument if it
+// is not such an object or N is not below `bound`; those of ReadFile.
+absl::StatusOr<std::optional<uint64_t>> ReadCounterFile(const std::string& path,
+                                                        std::string_view format,
+                                                        std::string_view key, uint64_t bound);
+// WriteCounterFile: writes it atomically with `mode`, creating its directory.
+absl::Status WriteCounterFile(const std::string& path, std::string_view format,
+                              std::string_view key, uint64_t value, mode_t mode);
 
 // "`what` '`path`': strerror(err)", as NotFound (ENOENT), PermissionDenied (EACCES, EPERM),
 // AlreadyExists (EEXIST) or Internal.

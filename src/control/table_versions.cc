@@ -1,15 +1,13 @@
 #include "control/table_versions.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <limits>
-#include <system_error>
+#include <optional>
 #include <utility>
 
 #include "base/files.h"
 #include "base/status_macros.h"
 #include "fmt/format.h"
-#include "nlohmann/json.hpp"
 
 namespace dar::control {
 namespace {
@@ -23,21 +21,15 @@ constexpr uint64_t kCeiling = std::numeric_limits<uint64_t>::max() / 2;
 absl::StatusOr<TableVersions> TableVersions::Load(std::string file, int64_t now_unix_ns) {
   uint64_t next = static_cast<uint64_t>(std::max<int64_t>(now_unix_ns / 1'000'000, 1));
   if (!file.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(file, 4096);
-    if (text.ok()) {
-      const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-      if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
-          j["format"].get<std::string>() != kFormat || !j.contains("reserved") ||
-          !j["reserved"].is_number_unsigned() || j["reserved"].get<uint64_t>() >= kCeiling) {
-        return absl::InvalidArgumentError(fmt::format(
-            "table versions {}: not a JSON object with format \"{}\" and \"reserved\" a version "
-            "below 2^63 (fix or remove the file; without it versions start from the clock)",
-            file, kFormat));
-      }
-      next = std::max(next, j["reserved"].get<uint64_t>() + 1);
-    } else if (!absl::IsNotFound(text.status())) {
-      return text.status();
+    absl::StatusOr<std::optional<uint64_t>> reserved =
+        ReadCounterFile(file, kFormat, "reserved", kCeiling);
+    if (!reserved.ok()) {
+      return absl::Status(reserved.status().code(),
+                          fmt::format("table versions {} (fix or remove the file; without it "
+                                      "versions start from the clock)",
+                                      std::string(reserved.status().message())));
     }
+    if (*reserved) next = std::max(next, **reserved + 1);
   }
   TableVersions v(std::move(file), next);
   RETURN_IF_ERROR(v.Reserve());
@@ -50,16 +42,8 @@ absl::Status TableVersions::Reserve() {
     reserved_ = top;
     return absl::OkStatus();
   }
-  std::error_code ec;
-  const std::filesystem::path dir = std::filesystem::path(file_).parent_path();
-  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  if (ec)
-    return absl::InternalError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
-  nlohmann::json j;
-  j["format"] = kFormat;
-  j["reserved"] = top;
   // Only a block on disk counts as reserved: after a failed write the next version tries again.
-  RETURN_IF_ERROR(WriteFileAtomically(file_, j.dump() + "\n", 0600));
+  RETURN_IF_ERROR(WriteCounterFile(file_, kFormat, "reserved", top, 0600));
   reserved_ = top;
   return absl::OkStatus();
 }
