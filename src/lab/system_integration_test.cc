@@ -1059,6 +1059,8 @@ TEST_F(SystemTest, ReplayedDatagramsAreNotDelivered) {
   struct Captured {
     std::vector<uint8_t> payload;
     sockaddr_in to{};
+    in_addr from{};  // the neighbour that sent it, on the link it came over
+    net::ScopedFd attacker;
   };
   std::vector<Captured> captured;
   const auto capture_until = Clock::now() + std::chrono::seconds(10);
@@ -1082,23 +1084,41 @@ TEST_F(SystemTest, ReplayedDatagramsAreNotDelivered) {
     c.to.sin_family = AF_INET;
     c.to.sin_port = htons(kLabDataPort);
     std::memcpy(&c.to.sin_addr, frame + 16, 4);
+    std::memcpy(&c.from, frame + 12, 4);
     captured.push_back(std::move(c));
   }
   ASSERT_EQ(captured.size(), 4u) << "no overlay datagrams seen on D's links";
   sniffer.Reset(-1);
 
-  // Replay from B's namespace.
-  net::ScopedFd attacker;
-  ASSERT_TRUE(net::RunInNamespace(Netns("B"), [&]() -> absl::Status {
-                attacker.Reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-                return attacker.valid() ? absl::OkStatus() : absl::ErrnoToStatus(errno, "socket");
-              }).ok());
+  // Replay from the namespace of the neighbour each datagram came from (the only one with a
+  // route to D's address on that link; the stream may take either branch), from a socket of
+  // the attacker's own, not the agent's port.
+  for (Captured& c : captured) {
+    for (const char* node : {"A", "B", "C"}) {
+      const absl::Status owns = net::RunInNamespace(Netns(node), [&]() -> absl::Status {
+        net::ScopedFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+        if (!fd.valid()) return absl::ErrnoToStatus(errno, "socket");
+        sockaddr_in local{};
+        local.sin_family = AF_INET;
+        local.sin_addr = c.from;
+        if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&local), sizeof local) != 0) {
+          return absl::ErrnoToStatus(errno, "bind");
+        }
+        c.attacker = std::move(fd);
+        return absl::OkStatus();
+      });
+      if (owns.ok()) break;
+    }
+    char from[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &c.from, from, sizeof from);
+    ASSERT_TRUE(c.attacker.valid()) << "no namespace sends from " << from;
+  }
   const uint32_t first = (*stream)->sent();
   uint64_t replayed = 0;
   const auto replay_start = Clock::now();
   while (Clock::now() - replay_start < std::chrono::seconds(2)) {
     for (const Captured& c : captured) {
-      replayed += ::sendto(attacker.get(), c.payload.data(), c.payload.size(), 0,
+      replayed += ::sendto(c.attacker.get(), c.payload.data(), c.payload.size(), 0,
                            reinterpret_cast<const sockaddr*>(&c.to), sizeof c.to) > 0;
     }
   }
@@ -1122,7 +1142,7 @@ TEST_F(SystemTest, ReplayedDatagramsAreNotDelivered) {
   }
   EXPECT_GT(dropped_replays, replayed / 2) << "of " << replayed << " replayed";
   std::printf(
-      "replayed 4 captured datagrams %llu times in %.1f s (%.0f k/s) from B to D: D's agent "
+      "replayed 4 captured datagrams %llu times in %.1f s (%.0f k/s) to D: D's agent "
       "dropped %llu as replays, the application saw %u duplicates; the 1 ms stream lost %u of "
       "%u meanwhile, longest gap %lld ms\n",
       static_cast<unsigned long long>(replayed), replay_s, replayed / replay_s / 1000,
