@@ -1038,9 +1038,9 @@ TEST_F(SystemTest, AFloodingNodeLosesOnlyItsOwnSamples) {
 }
 
 // An attacker on a link captures four overlay datagrams of a 1 ms stream from A to D and
-// re-sends them to D's agent from B's namespace, from a port of its own, as fast as it can for
-// two seconds: D's agent drops every copy (replayed), the application sees no duplicate, and
-// the stream loses nothing.
+// re-sends them to D's agent from the sending neighbour's namespace, from a port of its own, as
+// fast as it can for two seconds: D's agent drops every copy (replayed), the application sees no
+// duplicate, and the stream loses nothing.
 TEST_F(SystemTest, ReplayedDatagramsAreNotDelivered) {
   Up('p');
   if (IsSkipped() || HasFatalFailure()) return;
