@@ -293,8 +293,9 @@ absl::StatusOr<Result> BlastUdp(Bench& b, const UdpRun& run, double seconds) {
         good = 0;
         for (int i = 0; i < *n; ++i) {
           net::OverlayPacket pkt;
-          good += net::ParseOverlay(slots[i].buffer.subspan(0, slots[i].size), *run.verify, &pkt) ==
-                      net::OverlayStatus::kOk &&
+          // The sink is node 2, and what reaches it comes from node 1.
+          good += net::ParseOverlay(slots[i].buffer.subspan(0, slots[i].size), *run.verify, 2, 1,
+                                    &pkt) == net::OverlayStatus::kOk &&
                   pkt.header.type == net::OverlayType::kData;
         }
       }
@@ -350,8 +351,11 @@ absl::StatusOr<Result> RunUdp(Bench& b, bool overlay, size_t payload, double sec
 // sealed once by src (as src's data plane would, from src's link socket), through mid's data
 // plane to dst, which verifies them; or the same bytes as plain UDP through kernel forwarding.
 absl::StatusOr<Result> RunTransit(Bench& b, bool overlay, size_t payload, double seconds) {
-  net::OverlayKeyRing keys;
-  RETURN_IF_ERROR(keys.Add(1, b.key));
+  // Node 0's row to seal with, node 2's to verify (wire ids are node ids).
+  const std::array<uint32_t, 3> wire = {0, 1, 2};
+  net::OverlayKeyRing keys, sink_keys;
+  RETURN_IF_ERROR(keys.Add(1, net::PairKeysFromSecret(b.key, wire, 0)));
+  RETURN_IF_ERROR(sink_keys.Add(1, net::PairKeysFromSecret(b.key, wire, 2)));
   net::OverlayHeader h;
   h.type = net::OverlayType::kData;
   h.traffic_class = net::TrafficClass::kBulk;
@@ -362,13 +366,13 @@ absl::StatusOr<Result> RunTransit(Bench& b, bool overlay, size_t payload, double
   run.datagram.resize(net::OverlayDatagramSize(payload));
   const std::vector<uint8_t> inner(payload, 0x5a);
   RETURN_IF_ERROR(
-      net::SealOverlay(h, inner, *keys.current(), absl::MakeSpan(run.datagram)).status());
+      net::SealOverlay(h, inner, *keys.current(), 1, absl::MakeSpan(run.datagram)).status());
   run.from = {Addr(Underlay(0, 1)), overlay ? uint16_t{7000} : uint16_t{0}};
   run.to = overlay ? net::Ipv4Endpoint{Addr(Underlay(0, 2)), 7000}
                    : net::Ipv4Endpoint{Addr(Underlay(1, 2)), kPort};
   run.sink = overlay ? net::Ipv4Endpoint{Addr(Underlay(1, 2)), 7000} : run.to;
   run.goodput_bytes = payload;
-  run.verify = overlay ? &keys : nullptr;
+  run.verify = overlay ? &sink_keys : nullptr;
   run.overlay = overlay;
   return BlastUdp(b, run, seconds);
 }

@@ -352,7 +352,10 @@ absl::StatusOr<DataplaneConfig> MakeDataplaneConfig(const AgentConfig& config,
   DataplaneConfig d;
   d.node = config.self;
   d.topology = &topology;
-  for (const AgentNodeConfig& n : config.nodes) d.overlay_addresses.push_back(n.overlay);
+  for (const AgentNodeConfig& n : config.nodes) {
+    d.overlay_addresses.push_back(n.overlay);
+    d.wire_ids.push_back(n.id);
+  }
   for (const NeighbourConfig& n : config.neighbours) {
     NeighbourLinkConfig l;
     l.neighbour = n.node;

@@ -75,7 +75,7 @@ absl::StatusOr<std::unique_ptr<Dataplane>> Dataplane::Create(const DataplaneConf
   const DataplaneConfig& c = dp->config_;
 
   if (!c.initial_keys.empty()) {
-    ASSIGN_OR_RETURN(auto keys, BuildKeyRing(c.initial_keys));
+    ASSIGN_OR_RETURN(auto keys, BuildKeyRing(c.initial_keys, c));
     MutexLock lock(&dp->control_mu_);
     dp->pending_keys_ = std::move(keys);
     dp->generation_.fetch_add(1);
@@ -260,7 +260,7 @@ std::shared_ptr<const AgentTables> Dataplane::tables() const {
 }
 
 absl::Status Dataplane::SetKeys(const std::vector<KeyUpdate>& keys) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const net::OverlayKeyRing> ring, BuildKeyRing(keys));
+  ASSIGN_OR_RETURN(std::shared_ptr<const net::OverlayKeyRing> ring, BuildKeyRing(keys, config_));
   {
     MutexLock lock(&control_mu_);
     pending_keys_ = std::move(ring);
@@ -523,8 +523,12 @@ void Dataplane::OnProbeTick() {
 void Dataplane::SendProbe(Port& port, const net::OverlayHeader& header,
                           absl::Span<const uint8_t> body, const net::OverlayKey& key) {
   std::array<uint8_t, 256> datagram;
-  const absl::StatusOr<size_t> size = net::SealOverlay(header, body, key, absl::MakeSpan(datagram));
-  assert(size.ok());
+  const absl::StatusOr<size_t> size = net::SealOverlay(
+      header, body, key, static_cast<uint32_t>(port.config.neighbour), absl::MakeSpan(datagram));
+  if (!size.ok()) {
+    Drop(DropReason::kNoKey);  // the key set has no key shared with this neighbour
+    return;
+  }
   ssize_t n;
   do {
     n = ::sendto(port.probe_socket.fd(), datagram.data(), *size, MSG_DONTWAIT,

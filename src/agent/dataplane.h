@@ -85,6 +85,7 @@ enum class DropReason : uint8_t {
   kBadTrafficClass,
   kBadLength,
   kUnknownKeyId,
+  kBadHopTag,
   kBadTag,
   kHopLimitExhausted,
   kReplayed,   // addressed to this node, with a sequence number it has seen (or too old)
@@ -128,12 +129,22 @@ struct IngressPacket {
 // Never reads outside `packet`; no allocation.
 bool ClassifyIngress(absl::Span<const uint8_t> packet, IngressPacket* out);
 
-// A data-plane key: the cluster key `id`, and whether new packets are sealed with it (the
-// others are still accepted, for rotation). From AgentConfig.keys or the agent's config file.
+// A pair key of this node's row: the one it shares with the node of wire id `node_id`.
+struct PeerKey {
+  uint32_t node_id = 0;
+  net::OverlayKeyBytes key{};
+};
+
+// A data-plane key epoch `id` (net/overlay_header.h), and whether new packets are sealed with
+// it (the others are still accepted, for rotation). Either this node's row of pair keys
+// (`peers`: what the controller hands each agent in AgentConfig.keys), or, with `peers` empty,
+// the epoch's secret `key`, from which the node derives its row itself: the bootstrap key of
+// the agent's config file, which every node holds until the controller rotates it away.
 struct KeyUpdate {
   uint32_t id = 0;
   net::OverlayKeyBytes key{};
   bool active = false;
+  std::vector<PeerKey> peers;
 };
 
 // One link from this node to a neighbour, over the underlay.
@@ -161,6 +172,10 @@ struct DataplaneConfig {
   // Each node's overlay address (the address of its TUN), indexed by NodeId; one per node of
   // the topology, all different.
   std::vector<net::Ipv4Address> overlay_addresses;
+  // Each node's wire id (what certificates and the controller name it by, and what pair keys
+  // are derived from and named by), indexed by NodeId; all different. Empty: a node's wire id
+  // is its NodeId.
+  std::vector<uint32_t> wire_ids;
   // This node's links; at most one entry per LinkId.
   std::vector<NeighbourLinkConfig> neighbours;
   // The TUN device (name, mtu, this node's overlay address and prefix). An empty name means no

@@ -2,12 +2,14 @@
 // class of a TOS byte, the ingress check, DataplaneConfig::Validate.
 #include <errno.h>
 #include <netinet/in.h>
+#include <sodium.h>
 #include <sys/socket.h>
 
 #include <cassert>
 #include <set>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "agent/dataplane.h"
 #include "agent/dataplane_internal.h"
 #include "base/status_macros.h"
@@ -27,7 +29,7 @@ absl::Status Invalid(const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const net::OverlayKeyRing>> BuildKeyRing(
-    const std::vector<KeyUpdate>& keys) {
+    const std::vector<KeyUpdate>& keys, const DataplaneConfig& config) {
   if (keys.empty()) return absl::InvalidArgumentError("data-plane keys: the key set is empty");
   if (keys.size() > static_cast<size_t>(net::OverlayKeyRing::kMaxKeys)) {
     return absl::InvalidArgumentError(fmt::format("data-plane keys: {} keys, at most {} allowed",
@@ -50,8 +52,34 @@ absl::StatusOr<std::shared_ptr<const net::OverlayKeyRing>> BuildKeyRing(
     return absl::InvalidArgumentError(
         fmt::format("data-plane keys: {} keys are active, exactly one must be", active));
   }
+  const size_t nodes = config.overlay_addresses.size();
+  std::vector<uint32_t> wire_ids = config.wire_ids;
+  if (wire_ids.empty()) {
+    for (size_t n = 0; n < nodes; ++n) wire_ids.push_back(static_cast<uint32_t>(n));
+  }
+  absl::flat_hash_map<uint32_t, uint32_t> index_of;
+  for (size_t n = 0; n < wire_ids.size(); ++n) index_of[wire_ids[n]] = static_cast<uint32_t>(n);
+  const auto self = static_cast<uint32_t>(config.node);
   auto ring = std::make_shared<net::OverlayKeyRing>();
-  for (const KeyUpdate& k : keys) RETURN_IF_ERROR(ring->Add(k.id, k.key));
+  for (const KeyUpdate& k : keys) {
+    if (k.peers.empty()) {
+      const std::vector<net::OverlayPairKey> row =
+          self < wire_ids.size() ? net::PairKeysFromSecret(k.key, wire_ids, self)
+                                 : std::vector<net::OverlayPairKey>{};
+      RETURN_IF_ERROR(ring->Add(k.id, row));
+      continue;
+    }
+    // A row from the controller: the keys of nodes this agent does not know are of no use.
+    std::vector<net::OverlayPairKey> row;
+    row.reserve(k.peers.size());
+    for (const PeerKey& p : k.peers) {
+      const auto it = index_of.find(p.node_id);
+      if (it != index_of.end() && it->second != self) row.push_back({it->second, p.key});
+    }
+    absl::Status s = ring->Add(k.id, row);
+    sodium_memzero(row.data(), row.size() * sizeof(row[0]));
+    RETURN_IF_ERROR(s);
+  }
   RETURN_IF_ERROR(ring->SetCurrent(active_id));
   return std::shared_ptr<const net::OverlayKeyRing>(std::move(ring));
 }
@@ -72,6 +100,8 @@ std::string_view DropReasonName(DropReason reason) {
       return "bad_length";
     case DropReason::kUnknownKeyId:
       return "unknown_key_id";
+    case DropReason::kBadHopTag:
+      return "bad_hop_tag";
     case DropReason::kBadTag:
       return "bad_tag";
     case DropReason::kHopLimitExhausted:
@@ -122,6 +152,8 @@ DropReason DropReasonFor(net::OverlayStatus status) {
       return DropReason::kBadLength;
     case net::OverlayStatus::kUnknownKeyId:
       return DropReason::kUnknownKeyId;
+    case net::OverlayStatus::kBadHopTag:
+      return DropReason::kBadHopTag;
     case net::OverlayStatus::kBadTag:
       return DropReason::kBadTag;
     case net::OverlayStatus::kHopLimitExhausted:
@@ -195,6 +227,17 @@ absl::Status DataplaneConfig::Validate() const {
                                  net::ToString(overlay_addresses[i]), i));
     }
   }
+  if (!wire_ids.empty()) {
+    if (wire_ids.size() != static_cast<size_t>(nodes)) {
+      return Invalid(fmt::format("{} wire ids for {} nodes", wire_ids.size(), nodes));
+    }
+    std::set<uint32_t> seen;
+    for (size_t i = 0; i < wire_ids.size(); ++i) {
+      if (!seen.insert(wire_ids[i]).second) {
+        return Invalid(fmt::format("wire id {} of node {} is used twice", wire_ids[i], i));
+      }
+    }
+  }
   std::set<LinkId> links;
   for (size_t i = 0; i < neighbours.size(); ++i) {
     const NeighbourLinkConfig& n = neighbours[i];
@@ -233,7 +276,7 @@ absl::Status DataplaneConfig::Validate() const {
   }
   if (!initial_keys.empty()) {
     if (absl::StatusOr<std::shared_ptr<const net::OverlayKeyRing>> ring =
-            BuildKeyRing(initial_keys);
+            BuildKeyRing(initial_keys, *this);
         !ring.ok()) {
       return Invalid(fmt::format("initial_keys: {}", std::string(ring.status().message())));
     }

@@ -95,7 +95,10 @@ void Dataplane::HandleDatagrams(Port& in, uint8_t* const* data, const size_t* si
   std::array<net::OverlayPacket, net::kOverlayParseBatch> packets;
   for (size_t i = 0; i < n; ++i) spans[i] = absl::MakeConstSpan(data[i], sizes[i]);
   net::ParseOverlayBatch(absl::MakeConstSpan(spans.data(), n),
-                         active_keys_ ? *active_keys_ : kNoKeys, statuses.data(), packets.data());
+                         active_keys_ ? *active_keys_ : kNoKeys,
+                         static_cast<uint32_t>(config_.node),
+                         static_cast<uint32_t>(in.config.neighbour), statuses.data(),
+                         packets.data());
   for (size_t i = 0; i < n; ++i) {
     HandleDatagram(in, data[i], sizes[i], statuses[i], packets[i], wall_rx, now);
   }
@@ -259,7 +262,7 @@ void Dataplane::EncapsulateBatch(const uint32_t* buffers, const size_t* sizes, s
       DropBuffer(DropReason::kLocalDestination, b);
       continue;
     }
-    if (key == nullptr) {
+    if (key == nullptr || key->peer(static_cast<uint32_t>(it->second)) == nullptr) {
       DropBuffer(DropReason::kNoKey, b);
       continue;
     }
@@ -274,14 +277,21 @@ void Dataplane::EncapsulateBatch(const uint32_t* buffers, const size_t* sizes, s
     h.sequence = sequencer_.Next(h.destination);
     sent_to_[static_cast<size_t>(it->second)].Add(sizes[i]);
     const absl::StatusOr<size_t> size =
-        net::SealOverlayHeader(h, packet, *key, absl::MakeSpan(BufferData(b), buffer_bytes_));
+        net::SealOverlayHeader(h, packet, key->id(), absl::MakeSpan(BufferData(b), buffer_bytes_));
     assert(size.ok());
     kept[m] = b;
     data[m] = BufferData(b);
     sealed[m++] = *size;
   }
   if (m == 0) return;
-  net::TagSealedOverlays(*key, data.data(), sealed.data(), m);
+  // End-to-end tags, side by side for each run of one destination (a super-packet's segments).
+  for (size_t j = 0; j < m;) {
+    size_t run = 1;
+    while (j + run < m && headers[j + run].destination == headers[j].destination) ++run;
+    net::TagSealedOverlays(key->peer(headers[j].destination)->end_to_end, &data[j], &sealed[j],
+                           run);
+    j += run;
+  }
   for (size_t j = 0; j < m; ++j) {
     counters_.encapsulated.Add();
     Route(kept[j], data[j], sealed[j], headers[j], /*transit=*/false, now);
@@ -303,6 +313,15 @@ void Dataplane::Route(uint32_t buffer, uint8_t* data, size_t size, const net::Ov
     DropBuffer(DropReason::kNoRoute, buffer);
     return;
   }
+  Port& port = *ports_[static_cast<size_t>(port_of_link_[static_cast<size_t>(link)])];
+  // The hop tag, for the neighbour it goes to, under the key epoch the ingress sealed with.
+  const net::OverlayKey* key = active_keys_ ? active_keys_->Find(net::OverlayKeyId(data)) : nullptr;
+  const net::OverlayPeerKeys* next =
+      key == nullptr ? nullptr : key->peer(static_cast<uint32_t>(port.config.neighbour));
+  if (next == nullptr) {
+    DropBuffer(DropReason::kNoKey, buffer);
+    return;
+  }
   if (transit) {
     const net::OverlayStatus s = net::ForwardOverlay(absl::MakeSpan(data, size));
     if (s != net::OverlayStatus::kOk) {
@@ -311,8 +330,8 @@ void Dataplane::Route(uint32_t buffer, uint8_t* data, size_t size, const net::Ov
     }
     counters_.forwarded.Add();
   }
-  Enqueue(*ports_[static_cast<size_t>(port_of_link_[static_cast<size_t>(link)])], data, size,
-          buffer);
+  net::SetOverlayHopTag(data, size, next->hop, static_cast<uint32_t>(port.config.neighbour));
+  Enqueue(port, data, size, buffer);
 }
 
 void Dataplane::Enqueue(Port& port, uint8_t* data, size_t size, uint32_t buffer) {

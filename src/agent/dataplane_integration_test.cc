@@ -513,11 +513,15 @@ INSTANTIATE_TEST_SUITE_P(Offload, TcpTest, ::testing::Bool(),
 
 // Datagrams to a data plane's port from outside the overlay (plain UDP, a wrong key) are
 // dropped and counted; forwarding goes on.
-// Adds key id 1, every byte `fill`, to `ring`.
-void AddKey(net::OverlayKeyRing& ring, uint8_t fill) {
+// Adds node `self`'s row of key id 1, whose secret is every byte `fill`, to `ring` (a
+// NamespaceLab's wire ids are its node ids).
+void AddKey(net::OverlayKeyRing& ring, uint8_t fill, NodeId self, size_t nodes) {
   net::OverlayKeyBytes k;
   k.fill(fill);
-  const absl::Status added = ring.Add(1, k);
+  std::vector<uint32_t> wire(nodes);
+  for (uint32_t n = 0; n < nodes; ++n) wire[n] = n;
+  const absl::Status added =
+      ring.Add(1, net::PairKeysFromSecret(k, wire, static_cast<uint32_t>(self)));
   if (!added.ok()) ADD_FAILURE() << added;
 }
 
@@ -548,23 +552,24 @@ TEST(DataplaneNamespaceTest, OutsidersAreDroppedAndCounted) {
   std::optional<net::UdpSocket> outsider = PlainSocketIn(lab, 0, "10.88.0.1");
   ASSERT_TRUE(outsider.has_value());
   const net::Ipv4Endpoint b_port{*net::ParseIpv4Address("10.88.0.2"), 7000};
-  const std::string plain = "GET / HTTP/1.0\r\n\r\n and some more bytes to pass the size check";
+  const std::string plain =
+      "GET / HTTP/1.0\r\n\r\n and some more bytes to pass the size check of the overlay";
   SendTo(*outsider,
          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(plain.data()), plain.size()), b_port);
   // A well-formed overlay datagram sealed with a key the overlay does not use.
   net::OverlayKeyRing wrong;
-  AddKey(wrong, 0x13);
+  AddKey(wrong, 0x13, 0, 2);
   net::OverlayHeader h;
   h.source = 0;
   h.destination = 1;
   std::vector<uint8_t> inner(60, 0x45);
   std::vector<uint8_t> forged(net::OverlayDatagramSize(inner.size()));
-  ASSERT_TRUE(net::SealOverlay(h, inner, *wrong.current(), absl::MakeSpan(forged)).ok());
+  ASSERT_TRUE(net::SealOverlay(h, inner, *wrong.current(), 1, absl::MakeSpan(forged)).ok());
   SendTo(*outsider, forged, b_port);
   ASSERT_TRUE(WaitFor(
       [&] {
         const DataplaneCounters c = lab.dp(1).counters();
-        return c.dropped(DropReason::kBadVersion) == 1 && c.dropped(DropReason::kBadTag) == 1;
+        return c.dropped(DropReason::kBadVersion) == 1 && c.dropped(DropReason::kBadHopTag) == 1;
       },
       std::chrono::seconds(10)));
   EXPECT_EQ(lab.dp(1).counters().delivered, 0u);
@@ -603,11 +608,11 @@ TEST(DataplaneNamespaceTest, FloodedLinkStaysUpAndAnswersProbes) {
     flooders.push_back(PlainSocketIn(lab, 0, "10.88.0.1", 8 << 20));
     ASSERT_TRUE(flooders.back().has_value());
   }
-  // Messages of 4 datagrams of 1,400 bytes (GSO), sealed with the overlay's key (0x42), from B's
-  // view on the way to A (B forwards them back over the link; A drops their non-IP payload after
-  // checking the tag).
+  // Messages of 4 datagrams of 1,400 bytes (GSO) with A's hop tag for B under the overlay's
+  // key (0x42), addressed to A: B checks the hop tag and forwards them back over the link; A
+  // refuses them (they claim to come from A itself, and it shares no key with itself).
   net::OverlayKeyRing keys;
-  AddKey(keys, 0x42);
+  AddKey(keys, 0x42, 0, 2);
   net::OverlayHeader h;
   h.source = 0;
   h.destination = 0;
@@ -617,9 +622,9 @@ TEST(DataplaneNamespaceTest, FloodedLinkStaysUpAndAnswersProbes) {
   const std::vector<uint8_t> inner(kDatagram - net::kOverlayOverheadBytes, 0);
   std::vector<uint8_t> message(kDatagram * kPerMessage);
   for (size_t i = 0; i < kPerMessage; ++i) {
-    ASSERT_TRUE(net::SealOverlay(h, inner, *keys.current(),
-                                 absl::MakeSpan(message).subspan(i * kDatagram, kDatagram))
-                    .ok());
+    const absl::Span<uint8_t> d = absl::MakeSpan(message).subspan(i * kDatagram, kDatagram);
+    ASSERT_TRUE(net::SealOverlayHeader(h, inner, 1, d).ok());
+    net::SetOverlayHopTag(d.data(), d.size(), keys.current()->peer(1)->hop, 1);
   }
   const net::Ipv4Endpoint b_port{*net::ParseIpv4Address("10.88.0.2"), 7000};
 

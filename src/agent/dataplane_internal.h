@@ -41,10 +41,11 @@ inline Time ReadClock(clockid_t id) {
 
 inline Time SteadyNow() { return ReadClock(CLOCK_MONOTONIC); }
 
-// The key ring of `keys`: ids distinct, exactly one active. Errors: InvalidArgument naming
-// the rule broken.
+// The key ring of `keys` for node config.node, by NodeId (config.wire_ids): ids distinct,
+// exactly one active. Pair keys of wire ids the config does not know are left out. Errors:
+// InvalidArgument naming the rule broken.
 absl::StatusOr<std::shared_ptr<const net::OverlayKeyRing>> BuildKeyRing(
-    const std::vector<KeyUpdate>& keys);
+    const std::vector<KeyUpdate>& keys, const DataplaneConfig& config);
 
 // Ports ---------------------------------------------------------------------------------------
 

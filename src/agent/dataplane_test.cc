@@ -43,6 +43,14 @@ net::OverlayKeyBytes TestKey(uint8_t fill) {
   return k;
 }
 
+// Node `self`'s row of the epoch whose secret is TestKey(fill), in a lab of up to 16 nodes
+// whose wire ids are their node ids (what a data plane without wire_ids derives).
+std::vector<net::OverlayPairKey> TestRow(uint8_t fill, NodeId self) {
+  std::vector<uint32_t> wire(16);
+  for (uint32_t i = 0; i < wire.size(); ++i) wire[i] = i;
+  return net::PairKeysFromSecret(TestKey(fill), wire, static_cast<uint32_t>(self));
+}
+
 // Pure pieces ---------------------------------------------------------------------------------
 
 TEST(DropReasonTest, EveryReasonHasADistinctName) {
@@ -198,11 +206,15 @@ struct LoopbackLab {
 // take turns (two at once once sent a datagram with another's length: EMSGSIZE in CI).
 class FakePeer {
  public:
-  FakePeer(const net::Ipv4Endpoint& local, uint8_t key_fill = 7, uint32_t key_id = 1) {
+  // Node `self` on its link to the data plane's node `neighbour`, holding its row of the epoch
+  // `key_id` whose secret is TestKey(key_fill) (wire ids are node ids).
+  FakePeer(const net::Ipv4Endpoint& local, NodeId self, NodeId neighbour, uint8_t key_fill = 7,
+           uint32_t key_id = 1)
+      : self_(static_cast<uint32_t>(self)), neighbour_(static_cast<uint32_t>(neighbour)) {
     absl::StatusOr<net::UdpSocket> s = net::UdpSocket::Bind(local);
     EXPECT_TRUE(s.ok()) << s.status();
     if (s.ok()) socket_.emplace(std::move(*s));
-    EXPECT_TRUE(keys_.Add(key_id, TestKey(key_fill)).ok());
+    EXPECT_TRUE(keys_.Add(key_id, TestRow(key_fill, self)).ok());
   }
   void SendRaw(absl::Span<const uint8_t> bytes, const net::Ipv4Endpoint& to) {
     std::lock_guard<std::mutex> lock(send_mu_);
@@ -213,9 +225,22 @@ class FakePeer {
   }
   std::vector<uint8_t> Seal(const net::OverlayHeader& h, absl::Span<const uint8_t> payload) {
     std::vector<uint8_t> out(net::OverlayDatagramSize(payload.size()));
-    absl::StatusOr<size_t> n = net::SealOverlay(h, payload, *keys_.current(), absl::MakeSpan(out));
+    absl::StatusOr<size_t> n =
+        net::SealOverlay(h, payload, *keys_.current(), neighbour_, absl::MakeSpan(out));
     EXPECT_TRUE(n.ok()) << n.status();
     return out;
+  }
+  // A datagram with only its hop tag right (for one no end-to-end key exists).
+  std::vector<uint8_t> SealHopOnly(const net::OverlayHeader& h, absl::Span<const uint8_t> payload) {
+    std::vector<uint8_t> out(net::OverlayDatagramSize(payload.size()));
+    EXPECT_TRUE(net::SealOverlayHeader(h, payload, keys_.current()->id(), absl::MakeSpan(out)).ok());
+    net::SetOverlayHopTag(out.data(), out.size(), keys_.current()->peer(neighbour_)->hop,
+                          neighbour_);
+    return out;
+  }
+  // Checks a datagram from the data plane's node.
+  net::OverlayStatus Parse(absl::Span<const uint8_t> datagram, net::OverlayPacket* p) const {
+    return net::ParseOverlay(datagram, keys_, self_, neighbour_, p);
   }
   // The next datagram that arrives within `timeout`, or empty.
   std::vector<uint8_t> Receive(std::chrono::milliseconds timeout) {
@@ -231,6 +256,7 @@ class FakePeer {
   const net::OverlayKeyRing& keys() const { return keys_; }
 
  private:
+  uint32_t self_, neighbour_;
   std::optional<net::UdpSocket> socket_;
   net::OverlayKeyRing keys_;
   std::mutex send_mu_;
@@ -493,22 +519,25 @@ class TransitTest : public ::testing::Test {
 
   LoopbackLab lab_ = MakeLab();
   std::unique_ptr<Dataplane> dp_;
-  FakePeer from_{lab_.End(0, 1)};
-  FakePeer to_{lab_.End(2, 1)};
+  FakePeer from_{lab_.End(0, 1), 0, 1};
+  FakePeer to_{lab_.End(2, 1), 2, 1};
   const net::Ipv4Endpoint dp_in_ = lab_.End(1, 0);
 };
 
-TEST_F(TransitTest, ForwardsWithHopLimitDecrementedAndTheIngressTag) {
+TEST_F(TransitTest, ForwardsWithHopLimitDecrementedAndTheIngressEndToEndTag) {
   const std::vector<uint8_t> inner = UdpPacket("10.77.0.3", 9000, 64);
   const std::vector<uint8_t> sent = from_.Seal(DataHeader(0, 2, 5), inner);
   from_.SendRaw(sent, dp_in_);
   const std::vector<uint8_t> got = to_.Receive(std::chrono::seconds(20));
   ASSERT_FALSE(got.empty());
-  // Byte for byte what the ingress sealed, but for the hop limit (byte 0): no second tag.
+  // Byte for byte what the ingress sealed, but for the hop limit (byte 0) and the hop tag (the
+  // last 16 bytes), which the transit node wrote for the next hop.
   ASSERT_EQ(got.size(), sent.size());
-  EXPECT_TRUE(std::equal(got.begin() + 1, got.end(), sent.begin() + 1));
+  EXPECT_TRUE(std::equal(got.begin() + 1, got.end() - net::kOverlayTagBytes, sent.begin() + 1));
+  EXPECT_FALSE(std::equal(got.end() - net::kOverlayTagBytes, got.end(),
+                          sent.end() - net::kOverlayTagBytes));
   net::OverlayPacket p;
-  ASSERT_EQ(net::ParseOverlay(got, to_.keys(), &p), net::OverlayStatus::kOk);
+  ASSERT_EQ(to_.Parse(got, &p), net::OverlayStatus::kOk);
   EXPECT_EQ(p.header.type, net::OverlayType::kData);
   EXPECT_EQ(p.header.hop_limit, 4);
   EXPECT_EQ(p.header.source, 0u);
@@ -529,7 +558,7 @@ TEST_F(TransitTest, DropsAndCountsWhatItCannotForward) {
   ASSERT_TRUE(WaitDropped(DropReason::kHopLimitExhausted, 1));
   from_.SendRaw(from_.Seal(DataHeader(0, 3, 9), inner), dp_in_);  // no row toward 3
   ASSERT_TRUE(WaitDropped(DropReason::kNoRoute, 1));
-  from_.SendRaw(from_.Seal(DataHeader(0, 77, 9), inner), dp_in_);  // no such node
+  from_.SendRaw(from_.SealHopOnly(DataHeader(0, 77, 9), inner), dp_in_);  // no such node
   ASSERT_TRUE(WaitDropped(DropReason::kNoRoute, 2));
   from_.SendRaw(from_.Seal(DataHeader(0, 1, 9), inner), dp_in_);  // for node 1, which has no TUN
   ASSERT_TRUE(WaitDropped(DropReason::kNoTun, 1));
@@ -549,29 +578,40 @@ TEST_F(TransitTest, DropsAndCountsMalformedAndUnauthenticatedDatagrams) {
   std::vector<uint8_t> junk(200, 0x5a);
   from_.SendRaw(junk, dp_in_);
   ASSERT_TRUE(WaitDropped(DropReason::kBadVersion, 1));
-  // Sealed with another key under the same id: a forgery.
-  FakePeer forger(net::Ipv4Endpoint{lab_.Underlay(0), 0}, /*key_fill=*/99);
+  // Sealed with another epoch secret under the same id: a forgery, refused at the hop.
+  FakePeer forger(net::Ipv4Endpoint{lab_.Underlay(0), 0}, 0, 1, /*key_fill=*/99);
   forger.SendRaw(forger.Seal(DataHeader(0, 2, 9), inner), dp_in_);
-  ASSERT_TRUE(WaitDropped(DropReason::kBadTag, 1));
+  ASSERT_TRUE(WaitDropped(DropReason::kBadHopTag, 1));
   // A key id nobody holds.
-  FakePeer stranger(net::Ipv4Endpoint{lab_.Underlay(0), 0}, 7, /*key_id=*/42);
+  FakePeer stranger(net::Ipv4Endpoint{lab_.Underlay(0), 0}, 0, 1, 7, /*key_id=*/42);
   stranger.SendRaw(stranger.Seal(DataHeader(0, 2, 9), inner), dp_in_);
   ASSERT_TRUE(WaitDropped(DropReason::kUnknownKeyId, 1));
-  // A genuine datagram with one bit flipped in the payload.
+  // A genuine datagram with one bit flipped in the header: the hop tag covers it.
   std::vector<uint8_t> flipped = from_.Seal(DataHeader(0, 2, 9), inner);
+  flipped[16] ^= 1;
+  from_.SendRaw(flipped, dp_in_);
+  ASSERT_TRUE(WaitDropped(DropReason::kBadHopTag, 2));
+  // One bit flipped in the payload: not the transit node's to see (it has no key for 0 and 2);
+  // it is carried on, and node 2 refuses it.
+  flipped = from_.Seal(DataHeader(0, 2, 9), inner);
   flipped[net::kOverlayHeaderBytes + 30] ^= 1;
   from_.SendRaw(flipped, dp_in_);
-  ASSERT_TRUE(WaitDropped(DropReason::kBadTag, 2));
+  const std::vector<uint8_t> carried = to_.Receive(std::chrono::seconds(20));
+  net::OverlayPacket dummy;
+  EXPECT_EQ(to_.Parse(carried, &dummy), net::OverlayStatus::kBadTag);
+  // Node 0 claims to send node 1 data as node 2: node 1 refuses it end to end.
+  from_.SendRaw(from_.Seal(DataHeader(2, 1, 9), inner), dp_in_);
+  ASSERT_TRUE(WaitDropped(DropReason::kBadTag, 1));
   // A datagram whose length field lies.
   std::vector<uint8_t> short_len = from_.Seal(DataHeader(0, 2, 9), inner);
   short_len.pop_back();
   from_.SendRaw(short_len, dp_in_);
   ASSERT_TRUE(WaitDropped(DropReason::kBadLength, 1));
-  // A probe that claims to come from node 2 over the link to node 0.
+  // A probe over the link from node 0 addressed to node 2 (a probe goes one hop).
   net::OverlayHeader probe;
   probe.type = net::OverlayType::kProbe;
-  probe.source = 2;
-  probe.destination = 1;
+  probe.source = 0;
+  probe.destination = 2;
   probe.hop_limit = 1;
   from_.SendRaw(from_.Seal(probe, net::EncodeProbe(net::ProbeBody{1, Time(5)})), dp_in_);
   ASSERT_TRUE(WaitDropped(DropReason::kBadProbe, 1));
@@ -579,8 +619,8 @@ TEST_F(TransitTest, DropsAndCountsMalformedAndUnauthenticatedDatagrams) {
   from_.SendRaw(from_.Seal(DataHeader(0, 2, 5), inner), dp_in_);
   EXPECT_FALSE(to_.Receive(std::chrono::seconds(20)).empty());
   const DataplaneCounters c = dp_->counters();
-  EXPECT_EQ(c.forwarded, 1u);
-  EXPECT_EQ(c.total_dropped(), 7u);
+  EXPECT_EQ(c.forwarded, 2u);  // and the one with the flipped payload bit
+  EXPECT_EQ(c.total_dropped(), 8u);
 }
 
 TEST_F(TransitTest, AnswersProbesWithFourTimestamps) {
@@ -593,7 +633,7 @@ TEST_F(TransitTest, AnswersProbesWithFourTimestamps) {
   const std::vector<uint8_t> got = from_.Receive(std::chrono::seconds(20));
   ASSERT_FALSE(got.empty());
   net::OverlayPacket p;
-  ASSERT_EQ(net::ParseOverlay(got, from_.keys(), &p), net::OverlayStatus::kOk);
+  ASSERT_EQ(from_.Parse(got, &p), net::OverlayStatus::kOk);
   EXPECT_EQ(p.header.type, net::OverlayType::kProbeReply);
   EXPECT_EQ(p.header.source, 1u);
   EXPECT_EQ(p.header.destination, 0u);
@@ -624,7 +664,7 @@ TEST_F(TransitTest, WhatIsAddressedToItCountsOnceAndTransitIsLeftToTheDestinatio
   EXPECT_EQ(dp_->counters().probe_replies_sent, 1u);
   // The reply carries the data plane's own sequence number, counted from its start time.
   net::OverlayPacket p;
-  ASSERT_EQ(net::ParseOverlay(reply, from_.keys(), &p), net::OverlayStatus::kOk);
+  ASSERT_EQ(from_.Parse(reply, &p), net::OverlayStatus::kOk);
   EXPECT_GE(p.header.sequence, uint64_t{1'600'000'000'000} << 20);
   // A newer number from the same source is taken; so is one a little older, not seen yet.
   probe.sequence = 80;
@@ -649,7 +689,7 @@ TEST_F(TransitTest, KeyRotation) {
   // The new key (id 2) is accepted alongside the old one; the data plane seals with it.
   ASSERT_TRUE(dp_->SetKeys({KeyUpdate{1, TestKey(7), false}, KeyUpdate{2, TestKey(8), true}}).ok());
   // Picked up before the data plane's next batch: the first packet sealed with 2 passes.
-  FakePeer rotated(net::Ipv4Endpoint{lab_.Underlay(0), 0}, 8, 2);
+  FakePeer rotated(net::Ipv4Endpoint{lab_.Underlay(0), 0}, 0, 1, 8, 2);
   rotated.SendRaw(rotated.Seal(DataHeader(0, 2, 5), inner), dp_in_);
   ASSERT_FALSE(to_.Receive(std::chrono::seconds(20)).empty());
   from_.SendRaw(from_.Seal(DataHeader(0, 2, 5), inner), dp_in_);  // the old key still passes
@@ -659,8 +699,8 @@ TEST_F(TransitTest, KeyRotation) {
   // next hop accepts until key 1 is retired everywhere.
   net::OverlayPacket p;
   net::OverlayKeyRing old_only;
-  ASSERT_TRUE(old_only.Add(1, TestKey(7)).ok());
-  EXPECT_EQ(net::ParseOverlay(got, old_only, &p), net::OverlayStatus::kOk);
+  ASSERT_TRUE(old_only.Add(1, TestRow(7, 2)).ok());
+  EXPECT_EQ(net::ParseOverlay(got, old_only, 2, 1, &p), net::OverlayStatus::kOk);
   EXPECT_EQ(p.key_id, 1u);
   EXPECT_EQ(Dropped(DropReason::kUnknownKeyId), 0u);
   // Once key 1 is withdrawn, its packets are refused.
@@ -694,14 +734,14 @@ TEST_F(TransitTest, ChecksEveryDatagramOfAGroBatch) {
     inner.back() = static_cast<uint8_t>(i);
     datagrams.push_back(from_.Seal(DataHeader(0, 2, i == 12 ? 1 : 9), inner));
   }
-  datagrams[7][30] ^= 1;  // corrupt: the tag no longer matches
+  datagrams[7][30] ^= 1;  // corrupt: the hop tag no longer matches
   SendGso(lab_.End(0, 1), datagrams, dp_in_);
   for (int i = 0; i < kCount; ++i) {
     if (i == 7 || i == 12) continue;
     const std::vector<uint8_t> got = to_.Receive(std::chrono::seconds(20));
     ASSERT_FALSE(got.empty()) << "datagram " << i;
     net::OverlayPacket p;
-    ASSERT_EQ(net::ParseOverlay(got, to_.keys(), &p), net::OverlayStatus::kOk) << i;
+    ASSERT_EQ(to_.Parse(got, &p), net::OverlayStatus::kOk) << i;
     EXPECT_EQ(p.header.hop_limit, 8);
     EXPECT_EQ(p.payload.back(), static_cast<uint8_t>(i));
   }
@@ -711,7 +751,7 @@ TEST_F(TransitTest, ChecksEveryDatagramOfAGroBatch) {
   EXPECT_EQ(c.received, static_cast<uint64_t>(kCount));
   EXPECT_EQ(c.gro_slots, 1u);
   EXPECT_EQ(c.forwarded, static_cast<uint64_t>(kCount - 2));
-  EXPECT_EQ(c.dropped(DropReason::kBadTag), 1u);
+  EXPECT_EQ(c.dropped(DropReason::kBadHopTag), 1u);
   EXPECT_EQ(c.dropped(DropReason::kHopLimitExhausted), 1u);
   EXPECT_EQ(c.total_dropped(), 2u);
 }
@@ -740,7 +780,7 @@ TEST_P(BurstTest, ForwardsInOrderWithSizesIntact) {
   std::unique_ptr<Dataplane> dp = MustCreate(c);
   ASSERT_NE(dp, nullptr);
   dp->InstallTables(Routes(3, {{2, lab.cables[1].ab}}));
-  FakePeer from(lab.End(0, 1)), to(lab.End(2, 1));
+  FakePeer from(lab.End(0, 1), 0, 1), to(lab.End(2, 1), 2, 1);
   // 40 of 200 bytes, one of 100 (ends a GSO run), 30 of 300, one of 400, 28 of 300.
   std::vector<size_t> sizes;
   sizes.insert(sizes.end(), 40, 200);
@@ -758,7 +798,7 @@ TEST_P(BurstTest, ForwardsInOrderWithSizesIntact) {
     const std::vector<uint8_t> got = to.Receive(std::chrono::seconds(20));
     ASSERT_FALSE(got.empty()) << "datagram " << i;
     net::OverlayPacket p;
-    ASSERT_EQ(net::ParseOverlay(got, to.keys(), &p), net::OverlayStatus::kOk) << i;
+    ASSERT_EQ(to.Parse(got, &p), net::OverlayStatus::kOk) << i;
     ASSERT_EQ(p.payload.size(), net::kIpv4HeaderBytes + net::kUdpHeaderBytes + sizes[i]) << i;
     EXPECT_EQ(p.payload.back(), static_cast<uint8_t>(i));
   }
@@ -788,7 +828,7 @@ TEST(DataplaneLoopbackTest, NothingMovesUntilKeysArrive) {
   std::unique_ptr<Dataplane> dp = MustCreate(c);
   ASSERT_NE(dp, nullptr);
   ASSERT_TRUE(dp->Start().ok());
-  FakePeer peer(lab.End(1, 0));
+  FakePeer peer(lab.End(1, 0), 1, 0);
   peer.SendRaw(peer.Seal(DataHeader(1, 0, 5), UdpPacket("10.77.0.1", 1, 8)), lab.End(0, 1));
   ASSERT_TRUE(WaitFor([&] { return dp->counters().dropped(DropReason::kUnknownKeyId) == 1; },
                       std::chrono::seconds(20)));
@@ -798,7 +838,7 @@ TEST(DataplaneLoopbackTest, NothingMovesUntilKeysArrive) {
   const std::vector<uint8_t> got = peer.Receive(std::chrono::seconds(20));
   ASSERT_FALSE(got.empty());
   net::OverlayPacket p;
-  ASSERT_EQ(net::ParseOverlay(got, peer.keys(), &p), net::OverlayStatus::kOk);
+  ASSERT_EQ(peer.Parse(got, &p), net::OverlayStatus::kOk);
   EXPECT_EQ(p.header.type, net::OverlayType::kProbe);
   // The fake never answers: after three intervals the link is down.
   ASSERT_TRUE(
@@ -822,7 +862,7 @@ TEST(DataplaneLoopbackTest, LoopingTablesEndByHopLimit) {
   dps[0]->InstallTables(Routes(4, {{3, lab.cables[1].ab}}));  // 1 -> 2
   dps[1]->InstallTables(Routes(4, {{3, lab.cables[1].ba}}));  // 2 -> 1
   for (auto& dp : dps) ASSERT_TRUE(dp->Start().ok());
-  FakePeer a(lab.End(0, 1));
+  FakePeer a(lab.End(0, 1), 0, 1);
   constexpr uint8_t kHopLimit = 16;
   a.SendRaw(a.Seal(DataHeader(0, 3, kHopLimit), UdpPacket("10.77.0.4", 1, 100)), lab.End(1, 0));
   const auto hop_drops = [&] {
@@ -858,14 +898,14 @@ TEST(DataplaneLoopbackTest, DeadNextHopIsSkipped) {
     rows[3] = {NextHop{lab.cables[1].ab, 0.999}, NextHop{lab.cables[2].ab, 0.001}};
   }
   dp->InstallTables(t);
-  FakePeer from(lab.End(0, 1)), via2(lab.End(2, 1)), via3(lab.End(3, 1));
+  FakePeer from(lab.End(0, 1), 0, 1), via2(lab.End(2, 1), 2, 1), via3(lab.End(3, 1), 3, 1);
   std::atomic<bool> answering{true};
   // Fakes 0 and 3 answer probes; fake 2 stops answering at the test's command.
   const auto answer = [&](FakePeer& f, NodeId self) {
     const std::vector<uint8_t> got = f.Receive(std::chrono::milliseconds(2));
     if (got.empty()) return std::vector<uint8_t>();
     net::OverlayPacket p;
-    if (net::ParseOverlay(got, f.keys(), &p) != net::OverlayStatus::kOk) return got;
+    if (f.Parse(got, &p) != net::OverlayStatus::kOk) return got;
     if (p.header.type != net::OverlayType::kProbe) return got;
     if (self == 2 && !answering.load()) return std::vector<uint8_t>();
     absl::StatusOr<net::ProbeBody> b = net::DecodeProbe(p.payload);

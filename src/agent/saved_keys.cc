@@ -14,7 +14,8 @@ namespace dar::agent {
 namespace {
 
 constexpr char kFormat[] = "dar-agent-keys/1";
-constexpr size_t kMaxFileBytes = size_t{64} * 1024;
+// Two rows of pair keys for a cluster of many thousand nodes.
+constexpr size_t kMaxFileBytes = size_t{16} << 20;
 
 std::string KeysPath(const std::string& state_dir) {
   return (std::filesystem::path(state_dir) / kKeysFileName).string();
@@ -26,15 +27,29 @@ absl::StatusOr<std::vector<KeyUpdate>> ToKeyUpdates(
     const google::protobuf::RepeatedPtrField<v1::OverlayKey>& keys) {
   std::vector<KeyUpdate> out;
   for (const v1::OverlayKey& k : keys) {
-    if (k.key().size() != net::kOverlayKeyBytes) {
-      return absl::InvalidArgumentError(fmt::format("key {} has {} bytes, not {}", k.key_id(),
-                                                    k.key().size(), net::kOverlayKeyBytes));
-    }
     KeyUpdate u;
     u.id = k.key_id();
     u.active = k.active();
-    std::copy(k.key().begin(), k.key().end(), u.key.begin());
-    out.push_back(u);
+    if (k.peers().empty()) {
+      if (k.key().size() != net::kOverlayKeyBytes) {
+        return absl::InvalidArgumentError(fmt::format("key {} has {} bytes, not {}", k.key_id(),
+                                                      k.key().size(), net::kOverlayKeyBytes));
+      }
+      std::copy(k.key().begin(), k.key().end(), u.key.begin());
+    } else {
+      u.peers.reserve(static_cast<size_t>(k.peers_size()));
+      for (const v1::PeerKey& p : k.peers()) {
+        if (p.key().size() != net::kOverlayKeyBytes) {
+          return absl::InvalidArgumentError(
+              fmt::format("key {}: the key for node {} has {} bytes, not {}", k.key_id(),
+                          p.node_id(), p.key().size(), net::kOverlayKeyBytes));
+        }
+        PeerKey& peer = u.peers.emplace_back();
+        peer.node_id = p.node_id();
+        std::copy(p.key().begin(), p.key().end(), peer.key.begin());
+      }
+    }
+    out.push_back(std::move(u));
   }
   return out;
 }

@@ -1,11 +1,13 @@
-// The data-plane keys an agent was handed last, kept on disk next to its last good table, so
-// that a restarted agent seals and checks packets with the cluster's current keys before it
-// reaches the controller. Without them it would start on the initial key of its config file,
-// which the first rotation retires: after a rotation, an agent restarted while the controller
-// is down would refuse its neighbours' packets and they its own.
+// The data-plane keys an agent was handed last (its row of pair keys for each epoch), kept on
+// disk next to its last good table, so that a restarted agent seals and checks packets with
+// the cluster's current keys before it reaches the controller. Without them it would start on
+// the bootstrap key of its config file, which the controller rotates away at its start: an
+// agent restarted while the controller is down would refuse its neighbours' packets and they
+// its own.
 //
-// <state_dir>/overlay-keys.json: {"format": "dar-agent-keys/1", "keys": [{"id", "key" (64 hex
-// digits), "active"}]} (security::KeysToJson), mode 0600 like a TLS key, replaced atomically.
+// <state_dir>/overlay-keys.json: {"format": "dar-agent-keys/1", "keys": [{"id", "peers":
+// [{"node", "key" (64 hex digits)}], "active"}]} (security::KeysToJson), mode 0600 like a TLS
+// key, replaced atomically.
 #ifndef DAR_AGENT_SAVED_KEYS_H_
 #define DAR_AGENT_SAVED_KEYS_H_
 
@@ -24,7 +26,7 @@ namespace dar::agent {
 inline constexpr char kKeysFileName[] = "overlay-keys.json";
 
 // The controller's keys as the data plane takes them. InvalidArgument for a key that is not
-// 32 bytes ("key 7 has 5 bytes, not 32").
+// 32 bytes ("key 7 has 5 bytes, not 32", "key 7: the key for node 3 has 5 bytes, not 32").
 absl::StatusOr<std::vector<KeyUpdate>> ToKeyUpdates(
     const google::protobuf::RepeatedPtrField<v1::OverlayKey>& keys);
 

@@ -266,6 +266,8 @@ class ControllerCore {
   // After the key ring changed: rebuilds the agents' config, records a "keys" event saying
   // `why`, and returns the push for every connected agent.
   ConfigPush KeysChangedLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The configuration every agent is sent. Its keys are the epochs' secrets, which never leave
+  // the controller: AgentSession sends each agent its own row of pair keys instead.
   std::shared_ptr<const v1::AgentConfig> BuildAgentConfigLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::shared_ptr<AgentLink>> ConnectedLinksLocked() const

@@ -140,7 +140,13 @@ TEST_F(ControllerGrpcTest, AgentGetsConfigAndFullTableThenDeltasAfterAcks) {
   size_t cursor = 0;
   std::optional<v1::ControllerMessage> config = agent->WaitFor(IsConfig, &cursor);
   ASSERT_TRUE(config.has_value());
-  EXPECT_EQ(config->config().keys(0).key().size(), 32u);
+  // Its own row of pair keys, one for each other node; never the epoch's secret.
+  EXPECT_TRUE(config->config().keys(0).key().empty());
+  ASSERT_EQ(config->config().keys(0).peers_size(), 3);
+  for (const v1::PeerKey& p : config->config().keys(0).peers()) {
+    EXPECT_NE(p.node_id(), 1u);
+    EXPECT_EQ(p.key().size(), 32u);
+  }
   EXPECT_EQ(config->config().nodes_size(), 4);
   std::optional<v1::ControllerMessage> full = agent->WaitFor(IsTable, &cursor);
   ASSERT_TRUE(full.has_value());

@@ -1,5 +1,9 @@
 #include "control/controller_session.h"
 
+#include <vector>
+
+#include "security/key_ring.h"
+
 namespace dar::control {
 
 AgentSession::AgentSession(uint32_t wire_id, bool delta_tables, uint64_t installed_version,
@@ -22,7 +26,13 @@ void AgentSession::SetSnapshot(std::shared_ptr<const RouteSnapshot> snapshot) {
 
 bool AgentSession::Next(Time now, v1::ControllerMessage& out) {
   if (config_pending_) {
-    *out.mutable_config() = *config_;
+    // Each epoch's secret stays here: the agent gets its own row of pair keys.
+    v1::AgentConfig& c = *out.mutable_config();
+    c = *config_;
+    std::vector<uint32_t> nodes;
+    nodes.reserve(static_cast<size_t>(c.nodes_size()));
+    for (const v1::OverlayNode& n : c.nodes()) nodes.push_back(n.node_id());
+    for (v1::OverlayKey& k : *c.mutable_keys()) k = security::RowFor(k, wire_id_, nodes);
     config_pending_ = false;
     return true;
   }

@@ -35,7 +35,8 @@ class AgentSession {
   AgentSession(uint32_t wire_id, bool delta_tables, uint64_t installed_version,
                Duration ack_timeout);
 
-  // Configuration to send before anything else.
+  // Configuration to send before anything else. Its keys are the epochs' secrets: the agent is
+  // sent its own row of each (security::RowFor), never a secret.
   void SetConfig(std::shared_ptr<const v1::AgentConfig> config);
   // The newest snapshot; an older one than held already is ignored.
   void SetSnapshot(std::shared_ptr<const RouteSnapshot> snapshot);

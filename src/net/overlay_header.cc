@@ -19,7 +19,7 @@ constexpr size_t kHopLimitAt = 0;
 constexpr size_t kVersionAt = 1;
 constexpr size_t kTypeAt = kOverlayTypeOffset;
 constexpr size_t kClassAt = 3;
-// The tag covers the datagram from here (after the hop limit) to the tag.
+// The end-to-end tag covers the datagram from here (after the hop limit) to the tag.
 constexpr size_t kCoveredFrom = 1;
 constexpr size_t kKeyIdAt = 4;
 constexpr size_t kSourceAt = 8;
@@ -29,13 +29,32 @@ constexpr size_t kLengthAt = 20;
 constexpr size_t kReservedAt = 22;
 constexpr size_t kSequenceAt = 24;
 
-// crypto_kdf context: which subkey of the cluster key the tag uses (8 bytes, no NUL needed).
+// crypto_kdf context: which subkeys of a pair key the tags use (8 bytes, no NUL needed).
 constexpr char kKdfContext[crypto_kdf_CONTEXTBYTES] = {'D', 'A', 'R', 'o', 'v', 'l', 'a', 'y'};
-constexpr uint64_t kKdfSubkeyTag = 1;
+constexpr uint64_t kKdfSubkeyEndToEnd = 1;
+constexpr uint64_t kKdfSubkeyHop = 2;
+// What DerivePairKey hashes before the two ids.
+constexpr char kPairLabel[8] = {'D', 'A', 'R', ' ', 'p', 'a', 'i', 'r'};
+
+// Where a datagram of `size` bytes has its tags.
+constexpr size_t EndToEndTagAt(size_t size) { return size - 2 * kOverlayTagBytes; }
+constexpr size_t HopTagAt(size_t size) { return size - kOverlayTagBytes; }
+// What the hop tag covers: the header, the end-to-end tag and the receiver's id.
+constexpr size_t kHopCoveredBytes = kOverlayHeaderBytes + kOverlayTagBytes + 4;
+
+void MakeHopTag(const uint8_t* datagram, size_t size, const OverlayMacKey& hop, uint32_t receiver,
+                uint8_t* tag) {
+  uint8_t covered[kHopCoveredBytes];
+  std::memcpy(covered, datagram, kOverlayHeaderBytes);
+  std::memcpy(covered + kOverlayHeaderBytes, datagram + EndToEndTagAt(size), kOverlayTagBytes);
+  Store32(covered + kOverlayHeaderBytes + kOverlayTagBytes, receiver);
+  hop.MakeTag(covered, sizeof covered, tag);
+}
 
 static_assert(crypto_shorthash_siphashx24_BYTES == kOverlayTagBytes);
 static_assert(crypto_shorthash_siphashx24_KEYBYTES == 16);
 static_assert(crypto_kdf_KEYBYTES == kOverlayKeyBytes);
+static_assert(crypto_generichash_KEYBYTES_MAX >= kOverlayKeyBytes);
 
 bool KnownType(uint8_t t) {
   return t == static_cast<uint8_t>(OverlayType::kData) ||
@@ -73,6 +92,8 @@ std::string_view OverlayStatusName(OverlayStatus s) {
       return "bad_length";
     case OverlayStatus::kUnknownKeyId:
       return "unknown_key_id";
+    case OverlayStatus::kBadHopTag:
+      return "bad_hop_tag";
     case OverlayStatus::kBadTag:
       return "bad_tag";
     case OverlayStatus::kHopLimitExhausted:
@@ -85,11 +106,10 @@ std::string_view OverlayStatusName(OverlayStatus s) {
   return "?";
 }
 
-// OverlayKey and OverlayKeyRing
-// --------------------------------------------------------------------------------
+// OverlayMacKey, OverlayKeyRing, pair keys -------------------------------------------------
 
-void OverlayKey::MakeTag(const uint8_t* data, size_t n, uint8_t* tag) const {
-  crypto_shorthash_siphashx24(tag, data, n, mac_key_.data());
+void OverlayMacKey::MakeTag(const uint8_t* data, size_t n, uint8_t* tag) const {
+  crypto_shorthash_siphashx24(tag, data, n, key_.data());
 }
 
 // SipHash-2-4 with a 128-bit tag in L vector lanes: L messages of n bytes, one per lane. The
@@ -196,8 +216,8 @@ int SipHashLaneCount() {
 
 }  // namespace
 
-void OverlayKey::MakeTags(const uint8_t* const* data, size_t n, size_t count,
-                          uint8_t (*tags)[16]) const {
+void OverlayMacKey::MakeTags(const uint8_t* const* data, size_t n, size_t count,
+                             uint8_t (*tags)[16]) const {
   // Lanes pay for gathering each word from L messages and for the vector unit's start-up
   // (on some CPUs a lower clock for a while): worth it for MTU-size datagrams, not for short
   // ones (forwarding 100-byte datagrams took more CPU with lanes in forwarder_bench).
@@ -205,35 +225,72 @@ void OverlayKey::MakeTags(const uint8_t* const* data, size_t n, size_t count,
   const int lanes = n >= kMinLaneBytes ? SipHashLaneCount() : 1;
   size_t i = 0;
   if (lanes == 8) {
-    for (; i + 8 <= count; i += 8) SipHash8(data + i, n, mac_key_.data(), tags + i);
+    for (; i + 8 <= count; i += 8) SipHash8(data + i, n, key_.data(), tags + i);
   }
   if (lanes >= 4) {
-    for (; i + 4 <= count; i += 4) SipHash4(data + i, n, mac_key_.data(), tags + i);
+    for (; i + 4 <= count; i += 4) SipHash4(data + i, n, key_.data(), tags + i);
   }
   for (; i < count; ++i) MakeTag(data[i], n, tags[i]);
 }
 
-OverlayKeyRing::~OverlayKeyRing() { sodium_memzero(keys_.data(), sizeof(keys_)); }
+OverlayKeyRing::~OverlayKeyRing() {
+  for (OverlayKey& k : keys_) Wipe(k);
+}
 
-absl::Status OverlayKeyRing::Add(uint32_t id, const OverlayKeyBytes& key) {
+void OverlayKeyRing::Wipe(OverlayKey& key) {
+  if (!key.peers_.empty()) {
+    sodium_memzero(key.peers_.data(), key.peers_.size() * sizeof(OverlayPeerKeys));
+  }
+  key.peers_.clear();
+  key.present_.clear();
+  key.id_ = 0;
+}
+
+absl::Status OverlayKeyRing::Add(uint32_t id, absl::Span<const OverlayPairKey> pair_keys) {
   if (absl::Status s = InitSodium(); !s.ok()) return s;
+  uint32_t nodes = 0;
+  for (const OverlayPairKey& k : pair_keys) {
+    if (k.node >= kMaxNodes) {
+      return absl::InvalidArgumentError(fmt::format(
+          "overlay key ring: key id {}: node index {} is beyond {}", id, k.node, kMaxNodes - 1));
+    }
+    nodes = std::max(nodes, k.node + 1);
+  }
+  OverlayKey made;
+  made.id_ = id;
+  made.peers_.resize(nodes);
+  made.present_.assign(nodes, 0);
+  for (const OverlayPairKey& k : pair_keys) {
+    if (made.present_[k.node]) {
+      Wipe(made);
+      return absl::InvalidArgumentError(
+          fmt::format("overlay key ring: key id {}: node index {} appears twice", id, k.node));
+    }
+    made.present_[k.node] = 1;
+    OverlayPeerKeys& peer = made.peers_[k.node];
+    if (crypto_kdf_derive_from_key(peer.end_to_end.key_.data(), peer.end_to_end.key_.size(),
+                                   kKdfSubkeyEndToEnd, kKdfContext, k.key.data()) != 0 ||
+        crypto_kdf_derive_from_key(peer.hop.key_.data(), peer.hop.key_.size(), kKdfSubkeyHop,
+                                   kKdfContext, k.key.data()) != 0) {
+      Wipe(made);
+      return absl::InternalError(
+          fmt::format("overlay key ring: key derivation failed for id {}", id));
+    }
+  }
   int slot = -1;
   for (int i = 0; i < count_; ++i) {
     if (keys_[i].id_ == id) slot = i;
   }
   if (slot < 0) {
     if (count_ == kMaxKeys) {
+      Wipe(made);
       return absl::ResourceExhaustedError(fmt::format(
           "overlay key ring: cannot add key id {}, already holding {} keys", id, kMaxKeys));
     }
     slot = count_++;
   }
-  keys_[slot].id_ = id;
-  if (crypto_kdf_derive_from_key(keys_[slot].mac_key_.data(), keys_[slot].mac_key_.size(),
-                                 kKdfSubkeyTag, kKdfContext, key.data()) != 0) {
-    return absl::InternalError(
-        fmt::format("overlay key ring: key derivation failed for id {}", id));
-  }
+  Wipe(keys_[slot]);
+  keys_[slot] = std::move(made);
   if (current_ < 0) current_ = slot;
   return absl::OkStatus();
 }
@@ -246,11 +303,12 @@ absl::Status OverlayKeyRing::Remove(uint32_t id) {
           "overlay key ring: key id {} is the current key; make another current first", id));
     }
     const int last = count_ - 1;
+    Wipe(keys_[i]);
     if (i != last) {
-      keys_[i] = keys_[last];
+      keys_[i] = std::move(keys_[last]);
       if (current_ == last) current_ = i;
     }
-    sodium_memzero(&keys_[last], sizeof(keys_[last]));
+    Wipe(keys_[last]);
     --count_;
     return absl::OkStatus();
   }
@@ -274,6 +332,30 @@ const OverlayKey* OverlayKeyRing::Find(uint32_t id) const {
   return nullptr;
 }
 
+OverlayKeyBytes DerivePairKey(const OverlayKeyBytes& secret, uint32_t wire_a, uint32_t wire_b) {
+  uint8_t message[sizeof kPairLabel + 8];
+  std::memcpy(message, kPairLabel, sizeof kPairLabel);
+  Store32(message + sizeof kPairLabel, std::min(wire_a, wire_b));
+  Store32(message + sizeof kPairLabel + 4, std::max(wire_a, wire_b));
+  OverlayKeyBytes key;
+  (void)InitSodium();
+  crypto_generichash(key.data(), key.size(), message, sizeof message, secret.data(),
+                     secret.size());
+  return key;
+}
+
+std::vector<OverlayPairKey> PairKeysFromSecret(const OverlayKeyBytes& secret,
+                                               absl::Span<const uint32_t> wire_ids,
+                                               uint32_t self) {
+  std::vector<OverlayPairKey> out;
+  out.reserve(wire_ids.size());
+  for (uint32_t j = 0; j < wire_ids.size(); ++j) {
+    if (j == self) continue;
+    out.push_back(OverlayPairKey{j, DerivePairKey(secret, wire_ids[self], wire_ids[j])});
+  }
+  return out;
+}
+
 OverlayKeyBytes GenerateOverlayKey() {
   OverlayKeyBytes key;
   (void)InitSodium();  // randombytes_buf works without it; initialising picks the fast paths
@@ -283,16 +365,33 @@ OverlayKeyBytes GenerateOverlayKey() {
 
 // Sealing and parsing --------------------------------------------------------------------------
 
+void SetOverlayHopTag(uint8_t* datagram, size_t size, const OverlayMacKey& hop,
+                      uint32_t receiver) {
+  MakeHopTag(datagram, size, hop, receiver, datagram + HopTagAt(size));
+}
+
+uint32_t OverlayKeyId(const uint8_t* datagram) { return Load32(datagram + kKeyIdAt); }
+
 absl::StatusOr<size_t> SealOverlay(const OverlayHeader& header, absl::Span<const uint8_t> payload,
-                                   const OverlayKey& key, absl::Span<uint8_t> out) {
-  ASSIGN_OR_RETURN(const size_t size, SealOverlayHeader(header, payload, key, out));
-  const size_t covered = size - kOverlayTagBytes;
-  key.MakeTag(out.data() + kCoveredFrom, covered - kCoveredFrom, out.data() + covered);
+                                   const OverlayKey& key, uint32_t next_hop,
+                                   absl::Span<uint8_t> out) {
+  const OverlayPeerKeys* destination = key.peer(header.destination);
+  const OverlayPeerKeys* hop = key.peer(next_hop);
+  if (destination == nullptr || hop == nullptr) {
+    return absl::FailedPreconditionError(
+        fmt::format("overlay seal: key id {} has no key for node {}", key.id(),
+                    destination == nullptr ? header.destination : next_hop));
+  }
+  ASSIGN_OR_RETURN(const size_t size, SealOverlayHeader(header, payload, key.id(), out));
+  uint8_t* p = out.data();
+  destination->end_to_end.MakeTag(p + kCoveredFrom, EndToEndTagAt(size) - kCoveredFrom,
+                                  p + EndToEndTagAt(size));
+  SetOverlayHopTag(p, size, hop->hop, next_hop);
   return size;
 }
 
-void TagSealedOverlays(const OverlayKey& key, uint8_t* const* datagrams, const size_t* sizes,
-                       size_t count) {
+void TagSealedOverlays(const OverlayMacKey& end_to_end, uint8_t* const* datagrams,
+                       const size_t* sizes, size_t count) {
   assert(count <= kOverlayParseBatch);
   bool done[kOverlayParseBatch] = {};
   const uint8_t* run_data[kOverlayParseBatch];
@@ -307,16 +406,16 @@ void TagSealedOverlays(const OverlayKey& key, uint8_t* const* datagrams, const s
       run_data[run] = datagrams[j] + kCoveredFrom;
       run_index[run++] = j;
     }
-    const size_t covered = sizes[i] - kOverlayTagBytes;
-    key.MakeTags(run_data, covered - kCoveredFrom, run, tags);
+    const size_t at = EndToEndTagAt(sizes[i]);
+    end_to_end.MakeTags(run_data, at - kCoveredFrom, run, tags);
     for (size_t r = 0; r < run; ++r) {
-      std::memcpy(datagrams[run_index[r]] + covered, tags[r], kOverlayTagBytes);
+      std::memcpy(datagrams[run_index[r]] + at, tags[r], kOverlayTagBytes);
     }
   }
 }
 
 absl::StatusOr<size_t> SealOverlayHeader(const OverlayHeader& header,
-                                         absl::Span<const uint8_t> payload, const OverlayKey& key,
+                                         absl::Span<const uint8_t> payload, uint32_t key_id,
                                          absl::Span<uint8_t> out) {
   if (payload.size() > kOverlayMaxPayload) {
     return absl::InvalidArgumentError(
@@ -348,7 +447,7 @@ absl::StatusOr<size_t> SealOverlayHeader(const OverlayHeader& header,
   p[kTypeAt] = static_cast<uint8_t>(header.type);
   p[kClassAt] = static_cast<uint8_t>(header.traffic_class);
   p[kHopLimitAt] = header.hop_limit;
-  Store32(p + kKeyIdAt, key.id());
+  Store32(p + kKeyIdAt, key_id);
   Store32(p + kSourceAt, header.source);
   Store32(p + kDestinationAt, header.destination);
   Store32(p + kFlowHashAt, header.flow_hash);
@@ -360,11 +459,14 @@ absl::StatusOr<size_t> SealOverlayHeader(const OverlayHeader& header,
 
 namespace {
 
-// ParseOverlay up to the tag: kOk and the key that must have made it, or why not.
-OverlayStatus CheckBeforeTag(absl::Span<const uint8_t> datagram, const OverlayKeyRing& keys,
-                             const OverlayKey** key) {
+// ParseOverlay up to the end-to-end tag: the structure, the key id, the hop tag (with the keys
+// shared with `from`) and the hop limit. kOk and, for a datagram addressed to `self`, the key
+// its end-to-end tag must have been made with (null for one in transit); or why not.
+OverlayStatus CheckHop(absl::Span<const uint8_t> datagram, const OverlayKeyRing& keys,
+                       uint32_t self, uint32_t from, const OverlayMacKey** end_to_end) {
   const uint8_t* p = datagram.data();
   const size_t n = datagram.size();
+  *end_to_end = nullptr;
   if (n < kOverlayOverheadBytes) return OverlayStatus::kTooShort;
   if (p[kVersionAt] != kOverlayVersion) return OverlayStatus::kBadVersion;
   const uint8_t type = p[kTypeAt];
@@ -377,18 +479,32 @@ OverlayStatus CheckBeforeTag(absl::Span<const uint8_t> datagram, const OverlayKe
   if (const size_t required = RequiredPayload(type); required != 0 && length != required) {
     return OverlayStatus::kBadLength;
   }
-  *key = keys.Find(Load32(p + kKeyIdAt));
-  return *key == nullptr ? OverlayStatus::kUnknownKeyId : OverlayStatus::kOk;
+  const OverlayKey* key = keys.Find(Load32(p + kKeyIdAt));
+  const OverlayPeerKeys* neighbour = key == nullptr ? nullptr : key->peer(from);
+  if (neighbour == nullptr) return OverlayStatus::kUnknownKeyId;
+  uint8_t tag[kOverlayTagBytes];
+  MakeHopTag(p, n, neighbour->hop, self, tag);
+  if (sodium_memcmp(tag, p + HopTagAt(n), kOverlayTagBytes) != 0) {
+    return OverlayStatus::kBadHopTag;
+  }
+  if (p[kHopLimitAt] == 0) return OverlayStatus::kHopLimitExhausted;
+  if (Load32(p + kDestinationAt) != self) return OverlayStatus::kOk;
+  const OverlayPeerKeys* source = key->peer(Load32(p + kSourceAt));
+  if (source == nullptr) return OverlayStatus::kUnknownKeyId;
+  *end_to_end = &source->end_to_end;
+  return OverlayStatus::kOk;
 }
 
-// ParseOverlay after the tag: compares it with `tag` (what the key makes of the datagram),
-// then the hop limit, and fills `*out`. REQUIRES: CheckBeforeTag returned kOk.
+// ParseOverlay after the end-to-end tag: compares it with `tag` (what the key makes of the
+// datagram; null for a datagram in transit, which is not compared) and fills `*out`.
+// REQUIRES: CheckHop returned kOk.
 OverlayStatus FinishParse(absl::Span<const uint8_t> datagram, const uint8_t* tag,
                           OverlayPacket* out) {
   const uint8_t* p = datagram.data();
-  const size_t covered = datagram.size() - kOverlayTagBytes;
-  if (sodium_memcmp(tag, p + covered, kOverlayTagBytes) != 0) return OverlayStatus::kBadTag;
-  if (p[kHopLimitAt] == 0) return OverlayStatus::kHopLimitExhausted;
+  const size_t at = EndToEndTagAt(datagram.size());
+  if (tag != nullptr && sodium_memcmp(tag, p + at, kOverlayTagBytes) != 0) {
+    return OverlayStatus::kBadTag;
+  }
   out->header.type = static_cast<OverlayType>(p[kTypeAt]);
   out->header.traffic_class = static_cast<TrafficClass>(p[kClassAt]);
   out->header.hop_limit = p[kHopLimitAt];
@@ -397,30 +513,30 @@ OverlayStatus FinishParse(absl::Span<const uint8_t> datagram, const uint8_t* tag
   out->header.flow_hash = Load32(p + kFlowHashAt);
   out->header.sequence = Load64(p + kSequenceAt);
   out->key_id = Load32(p + kKeyIdAt);
-  out->payload = datagram.subspan(kOverlayHeaderBytes, covered - kOverlayHeaderBytes);
+  out->payload = datagram.subspan(kOverlayHeaderBytes, at - kOverlayHeaderBytes);
   return OverlayStatus::kOk;
 }
 
 }  // namespace
 
 void ParseOverlayBatch(absl::Span<const absl::Span<const uint8_t>> datagrams,
-                       const OverlayKeyRing& keys, OverlayStatus* statuses,
-                       OverlayPacket* packets) {
+                       const OverlayKeyRing& keys, uint32_t self, uint32_t from,
+                       OverlayStatus* statuses, OverlayPacket* packets) {
   const size_t count = datagrams.size();
   assert(count <= kOverlayParseBatch);
-  const OverlayKey* key_of[kOverlayParseBatch];
+  const OverlayMacKey* key_of[kOverlayParseBatch];
   uint8_t tags[kOverlayParseBatch][kOverlayTagBytes];
   bool tagged[kOverlayParseBatch] = {};
   for (size_t i = 0; i < count; ++i) {
-    statuses[i] = CheckBeforeTag(datagrams[i], keys, &key_of[i]);
+    statuses[i] = CheckHop(datagrams[i], keys, self, from, &key_of[i]);
   }
-  // Runs of datagrams with the same key and length share one MakeTags call (in a GRO slot all
-  // but the last datagram have the same length).
+  // Runs of datagrams for this node with the same key and length share one MakeTags call (in
+  // a GRO slot all but the last datagram have the same length).
   const uint8_t* run_data[kOverlayParseBatch];
   uint8_t run_tags[kOverlayParseBatch][kOverlayTagBytes];
   size_t run_index[kOverlayParseBatch];
   for (size_t i = 0; i < count; ++i) {
-    if (statuses[i] != OverlayStatus::kOk || tagged[i]) continue;
+    if (statuses[i] != OverlayStatus::kOk || key_of[i] == nullptr || tagged[i]) continue;
     const size_t n = datagrams[i].size();
     size_t run = 0;
     for (size_t j = i; j < count; ++j) {
@@ -432,25 +548,27 @@ void ParseOverlayBatch(absl::Span<const absl::Span<const uint8_t>> datagrams,
       run_index[run++] = j;
       tagged[j] = true;
     }
-    key_of[i]->MakeTags(run_data, n - kOverlayTagBytes - kCoveredFrom, run, run_tags);
+    key_of[i]->MakeTags(run_data, EndToEndTagAt(n) - kCoveredFrom, run, run_tags);
     for (size_t r = 0; r < run; ++r) std::memcpy(tags[run_index[r]], run_tags[r], kOverlayTagBytes);
   }
   for (size_t i = 0; i < count; ++i) {
     if (statuses[i] == OverlayStatus::kOk) {
-      statuses[i] = FinishParse(datagrams[i], tags[i], &packets[i]);
+      statuses[i] = FinishParse(datagrams[i], tagged[i] ? tags[i] : nullptr, &packets[i]);
     }
   }
 }
 
 OverlayStatus ParseOverlay(absl::Span<const uint8_t> datagram, const OverlayKeyRing& keys,
-                           OverlayPacket* out) {
-  const OverlayKey* key = nullptr;
-  if (const OverlayStatus s = CheckBeforeTag(datagram, keys, &key); s != OverlayStatus::kOk) {
+                           uint32_t self, uint32_t from, OverlayPacket* out) {
+  const OverlayMacKey* key = nullptr;
+  if (const OverlayStatus s = CheckHop(datagram, keys, self, from, &key);
+      s != OverlayStatus::kOk) {
     return s;
   }
-  const size_t covered = datagram.size() - kOverlayTagBytes;
+  if (key == nullptr) return FinishParse(datagram, nullptr, out);
   uint8_t tag[kOverlayTagBytes];
-  key->MakeTag(datagram.data() + kCoveredFrom, covered - kCoveredFrom, tag);
+  key->MakeTag(datagram.data() + kCoveredFrom, EndToEndTagAt(datagram.size()) - kCoveredFrom,
+               tag);
   return FinishParse(datagram, tag, out);
 }
 

@@ -3,9 +3,9 @@
 //
 //    0        1        2        3
 //   +--------+--------+--------+--------+
-//   |hop lim.|version |  type  | class  |   version 3; type OverlayType; class TrafficClass
+//   |hop lim.|version |  type  | class  |   version 4; type OverlayType; class TrafficClass
 //   +--------+--------+--------+--------+
-//   |              key id               |   which cluster key made the tag (key rotation)
+//   |              key id               |   which key epoch made the tags (key rotation)
 //   |          source node id           |
 //   |        destination node id        |
 //   |             flow hash             |   FlowHash() of the inner packet at the ingress
@@ -16,30 +16,42 @@
 //   |          (64 bits)                |   (OverlayReplayGuard)
 //   +-----------------------------------+
 //   |  payload (payload length bytes)   |
-//   |  tag (16 bytes)                   |
+//   |  end-to-end tag (16 bytes)        |   source -> destination
+//   |  hop tag (16 bytes)               |   this hop -> the next
 //   +-----------------------------------+
 //
-// All integers are big-endian. The tag authenticates everything between the hop limit and
-// itself: SipHash-2-4 with 128-bit output (libsodium crypto_shorthash_siphashx24) keyed with a
-// 16-byte key derived from the 32-byte cluster key (crypto_kdf). It was chosen by measurement
-// (overlay_bench, 1400 bytes, CPU time): SipHash-128 0.7 us, keyed BLAKE2b (16-byte output)
-// 1.9 us, HMAC-SHA-512/256 5.0 us per packet.
-// The hop limit is the one field a forwarder changes, so it is the one field the tag leaves
-// out (as IPsec AH leaves IPv4's TTL out of its ICV, RFC 4302 3.3.3.1): a transit hop checks
-// the tag and decrements the hop limit, and does not compute a second tag. It sits first so
-// that the covered bytes are contiguous. What an attacker on the path gains by changing it is
-// what dropping the packet gives it already (forwarding is loop-free by construction, so a
-// raised hop limit cannot make a packet circle). Version 1 covered the hop limit and resealed
-// at every hop, which cost a transit forwarder a second SipHash of the whole datagram.
+// All integers are big-endian. Tags are SipHash-2-4 with 128-bit output (libsodium
+// crypto_shorthash_siphashx24), chosen by measurement (overlay_bench, 1400 bytes, CPU time:
+// SipHash-128 0.7 us, keyed BLAKE2b with 16-byte output 1.9 us, HMAC-SHA-512/256 5.0 us).
+//
+// Keys are per node pair, so that a node can speak only as itself. Each key epoch (key id)
+// has a 32-byte secret that only the controller holds; the pair key of nodes a and b is
+// keyed BLAKE2b of the secret over the two wire ids (DerivePairKey), and an agent is given
+// only its own row: the keys it shares with each other node. Two 16-byte SipHash keys come
+// from each pair key (crypto_kdf): one for the end-to-end tag and one for the hop tag.
+// - The end-to-end tag covers everything from the version to the tag (the hop limit, which
+//   forwarders change, is left out, as IPsec AH leaves IPv4's TTL out of its ICV) with the
+//   key of (source, destination): only the destination checks it, and only the source (and
+//   the destination) could have made it. A node that claims another source fails it.
+// - The hop tag covers the 32-byte header (hop limit included), the end-to-end tag and the
+//   receiving node's id with the key of the link's two ends: every receiver checks it, and a
+//   sender (the source or a transit node) writes it for the neighbour it sends to
+//   (SetOverlayHopTag). The receiver's id makes it one-way: what a node sent cannot be
+//   reflected back to it as if its neighbour had sent it. So a transit node
+//   refuses what no neighbour sent, without the cost of the payload's tag, and a probe or a
+//   probe reply authenticates the neighbour that sent it. A transit node cannot check the
+//   end-to-end tag: what a dishonest neighbour makes up is carried on and dropped by the
+//   destination.
 // A packet keeps the key id its ingress sealed it with; key rotation accepts the old key for
 // a rollout period after the new one seals (security/key_ring.h), far longer than a packet
-// spends in the overlay.
-// Replay: the tag covers a sequence number that the source counts up per destination, from
-// its start time in milliseconds shifted left by 20 (so that a restarted source begins above
-// everything it sent before, unless it sent a million packets a millisecond to one
-// destination), and the destination accepts each number once, within a sliding window per
-// source and key (OverlayReplayGuard; IPsec's anti-replay window, RFC 4303 3.4.3). Version 2
-// had no sequence: a datagram captured once could be re-sent and delivered any number of times.
+// spends in the overlay. Version 3 had one cluster key that every agent held, so any node
+// could forge any other's traffic and probe replies.
+// Replay: the end-to-end tag covers a sequence number that the source counts up per
+// destination, from its start time in milliseconds shifted left by 20 (so that a restarted
+// source begins above everything it sent before, unless it sent a million packets a
+// millisecond to one destination), and the destination accepts each number once, within a
+// sliding window per source and key (OverlayReplayGuard; IPsec's anti-replay window, RFC 4303
+// 3.4.3).
 //
 // Nothing here allocates on the per-packet path (SealOverlay, ParseOverlay, ForwardOverlay,
 // FlowHash, the probe codecs' encoders). All functions are thread-safe; an OverlayKeyRing is
@@ -61,15 +73,17 @@
 
 namespace dar::net {
 
-inline constexpr uint8_t kOverlayVersion = 3;
+inline constexpr uint8_t kOverlayVersion = 4;
 inline constexpr size_t kOverlayHeaderBytes = 32;
 // Where the header's type byte is (OverlayType): what a socket filter steers by.
 inline constexpr size_t kOverlayTypeOffset = 2;
 inline constexpr size_t kOverlayTagBytes = 16;
-inline constexpr size_t kOverlayOverheadBytes = kOverlayHeaderBytes + kOverlayTagBytes;
+// Header, end-to-end tag and hop tag.
+inline constexpr size_t kOverlayOverheadBytes = kOverlayHeaderBytes + 2 * kOverlayTagBytes;
 // The largest payload whose overlay datagram still fits a UDP datagram over IPv4.
 inline constexpr size_t kOverlayMaxPayload = 65507 - kOverlayOverheadBytes;
-// The cluster key: 32 random bytes, shared by every agent (GenerateOverlayKey).
+// A key epoch's secret (the controller's, GenerateOverlayKey) and a pair key
+// (DerivePairKey) are 32 bytes.
 inline constexpr size_t kOverlayKeyBytes = 32;
 using OverlayKeyBytes = std::array<uint8_t, kOverlayKeyBytes>;
 
@@ -108,8 +122,10 @@ enum class OverlayStatus : uint8_t {
   kBadTrafficClass,    // traffic class is not a TrafficClass
   kBadLength,          // payload length disagrees with the datagram size, or a probe (reply)
                        // payload has the wrong size
-  kUnknownKeyId,       // no key with this id in the ring
-  kBadTag,             // the tag does not match: corrupted, forged, or another key
+  kUnknownKeyId,       // no key with this id in the ring, or none for the neighbour or source
+  kBadHopTag,          // the hop tag does not match: not sent by the link's other end
+  kBadTag,             // the end-to-end tag does not match (checked by the destination only):
+                       // corrupted, or forged by a node claiming another's source
   kHopLimitExhausted,  // hop limit 0 on arrival, or ForwardOverlay would send it with 0
   kReplayed,           // its sequence number was seen, or is older than the window (checked by
                        // the destination, OverlayReplayGuard, not by ParseOverlay)
@@ -118,10 +134,9 @@ enum class OverlayStatus : uint8_t {
 // A short snake_case name ("too_short", "bad_tag", ...) for counters and logs.
 std::string_view OverlayStatusName(OverlayStatus s);
 
-// One cluster key, ready to make and check tags.
-class OverlayKey {
+// A 16-byte SipHash key, ready to make and check tags.
+class OverlayMacKey {
  public:
-  uint32_t id() const { return id_; }
   // Writes the tag of data[0, n) to tag[0, kOverlayTagBytes).
   void MakeTag(const uint8_t* data, size_t n, uint8_t* tag) const;
   // The same for `count` messages of n bytes each: tags[i] for data[i][0, n). Bit-identical to
@@ -130,42 +145,84 @@ class OverlayKey {
 
  private:
   friend class OverlayKeyRing;
-  uint32_t id_ = 0;
-  std::array<uint8_t, 16> mac_key_{};  // derived from the cluster key
+  std::array<uint8_t, 16> key_{};
 };
 
-// The cluster keys an agent accepts, by key id, and the one it seals with. Holding the old
-// and the new key during a rotation lets packets sealed with either pass. Keys are wiped from
+// The two keys a node shares with one other node in one key epoch.
+struct OverlayPeerKeys {
+  OverlayMacKey end_to_end;
+  OverlayMacKey hop;
+};
+
+// One key epoch as one node holds it: its keys with each other node, by node index.
+class OverlayKey {
+ public:
+  uint32_t id() const { return id_; }
+  // The keys shared with node `node`, or null if this epoch has none for it. O(1).
+  const OverlayPeerKeys* peer(uint32_t node) const {
+    return node < present_.size() && present_[node] ? &peers_[node] : nullptr;
+  }
+
+ private:
+  friend class OverlayKeyRing;
+  uint32_t id_ = 0;
+  std::vector<OverlayPeerKeys> peers_;
+  std::vector<uint8_t> present_;
+};
+
+// A node's pair key with one other node (by index) in one epoch.
+struct OverlayPairKey {
+  uint32_t node = 0;
+  OverlayKeyBytes key{};
+};
+
+// The key epochs a node accepts, by key id, and the one it seals with. Holding the old and
+// the new epoch during a rotation lets packets sealed with either pass. Keys are wiped from
 // memory when removed or when the ring is destroyed.
 class OverlayKeyRing {
  public:
   static constexpr int kMaxKeys = 4;
+  // Node indices a ring accepts keys for: 0..kMaxNodes-1.
+  static constexpr uint32_t kMaxNodes = 1u << 20;
 
   OverlayKeyRing() = default;
   OverlayKeyRing(const OverlayKeyRing&) = delete;
   OverlayKeyRing& operator=(const OverlayKeyRing&) = delete;
   ~OverlayKeyRing();
 
-  // Adds key `id` (replacing a key with the same id). The first key added becomes current.
-  // Errors: ResourceExhausted if kMaxKeys other keys are held; Internal if libsodium cannot be
-  // initialised.
-  absl::Status Add(uint32_t id, const OverlayKeyBytes& key);
-  // Removes key `id`; NotFound if absent, FailedPrecondition if it is current.
+  // Adds epoch `id` with these pair keys (replacing an epoch with the same id). The first
+  // epoch added becomes current. Errors: InvalidArgument if a node index repeats or is
+  // kMaxNodes or more; ResourceExhausted if kMaxKeys other epochs are held; Internal if
+  // libsodium cannot be initialised.
+  absl::Status Add(uint32_t id, absl::Span<const OverlayPairKey> pair_keys);
+  // Removes epoch `id`; NotFound if absent, FailedPrecondition if it is current.
   absl::Status Remove(uint32_t id);
-  // Seals with key `id` from now on; NotFound if absent.
+  // Seals with epoch `id` from now on; NotFound if absent.
   absl::Status SetCurrent(uint32_t id);
 
-  // The key with this id, or null. O(kMaxKeys), no allocation.
+  // The epoch with this id, or null. O(kMaxKeys), no allocation.
   const OverlayKey* Find(uint32_t id) const;
-  // The key to seal with; null while the ring is empty.
+  // The epoch to seal with; null while the ring is empty.
   const OverlayKey* current() const { return current_ < 0 ? nullptr : &keys_[current_]; }
   int size() const { return count_; }
 
  private:
+  void Wipe(OverlayKey& key);
+
   std::array<OverlayKey, kMaxKeys> keys_{};
   int count_ = 0;
   int current_ = -1;
 };
+
+// The pair key of the nodes with wire ids a and b in the epoch whose secret is `secret`:
+// keyed BLAKE2b of the secret over the two ids, the smaller first, so that both ends derive
+// the same key. What the controller hands each agent (its row), and what an agent that holds
+// the secret itself (the bootstrap key of its config file) derives.
+OverlayKeyBytes DerivePairKey(const OverlayKeyBytes& secret, uint32_t wire_a, uint32_t wire_b);
+// Node `self`'s row of an epoch's pair keys: DerivePairKey(secret, wire_ids[self],
+// wire_ids[j]) for every node index j other than self.
+std::vector<OverlayPairKey> PairKeysFromSecret(const OverlayKeyBytes& secret,
+                                               absl::Span<const uint32_t> wire_ids, uint32_t self);
 
 // 32 bytes from libsodium's CSPRNG.
 OverlayKeyBytes GenerateOverlayKey();
@@ -182,48 +239,63 @@ constexpr size_t OverlayDatagramSize(size_t payload_bytes) {
   return kOverlayOverheadBytes + payload_bytes;
 }
 
-// Writes header, payload and tag (made with `key`, whose id goes into the header) to the
-// front of `out`; returns the datagram's size. `payload` may be anywhere, including already in
-// place at out[kOverlayHeaderBytes...] (encapsulation without a copy).
+// Writes header, payload, end-to-end tag (with `key`'s keys for header.destination, whose
+// id goes into the header) and hop tag (with its keys for `next_hop`, the neighbour it is
+// sent to) to the front of `out`; returns the datagram's size. `payload` may be anywhere,
+// including already in place at out[kOverlayHeaderBytes...] (encapsulation without a copy).
 // Errors: InvalidArgument if the type or traffic class is unknown, the payload exceeds
-// kOverlayMaxPayload, or a probe (reply) payload has the wrong size; ResourceExhausted if `out` is
-// too small. No allocation unless it fails.
+// kOverlayMaxPayload, or a probe (reply) payload has the wrong size; FailedPrecondition if
+// `key` has no keys for the destination or the next hop; ResourceExhausted if `out` is too
+// small. No allocation unless it fails.
 absl::StatusOr<size_t> SealOverlay(const OverlayHeader& header, absl::Span<const uint8_t> payload,
-                                   const OverlayKey& key, absl::Span<uint8_t> out);
+                                   const OverlayKey& key, uint32_t next_hop,
+                                   absl::Span<uint8_t> out);
 
 // The most datagrams ParseOverlayBatch and TagSealedOverlays take at once (a GRO slot's worth).
 inline constexpr size_t kOverlayParseBatch = 64;
 
-// SealOverlay in two halves, to seal several datagrams with their tags side by side (as the
-// segments of a TCP super-packet are): SealOverlayHeader is SealOverlay (same checks, errors
-// and result) without the tag; TagSealedOverlays then writes the tags of `count` datagrams
-// datagrams[i][0, sizes[i]) whose headers it wrote, all with `key`, in vector lanes where the
-// sizes are equal (OverlayKey::MakeTags). REQUIRES: count <= kOverlayParseBatch.
+// SealOverlay in three steps, to seal several datagrams with their end-to-end tags side by
+// side (as the segments of a TCP super-packet are) and give each its hop tag once its next hop
+// is known: SealOverlayHeader is SealOverlay (same checks, errors and result) without the tags,
+// with key id `key_id`; TagSealedOverlays then writes the end-to-end tags of `count` datagrams
+// datagrams[i][0, sizes[i]) whose headers it wrote, all with `end_to_end`, in vector lanes where
+// the sizes are equal (OverlayMacKey::MakeTags); SetOverlayHopTag writes a datagram's hop tag.
+// REQUIRES: count <= kOverlayParseBatch.
 absl::StatusOr<size_t> SealOverlayHeader(const OverlayHeader& header,
-                                         absl::Span<const uint8_t> payload, const OverlayKey& key,
+                                         absl::Span<const uint8_t> payload, uint32_t key_id,
                                          absl::Span<uint8_t> out);
-void TagSealedOverlays(const OverlayKey& key, uint8_t* const* datagrams, const size_t* sizes,
-                       size_t count);
+void TagSealedOverlays(const OverlayMacKey& end_to_end, uint8_t* const* datagrams,
+                       const size_t* sizes, size_t count);
+// Writes the hop tag of datagram[0, size) (its header, its end-to-end tag and `receiver`, 52
+// bytes) with `hop`, the key shared with the neighbour it is sent to, whose node id is
+// `receiver`. REQUIRES: size >= kOverlayOverheadBytes.
+void SetOverlayHopTag(uint8_t* datagram, size_t size, const OverlayMacKey& hop, uint32_t receiver);
+// The key id a well-formed datagram names. REQUIRES: size >= kOverlayHeaderBytes.
+uint32_t OverlayKeyId(const uint8_t* datagram);
 
-// Checks a received datagram (structure, key id, tag, hop limit) and fills `*out` when kOk.
-// Never reads outside `datagram`; any byte string is safe to pass.
+// Checks a datagram that node `self` received from its neighbour `from` (structure, key id,
+// hop tag, hop limit and, when it is addressed to self, the end-to-end tag) and fills `*out`
+// when kOk. A datagram for another node is checked up to its hop tag: its end-to-end tag is
+// the destination's to check. Never reads outside `datagram`; any byte string is safe to pass.
 OverlayStatus ParseOverlay(absl::Span<const uint8_t> datagram, const OverlayKeyRing& keys,
-                           OverlayPacket* out);
+                           uint32_t self, uint32_t from, OverlayPacket* out);
 
-// ParseOverlay for several datagrams at once, with the same checks and outcome for each:
-// statuses[i] and, when kOk, packets[i] are what ParseOverlay(datagrams[i], keys, ...) gives.
-// What costs is the tag (SipHash, about 1 ns a byte): the tags of datagrams of equal length
-// sealed with the same key, as a GRO receive slot holds, are computed side by side in vector
-// lanes (8 with AVX-512, 4 with AVX2, chosen at run time; one by one without either), which
-// takes a quarter of the time or less. No allocation.
+// ParseOverlay for several datagrams from the same neighbour at once, with the same checks and
+// outcome for each: statuses[i] and, when kOk, packets[i] are what ParseOverlay(datagrams[i],
+// keys, self, from, ...) gives. What costs is the end-to-end tag (SipHash, about 1 ns a byte):
+// the tags of datagrams of equal length from the same source under the same key, as a GRO
+// receive slot holds, are computed side by side in vector lanes (8 with AVX-512, 4 with AVX2,
+// chosen at run time; one by one without either), which takes a quarter of the time or less.
+// No allocation.
 // REQUIRES: statuses and packets have datagrams.size() elements; datagrams.size() <=
 // kOverlayParseBatch.
 void ParseOverlayBatch(absl::Span<const absl::Span<const uint8_t>> datagrams,
-                       const OverlayKeyRing& keys, OverlayStatus* statuses, OverlayPacket* packets);
+                       const OverlayKeyRing& keys, uint32_t self, uint32_t from,
+                       OverlayStatus* statuses, OverlayPacket* packets);
 
-// Prepares a parsed datagram, in place, for the next hop: decrements the hop limit (the tag
-// stays valid: it does not cover the hop limit). kHopLimitExhausted (datagram unchanged) if
-// the hop limit would reach 0: the packet must be dropped.
+// Prepares a parsed datagram, in place, for the next hop: decrements the hop limit. The
+// sender then writes the hop tag for that hop (SetOverlayHopTag). kHopLimitExhausted (datagram
+// unchanged) if the hop limit would reach 0: the packet must be dropped.
 // REQUIRES: ParseOverlay(datagram) returned kOk.
 OverlayStatus ForwardOverlay(absl::Span<uint8_t> datagram);
 

@@ -73,7 +73,17 @@ absl::StatusOr<KeyPhase> ParsePhase(const std::string& name) {
 nlohmann::json KeysToJson(const std::vector<v1::OverlayKey>& keys) {
   nlohmann::json out = nlohmann::json::array();
   for (const v1::OverlayKey& k : keys) {
-    out.push_back({{"id", k.key_id()}, {"key", Hex(k.key())}, {"active", k.active()}});
+    nlohmann::json j = {{"id", k.key_id()}, {"active", k.active()}};
+    if (k.peers().empty()) {
+      j["key"] = Hex(k.key());
+    } else {
+      nlohmann::json peers = nlohmann::json::array();
+      for (const v1::PeerKey& p : k.peers()) {
+        peers.push_back({{"node", p.node_id()}, {"key", Hex(p.key())}});
+      }
+      j["peers"] = std::move(peers);
+    }
+    out.push_back(std::move(j));
   }
   return out;
 }
@@ -86,23 +96,67 @@ absl::StatusOr<std::vector<v1::OverlayKey>> KeysFromJson(const nlohmann::json& k
   int active = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     const nlohmann::json& k = keys[i];
+    const bool has_key = k.is_object() && k.contains("key") && k["key"].is_string();
+    const bool has_peers = k.is_object() && k.contains("peers") && k["peers"].is_array();
     if (!k.is_object() || !k.contains("id") || !k["id"].is_number_unsigned() ||
-        k["id"].get<uint64_t>() > UINT32_MAX || !k.contains("key") || !k["key"].is_string() ||
-        !k.contains("active") || !k["active"].is_boolean()) {
-      return absl::InvalidArgumentError(
-          fmt::format("keys[{}]: needs id (0..2^32-1), key (hex) and active", i));
+        k["id"].get<uint64_t>() > UINT32_MAX || has_key == has_peers || !k.contains("active") ||
+        !k["active"].is_boolean()) {
+      return absl::InvalidArgumentError(fmt::format(
+          "keys[{}]: needs id (0..2^32-1), active, and either key (hex) or peers", i));
     }
-    ASSIGN_OR_RETURN(const net::OverlayKeyBytes bytes,
-                     ParseHexKey(k["key"].get<std::string>(), fmt::format("keys[{}].key", i)));
     const bool is_active = k["active"].get<bool>();
     active += is_active;
-    out.push_back(MakeKey(k["id"].get<uint32_t>(), bytes.data(), is_active));
+    if (has_key) {
+      ASSIGN_OR_RETURN(const net::OverlayKeyBytes bytes,
+                       ParseHexKey(k["key"].get<std::string>(), fmt::format("keys[{}].key", i)));
+      out.push_back(MakeKey(k["id"].get<uint32_t>(), bytes.data(), is_active));
+      continue;
+    }
+    v1::OverlayKey key;
+    key.set_key_id(k["id"].get<uint32_t>());
+    key.set_active(is_active);
+    const nlohmann::json& peers = k["peers"];
+    for (size_t p = 0; p < peers.size(); ++p) {
+      const nlohmann::json& e = peers[p];
+      const std::string where = fmt::format("keys[{}].peers[{}]", i, p);
+      if (!e.is_object() || !e.contains("node") || !e["node"].is_number_unsigned() ||
+          e["node"].get<uint64_t>() > UINT32_MAX || !e.contains("key") || !e["key"].is_string()) {
+        return absl::InvalidArgumentError(
+            fmt::format("{}: needs node (0..2^32-1) and key (hex)", where));
+      }
+      ASSIGN_OR_RETURN(const net::OverlayKeyBytes bytes,
+                       ParseHexKey(e["key"].get<std::string>(), where + ".key"));
+      v1::PeerKey* peer = key.add_peers();
+      peer->set_node_id(e["node"].get<uint32_t>());
+      peer->set_key(std::string(bytes.begin(), bytes.end()));
+    }
+    out.push_back(std::move(key));
   }
   if (active != 1) return absl::InvalidArgumentError("keys: exactly one key must be active");
   if (out.size() == 2 && out[0].key_id() == out[1].key_id()) {
     return absl::InvalidArgumentError("keys: the two keys have the same id");
   }
   return out;
+}
+
+v1::OverlayKey RowFor(const v1::OverlayKey& key, uint32_t self, absl::Span<const uint32_t> nodes) {
+  v1::OverlayKey row;
+  row.set_key_id(key.key_id());
+  row.set_active(key.active());
+  net::OverlayKeyBytes secret{};
+  if (key.key().size() == secret.size()) {
+    std::copy(key.key().begin(), key.key().end(), secret.begin());
+  }
+  row.mutable_peers()->Reserve(static_cast<int>(nodes.size()));
+  for (const uint32_t node : nodes) {
+    if (node == self) continue;
+    const net::OverlayKeyBytes pair = net::DerivePairKey(secret, self, node);
+    v1::PeerKey* p = row.add_peers();
+    p->set_node_id(node);
+    p->set_key(std::string(pair.begin(), pair.end()));
+  }
+  sodium_memzero(secret.data(), secret.size());
+  return row;
 }
 
 absl::StatusOr<net::OverlayKeyBytes> LoadKeyFile(const std::string& path) {
@@ -150,6 +204,9 @@ absl::StatusOr<KeyRing> KeyRing::Load(const KeyRingOptions& options, int64_t now
       absl::StatusOr<std::vector<v1::OverlayKey>> keys =
           KeysFromJson(j.value("keys", nlohmann::json()));
       if (!keys.ok()) return bad(std::string(keys.status().message()));
+      for (const v1::OverlayKey& k : *keys) {
+        if (!k.peers().empty()) return bad(fmt::format("key {} is a node's row, not a secret", k.key_id()));
+      }
       ring.keys_ = *std::move(keys);
       if ((ring.phase_ == KeyPhase::kSteady) != (ring.keys_.size() == 1)) {
         return bad(fmt::format("phase {} does not fit {} keys", KeyPhaseName(ring.phase_),
@@ -201,6 +258,13 @@ absl::Status KeyRing::Commit(F change) {
   return absl::OkStatus();
 }
 
+bool KeyRing::OnBootstrapKey() const {
+  if (!options_.initial || keys_.empty()) return false;
+  const std::string& key = keys_.front().key();
+  const net::OverlayKeyBytes& initial = options_.initial->second;
+  return key.size() == initial.size() && std::equal(key.begin(), key.end(), initial.begin());
+}
+
 absl::StatusOr<bool> KeyRing::Rotate(int64_t now_unix_ns) {
   if (phase_ != KeyPhase::kSteady) return false;
   RETURN_IF_ERROR(Commit([&](KeyRing& r) {
@@ -215,6 +279,7 @@ absl::StatusOr<bool> KeyRing::Advance(int64_t now_unix_ns) {
   const int64_t elapsed = now_unix_ns - since_unix_ns_;
   switch (phase_) {
     case KeyPhase::kSteady:
+      if (OnBootstrapKey()) return Rotate(now_unix_ns);
       if (options_.rotate_every <= Duration(0) || elapsed < options_.rotate_every.count()) {
         return false;
       }

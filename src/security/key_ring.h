@@ -17,7 +17,9 @@
 // restarted controller hands out the keys the agents already use and data keeps flowing.
 // Without a file a restart makes new keys, and agents refuse each other's packets until all
 // have them. The first ring is the operator's initial key (the one agents start with, from
-// their own config) or, without one, a random key. Times are wall-clock (Unix ns), since they
+// their own config, a bootstrap key that Advance rotates away at once) or, without one, a
+// random key. Agents are handed rows of pair keys derived from these secrets (RowFor), never
+// the secrets. Times are wall-clock (Unix ns), since they
 // outlive the process. Not thread-safe.
 #ifndef DAR_SECURITY_KEY_RING_H_
 #define DAR_SECURITY_KEY_RING_H_
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "core/units.h"
 #include "dar/v1/agent.pb.h"
 #include "net/overlay_header.h"
@@ -38,11 +41,18 @@ namespace dar::security {
 // A 32-byte key file: 64 hexadecimal digits, whitespace ignored. Errors name the file.
 absl::StatusOr<net::OverlayKeyBytes> LoadKeyFile(const std::string& path);
 
-// A key set as JSON, [{"id": 1, "key": "<64 hex digits>", "active": true}, ...], as the ring
-// file and the agent's saved keys hold it; and back, checked: one or two keys of 32 bytes,
-// exactly one active, different ids. Errors name the entry ("keys[1].key: ...").
+// A key set as JSON, [{"id": 1, "key": "<64 hex digits>", "active": true}, ...] (epoch
+// secrets, as the ring file holds them) or [{"id": 1, "peers": [{"node": 2, "key": "<64 hex
+// digits>"}, ...], "active": true}, ...] (an agent's row, as its saved keys hold it); and back,
+// checked: one or two keys, each a secret of 32 bytes or a row of 32-byte keys, exactly one
+// active, different ids. Errors name the entry ("keys[1].peers[3].key: ...").
 nlohmann::json KeysToJson(const std::vector<v1::OverlayKey>& keys);
 absl::StatusOr<std::vector<v1::OverlayKey>> KeysFromJson(const nlohmann::json& keys);
+
+// The row of node `self` (a wire id) of the epoch whose secret `key` holds: the same id and
+// active flag, no secret, and a pair key (net::DerivePairKey) for every node of `nodes` (wire
+// ids) other than self. What the controller sends that node's agent.
+v1::OverlayKey RowFor(const v1::OverlayKey& key, uint32_t self, absl::Span<const uint32_t> nodes);
 
 struct KeyRingOptions {
   std::string file;          // empty: kept in memory only
@@ -73,12 +83,16 @@ class KeyRing {
   // started. Errors: the file cannot be written (the ring is then unchanged).
   absl::StatusOr<bool> Rotate(int64_t now_unix_ns);
   // Takes the steps that are due at `now` (a timed rotation, activation, retirement); returns
-  // whether the keys changed. Errors as Rotate.
+  // whether the keys changed. A steady ring still on the bootstrap key (`initial`, which every
+  // agent's config file holds, so every node could derive every pair key from it) starts a
+  // rotation at once. Errors as Rotate.
   absl::StatusOr<bool> Advance(int64_t now_unix_ns);
 
  private:
   explicit KeyRing(KeyRingOptions options) : options_(std::move(options)) {}
   absl::Status Save() const;
+  // Whether the ring is steady on options_.initial.
+  bool OnBootstrapKey() const;
   // Applies `change` to a copy and saves it; the ring changes only if that worked.
   template <typename F>
   absl::Status Commit(F change);
