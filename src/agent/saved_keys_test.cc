@@ -98,6 +98,38 @@ TEST_F(SavedKeysTest, ABadFileIsRefusedNamingItAndTheProblem) {
   refused(R"({"format": "dar-agent-keys/1", "keys": [{"id": 1, "key": ")", "not a key file");
 }
 
+// What the controller sends: a row of pair keys, saved and read back as the row.
+TEST_F(SavedKeysTest, ARowOfPairKeysComesBackAsTheRow) {
+  google::protobuf::RepeatedPtrField<v1::OverlayKey> keys;
+  v1::OverlayKey* row = keys.Add();
+  row->set_key_id(9);
+  row->set_active(true);
+  for (uint32_t node : {2u, 3u}) {
+    v1::PeerKey* p = row->add_peers();
+    p->set_node_id(node);
+    p->set_key(std::string(32, static_cast<char>(node)));
+  }
+  ASSERT_TRUE(SaveKeys(dir_ + "/state", keys).ok());
+  absl::StatusOr<std::vector<KeyUpdate>> back = LoadKeys(dir_ + "/state");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ((*back)[0].id, 9u);
+  ASSERT_EQ((*back)[0].peers.size(), 2u);
+  EXPECT_EQ((*back)[0].peers[1].node_id, 3u);
+  EXPECT_EQ((*back)[0].peers[1].key[31], 3);
+  std::ifstream in(File());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json saved = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_TRUE(saved.is_object());
+  EXPECT_EQ(saved["keys"][0]["peers"].size(), 2u);
+  EXPECT_FALSE(saved["keys"][0].contains("key"));  // a row: no secret
+
+  // A pair key of the wrong size is refused by its key and node.
+  row->mutable_peers(0)->set_key("short");
+  EXPECT_EQ(ToKeyUpdates(keys).status().message(),
+            "key 9: the key for node 2 has 5 bytes, not 32");
+}
+
 TEST(ToKeyUpdatesTest, AKeyOfTheWrongSizeIsRefusedByItsId) {
   google::protobuf::RepeatedPtrField<v1::OverlayKey> keys;
   keys.Add()->set_key(std::string(32, 'x'));

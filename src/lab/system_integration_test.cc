@@ -35,6 +35,8 @@
 #include <vector>
 
 #include "absl/strings/str_replace.h"
+#include "agent/agent_config.h"
+#include "agent/saved_keys.h"
 #include "base/status_macros.h"
 #include "dar/v1/agent.pb.h"
 #include "fmt/format.h"
@@ -46,6 +48,7 @@
 #include "net/overlay_header.h"
 #include "net/scoped_fd.h"
 #include "nlohmann/json.hpp"
+#include "security/key_ring.h"
 
 extern char** environ;
 
@@ -1150,6 +1153,155 @@ TEST_F(SystemTest, ReplayedDatagramsAreNotDelivered) {
       static_cast<long long>(r.longest_gap_ms));
   RecordProperty("replayed_per_s", static_cast<int>(replayed / replay_s));
   RecordProperty("duplicates", static_cast<int>(r.duplicates));
+}
+
+// Per-pair keys. Once the controller has rotated away from the bootstrap key (which every
+// agent's config file holds), B's agent holds its own row of pair keys and nothing more (what
+// it saved). With all of it, B still cannot speak as another node to D, its neighbour on link
+// 2: a datagram claiming A as its source and a probe reply claiming C (what kept a dead
+// neighbour "up" with one cluster key) fail D's end-to-end check, and one sealed with the
+// bootstrap key is refused as a key no one holds any more; the same datagram as B's own is
+// delivered.
+TEST_F(SystemTest, ANodeCanSpeakOnlyAsItself) {
+  Up('n');
+  if (IsSkipped() || HasFatalFailure()) return;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const nlohmann::json k = Darctl({"keys", "show"});
+        return k.is_object() && k.value("phase", "") == "steady" && k["keys"].size() == 1 &&
+               k["keys"][0].value("key_id", 0u) != kLabInitialKeyId;
+      },
+      std::chrono::seconds(30)))
+      << Darctl({"keys", "show"}).dump(1);
+  const uint32_t epoch = Darctl({"keys", "show"})["keys"][0].value("key_id", 0u);
+  absl::StatusOr<agent::AgentConfig> b = agent::LoadAgentConfig(dir_ + "/B.yaml");
+  ASSERT_TRUE(b.ok()) << b.status();
+  absl::StatusOr<std::vector<agent::KeyUpdate>> saved;
+  ASSERT_TRUE(WaitFor([&] {
+    saved = agent::LoadKeys(b->state_dir);
+    return saved.ok() && saved->size() == 1 && (*saved)[0].id == epoch;
+  })) << saved.status();
+  const agent::KeyUpdate& row = (*saved)[0];
+  ASSERT_EQ(row.peers.size(), 3u);  // A, C, D: no secret
+  // B's ring, by node index (the wire ids of the lab's config).
+  net::OverlayKeyRing ring;
+  std::vector<net::OverlayPairKey> pairs;
+  for (const agent::PeerKey& p : row.peers) {
+    pairs.push_back({static_cast<uint32_t>(b->FindNode(p.node_id)), p.key});
+  }
+  ASSERT_TRUE(ring.Add(epoch, pairs).ok());
+  const uint32_t kA = 0, kB = 1, kC = 2, kD = 3;
+  ASSERT_EQ(b->FindNode(b->self_node().id), static_cast<NodeId>(kB));
+  const agent::NeighbourConfig* to_d = nullptr;
+  for (const agent::NeighbourConfig& n : b->neighbours) {
+    if (n.node == static_cast<NodeId>(kD)) to_d = &n;
+  }
+  ASSERT_NE(to_d, nullptr);
+  // From B's namespace, B's address on the link, a port of its own.
+  net::ScopedFd sock;
+  ASSERT_TRUE(net::RunInNamespace(Netns("B"), [&]() -> absl::Status {
+                sock.Reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+                return sock.valid() ? absl::OkStatus() : absl::ErrnoToStatus(errno, "socket");
+              }).ok());
+  sockaddr_in d_end{};
+  d_end.sin_family = AF_INET;
+  d_end.sin_port = htons(kLabDataPort);
+  d_end.sin_addr.s_addr = htonl(to_d->peer_address.value);
+  const auto send = [&](const std::vector<uint8_t>& d) {
+    ASSERT_EQ(::sendto(sock.get(), d.data(), d.size(), 0,
+                       reinterpret_cast<const sockaddr*>(&d_end), sizeof d_end),
+              static_cast<ssize_t>(d.size()));
+  };
+  // A UDP packet for D's overlay address, as the inner packet.
+  const auto datagram = [&](uint32_t source, const net::OverlayKey& key, uint16_t port) {
+    std::vector<uint8_t> inner(28 + 8, 0);
+    inner[0] = 0x45;
+    inner[3] = static_cast<uint8_t>(inner.size());
+    inner[8] = 64;
+    inner[9] = IPPROTO_UDP;
+    const uint8_t src[4] = {10, 77, 0, static_cast<uint8_t>(source + 1)};
+    const uint8_t dst[4] = {10, 77, 0, 4};
+    std::memcpy(&inner[12], src, 4);
+    std::memcpy(&inner[16], dst, 4);
+    uint32_t sum = 0;
+    for (size_t i = 0; i < 20; i += 2) sum += (inner[i] << 8) | inner[i + 1];
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    inner[10] = static_cast<uint8_t>(~sum >> 8);
+    inner[11] = static_cast<uint8_t>(~sum);
+    inner[22] = static_cast<uint8_t>(port >> 8);
+    inner[23] = static_cast<uint8_t>(port);
+    inner[25] = 16;  // UDP length; checksum 0: none
+    net::OverlayHeader h;
+    h.source = source;
+    h.destination = kD;
+    h.hop_limit = 8;
+    // Above anything B has sent D (B's own later datagrams to D look old after this one: B can
+    // spoil only its own traffic).
+    h.sequence = (uint64_t{1} << 62) + port;
+    std::vector<uint8_t> out(net::OverlayDatagramSize(inner.size()));
+    const absl::StatusOr<size_t> n = net::SealOverlay(h, inner, key, kD, absl::MakeSpan(out));
+    EXPECT_TRUE(n.ok()) << n.status();
+    return out;
+  };
+  // The bootstrap key, from the lab's file that every agent's config names.
+  absl::StatusOr<net::OverlayKeyBytes> bootstrap =
+      security::LoadKeyFile(dir_ + "/" + std::string(kLabOverlayKeyFile));
+  ASSERT_TRUE(bootstrap.ok()) << bootstrap.status();
+  std::vector<uint32_t> wire;
+  for (const agent::AgentNodeConfig& n : b->nodes) wire.push_back(n.id);
+  net::OverlayKeyRing old;
+  ASSERT_TRUE(old.Add(kLabInitialKeyId, net::PairKeysFromSecret(*bootstrap, wire, kB)).ok());
+
+  // D's applications: one UDP socket per datagram's port.
+  std::map<uint16_t, net::ScopedFd> apps;
+  for (const uint16_t port : {1001, 1002, 1003}) {
+    ASSERT_TRUE(net::RunInNamespace(Netns("D"), [&]() -> absl::Status {
+                  net::ScopedFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+                  sockaddr_in a{};
+                  a.sin_family = AF_INET;
+                  a.sin_port = htons(port);
+                  a.sin_addr.s_addr = htonl(INADDR_ANY);
+                  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+                    return absl::ErrnoToStatus(errno, "bind");
+                  }
+                  apps[port] = std::move(fd);
+                  return absl::OkStatus();
+                }).ok());
+  }
+  const auto received = [&](uint16_t port, int timeout_ms) {
+    pollfd p{apps[port].get(), POLLIN, 0};
+    return ::poll(&p, 1, timeout_ms) == 1;
+  };
+  send(datagram(kA, *ring.current(), 1001));  // B as A: its end-to-end tag is B's and D's
+  send(datagram(kB, *old.current(), 1002));   // under the retired bootstrap key
+  net::OverlayHeader reply;
+  reply.type = net::OverlayType::kProbeReply;
+  reply.source = kC;  // C's reply, on B's link
+  reply.destination = kD;
+  reply.hop_limit = 1;
+  reply.sequence = uint64_t{1} << 62;
+  const auto body = net::EncodeProbeReply(net::ProbeReplyBody{1, Time(1), Time(2), Time(3)});
+  std::vector<uint8_t> forged_reply(net::OverlayDatagramSize(body.size()));
+  ASSERT_TRUE(
+      net::SealOverlay(reply, body, *ring.current(), kD, absl::MakeSpan(forged_reply)).ok());
+  send(forged_reply);
+  send(datagram(kB, *ring.current(), 1003));  // B as itself: delivered
+  EXPECT_TRUE(received(1003, 5000));
+  EXPECT_FALSE(received(1001, 0));
+  EXPECT_FALSE(received(1002, 0));
+  ASSERT_EQ(Cli({"stop", "D", "--dir", dir_}).exit_code, 0);
+  nlohmann::json drops, stopped;
+  std::istringstream log(ReadFile(dir_ + "/D.log"));
+  for (std::string line; std::getline(log, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("msg", "") == "stopped") stopped = j;
+  }
+  ASSERT_TRUE(stopped.is_object()) << "D logged no counters";
+  drops = stopped["drops"];
+  std::printf("D, after B's forgeries: drops %s\n", drops.dump().c_str());
+  EXPECT_EQ(drops.value("bad_tag", uint64_t{0}), 2u);  // B as A; C's reply (end to end)
+  EXPECT_EQ(drops.value("unknown_key_id", uint64_t{0}), 1u);
+  EXPECT_EQ(drops.value("bad_probe", uint64_t{0}), 0u);  // none reached the probe code
 }
 
 // 1,100 TCP connections to the controller that never start TLS (more than the 1,024

@@ -3,6 +3,7 @@
 #include <sodium.h>
 
 #include <cctype>
+#include <cstring>
 #include <filesystem>
 
 #include "base/files.h"
@@ -262,7 +263,8 @@ bool KeyRing::OnBootstrapKey() const {
   if (!options_.initial || keys_.empty()) return false;
   const std::string& key = keys_.front().key();
   const net::OverlayKeyBytes& initial = options_.initial->second;
-  return key.size() == initial.size() && std::equal(key.begin(), key.end(), initial.begin());
+  return key.size() == initial.size() &&
+         std::memcmp(key.data(), initial.data(), initial.size()) == 0;
 }
 
 absl::StatusOr<bool> KeyRing::Rotate(int64_t now_unix_ns) {

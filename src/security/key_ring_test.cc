@@ -5,8 +5,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -110,6 +113,91 @@ TEST_F(KeyRingTest, FirstRingIsTheInitialKeyKeptInAPrivateFile) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->keys()[0].key(), std::string(32, '\xab'));
   EXPECT_EQ(again->phase_since_unix_ns(), kT0);
+}
+
+// The bootstrap key is in every agent's config file: anyone holding it derives every pair key.
+// The ring moves away from it at the first step, and does not come back to it.
+TEST_F(KeyRingTest, TheBootstrapKeyIsRotatedAwayAtOnce) {
+  KeyRingOptions o = Options();
+  net::OverlayKeyBytes initial;
+  initial.fill(0xab);
+  o.initial = std::make_pair(uint32_t{1}, initial);
+  absl::StatusOr<KeyRing> ring = KeyRing::Load(o, kT0);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_EQ(Ids(*ring), "1*");
+  ASSERT_TRUE(*ring->Advance(kT0));  // no timer needed
+  EXPECT_EQ(Ids(*ring), "1*,2");
+  ASSERT_TRUE(*ring->Advance(kT0 + Seconds(5).count()));
+  ASSERT_TRUE(*ring->Advance(kT0 + Seconds(10).count()));
+  EXPECT_EQ(Ids(*ring), "2*");
+  EXPECT_FALSE(Accepted(*ring).contains(std::string(32, '\xab')));
+  EXPECT_FALSE(*ring->Advance(kT0 + Seconds(3600).count()));  // steady on a key of its own
+  // A restart with the same bootstrap key keeps the ring as it is.
+  absl::StatusOr<KeyRing> again = KeyRing::Load(o, kT0 + Seconds(3601).count());
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again->Advance(kT0 + Seconds(3601).count()));
+  EXPECT_EQ(Ids(*again), "2*");
+}
+
+// Each node's row holds a key for every other node, the same one its peer holds for it, and
+// different pairs have different keys; no row carries the secret.
+TEST(RowForTest, RowsAgreePairwiseAndHoldNoSecret) {
+  v1::OverlayKey secret;
+  secret.set_key_id(4);
+  secret.set_active(true);
+  secret.set_key(std::string(32, '\x5c'));
+  const std::vector<uint32_t> nodes = {10, 20, 30};
+  std::map<std::pair<uint32_t, uint32_t>, std::string> held;
+  std::set<std::string> distinct;
+  for (const uint32_t self : nodes) {
+    const v1::OverlayKey row = RowFor(secret, self, nodes);
+    EXPECT_EQ(row.key_id(), 4u);
+    EXPECT_TRUE(row.active());
+    EXPECT_TRUE(row.key().empty());
+    ASSERT_EQ(row.peers_size(), 2);
+    for (const v1::PeerKey& p : row.peers()) {
+      EXPECT_NE(p.node_id(), self);
+      EXPECT_NE(p.key(), secret.key());
+      held[{self, p.node_id()}] = p.key();
+      distinct.insert(p.key());
+    }
+  }
+  for (const auto& [pair, key] : held) {
+    EXPECT_EQ(key, held.at({pair.second, pair.first})) << pair.first << "-" << pair.second;
+  }
+  EXPECT_EQ(distinct.size(), 3u);  // three pairs
+}
+
+// An agent's saved row goes through JSON and back; a ring file may hold secrets only.
+TEST_F(KeyRingTest, RowsRoundTripThroughJsonAndAreNoRingFile) {
+  v1::OverlayKey secret;
+  secret.set_key_id(2);
+  secret.set_active(true);
+  secret.set_key(std::string(32, '\x01'));
+  const v1::OverlayKey row = RowFor(secret, 1, std::vector<uint32_t>{1, 2, 3});
+  absl::StatusOr<std::vector<v1::OverlayKey>> back = KeysFromJson(KeysToJson({row}));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ((*back)[0].SerializeAsString(), row.SerializeAsString());
+
+  nlohmann::json bad = KeysToJson({row});
+  bad[0]["peers"][1]["key"] = "abc";
+  EXPECT_THAT(std::string(KeysFromJson(bad).status().message()),
+              HasSubstr("keys[0].peers[1].key"));
+  bad = KeysToJson({row});
+  bad[0]["key"] = std::string(64, 'a');  // both a secret and a row
+  EXPECT_THAT(std::string(KeysFromJson(bad).status().message()),
+              HasSubstr("either key (hex) or peers"));
+
+  Write("ring.json", nlohmann::json({{"format", "dar-key-ring/1"},
+                                     {"phase", "steady"},
+                                     {"since_unix_ns", kT0},
+                                     {"keys", KeysToJson({row})}})
+                         .dump());
+  KeyRingOptions o = Options();
+  o.file = Path("ring.json");
+  EXPECT_THAT(std::string(KeyRing::Load(o, kT0).status().message()),
+              HasSubstr("key 2 is a node's row, not a secret"));
 }
 
 TEST_F(KeyRingTest, WithoutFileOrInitialKeyEachRingIsNew) {
