@@ -685,11 +685,19 @@ TEST_F(SystemTest, MarginalDecisionSplitsByWhatTheAgentsSend) {
 TEST_F(SystemTest, KeyRotationUnderTrafficLosesNothing) {
   Up('k');
   if (IsSkipped() || HasFatalFailure()) return;
-  const nlohmann::json before = Darctl({"keys", "show"});
-  ASSERT_TRUE(before.is_object()) << "darctl keys show failed";
-  ASSERT_EQ(before["keys"].size(), 1u);
+  // The controller first rotates away from the bootstrap key of the agents' config files.
+  nlohmann::json before;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        before = Darctl({"keys", "show"});
+        return before.is_object() && before.value("phase", "") == "steady" &&
+               before["keys"].size() == 1 &&
+               before["keys"][0].value("key_id", 0u) != kLabInitialKeyId;
+      },
+      std::chrono::seconds(30)))
+      << before.dump(1);
+  EXPECT_THAT(ReadFile(dir_ + "/controller.log"), HasSubstr("rotation step"));
   const uint32_t old_id = before["keys"][0].value("key_id", 0u);
-  EXPECT_EQ(before.value("phase", ""), "steady");
 
   absl::StatusOr<std::unique_ptr<DatagramStream>> stream =
       DatagramStream::Open(Netns("A"), Netns("D"), "10.77.0.4", 9000);
