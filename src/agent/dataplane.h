@@ -137,13 +137,14 @@ struct PeerKey {
 
 // A data-plane key epoch `id` (net/overlay_header.h), and whether new packets are sealed with
 // it (the others are still accepted, for rotation). Either this node's row of pair keys
-// (`peers`: what the controller hands each agent in AgentConfig.keys), or, with `peers` empty,
-// the epoch's secret `key`, from which the node derives its row itself: the bootstrap key of
-// the agent's config file, which every node holds until the controller rotates it away.
+// (`row` set, `peers`: what the controller hands each agent in AgentConfig.keys), or the
+// epoch's secret `key`, from which the node derives its row itself: the bootstrap key of the
+// agent's config file, which every node holds until the controller rotates it away.
 struct KeyUpdate {
   uint32_t id = 0;
   net::OverlayKeyBytes key{};
   bool active = false;
+  bool row = false;
   std::vector<PeerKey> peers;
 };
 

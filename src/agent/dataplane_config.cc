@@ -62,19 +62,16 @@ absl::StatusOr<std::shared_ptr<const net::OverlayKeyRing>> BuildKeyRing(
   const auto self = static_cast<uint32_t>(config.node);
   auto ring = std::make_shared<net::OverlayKeyRing>();
   for (const KeyUpdate& k : keys) {
-    if (k.peers.empty()) {
-      const std::vector<net::OverlayPairKey> row =
-          self < wire_ids.size() ? net::PairKeysFromSecret(k.key, wire_ids, self)
-                                 : std::vector<net::OverlayPairKey>{};
-      RETURN_IF_ERROR(ring->Add(k.id, row));
-      continue;
-    }
-    // A row from the controller: the keys of nodes this agent does not know are of no use.
     std::vector<net::OverlayPairKey> row;
-    row.reserve(k.peers.size());
-    for (const PeerKey& p : k.peers) {
-      const auto it = index_of.find(p.node_id);
-      if (it != index_of.end() && it->second != self) row.push_back({it->second, p.key});
+    if (!k.row) {
+      if (self < wire_ids.size()) row = net::PairKeysFromSecret(k.key, wire_ids, self);
+    } else {
+      // A row from the controller: the keys of nodes this agent does not know are of no use.
+      row.reserve(k.peers.size());
+      for (const PeerKey& p : k.peers) {
+        const auto it = index_of.find(p.node_id);
+        if (it != index_of.end() && it->second != self) row.push_back({it->second, p.key});
+      }
     }
     absl::Status s = ring->Add(k.id, row);
     sodium_memzero(row.data(), row.size() * sizeof(row[0]));

@@ -30,7 +30,8 @@ absl::StatusOr<std::vector<KeyUpdate>> ToKeyUpdates(
     KeyUpdate u;
     u.id = k.key_id();
     u.active = k.active();
-    if (k.peers().empty()) {
+    u.row = k.row();
+    if (!k.row()) {
       if (k.key().size() != net::kOverlayKeyBytes) {
         return absl::InvalidArgumentError(fmt::format("key {} has {} bytes, not {}", k.key_id(),
                                                       k.key().size(), net::kOverlayKeyBytes));

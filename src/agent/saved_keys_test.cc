@@ -104,6 +104,7 @@ TEST_F(SavedKeysTest, ARowOfPairKeysComesBackAsTheRow) {
   v1::OverlayKey* row = keys.Add();
   row->set_key_id(9);
   row->set_active(true);
+  row->set_row(true);
   for (uint32_t node : {2u, 3u}) {
     v1::PeerKey* p = row->add_peers();
     p->set_node_id(node);

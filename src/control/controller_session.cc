@@ -1,5 +1,6 @@
 #include "control/controller_session.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "security/key_ring.h"
@@ -32,7 +33,23 @@ bool AgentSession::Next(Time now, v1::ControllerMessage& out) {
     std::vector<uint32_t> nodes;
     nodes.reserve(static_cast<size_t>(c.nodes_size()));
     for (const v1::OverlayNode& n : c.nodes()) nodes.push_back(n.node_id());
-    for (v1::OverlayKey& k : *c.mutable_keys()) k = security::RowFor(k, wire_id_, nodes);
+    if (nodes != row_nodes_) {
+      rows_.clear();
+      row_nodes_ = nodes;
+    }
+    std::vector<v1::OverlayKey> rows;
+    for (v1::OverlayKey& k : *c.mutable_keys()) {
+      const auto cached = std::find_if(rows_.begin(), rows_.end(), [&](const v1::OverlayKey& r) {
+        return r.key_id() == k.key_id();
+      });
+      v1::OverlayKey row = cached != rows_.end() ? std::move(*cached)
+                                                 : security::RowFor(k, wire_id_, nodes);
+      row.set_active(k.active());
+      k.Clear();  // (the secret's bytes go with it)
+      k = row;
+      rows.push_back(std::move(row));
+    }
+    rows_ = std::move(rows);  // the rows of retired epochs go
     config_pending_ = false;
     return true;
   }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "control/controller_tables.h"
 #include "core/units.h"
@@ -60,6 +61,11 @@ class AgentSession {
   Duration ack_timeout_;
   std::shared_ptr<const v1::AgentConfig> config_;
   bool config_pending_ = false;
+  // This node's rows of the epochs last sent, for the nodes row_nodes_ (wire ids): made once
+  // per epoch (n BLAKE2b calls), not at every config push. An epoch's id names one secret for
+  // the life of the controller's ring (rotations number upward).
+  std::vector<v1::OverlayKey> rows_;
+  std::vector<uint32_t> row_nodes_;
   std::shared_ptr<const RouteSnapshot> latest_;
   std::shared_ptr<const RouteSnapshot> in_flight_;
   Time in_flight_since_{0};

@@ -2,11 +2,14 @@
 
 #include <limits>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "control/controller_tables.h"
 #include "control/controller_test_util.h"
 #include "core/routing.h"
 #include "gtest/gtest.h"
+#include "security/key_ring.h"
 
 namespace dar::control {
 namespace {
@@ -222,6 +225,46 @@ TEST_F(SessionTest, ConfigFirstThenStopAndWaitTables) {
   EXPECT_EQ(m.table().version(), 4u);
   EXPECT_EQ(m.table().base_version(), 0u);
   EXPECT_EQ(s.full_tables_sent(), 2);
+}
+
+// The config an agent is sent carries its own row of each epoch, never a secret: the same row
+// at every push (made once), the active flag as the ring says now, and a new epoch's row when
+// one is added.
+TEST_F(SessionTest, TheConfigCarriesTheNodesRowNotTheSecrets) {
+  auto config = std::make_shared<v1::AgentConfig>();
+  for (uint32_t id : {1u, 2u, 3u}) config->add_nodes()->set_node_id(id);
+  v1::OverlayKey* k = config->add_keys();
+  k->set_key_id(5);
+  k->set_key(std::string(32, '\x07'));
+  k->set_active(true);
+  AgentSession s(/*wire_id=*/2, true, 0, Seconds(1));
+  s.SetConfig(config);
+  v1::ControllerMessage first;
+  ASSERT_TRUE(s.Next(Time(0), first));
+  ASSERT_EQ(first.config().keys_size(), 1);
+  const v1::OverlayKey& row = first.config().keys(0);
+  EXPECT_TRUE(row.row());
+  EXPECT_TRUE(row.key().empty());
+  EXPECT_EQ(row.SerializeAsString(),
+            security::RowFor(*k, 2, std::vector<uint32_t>{1, 2, 3}).SerializeAsString());
+  EXPECT_EQ(first.config().SerializeAsString().find(std::string(32, '\x07')), std::string::npos);
+
+  // The next step of a rotation: epoch 6 added and sealing.
+  auto next = std::make_shared<v1::AgentConfig>(*config);
+  next->mutable_keys(0)->set_active(false);
+  v1::OverlayKey* k6 = next->add_keys();
+  k6->set_key_id(6);
+  k6->set_key(std::string(32, '\x08'));
+  k6->set_active(true);
+  s.SetConfig(next);
+  v1::ControllerMessage second;
+  ASSERT_TRUE(s.Next(Time(0), second));
+  ASSERT_EQ(second.config().keys_size(), 2);
+  EXPECT_FALSE(second.config().keys(0).active());
+  EXPECT_EQ(second.config().keys(0).peers(0).key(), row.peers(0).key());
+  EXPECT_TRUE(second.config().keys(1).active());
+  EXPECT_EQ(second.config().keys(1).peers_size(), 2);
+  EXPECT_NE(second.config().keys(1).peers(0).key(), row.peers(0).key());
 }
 
 TEST_F(SessionTest, NoAckWithinTheTimeoutSendsAFullTable) {

@@ -331,6 +331,24 @@ class SystemTest : public LabTest {
     return out;
   }
 
+  // Waits up to 30 s for the controller's key ring to be steady on one key other than `not_id`;
+  // that key's id, or nullopt (with the ring's last view in the failure).
+  std::optional<uint32_t> WaitForSteadyKeyOtherThan(uint32_t not_id) {
+    nlohmann::json k;
+    const bool steady = WaitFor(
+        [&] {
+          k = Darctl({"keys", "show"});
+          return k.is_object() && k.value("phase", "") == "steady" && k["keys"].size() == 1 &&
+                 k["keys"][0].value("key_id", 0u) != not_id;
+        },
+        std::chrono::seconds(30));
+    if (!steady) {
+      ADD_FAILURE() << "keys not steady on a key other than " << not_id << ": " << k.dump(1);
+      return std::nullopt;
+    }
+    return k["keys"][0].value("key_id", 0u);
+  }
+
   bool AllAgentsHaveTables(uint64_t above = 0) {
     const std::map<std::string, uint64_t> v = AckedVersions();
     if (v.size() != 4) return false;
@@ -686,18 +704,10 @@ TEST_F(SystemTest, KeyRotationUnderTrafficLosesNothing) {
   Up('k');
   if (IsSkipped() || HasFatalFailure()) return;
   // The controller first rotates away from the bootstrap key of the agents' config files.
-  nlohmann::json before;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        before = Darctl({"keys", "show"});
-        return before.is_object() && before.value("phase", "") == "steady" &&
-               before["keys"].size() == 1 &&
-               before["keys"][0].value("key_id", 0u) != kLabInitialKeyId;
-      },
-      std::chrono::seconds(30)))
-      << before.dump(1);
+  const std::optional<uint32_t> before = WaitForSteadyKeyOtherThan(kLabInitialKeyId);
+  ASSERT_TRUE(before.has_value());
   EXPECT_THAT(ReadFile(dir_ + "/controller.log"), HasSubstr("rotation step"));
-  const uint32_t old_id = before["keys"][0].value("key_id", 0u);
+  const uint32_t old_id = *before;
 
   absl::StatusOr<std::unique_ptr<DatagramStream>> stream =
       DatagramStream::Open(Netns("A"), Netns("D"), "10.77.0.4", 9000);
@@ -710,14 +720,7 @@ TEST_F(SystemTest, KeyRotationUnderTrafficLosesNothing) {
   EXPECT_TRUE(started.value("rotation_started", false));
   EXPECT_EQ(started.value("phase", ""), "announced");
   // Announced, activated, retired: one rollout (5 s in the lab) between steps.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const nlohmann::json k = Darctl({"keys", "show"});
-        return k.is_object() && k.value("phase", "") == "steady" && k["keys"].size() == 1 &&
-               k["keys"][0].value("key_id", 0u) != old_id;
-      },
-      std::chrono::seconds(30)))
-      << Darctl({"keys", "show"}).dump(1);
+  ASSERT_TRUE(WaitForSteadyKeyOtherThan(old_id).has_value());
   ASSERT_TRUE((*stream)->WaitSent(500));
   (*stream)->Stop();
   const DatagramStream::Report r = (*stream)->Analyse(first, (*stream)->sent());
@@ -1173,15 +1176,9 @@ TEST_F(SystemTest, ReplayedDatagramsAreNotDelivered) {
 TEST_F(SystemTest, ANodeCanSpeakOnlyAsItself) {
   Up('n');
   if (IsSkipped() || HasFatalFailure()) return;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const nlohmann::json k = Darctl({"keys", "show"});
-        return k.is_object() && k.value("phase", "") == "steady" && k["keys"].size() == 1 &&
-               k["keys"][0].value("key_id", 0u) != kLabInitialKeyId;
-      },
-      std::chrono::seconds(30)))
-      << Darctl({"keys", "show"}).dump(1);
-  const uint32_t epoch = Darctl({"keys", "show"})["keys"][0].value("key_id", 0u);
+  const std::optional<uint32_t> steady = WaitForSteadyKeyOtherThan(kLabInitialKeyId);
+  ASSERT_TRUE(steady.has_value());
+  const uint32_t epoch = *steady;
   absl::StatusOr<agent::AgentConfig> b = agent::LoadAgentConfig(dir_ + "/B.yaml");
   ASSERT_TRUE(b.ok()) << b.status();
   absl::StatusOr<std::vector<agent::KeyUpdate>> saved;

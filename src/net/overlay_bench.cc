@@ -171,6 +171,14 @@ void BM_MakeTags8(benchmark::State& state) {
 }
 BENCHMARK(BM_MakeTags8)->Arg(64)->Arg(300)->Arg(1384);
 
+// What the controller spends per pair key of an agent's row (security::RowFor).
+void BM_DerivePairKey(benchmark::State& state) {
+  const OverlayKeyBytes secret = FixedKey<kOverlayKeyBytes>();
+  uint32_t peer = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(DerivePairKey(secret, 7, ++peer));
+}
+BENCHMARK(BM_DerivePairKey);
+
 void BM_FlowHash(benchmark::State& state) {
   std::vector<uint8_t> ip = Packet(1400);
   ip[0] = 0x45;

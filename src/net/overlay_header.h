@@ -37,11 +37,12 @@
 //   receiving node's id with the key of the link's two ends: every receiver checks it, and a
 //   sender (the source or a transit node) writes it for the neighbour it sends to
 //   (SetOverlayHopTag). The receiver's id makes it one-way: what a node sent cannot be
-//   reflected back to it as if its neighbour had sent it. So a transit node
-//   refuses what no neighbour sent, without the cost of the payload's tag, and a probe or a
+//   reflected back to it as if its neighbour had sent it. So a transit node refuses a header
+//   that no neighbour sealed for it, without the cost of the payload's tag, and a probe or a
 //   probe reply authenticates the neighbour that sent it. A transit node cannot check the
-//   end-to-end tag: what a dishonest neighbour makes up is carried on and dropped by the
-//   destination.
+//   end-to-end tag, nor the payload, nor replays (the window is the destination's): what a
+//   dishonest neighbour makes up, or a datagram captured on a link and sent again with any
+//   payload of its length, is carried on and dropped by the destination.
 // A packet keeps the key id its ingress sealed it with; key rotation accepts the old key for
 // a rollout period after the new one seals (security/key_ring.h), far longer than a packet
 // spends in the overlay. Version 3 had one cluster key that every agent held, so any node
@@ -116,7 +117,7 @@ struct OverlayHeader {
 // value per reason, so that an agent can count drops by reason; the checks run in this order.
 enum class OverlayStatus : uint8_t {
   kOk,
-  kTooShort,           // shorter than header + tag
+  kTooShort,           // shorter than header + two tags
   kBadVersion,         // version is not kOverlayVersion
   kUnknownType,        // type is not an OverlayType
   kBadTrafficClass,    // traffic class is not a TrafficClass
@@ -256,8 +257,8 @@ inline constexpr size_t kOverlayParseBatch = 64;
 
 // SealOverlay in three steps, to seal several datagrams with their end-to-end tags side by
 // side (as the segments of a TCP super-packet are) and give each its hop tag once its next hop
-// is known: SealOverlayHeader is SealOverlay (same checks, errors and result) without the tags,
-// with key id `key_id`; TagSealedOverlays then writes the end-to-end tags of `count` datagrams
+// is known: SealOverlayHeader is SealOverlay (the same checks, errors and result, but for the
+// keys, which it does not use) without the tags, with key id `key_id`; TagSealedOverlays then writes the end-to-end tags of `count` datagrams
 // datagrams[i][0, sizes[i]) whose headers it wrote, all with `end_to_end`, in vector lanes where
 // the sizes are equal (OverlayMacKey::MakeTags); SetOverlayHopTag writes a datagram's hop tag.
 // REQUIRES: count <= kOverlayParseBatch.

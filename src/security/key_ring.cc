@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <filesystem>
@@ -15,7 +16,10 @@
 namespace dar::security {
 namespace {
 
-constexpr char kFormat[] = "dar-key-ring/1";
+constexpr char kFormat[] = "dar-key-ring/2";
+// The ring of the overlay whose agents were all handed the secrets themselves (one cluster
+// key): read, and its keys rotated away at once.
+constexpr char kFormatHandedOut[] = "dar-key-ring/1";
 constexpr size_t kMaxRingFileBytes = size_t{64} * 1024;
 
 std::string Hex(const std::string& bytes) {
@@ -75,7 +79,7 @@ nlohmann::json KeysToJson(const std::vector<v1::OverlayKey>& keys) {
   nlohmann::json out = nlohmann::json::array();
   for (const v1::OverlayKey& k : keys) {
     nlohmann::json j = {{"id", k.key_id()}, {"active", k.active()}};
-    if (k.peers().empty()) {
+    if (!k.row()) {
       j["key"] = Hex(k.key());
     } else {
       nlohmann::json peers = nlohmann::json::array();
@@ -116,6 +120,7 @@ absl::StatusOr<std::vector<v1::OverlayKey>> KeysFromJson(const nlohmann::json& k
     v1::OverlayKey key;
     key.set_key_id(k["id"].get<uint32_t>());
     key.set_active(is_active);
+    key.set_row(true);
     const nlohmann::json& peers = k["peers"];
     for (size_t p = 0; p < peers.size(); ++p) {
       const nlohmann::json& e = peers[p];
@@ -145,16 +150,18 @@ v1::OverlayKey RowFor(const v1::OverlayKey& key, uint32_t self, absl::Span<const
   row.set_key_id(key.key_id());
   row.set_active(key.active());
   net::OverlayKeyBytes secret{};
-  if (key.key().size() == secret.size()) {
-    std::copy(key.key().begin(), key.key().end(), secret.begin());
-  }
+  // Not a secret (the ring never holds one): a row the agent refuses, not one of zero keys.
+  if (key.key().size() != secret.size()) return row;
+  std::copy(key.key().begin(), key.key().end(), secret.begin());
+  row.set_row(true);
   row.mutable_peers()->Reserve(static_cast<int>(nodes.size()));
   for (const uint32_t node : nodes) {
     if (node == self) continue;
-    const net::OverlayKeyBytes pair = net::DerivePairKey(secret, self, node);
+    net::OverlayKeyBytes pair = net::DerivePairKey(secret, self, node);
     v1::PeerKey* p = row.add_peers();
     p->set_node_id(node);
     p->set_key(std::string(pair.begin(), pair.end()));
+    sodium_memzero(pair.data(), pair.size());
   }
   sodium_memzero(secret.data(), secret.size());
   return row;
@@ -190,8 +197,9 @@ absl::StatusOr<KeyRing> KeyRing::Load(const KeyRingOptions& options, int64_t now
       };
       const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
       if (!j.is_object()) return bad("not a JSON object");
-      if (!j.contains("format") || !j["format"].is_string() ||
-          j["format"].get<std::string>() != kFormat) {
+      const std::string format =
+          j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
+      if (format != kFormat && format != kFormatHandedOut) {
         return bad(fmt::format("format is not \"{}\"", kFormat));
       }
       absl::StatusOr<KeyPhase> phase = ParsePhase(
@@ -206,12 +214,23 @@ absl::StatusOr<KeyRing> KeyRing::Load(const KeyRingOptions& options, int64_t now
           KeysFromJson(j.value("keys", nlohmann::json()));
       if (!keys.ok()) return bad(std::string(keys.status().message()));
       for (const v1::OverlayKey& k : *keys) {
-        if (!k.peers().empty()) return bad(fmt::format("key {} is a node's row, not a secret", k.key_id()));
+        if (k.row()) return bad(fmt::format("key {} is a node's row, not a secret", k.key_id()));
       }
       ring.keys_ = *std::move(keys);
       if ((ring.phase_ == KeyPhase::kSteady) != (ring.keys_.size() == 1)) {
         return bad(fmt::format("phase {} does not fit {} keys", KeyPhaseName(ring.phase_),
                                ring.keys_.size()));
+      }
+      if (format == kFormatHandedOut) {
+        for (const v1::OverlayKey& k : ring.keys_) ring.exposed_.push_back(k.key_id());
+      } else if (j.contains("exposed")) {
+        if (!j["exposed"].is_array()) return bad("exposed: must be a list of key ids");
+        for (const nlohmann::json& id : j["exposed"]) {
+          if (!id.is_number_unsigned() || id.get<uint64_t>() > UINT32_MAX) {
+            return bad("exposed: must be a list of key ids");
+          }
+          ring.exposed_.push_back(id.get<uint32_t>());
+        }
       }
       return ring;
     }
@@ -240,6 +259,7 @@ absl::Status KeyRing::Save() const {
   j["phase"] = KeyPhaseName(phase_);
   j["since_unix_ns"] = since_unix_ns_;
   j["keys"] = KeysToJson(keys_);
+  if (!exposed_.empty()) j["exposed"] = exposed_;
   const std::filesystem::path dir = std::filesystem::path(options_.file).parent_path();
   std::error_code ec;
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
@@ -259,12 +279,14 @@ absl::Status KeyRing::Commit(F change) {
   return absl::OkStatus();
 }
 
-bool KeyRing::OnBootstrapKey() const {
-  if (!options_.initial || keys_.empty()) return false;
-  const std::string& key = keys_.front().key();
+bool KeyRing::OnExposedKey() const {
+  if (keys_.empty()) return false;
+  const v1::OverlayKey& front = keys_.front();
+  if (std::find(exposed_.begin(), exposed_.end(), front.key_id()) != exposed_.end()) return true;
+  if (!options_.initial) return false;
   const net::OverlayKeyBytes& initial = options_.initial->second;
-  return key.size() == initial.size() &&
-         std::memcmp(key.data(), initial.data(), initial.size()) == 0;
+  return front.key().size() == initial.size() &&
+         std::memcmp(front.key().data(), initial.data(), initial.size()) == 0;
 }
 
 absl::StatusOr<bool> KeyRing::Rotate(int64_t now_unix_ns) {
@@ -281,7 +303,7 @@ absl::StatusOr<bool> KeyRing::Advance(int64_t now_unix_ns) {
   const int64_t elapsed = now_unix_ns - since_unix_ns_;
   switch (phase_) {
     case KeyPhase::kSteady:
-      if (OnBootstrapKey()) return Rotate(now_unix_ns);
+      if (OnExposedKey()) return Rotate(now_unix_ns);
       if (options_.rotate_every <= Duration(0) || elapsed < options_.rotate_every.count()) {
         return false;
       }

@@ -50,8 +50,10 @@ nlohmann::json KeysToJson(const std::vector<v1::OverlayKey>& keys);
 absl::StatusOr<std::vector<v1::OverlayKey>> KeysFromJson(const nlohmann::json& keys);
 
 // The row of node `self` (a wire id) of the epoch whose secret `key` holds: the same id and
-// active flag, no secret, and a pair key (net::DerivePairKey) for every node of `nodes` (wire
-// ids) other than self. What the controller sends that node's agent.
+// active flag, no secret, `row` set, and a pair key (net::DerivePairKey) for every node of
+// `nodes` (wire ids) other than self. What the controller sends that node's agent. A `key`
+// that is not a 32-byte secret gives a row without `row` set and without keys, which agents
+// refuse (fail closed).
 v1::OverlayKey RowFor(const v1::OverlayKey& key, uint32_t self, absl::Span<const uint32_t> nodes);
 
 struct KeyRingOptions {
@@ -84,15 +86,17 @@ class KeyRing {
   absl::StatusOr<bool> Rotate(int64_t now_unix_ns);
   // Takes the steps that are due at `now` (a timed rotation, activation, retirement); returns
   // whether the keys changed. A steady ring still on the bootstrap key (`initial`, which every
-  // agent's config file holds, so every node could derive every pair key from it) starts a
-  // rotation at once. Errors as Rotate.
+  // agent's config file holds, so every node could derive every pair key from it), or on a key
+  // of a ring file written before keys were per pair (whose secret every agent was handed),
+  // starts a rotation at once. Errors as Rotate.
   absl::StatusOr<bool> Advance(int64_t now_unix_ns);
 
  private:
   explicit KeyRing(KeyRingOptions options) : options_(std::move(options)) {}
   absl::Status Save() const;
-  // Whether the ring is steady on options_.initial.
-  bool OnBootstrapKey() const;
+  // Whether the ring is steady on a key every agent could hold whole: options_.initial, or
+  // one of exposed_.
+  bool OnExposedKey() const;
   // Applies `change` to a copy and saves it; the ring changes only if that worked.
   template <typename F>
   absl::Status Commit(F change);
@@ -101,6 +105,9 @@ class KeyRing {
   std::vector<v1::OverlayKey> keys_;
   KeyPhase phase_ = KeyPhase::kSteady;
   int64_t since_unix_ns_ = 0;
+  // Keys whose secrets were handed to every agent: those of a ring file of the single-key
+  // overlay ("dar-key-ring/1"), rotated away at once.
+  std::vector<uint32_t> exposed_;
 };
 
 }  // namespace dar::security

@@ -139,6 +139,35 @@ TEST_F(KeyRingTest, TheBootstrapKeyIsRotatedAwayAtOnce) {
   EXPECT_EQ(Ids(*again), "2*");
 }
 
+// A ring file of the single-key overlay ("dar-key-ring/1"): every agent was handed its
+// secrets, so they are rotated away at once, and a restart during that rotation keeps knowing
+// which keys were handed out.
+TEST_F(KeyRingTest, ARingWhoseSecretsWereHandedOutIsRotatedAway) {
+  const KeyRingOptions o = Options();
+  std::filesystem::create_directories(Path("state"));
+  Write("state/ring.json", fmt::format(R"({{"format": "dar-key-ring/1", "phase": "announced",
+      "since_unix_ns": {}, "keys": [{{"id": 4, "key": "{}", "active": true}},
+      {{"id": 5, "key": "{}", "active": false}}]}})",
+                                       kT0, std::string(64, 'a'), std::string(64, 'b')));
+  absl::StatusOr<KeyRing> ring = KeyRing::Load(o, kT0);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  ASSERT_TRUE(*ring->Advance(kT0 + Seconds(5).count()));
+  EXPECT_EQ(Ids(*ring), "4,5*");
+  EXPECT_THAT(Read(o.file), HasSubstr("\"exposed\""));
+  // A restart here, then the rotation goes on: steady on 5, which was handed out too.
+  ring = KeyRing::Load(o, kT0 + Seconds(6).count());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  ASSERT_TRUE(*ring->Advance(kT0 + Seconds(10).count()));
+  EXPECT_EQ(Ids(*ring), "5*");
+  ASSERT_TRUE(*ring->Advance(kT0 + Seconds(10).count()));  // and away from it at once
+  EXPECT_EQ(Ids(*ring), "5*,6");
+  ASSERT_TRUE(*ring->Advance(kT0 + Seconds(15).count()));
+  ASSERT_TRUE(*ring->Advance(kT0 + Seconds(20).count()));
+  EXPECT_EQ(Ids(*ring), "6*");
+  EXPECT_FALSE(*ring->Advance(kT0 + Seconds(3600).count()));
+  EXPECT_THAT(Read(o.file), HasSubstr("dar-key-ring/2"));
+}
+
 // Each node's row holds a key for every other node, the same one its peer holds for it, and
 // different pairs have different keys; no row carries the secret.
 TEST(RowForTest, RowsAgreePairwiseAndHoldNoSecret) {
@@ -153,11 +182,11 @@ TEST(RowForTest, RowsAgreePairwiseAndHoldNoSecret) {
     const v1::OverlayKey row = RowFor(secret, self, nodes);
     EXPECT_EQ(row.key_id(), 4u);
     EXPECT_TRUE(row.active());
+    EXPECT_TRUE(row.row());
     EXPECT_TRUE(row.key().empty());
     ASSERT_EQ(row.peers_size(), 2);
     for (const v1::PeerKey& p : row.peers()) {
       EXPECT_NE(p.node_id(), self);
-      EXPECT_NE(p.key(), secret.key());
       held[{self, p.node_id()}] = p.key();
       distinct.insert(p.key());
     }
@@ -166,6 +195,13 @@ TEST(RowForTest, RowsAgreePairwiseAndHoldNoSecret) {
     EXPECT_EQ(key, held.at({pair.second, pair.first})) << pair.first << "-" << pair.second;
   }
   EXPECT_EQ(distinct.size(), 3u);  // three pairs
+  // A one-node cluster's row is empty, and still a row; a key that is no secret gives no row.
+  EXPECT_TRUE(RowFor(secret, 10, std::vector<uint32_t>{10}).row());
+  v1::OverlayKey short_key = secret;
+  short_key.set_key("short");
+  const v1::OverlayKey refused = RowFor(short_key, 10, nodes);
+  EXPECT_FALSE(refused.row());
+  EXPECT_EQ(refused.peers_size(), 0);
 }
 
 // An agent's saved row goes through JSON and back; a ring file may hold secrets only.
@@ -189,7 +225,7 @@ TEST_F(KeyRingTest, RowsRoundTripThroughJsonAndAreNoRingFile) {
   EXPECT_THAT(std::string(KeysFromJson(bad).status().message()),
               HasSubstr("either key (hex) or peers"));
 
-  Write("ring.json", nlohmann::json({{"format", "dar-key-ring/1"},
+  Write("ring.json", nlohmann::json({{"format", "dar-key-ring/2"},
                                      {"phase", "steady"},
                                      {"since_unix_ns", kT0},
                                      {"keys", KeysToJson({row})}})
