@@ -92,7 +92,25 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    security::MakeServerCredentials(config.tls, absl::Now()));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, credentials, &c->port_);
+  // The controller accepts connections itself and hands them to gRPC, which has no cap on
+  // them (connection_limiter.h).
+  c->acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, credentials);
+  absl::StatusOr<std::unique_ptr<ConnectionLimiter>> limiter = ConnectionLimiter::Listen(
+      config.listen, config.max_connections,
+      [acceptor = c->acceptor_.get()](int listener_fd, int fd) {
+        grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
+        p.listener_fd = listener_fd;
+        p.fd = fd;
+        acceptor->HandleNewConnection(&p);
+      },
+      [counter = c->metrics_->connections_refused] { counter->Increment(); });
+  if (!limiter.ok()) {
+    return absl::UnavailableError(
+        fmt::format("{}: {}", config.file, std::string(limiter.status().message())));
+  }
+  c->limiter_ = *std::move(limiter);
+  c->port_ = c->limiter_->port();
   builder.RegisterService(c->agent_service_.get());
   builder.RegisterService(c->admin_service_.get());
   // Find agents that vanished without closing their stream.
@@ -108,10 +126,11 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
   c->server_ = builder.BuildAndStart();
-  if (c->server_ == nullptr || c->port_ == 0) {
+  if (c->server_ == nullptr) {
     return absl::UnavailableError(
         fmt::format("{}: listen {}: cannot serve gRPC there", config.file, config.listen));
   }
+  c->limiter_->Start();
 
   const auto healthy = [core = c->core_.get()] { return core->HealthProblem(); };
   const auto ready = [core = c->core_.get()] { return core->ReadinessProblem(); };
@@ -159,6 +178,7 @@ void Controller::Shutdown() {
     }
     thread_cv_.NotifyAll();
     if (cycle_thread_.joinable()) cycle_thread_.join();
+    if (limiter_ != nullptr) limiter_->Stop();  // no new connections
     if (core_ != nullptr) core_->CloseAll(absl::UnavailableError("the controller is stopping"));
     if (server_ != nullptr) {
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -240,6 +260,7 @@ absl::Status Controller::Apply(absl::StatusOr<ControllerConfig> next) {
   // A refused learned-policy model refuses the whole reload: the running model stays.
   if (absl::Status s = core_->Reload(*next); !s.ok()) return refuse(s);
   core_->SetRevocations(*std::move(revoked));
+  limiter_->set_max_connections(next->max_connections);
   {
     MutexLock lock(&thread_mu_);
     wake_ = true;

@@ -16,6 +16,7 @@
 #include "base/json_log.h"
 #include "base/mutex.h"
 #include "control/admin_service.h"
+#include "control/connection_limiter.h"
 #include "control/controller_config.h"
 #include "control/controller_core.h"
 #include "control/controller_metrics.h"
@@ -92,6 +93,9 @@ class Controller {
   std::unique_ptr<ControllerCore> core_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
+  // Declared before server_, which is destroyed first.
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
+  std::unique_ptr<ConnectionLimiter> limiter_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ControllerHttp> http_;
   std::unique_ptr<ControllerHttp> health_http_;  // /healthz and /readyz only

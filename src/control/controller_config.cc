@@ -440,6 +440,18 @@ absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string&
   }
 
   RETURN_IF_ERROR(ReadNodes(loc, top, root, c));
+  const int nodes = static_cast<int>(c.nodes.size());
+  ASSIGN_OR_RETURN(c.max_connections,
+                   loc.Key(root, "max_connections",
+                           top.Optional<int>("max_connections", 2 * nodes + 64,
+                                             Bounds::InRange(1, 1000000))));
+  if (c.max_connections < nodes + 1) {
+    return loc.Key(root, "max_connections",
+                   top.Error("max_connections",
+                             fmt::format("must be at least {}: one for each of the {} nodes' "
+                                         "agents and one for an operator",
+                                         nodes + 1, nodes)));
+  }
   RETURN_IF_ERROR(ReadLinks(loc, top, root, c));
   RETURN_IF_ERROR(ReadPolicy(loc, top, root, file, c.policy));
   RETURN_IF_ERROR(loc.CheckKeys(top, root));

@@ -16,6 +16,7 @@
 //   table_stale_ms: 3000             # agents fall back to static after this without a table
 //   sample_timeout_ms: 300           # a link end silent this long counts as down
 //   hello_timeout_ms: 5000           # a stream without a hello this long is closed
+//   max_connections: 2 x nodes + 64  # gRPC connections held at once; more are closed at once
 //   forecast_horizon_s: 30
 //   events_kept: 1000
 //   probe: {interval_ms: 100, missed_probes: 3}
@@ -127,6 +128,9 @@ struct ControllerConfig {
   Duration sample_timeout = Milliseconds(300);
   // A stream that has not sent its hello this long after it opened is closed.
   Duration hello_timeout = Seconds(5);
+  // gRPC connections held at once (ConnectionLimiter); more are closed at once. Default
+  // 2 x nodes + 64; at least nodes + 1.
+  int max_connections = 64;
   Duration forecast_horizon = Seconds(30);
   int events_kept = 1000;
   Duration probe_interval = Milliseconds(100);

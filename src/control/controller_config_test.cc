@@ -144,6 +144,7 @@ TEST(ControllerConfigTest, DefaultsForOptionalFields) {
   EXPECT_TRUE(c->trust_domain.empty());
   EXPECT_EQ(c->tls.cert_file, "c");
   EXPECT_TRUE(c->crl_file.empty());  // nothing revoked
+  EXPECT_EQ(c->max_connections, 2 * 1 + 64);
 }
 
 TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
@@ -162,6 +163,9 @@ TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
       {With("cycle_ms: 50", "cycle_ms: 100000"), "cycle_ms: must be between 1 ms and 60 s"},
       {With("cycle_ms: 50", "cycle_ms: fast"), "ctl.yaml:8: cycle_ms"},
       {With("events_kept: 10", "events_kept: 0"), "ctl.yaml:11: events_kept"},
+      // Four nodes: their agents and an operator need five.
+      {With("events_kept: 10", "events_kept: 10\nmax_connections: 4"),
+       "ctl.yaml:12: max_connections: must be at least 5: one for each of the 4 nodes'"},
       {With("missed_probes: 4", "missed_probes: -1"), "ctl.yaml:12: probe.missed_probes"},
       {With("probe: {interval_ms: 200", "probe: {interval_ms: 200, jitter: 1"),
        "ctl.yaml:12: probe.jitter: unknown key"},

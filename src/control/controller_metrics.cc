@@ -66,6 +66,9 @@ ControllerMetrics::ControllerMetrics() : registry(std::make_shared<prometheus::R
                                "Agent streams ended for a bad Hello or message");
   admin_refused = NewCounter(r, "dar_controller_admin_refused_total",
                              "Admin calls refused for want of an admin identity");
+  connections_refused =
+      NewCounter(r, "dar_controller_connections_refused_total",
+                 "gRPC connections closed at once because max_connections were open");
   config_reloads =
       NewCounter(r, "dar_controller_config_reloads_total", "Configuration reloads applied");
   config_refused = NewCounter(r, "dar_controller_config_refused_total",

@@ -53,6 +53,7 @@ struct ControllerMetrics {
   prometheus::Counter* tables_refused;
   prometheus::Counter* streams_refused;  // Hellos and messages that ended a stream
   prometheus::Counter* admin_refused;    // admin calls without an admin identity
+  prometheus::Counter* connections_refused;  // closed at once: max_connections reached
   prometheus::Counter* config_reloads;
   prometheus::Counter* config_refused;
   // Learned-policy model files refused (missing, corrupt, incompatible), at start or reload.
