@@ -94,11 +94,10 @@ void Dataplane::HandleDatagrams(Port& in, uint8_t* const* data, const size_t* si
   std::array<net::OverlayStatus, net::kOverlayParseBatch> statuses;
   std::array<net::OverlayPacket, net::kOverlayParseBatch> packets;
   for (size_t i = 0; i < n; ++i) spans[i] = absl::MakeConstSpan(data[i], sizes[i]);
-  net::ParseOverlayBatch(absl::MakeConstSpan(spans.data(), n),
-                         active_keys_ ? *active_keys_ : kNoKeys,
-                         static_cast<uint32_t>(config_.node),
-                         static_cast<uint32_t>(in.config.neighbour), statuses.data(),
-                         packets.data());
+  net::ParseOverlayBatch(
+      absl::MakeConstSpan(spans.data(), n), active_keys_ ? *active_keys_ : kNoKeys,
+      static_cast<uint32_t>(config_.node), static_cast<uint32_t>(in.config.neighbour),
+      statuses.data(), packets.data());
   for (size_t i = 0; i < n; ++i) {
     HandleDatagram(in, data[i], sizes[i], statuses[i], packets[i], wall_rx, now);
   }

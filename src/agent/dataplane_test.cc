@@ -233,7 +233,8 @@ class FakePeer {
   // A datagram with only its hop tag right (for one no end-to-end key exists).
   std::vector<uint8_t> SealHopOnly(const net::OverlayHeader& h, absl::Span<const uint8_t> payload) {
     std::vector<uint8_t> out(net::OverlayDatagramSize(payload.size()));
-    EXPECT_TRUE(net::SealOverlayHeader(h, payload, keys_.current()->id(), absl::MakeSpan(out)).ok());
+    EXPECT_TRUE(
+        net::SealOverlayHeader(h, payload, keys_.current()->id(), absl::MakeSpan(out)).ok());
     net::SetOverlayHopTag(out.data(), out.size(), keys_.current()->peer(neighbour_)->hop,
                           neighbour_);
     return out;
@@ -534,8 +535,8 @@ TEST_F(TransitTest, ForwardsWithHopLimitDecrementedAndTheIngressEndToEndTag) {
   // last 16 bytes), which the transit node wrote for the next hop.
   ASSERT_EQ(got.size(), sent.size());
   EXPECT_TRUE(std::equal(got.begin() + 1, got.end() - net::kOverlayTagBytes, sent.begin() + 1));
-  EXPECT_FALSE(std::equal(got.end() - net::kOverlayTagBytes, got.end(),
-                          sent.end() - net::kOverlayTagBytes));
+  EXPECT_FALSE(
+      std::equal(got.end() - net::kOverlayTagBytes, got.end(), sent.end() - net::kOverlayTagBytes));
   net::OverlayPacket p;
   ASSERT_EQ(to_.Parse(got, &p), net::OverlayStatus::kOk);
   EXPECT_EQ(p.header.type, net::OverlayType::kData);

@@ -127,8 +127,7 @@ TEST_F(SavedKeysTest, ARowOfPairKeysComesBackAsTheRow) {
 
   // A pair key of the wrong size is refused by its key and node.
   row->mutable_peers(0)->set_key("short");
-  EXPECT_EQ(ToKeyUpdates(keys).status().message(),
-            "key 9: the key for node 2 has 5 bytes, not 32");
+  EXPECT_EQ(ToKeyUpdates(keys).status().message(), "key 9: the key for node 2 has 5 bytes, not 32");
 }
 
 TEST(ToKeyUpdatesTest, AKeyOfTheWrongSizeIsRefusedByItsId) {

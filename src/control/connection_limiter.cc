@@ -114,8 +114,8 @@ absl::StatusOr<std::unique_ptr<ConnectionLimiter>> ConnectionLimiter::Listen(
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  if (const int e = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints,
-                                  &found);
+  if (const int e =
+          ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
       e != 0) {
     return absl::InvalidArgumentError(
         fmt::format("listen {}: cannot resolve: {}", address, ::gai_strerror(e)));
@@ -137,16 +137,16 @@ absl::StatusOr<std::unique_ptr<ConnectionLimiter>> ConnectionLimiter::Listen(
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
     return fail("getsockname");
   }
-  const int port = ntohs(bound.ss_family == AF_INET6
-                             ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
-                             : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
+  const int port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
   // Counting must work before the first connection depends on it.
   if (absl::StatusOr<int> n = CountTcpConnections(static_cast<uint16_t>(port)); !n.ok()) {
     ::close(fd);
     return n.status();
   }
-  return std::unique_ptr<ConnectionLimiter>(new ConnectionLimiter(
-      fd, port, max_connections, std::move(handoff), std::move(on_refused)));
+  return std::unique_ptr<ConnectionLimiter>(
+      new ConnectionLimiter(fd, port, max_connections, std::move(handoff), std::move(on_refused)));
 }
 
 ConnectionLimiter::ConnectionLimiter(int listener, int port, int max, Handoff handoff,

@@ -136,7 +136,8 @@ TEST(ConnectionLimiterTest, BadAddressesAndCapsAreRefused) {
   EXPECT_THAT(std::string(ConnectionLimiter::Listen("nowhere", 3, handoff).status().message()),
               HasSubstr("must be host:port"));
   EXPECT_THAT(
-      std::string(ConnectionLimiter::Listen("no.such.host.invalid:1", 3, handoff).status().message()),
+      std::string(
+          ConnectionLimiter::Listen("no.such.host.invalid:1", 3, handoff).status().message()),
       HasSubstr("cannot resolve"));
   EXPECT_THAT(std::string(ConnectionLimiter::Listen("127.0.0.1:0", 0, handoff).status().message()),
               HasSubstr("at least 1"));

@@ -51,8 +51,8 @@ struct ControllerMetrics {
   prometheus::Counter* tables_sent_delta;
   prometheus::Counter* tables_accepted;
   prometheus::Counter* tables_refused;
-  prometheus::Counter* streams_refused;  // Hellos and messages that ended a stream
-  prometheus::Counter* admin_refused;    // admin calls without an admin identity
+  prometheus::Counter* streams_refused;      // Hellos and messages that ended a stream
+  prometheus::Counter* admin_refused;        // admin calls without an admin identity
   prometheus::Counter* connections_refused;  // closed at once: max_connections reached
   prometheus::Counter* config_reloads;
   prometheus::Counter* config_refused;

@@ -42,8 +42,8 @@ bool AgentSession::Next(Time now, v1::ControllerMessage& out) {
       const auto cached = std::find_if(rows_.begin(), rows_.end(), [&](const v1::OverlayKey& r) {
         return r.key_id() == k.key_id();
       });
-      v1::OverlayKey row = cached != rows_.end() ? std::move(*cached)
-                                                 : security::RowFor(k, wire_id_, nodes);
+      v1::OverlayKey row =
+          cached != rows_.end() ? std::move(*cached) : security::RowFor(k, wire_id_, nodes);
       row.set_active(k.active());
       k.Clear();  // (the secret's bytes go with it)
       k = row;

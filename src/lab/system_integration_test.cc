@@ -1213,8 +1213,8 @@ TEST_F(SystemTest, ANodeCanSpeakOnlyAsItself) {
   d_end.sin_port = htons(kLabDataPort);
   d_end.sin_addr.s_addr = htonl(to_d->peer_address.value);
   const auto send = [&](const std::vector<uint8_t>& d) {
-    ASSERT_EQ(::sendto(sock.get(), d.data(), d.size(), 0,
-                       reinterpret_cast<const sockaddr*>(&d_end), sizeof d_end),
+    ASSERT_EQ(::sendto(sock.get(), d.data(), d.size(), 0, reinterpret_cast<const sockaddr*>(&d_end),
+                       sizeof d_end),
               static_cast<ssize_t>(d.size()));
   };
   // A UDP packet for D's overlay address, as the inner packet.

@@ -8,8 +8,8 @@
 #include <sodium.h>
 
 #include <array>
-#include <memory>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "benchmark/benchmark.h"

@@ -339,14 +339,12 @@ OverlayKeyBytes DerivePairKey(const OverlayKeyBytes& secret, uint32_t wire_a, ui
   Store32(message + sizeof kPairLabel + 4, std::max(wire_a, wire_b));
   OverlayKeyBytes key;
   (void)InitSodium();
-  crypto_generichash(key.data(), key.size(), message, sizeof message, secret.data(),
-                     secret.size());
+  crypto_generichash(key.data(), key.size(), message, sizeof message, secret.data(), secret.size());
   return key;
 }
 
 std::vector<OverlayPairKey> PairKeysFromSecret(const OverlayKeyBytes& secret,
-                                               absl::Span<const uint32_t> wire_ids,
-                                               uint32_t self) {
+                                               absl::Span<const uint32_t> wire_ids, uint32_t self) {
   std::vector<OverlayPairKey> out;
   out.reserve(wire_ids.size());
   for (uint32_t j = 0; j < wire_ids.size(); ++j) {
@@ -365,8 +363,7 @@ OverlayKeyBytes GenerateOverlayKey() {
 
 // Sealing and parsing --------------------------------------------------------------------------
 
-void SetOverlayHopTag(uint8_t* datagram, size_t size, const OverlayMacKey& hop,
-                      uint32_t receiver) {
+void SetOverlayHopTag(uint8_t* datagram, size_t size, const OverlayMacKey& hop, uint32_t receiver) {
   MakeHopTag(datagram, size, hop, receiver, datagram + HopTagAt(size));
 }
 
@@ -561,14 +558,12 @@ void ParseOverlayBatch(absl::Span<const absl::Span<const uint8_t>> datagrams,
 OverlayStatus ParseOverlay(absl::Span<const uint8_t> datagram, const OverlayKeyRing& keys,
                            uint32_t self, uint32_t from, OverlayPacket* out) {
   const OverlayMacKey* key = nullptr;
-  if (const OverlayStatus s = CheckHop(datagram, keys, self, from, &key);
-      s != OverlayStatus::kOk) {
+  if (const OverlayStatus s = CheckHop(datagram, keys, self, from, &key); s != OverlayStatus::kOk) {
     return s;
   }
   if (key == nullptr) return FinishParse(datagram, nullptr, out);
   uint8_t tag[kOverlayTagBytes];
-  key->MakeTag(datagram.data() + kCoveredFrom, EndToEndTagAt(datagram.size()) - kCoveredFrom,
-               tag);
+  key->MakeTag(datagram.data() + kCoveredFrom, EndToEndTagAt(datagram.size()) - kCoveredFrom, tag);
   return FinishParse(datagram, tag, out);
 }
 

@@ -258,10 +258,10 @@ inline constexpr size_t kOverlayParseBatch = 64;
 // SealOverlay in three steps, to seal several datagrams with their end-to-end tags side by
 // side (as the segments of a TCP super-packet are) and give each its hop tag once its next hop
 // is known: SealOverlayHeader is SealOverlay (the same checks, errors and result, but for the
-// keys, which it does not use) without the tags, with key id `key_id`; TagSealedOverlays then writes the end-to-end tags of `count` datagrams
-// datagrams[i][0, sizes[i]) whose headers it wrote, all with `end_to_end`, in vector lanes where
-// the sizes are equal (OverlayMacKey::MakeTags); SetOverlayHopTag writes a datagram's hop tag.
-// REQUIRES: count <= kOverlayParseBatch.
+// keys, which it does not use) without the tags, with key id `key_id`; TagSealedOverlays then
+// writes the end-to-end tags of `count` datagrams datagrams[i][0, sizes[i]) whose headers it wrote,
+// all with `end_to_end`, in vector lanes where the sizes are equal (OverlayMacKey::MakeTags);
+// SetOverlayHopTag writes a datagram's hop tag. REQUIRES: count <= kOverlayParseBatch.
 absl::StatusOr<size_t> SealOverlayHeader(const OverlayHeader& header,
                                          absl::Span<const uint8_t> payload, uint32_t key_id,
                                          absl::Span<uint8_t> out);

@@ -69,17 +69,16 @@ class OverlayTest : public ::testing::Test {
     std::vector<uint8_t> out(OverlayDatagramSize(payload.size()));
     const OverlayKey* key = rings_[from].Find(key_id);
     EXPECT_NE(key, nullptr);
-    absl::StatusOr<size_t> n =
-        SealOverlay(h, payload, *key, next_hop == UINT32_MAX ? h.destination : next_hop,
-                    absl::MakeSpan(out));
+    absl::StatusOr<size_t> n = SealOverlay(
+        h, payload, *key, next_hop == UINT32_MAX ? h.destination : next_hop, absl::MakeSpan(out));
     EXPECT_TRUE(n.ok()) << n.status();
     EXPECT_EQ(*n, out.size());
     return out;
   }
 
   // Parses as node `self` receiving from neighbour `from`.
-  OverlayStatus Parse(const std::vector<uint8_t>& d, OverlayPacket* p = nullptr,
-                      uint32_t self = kB, uint32_t from = kA) {
+  OverlayStatus Parse(const std::vector<uint8_t>& d, OverlayPacket* p = nullptr, uint32_t self = kB,
+                      uint32_t from = kA) {
     OverlayPacket scratch;
     return ParseOverlay(d, rings_[self], self, from, p == nullptr ? &scratch : p);
   }
@@ -713,7 +712,8 @@ TEST(FlowHashTest, FiveTupleDecides) {
     EXPECT_NE(h, FlowHash(Ipv4(proto, kAddrA, kAddrB, 1000, 81)));
     EXPECT_NE(h, FlowHash(Ipv4(proto, kAddrA, kAddrB, 80, 1000)));
   }
-  EXPECT_NE(FlowHash(Ipv4(kTcp, kAddrA, kAddrB, 1000, 80)), FlowHash(Ipv4(kUdp, kAddrA, kAddrB, 1000, 80)));
+  EXPECT_NE(FlowHash(Ipv4(kTcp, kAddrA, kAddrB, 1000, 80)),
+            FlowHash(Ipv4(kUdp, kAddrA, kAddrB, 1000, 80)));
 }
 
 TEST(FlowHashTest, OtherFieldsDoNotMatter) {
@@ -729,8 +729,10 @@ TEST(FlowHashTest, OtherFieldsDoNotMatter) {
 }
 
 TEST(FlowHashTest, OptionsMoveThePorts) {
-  EXPECT_EQ(FlowHash(Ipv4(kTcp, kAddrA, kAddrB, 1, 2, /*options=*/2)), FlowHash(Ipv4(kTcp, kAddrA, kAddrB, 1, 2)));
-  EXPECT_NE(FlowHash(Ipv4(kTcp, kAddrA, kAddrB, 1, 2, 2)), FlowHash(Ipv4(kTcp, kAddrA, kAddrB, 1, 3, 2)));
+  EXPECT_EQ(FlowHash(Ipv4(kTcp, kAddrA, kAddrB, 1, 2, /*options=*/2)),
+            FlowHash(Ipv4(kTcp, kAddrA, kAddrB, 1, 2)));
+  EXPECT_NE(FlowHash(Ipv4(kTcp, kAddrA, kAddrB, 1, 2, 2)),
+            FlowHash(Ipv4(kTcp, kAddrA, kAddrB, 1, 3, 2)));
 }
 
 TEST(FlowHashTest, FragmentsAndPortlessProtocolsUseAddresses) {
@@ -739,8 +741,10 @@ TEST(FlowHashTest, FragmentsAndPortlessProtocolsUseAddresses) {
   EXPECT_EQ(first, FlowHash(Ipv4(kUdp, kAddrA, kAddrB, 7, 9, 0, /*frag=*/0x00b9)));
   EXPECT_NE(first, FlowHash(Ipv4(kUdp, kAddrB, kAddrA, 7, 9, 0, 0x00b9)));
   // ICMP: whatever follows the header does not matter.
-  EXPECT_EQ(FlowHash(Ipv4(kIcmp, kAddrA, kAddrB, 1, 2)), FlowHash(Ipv4(kIcmp, kAddrA, kAddrB, 3, 4)));
-  EXPECT_NE(FlowHash(Ipv4(kIcmp, kAddrA, kAddrB, 1, 2)), FlowHash(Ipv4(kIcmp, kAddrA, kAddrB + 1, 1, 2)));
+  EXPECT_EQ(FlowHash(Ipv4(kIcmp, kAddrA, kAddrB, 1, 2)),
+            FlowHash(Ipv4(kIcmp, kAddrA, kAddrB, 3, 4)));
+  EXPECT_NE(FlowHash(Ipv4(kIcmp, kAddrA, kAddrB, 1, 2)),
+            FlowHash(Ipv4(kIcmp, kAddrA, kAddrB + 1, 1, 2)));
 }
 
 TEST(FlowHashTest, Ipv6) {

@@ -106,8 +106,8 @@ absl::StatusOr<std::vector<v1::OverlayKey>> KeysFromJson(const nlohmann::json& k
     if (!k.is_object() || !k.contains("id") || !k["id"].is_number_unsigned() ||
         k["id"].get<uint64_t>() > UINT32_MAX || has_key == has_peers || !k.contains("active") ||
         !k["active"].is_boolean()) {
-      return absl::InvalidArgumentError(fmt::format(
-          "keys[{}]: needs id (0..2^32-1), active, and either key (hex) or peers", i));
+      return absl::InvalidArgumentError(
+          fmt::format("keys[{}]: needs id (0..2^32-1), active, and either key (hex) or peers", i));
     }
     const bool is_active = k["active"].get<bool>();
     active += is_active;

@@ -218,8 +218,7 @@ TEST_F(KeyRingTest, RowsRoundTripThroughJsonAndAreNoRingFile) {
 
   nlohmann::json bad = KeysToJson({row});
   bad[0]["peers"][1]["key"] = "abc";
-  EXPECT_THAT(std::string(KeysFromJson(bad).status().message()),
-              HasSubstr("keys[0].peers[1].key"));
+  EXPECT_THAT(std::string(KeysFromJson(bad).status().message()), HasSubstr("keys[0].peers[1].key"));
   bad = KeysToJson({row});
   bad[0]["key"] = std::string(64, 'a');  // both a secret and a row
   EXPECT_THAT(std::string(KeysFromJson(bad).status().message()),
