@@ -3,14 +3,13 @@
 // gRPC 1.51 owns its accept loop and has no setting for a cap, so the controller accepts
 // connections itself and hands each one to gRPC (grpc::experimental::ExternalConnectionAcceptor,
 // which then runs TLS and HTTP/2 on it as on a connection it accepted). A connection beyond the
-// cap is closed at once, before any TLS, and counted. What is open is counted by the kernel
-// (at most every 10 ms while at the cap):
-// the TCP sockets of this network namespace whose local port is the listener's and whose
-// descriptor is still open (established, or closed by the peer only; not those waiting in the
-// accept queue), read through sock_diag as `ss` reads them, so a connection that gRPC closes
-// stops counting without gRPC telling anyone. The kernel is asked only when the connections
-// accepted since it was last asked could have reached the cap, so a quiet listener costs one
-// accept() a connection.
+// cap is closed at once, before any TLS, and counted. The connections handed over are known
+// by their socket cookies; which of them are still open (established, or closed by the peer
+// only) is read from the kernel through sock_diag, as `ss` reads it, so a connection that gRPC
+// closes frees its place without gRPC saying so, and nothing else on the port (a connection
+// reset while it waited to be accepted, another process's) is counted. The kernel is asked
+// only at the cap, and then at most every 10 ms, so a quiet listener costs one accept() a
+// connection.
 //
 // Thread-safe: Start() runs the accept loop on a thread of its own, Stop() ends it.
 #ifndef DAR_CONTROL_CONNECTION_LIMITER_H_
@@ -23,15 +22,17 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 
 namespace dar::control {
 
-// The accepted TCP connections of this network namespace whose local port is `port` and whose
-// descriptor is open (ESTABLISHED or CLOSE_WAIT, less those still in the listener's accept
-// queue). Errors: the netlink socket cannot be opened or read.
-absl::StatusOr<int> CountTcpConnections(uint16_t port);
+// The socket cookies (SO_COOKIE) of the TCP connections of this network namespace whose local
+// port is `port` and whose descriptor may be open: ESTABLISHED or CLOSE_WAIT (those waiting to
+// be accepted included). Errors: the netlink socket cannot be opened, or the dump failed.
+absl::StatusOr<std::vector<uint64_t>> TcpSocketCookies(uint16_t port);
 
 class ConnectionLimiter {
  public:
@@ -54,6 +55,8 @@ class ConnectionLimiter {
   void Stop();
 
   int port() const { return port_; }
+  // Connections handed over and not known to be closed (an upper bound).
+  size_t held() const { return held_count_.load(std::memory_order_relaxed); }
   int max_connections() const { return max_.load(std::memory_order_relaxed); }
   // From the next connection on; open ones stay.
   void set_max_connections(int max) { max_.store(max, std::memory_order_relaxed); }
@@ -61,8 +64,8 @@ class ConnectionLimiter {
   uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
-  // Takes ownership of `listener`.
-  ConnectionLimiter(int listener, int port, int max, Handoff handoff,
+  // Takes ownership of `listener` and `wake`.
+  ConnectionLimiter(int listener, int wake, int port, int max, Handoff handoff,
                     std::function<void()> on_refused);
   void Loop();
   // Whether one more connection fits under the cap.
@@ -76,10 +79,12 @@ class ConnectionLimiter {
   std::function<void()> on_refused_;
   std::thread thread_;
   std::atomic<uint64_t> refused_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<size_t> held_count_{0};
   static constexpr std::chrono::milliseconds kRecount{10};
-  // Accept thread only: open connections when the kernel was last asked, plus those accepted
-  // since (an upper bound: some may have closed), and when it was asked.
-  int known_ = 0;
+  // Accept thread only: the cookies of the connections handed over and not yet seen closed,
+  // and when the kernel was last asked.
+  absl::flat_hash_set<uint64_t> held_;
   std::chrono::steady_clock::time_point counted_at_{};
 };
 

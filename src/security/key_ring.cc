@@ -200,7 +200,8 @@ absl::StatusOr<KeyRing> KeyRing::Load(const KeyRingOptions& options, int64_t now
       const std::string format =
           j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
       if (format != kFormat && format != kFormatHandedOut) {
-        return bad(fmt::format("format is not \"{}\"", kFormat));
+        return bad(
+            fmt::format("format is not \"{}\" (nor \"{}\", read too)", kFormat, kFormatHandedOut));
       }
       absl::StatusOr<KeyPhase> phase = ParsePhase(
           j.contains("phase") && j["phase"].is_string() ? j["phase"].get<std::string>() : "");
