@@ -355,15 +355,26 @@ class SystemTest : public LabTest {
     return std::all_of(v.begin(), v.end(), [&](const auto& e) { return e.second > above; });
   }
 
-  // A's next hops toward D with a weight above 1%, as darctl shows them.
-  std::vector<std::string> NextHopsAToD() {
-    std::vector<std::string> out;
+  // A's next hops toward D and their weights (the largest over the classes), as darctl shows
+  // them.
+  std::map<std::string, double> NextHopWeightsAToD() {
+    std::map<std::string, double> out;
     const nlohmann::json r = Darctl({"show", "routes", "--node", "A", "--dest", "D"});
     if (!r.is_object()) return out;
     for (const nlohmann::json& route : r.value("routes", nlohmann::json::array())) {
       for (const nlohmann::json& h : route.value("next_hops", nlohmann::json::array())) {
-        if (h.value("weight", 0.0) > 0.01) out.push_back(h.value("neighbor", ""));
+        double& w = out[h.value("neighbor", "")];
+        w = std::max(w, h.value("weight", 0.0));
       }
+    }
+    return out;
+  }
+
+  // A's next hops toward D with a weight above 1%.
+  std::vector<std::string> NextHopsAToD() {
+    std::vector<std::string> out;
+    for (const auto& [hop, weight] : NextHopWeightsAToD()) {
+      if (weight > 0.01) out.push_back(hop);
     }
     return out;
   }
@@ -523,8 +534,16 @@ TEST_F(SystemTest, CongestedBranchLosesTheTransfer) {
   // may go the congested way: the marginal layer may move the branch's own load elsewhere
   // and then give A's traffic a small share of what the shaped link has left; A's routes are
   // sampled too, for the report.
-  ASSERT_TRUE(WaitFor([&] { return NextHopsAToD() == std::vector<std::string>{other}; },
-                      std::chrono::seconds(8)))
+  // Moved: the congested branch keeps under 5% of A's traffic to D (the marginal layer may
+  // leave it a small share for a while; what A then sends each way is checked below).
+  std::map<std::string, double> weights;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        weights = NextHopWeightsAToD();
+        return weights[other] > 0.5 && weights[via] < 0.05;
+      },
+      std::chrono::seconds(8)))
+      << "A's weights toward D: " << nlohmann::json(weights).dump() << "\n"
       << Darctl({"show", "links"}).dump(1);
   const double moved_s = std::chrono::duration<double>(Clock::now() - start).count();
   const std::string via_if = If(via == "B" ? 0 : 1, 'a'), other_if = If(via == "B" ? 1 : 0, 'a');
