@@ -1,8 +1,11 @@
 #include "control/controller.h"
 
 #include <chrono>
+#include <optional>
+#include <string>
 
 #include "absl/time/clock.h"
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "fmt/format.h"
 #include "security/revocation.h"
@@ -24,6 +27,39 @@ absl::StatusOr<std::shared_ptr<const security::RevocationList>> LoadRevocations(
                                                           std::string(list.status().message())));
   }
   return std::make_shared<const security::RevocationList>(*std::move(list));
+}
+
+// The number of the newest revocation list the controller ran with, kept in its state_dir, so
+// that an older list put back is refused across a restart too (on SIGHUP the running list is
+// the reference as well).
+constexpr char kCrlNumberFormat[] = "dar-crl-number/1";
+
+std::string CrlNumberFile(const ControllerConfig& config) {
+  return config.state_dir.empty() ? "" : config.state_dir + "/crl-number.json";
+}
+
+// Refuses `list` (null: none) if the controller ran with a newer one before. Errors name the
+// configuration, both numbers and the file; and those of reading the file.
+absl::Status CheckCrlNumber(const ControllerConfig& config, const security::RevocationList* list) {
+  const std::string file = CrlNumberFile(config);
+  if (file.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::optional<uint64_t> ran,
+                   ReadCounterFile(file, kCrlNumberFormat, "number", UINT64_MAX));
+  if (!ran.has_value() || (list != nullptr && list->number() >= *ran)) return absl::OkStatus();
+  return absl::FailedPreconditionError(fmt::format(
+      "{}: tls.crl: {} is older than the list this controller ran with (number {}, kept in "
+      "{}): an older list would take revocations back; put the newer list back, or remove {} "
+      "to accept this one",
+      config.file,
+      list == nullptr ? std::string("no list") : fmt::format("list number {}", list->number()),
+      *ran, file, file));
+}
+
+// Keeps the number of the list now running (after CheckCrlNumber passed).
+absl::Status KeepCrlNumber(const ControllerConfig& config, const security::RevocationList* list) {
+  const std::string file = CrlNumberFile(config);
+  if (file.empty() || list == nullptr) return absl::OkStatus();
+  return WriteCounterFile(file, kCrlNumberFormat, "number", list->number(), 0600);
 }
 
 }  // namespace
@@ -84,6 +120,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   RETURN_IF_ERROR(c->core_->RestoreOperatorState());
   ASSIGN_OR_RETURN(std::shared_ptr<const security::RevocationList> revoked,
                    LoadRevocations(config, config.tls.ca_file));
+  RETURN_IF_ERROR(CheckCrlNumber(config, revoked.get()));
+  RETURN_IF_ERROR(KeepCrlNumber(config, revoked.get()));
   c->core_->SetRevocations(std::move(revoked));
   c->agent_service_ =
       std::make_unique<AgentServiceImpl>(*c->core_, *c->clock_, *c->log_, config.hello_timeout);
@@ -258,7 +296,12 @@ absl::Status Controller::Apply(absl::StatusOr<ControllerConfig> next) {
         running->number())));
   }
   // A refused learned-policy model refuses the whole reload: the running model stays.
+  if (absl::Status s = CheckCrlNumber(*next, revoked->get()); !s.ok()) return refuse(s);
   if (absl::Status s = core_->Reload(*next); !s.ok()) return refuse(s);
+  if (absl::Status s = KeepCrlNumber(*next, revoked->get()); !s.ok()) {
+    log_->Error("revocation list number not kept: a restart will not know it",
+                {{"error", std::string(s.message())}});
+  }
   core_->SetRevocations(*std::move(revoked));
   limiter_->set_max_connections(next->max_connections);
   {

@@ -983,6 +983,7 @@ TEST_F(SystemTest, RevokedCertificatesAreRefusedAfterSighup) {
   const std::string initial_list = ReadFile(dir_ + "/certs/ca.crl");
   darctl_certs({"revoke", "--dir", dir_ + "/certs", "--node", "1"});
   darctl_certs({"revoke", "--dir", dir_ + "/certs", "--admin", "eve"});
+  const std::string newer_list = ReadFile(dir_ + "/certs/ca.crl");
   const std::map<std::string, uint64_t> before = AckedVersions();
   ASSERT_EQ(::kill(pid, SIGHUP), 0);
   // A is cut off: its stream ends and every reconnection is refused.
@@ -1021,6 +1022,24 @@ TEST_F(SystemTest, RevokedCertificatesAreRefusedAfterSighup) {
   };
   refused_on_sighup(initial_list, "is older than the list running");
   refused_on_sighup("not a list\n", "not a PEM certificate revocation list");
+
+  // Across a restart too: the controller keeps the newest list's number in its state_dir and
+  // does not start on the older one; on the newer one it does, and eve is still refused.
+  std::ofstream(dir_ + "/certs/ca.crl") << initial_list;
+  ASSERT_EQ(Cli({"stop", "ctl", "--dir", dir_}).exit_code, 0);
+  const CommandResult old_start = Cli({"start", "ctl", "--dir", dir_});
+  EXPECT_TRUE(WaitFor([&] {
+    return ReadFile(dir_ + "/controller.log").find("older than the list this controller ran") !=
+           std::string::npos;
+  })) << old_start.out
+      << old_start.err;
+  EXPECT_NE(DarctlRun({"show", "nodes"}).exit_code, 0);  // it did not start
+  (void)Cli({"stop", "ctl", "--dir", dir_});
+  std::ofstream(dir_ + "/certs/ca.crl") << newer_list;
+  const CommandResult start = Cli({"start", "ctl", "--dir", dir_});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  EXPECT_TRUE(WaitFor([&] { return DarctlRun({"show", "nodes"}).exit_code == 0; }));
+  EXPECT_NE(DarctlRun({"show", "nodes", "--admin", "eve"}).exit_code, 0);
 }
 
 // A node with a valid certificate floods the controller with valid samples of its own links
