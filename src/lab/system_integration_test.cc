@@ -44,6 +44,7 @@
 #include "gtest/gtest.h"
 #include "lab/lab_files.h"
 #include "lab/lab_test_util.h"
+#include "net/ip_packet.h"
 #include "net/netns.h"
 #include "net/overlay_header.h"
 #include "net/scoped_fd.h"
@@ -1257,23 +1258,12 @@ TEST_F(SystemTest, ANodeCanSpeakOnlyAsItself) {
   };
   // A UDP packet for D's overlay address, as the inner packet.
   const auto datagram = [&](uint32_t source, const net::OverlayKey& key, uint16_t port) {
-    std::vector<uint8_t> inner(28 + 8, 0);
-    inner[0] = 0x45;
-    inner[3] = static_cast<uint8_t>(inner.size());
-    inner[8] = 64;
-    inner[9] = IPPROTO_UDP;
-    const uint8_t src[4] = {10, 77, 0, static_cast<uint8_t>(source + 1)};
-    const uint8_t dst[4] = {10, 77, 0, 4};
-    std::memcpy(&inner[12], src, 4);
-    std::memcpy(&inner[16], dst, 4);
-    uint32_t sum = 0;
-    for (size_t i = 0; i < 20; i += 2) sum += (inner[i] << 8) | inner[i + 1];
-    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-    inner[10] = static_cast<uint8_t>(~sum >> 8);
-    inner[11] = static_cast<uint8_t>(~sum);
-    inner[22] = static_cast<uint8_t>(port >> 8);
-    inner[23] = static_cast<uint8_t>(port);
-    inner[25] = 16;  // UDP length; checksum 0: none
+    std::vector<uint8_t> inner(net::kIpv4HeaderBytes + net::kUdpHeaderBytes + 8);
+    const net::Ipv4Endpoint from{{(10u << 24) | (77u << 16) | (source + 1)}, 40000};
+    const net::Ipv4Endpoint to{{(10u << 24) | (77u << 16) | 4u}, port};
+    const absl::StatusOr<size_t> built =
+        net::BuildUdpIpv4Packet(from, to, std::vector<uint8_t>(8, 0), absl::MakeSpan(inner));
+    EXPECT_TRUE(built.ok()) << built.status();
     net::OverlayHeader h;
     h.source = source;
     h.destination = kD;
