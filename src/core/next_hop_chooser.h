@@ -81,13 +81,15 @@ struct ForwardingConfig {
   // level on every scenario tried).
   bool spray_long_flows = true;
   // drill_flowlet: the rate one flow can send at (the hosts' line rate); zero = unknown.
-  // When known, a hop sprays a long flowlet (spray_long_flows) only where spraying can buy
-  // something: the row's weights are uneven (the controller knows of an asymmetry that the
-  // local queues do not show), or a next hop is no faster than this, so that two long flows
-  // hashed onto it would fill it (the low flow entropy of collectives and long requests).
-  // Elsewhere the flowlet stays held (moved only past reroute_threshold_bytes): on equal paths
-  // faster than any flow, holding loses nothing to collisions, and spraying only hands the
-  // receivers' ports the bursts the fabric's queues had absorbed (docs/results.md, incast).
+  // When known, DRILL's choices and spraying are used only where they can buy something: the
+  // row's weights are uneven (the controller knows of an asymmetry that the local queues do
+  // not show), or a next hop is no faster than this, so that two long flows hashed onto it
+  // would fill it (the low flow entropy of collectives and long requests). On any other row,
+  // equal paths faster than any flow, a flowlet is LetFlow's: drawn by weight at its start
+  // and never moved. There, collisions cost nothing; moving flowlets costs reordering, and
+  // steering every new flowlet to the shortest queue, or spraying, herds bursts onto one
+  // path and hands the receivers' ports the bursts the fabric's queues had absorbed
+  // (docs/results.md, incast).
   DataRate line_rate;
 
   // OK, or InvalidArgument naming the first bad field.
@@ -97,7 +99,7 @@ struct ForwardingConfig {
 // What a NextHopChooser reads about the forwarder's own ports, by outgoing link: whether it
 // may send on the link now (carrier up and not ruled out by its own liveness check) and how
 // many bytes wait in the link's local queue, both called on the per-packet path; and the
-// link's capacity, read per packet only past a drill_flowlet hold with line_rate set.
+// link's capacity, read only at a drill_flowlet's start with line_rate set.
 template <typename P>
 concept LocalPortState = requires(const P& ports, LinkId link) {
   { ports.forwardable(link) } -> std::convertible_to<bool>;
@@ -124,13 +126,14 @@ concept LocalPortState = requires(const P& ports, LinkId link) {
 // queued bytes wins (the remembered one on a tie, then the earliest draw) and is remembered.
 // The memory is a table of destinations indexed by hash; colliding destinations share an
 // entry.
-// DRILL per flowlet: the flowlet table of per-flowlet mode; a flowlet's first packet takes
-// DRILL's choice; a later one, among its first sticky_packets (bulk_sticky_packets in the bulk
-// class), stays on the flowlet's next hop
+// DRILL per flowlet: the flowlet table of per-flowlet mode. With line_rate known, a flowlet
+// that starts where neither DRILL nor spraying can buy anything (even weights, every next hop
+// faster than line_rate) is drawn by queue-corrected weight and kept, as in per-flowlet mode.
+// Any other flowlet's first packet takes DRILL's choice; a later one, among its first
+// sticky_packets (bulk_sticky_packets in the bulk class), stays on the flowlet's next hop
 // unless DRILL's choice has more than reroute_threshold_bytes fewer bytes queued, and then
 // moves the flowlet there; the packets after those are each drawn by weight
-// (spray_long_flows; with line_rate known, only where that can buy something, else the
-// flowlet stays held), or take DRILL's choice each. A flowlet whose
+// (spray_long_flows), or take DRILL's choice each. A flowlet whose
 // next hop is withdrawn or stops being forwardable starts afresh, held again for its first
 // packets on the new one, as after a gap: its path changed, and what follows is a new burst
 // on it.
@@ -166,6 +169,7 @@ class NextHopChooser {
     Time last_seen{-1};
     LinkId link = kNoLink;
     int32_t packets = 0;  // of this flowlet so far (drill_flowlet), saturating
+    bool pinned = false;  // drill_flowlet: on a row where spraying buys nothing (SprayPays)
   };
 
   // A next hop drawn by weight among the forwardable ones (u uniform in [0, 1)); with
@@ -182,7 +186,7 @@ class NextHopChooser {
   template <LocalPortState Ports>
   LinkId ChooseDrill(absl::Span<const NextHop> hops, NodeId destination, Random& rng,
                      const Ports& ports);
-  // Whether spraying a long flowlet over `hops` can buy anything (see line_rate).
+  // Whether DRILL's choices or spraying over `hops` can buy anything (see line_rate).
   template <LocalPortState Ports>
   bool SprayPays(absl::Span<const NextHop> hops, const Ports& ports) const;
   template <LocalPortState Ports>
@@ -284,15 +288,17 @@ LinkId NextHopChooser::ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64
                                           const Ports& ports, int sticky_packets) {
   bool fresh = false;
   FlowletEntry& e = FindFlowlet(hops, flow, destination, now, ports, fresh);
-  if (!fresh) e.packets = 0;
+  if (!fresh) {
+    e.packets = 0;
+    e.pinned = !SprayPays(hops, ports);
+    if (e.pinned) e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/true, ports);
+  }
+  if (e.pinned) return e.link;
   if (e.packets <= sticky_packets) ++e.packets;
-  bool held = e.packets <= sticky_packets;
+  const bool held = e.packets <= sticky_packets;
   if (config_.spray_long_flows && fresh && !held) {
-    if (SprayPays(hops, ports)) {
-      e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/false, ports);
-      return e.link;
-    }
-    held = true;
+    e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/false, ports);
+    return e.link;
   }
   const LinkId drill = ChooseDrill(hops, destination, rng, ports);
   if (!fresh || !held ||

@@ -544,6 +544,56 @@ TEST(NextHopChooserTest, DrillFlowletSpraysOnlyWhereItCanBuySomething) {
   EXPECT_GT(moves_after_hold(even, fast), 100);
 }
 
+// Where neither DRILL nor spraying can buy anything (even weights over next hops faster than
+// a flow), a flowlet is LetFlow's: its start is drawn by weight, whatever the queues, and it
+// is never moved, however long it grows or its queue gets; after a gap it is drawn afresh.
+TEST(NextHopChooserTest, DrillFlowletIsLetFlowWhereNothingCanBeBought) {
+  const std::vector<NextHop> even = {{0, 0.5}, {1, 0.5}};
+  ForwardingConfig config = Config(ForwardingMode::kDrillFlowlet);
+  config.line_rate = DataRate::Gbps(10);
+  config.sticky_packets = 10;
+  config.drill_samples = 16;  // DRILL's choice: the shorter queue but for 2^-16
+  FakePorts ports(2);
+  ports.capacities = {DataRate::Gbps(20), DataRate::Gbps(20)};
+  ports.queued = {1'000'000, 0};
+  NextHopChooser c(config, 5);
+  Random rng(3);
+  // 400 flows start at once: DRILL would send all of them to link 1; by weight about half.
+  std::array<int, 4> starts = Histogram(
+      400, [&](int i) { return c.Choose(even, /*flow=*/i, 9, Microseconds(1), rng, ports); });
+  EXPECT_GT(starts[0], 150);
+  EXPECT_GT(starts[1], 150);
+  // One flowlet, 500 packets 1 us apart, queues swinging past the threshold: it never moves.
+  Time t = Microseconds(10);
+  const LinkId first = c.Choose(even, /*flow=*/1000, 9, t, rng, ports);
+  for (int i = 0; i < 500; ++i) {
+    t += Microseconds(1);
+    ports.queued =
+        first == 0 ? std::vector<int64_t>{1'000'000, 0} : std::vector<int64_t>{0, 1'000'000};
+    ASSERT_EQ(c.Choose(even, 1000, 9, t, rng, ports), first) << i;
+  }
+  // After a gap it is drawn afresh: over many gaps it lands on both next hops.
+  std::array<int, 4> redrawn = Histogram(100, [&](int) {
+    t += Microseconds(200);
+    return c.Choose(even, 1000, 9, t, rng, ports);
+  });
+  EXPECT_GT(redrawn[0], 20);
+  EXPECT_GT(redrawn[1], 20);
+  // A withdrawn next hop is left at once.
+  ports.up[first] = false;
+  t += Microseconds(1);
+  EXPECT_EQ(c.Choose(even, 1000, 9, t, rng, ports), 1 - first);
+
+  // Uneven weights: DRILL's choice again, the shorter queue.
+  ports.up = {true, true};
+  ports.queued = {1'000'000, 0};
+  NextHopChooser uneven(config, 5);
+  const std::array<int, 4> drilled = Histogram(100, [&](int i) {
+    return uneven.Choose({{0, 0.6}, {1, 0.4}}, i, 9, Microseconds(1), rng, ports);
+  });
+  EXPECT_EQ(drilled[1], 100);
+}
+
 TEST(NextHopChooserTest, SameSeedSameChoices) {
   const std::vector<NextHop> hops = {{0, 0.3}, {1, 0.3}, {2, 0.4}};
   FakePorts ports(3);
