@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "fmt/format.h"
@@ -239,6 +240,123 @@ TEST(DarSimCliTest, RunWritesResultsAndPrintsTheTable) {
     EXPECT_EQ(p["metrics"]["transfers_completed"], 4);
     EXPECT_EQ(p["metrics"]["routing_loops"], 0);
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The SHA-256 of a file, by coreutils.
+std::string Sha256Sum(const std::string& path) {
+  FILE* pipe = popen(fmt::format("sha256sum '{}'", path).c_str(), "r");
+  if (pipe == nullptr) return "";
+  char buf[65] = {};
+  const size_t n = fread(buf, 1, 64, pipe);
+  pclose(pipe);
+  return std::string(buf, n);
+}
+
+// A results file says which build made it and from which scenario file, by its hash; the
+// summary of several seeds alike.
+TEST(DarSimCliTest, ResultsNameTheBuildAndTheScenarioHash) {
+  const std::string dir = TempDir("stamp");
+  { std::ofstream(dir + "/s.yaml") << kScenario; }
+  const Result version = RunDarSim("--version");
+  ASSERT_EQ(version.exit_code, 0) << version.output;
+  for (const std::string& out : {std::string("one"), std::string("seeds")}) {
+    const Result r = RunDarSim(fmt::format("run {0}/s.yaml --out {0}/{1} {2}", dir, out,
+                                           out == "seeds" ? "--seeds 1..2" : ""));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(dir + "/" + out + "/results.json");
+    const nlohmann::json results = nlohmann::json::parse(in);
+    EXPECT_EQ(results["scenario_sha256"], Sha256Sum(dir + "/s.yaml")) << out;
+    const std::string commit = results["dar_sim"]["commit"].get<std::string>();
+    EXPECT_EQ(version.output, fmt::format("dar-sim {} (commit {})\n",
+                                          results["dar_sim"]["version"].get<std::string>(), commit))
+        << out;
+  }
+  // Another file, another hash.
+  { std::ofstream(dir + "/s.yaml", std::ios::app) << "# a comment\n"; }
+  ASSERT_EQ(RunDarSim(fmt::format("run {0}/s.yaml --out {0}/again", dir)).exit_code, 0);
+  std::ifstream in(dir + "/again/results.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["scenario_sha256"], Sha256Sum(dir + "/s.yaml"));
+  std::filesystem::remove_all(dir);
+}
+
+// A bad command line is a usage error, exit 2, with the reason; --help and --version exit 0.
+TEST(DarSimCliTest, UsageErrorsExitTwo) {
+  for (const char* args :
+       {"", "run", "run s.yaml --bogus", "no-such-command", "run s.yaml -j -1"}) {
+    const Result r = RunDarSim(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("--help")) << args;
+  }
+  EXPECT_EQ(RunDarSim("--help").exit_code, 0);
+  EXPECT_EQ(RunDarSim("run --help").exit_code, 0);
+}
+
+// A learned model that cannot be loaded makes the scenario a bad one (exit 2, naming the file
+// and why), unless the policy says `fallback: analytic`.
+TEST(DarSimCliTest, ARefusedModelIsABadScenario) {
+  const std::string dir = TempDir("model");
+  std::string text = kScenario;
+  text.replace(text.find("policies: [static, ecmp]"), 24,
+               "policies: [ecmp, {name: dar-learned, period_ms: 1, model: nope.json}]");
+  { std::ofstream(dir + "/s.yaml") << text; }
+  const Result r = RunDarSim(fmt::format("run {0}/s.yaml --out {0}/out", dir));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(dir + "/nope.json"));
+  EXPECT_THAT(r.output, HasSubstr("fallback: analytic"));
+  text.replace(text.find("model: nope.json"), 16, "model: nope.json, fallback: analytic");
+  { std::ofstream(dir + "/s.yaml") << text; }
+  const Result fallback = RunDarSim(fmt::format("run {0}/s.yaml --out {0}/out", dir));
+  EXPECT_EQ(fallback.exit_code, 0) << fallback.output;
+  std::ifstream in(dir + "/out/results.json");
+  EXPECT_THAT(
+      nlohmann::json::parse(in)["policies"][1]["metrics"]["learned_policy"].get<std::string>(),
+      ::testing::StartsWith("refused: "));
+  std::filesystem::remove_all(dir);
+}
+
+// Every binary tells its version and the commit it was built from.
+TEST(DaemonsCliTest, EveryBinaryTellsItsVersion) {
+  for (const char* binary : {"dar-sim", "dar-controller", "dar-agent", "darctl", "dar-lab"}) {
+    const Result r = RunBinary(binary, "--version");
+    EXPECT_EQ(r.exit_code, 0) << binary << ": " << r.output;
+    EXPECT_THAT(r.output, ::testing::MatchesRegex(fmt::format(
+                              "{} [0-9]+\\.[0-9]+\\.[0-9]+ \\(commit ([0-9a-f]{{12}}(-dirty)?|"
+                              "unknown)\\)\n",
+                              binary)))
+        << binary;
+  }
+}
+
+// Through a pipe, progress comes as lines every --progress-every seconds (here a millisecond,
+// so that the simulator's own pace, a report every few hundred thousand events, sets it), with
+// the share done (never past 100%) and the time left; a policy whose control loop is slower
+// than the run is warned of.
+TEST(DarSimCliTest, ProgressThroughAPipeAndASlowLoopWarned) {
+  const std::string dir = TempDir("progress");
+  std::string text = kScenario;
+  text.replace(text.find("duration_ms: 2"), 14, "duration_ms: 40");
+  text.insert(text.find("policies:"), "  - {type: background, cdf: websearch, load: 0.6}\n");
+  text.replace(text.find("policies: [static, ecmp]"), 24,
+               "policies: [ecmp, {name: dar, period_ms: 5}, {name: dar-slow, routing: dar}]");
+  { std::ofstream(dir + "/s.yaml") << text; }
+  const Result r =
+      RunDarSim(fmt::format("run {0}/s.yaml --out {0}/out --progress-every 0.001 -j 1", dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("warning: policy dar-slow: its control loop runs every 100 ms, "
+                                  "longer than the 40 ms the scenario lasts"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("policy dar:")));
+  int lines = 0;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);) {
+    int percent = -1;
+    if (std::sscanf(line.c_str(), "dar-sim: %d%%", &percent) != 1) continue;
+    ++lines;
+    EXPECT_GE(percent, 0) << line;
+    EXPECT_LE(percent, 100) << line;
+    EXPECT_THAT(line, HasSubstr("elapsed")) << line;
+  }
+  EXPECT_GE(lines, 2) << r.output;
   std::filesystem::remove_all(dir);
 }
 

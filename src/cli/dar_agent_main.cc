@@ -23,6 +23,7 @@
 #include "agent/table_store.h"
 #include "base/clock.h"
 #include "base/json_log.h"
+#include "base/version.h"
 #include "fmt/format.h"
 #include "security/tls.h"
 
@@ -126,7 +127,8 @@ int Run(const std::string& path, const std::string& log_path) {
               {{"error", std::string(dataplane.status().message())}});
     return 1;
   }
-  out.Info("starting", {{"config", path},
+  out.Info("starting", {{"version", VersionLine("dar-agent")},
+                        {"config", path},
                         {"node", config->self_node().id},
                         {"name", config->self_node().name},
                         {"controller", config->controller},
@@ -238,6 +240,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "dar-agent: probes this node's links, forwards the overlay, talks to the "
       "controller"};
+  app.set_version_flag("--version", dar::VersionLine("dar-agent"));
   std::string config;
   std::string log;
   bool check = false;

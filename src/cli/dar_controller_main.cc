@@ -17,6 +17,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/version.h"
 #include "control/controller.h"
 #include "control/controller_config.h"
 #include "fmt/format.h"
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   CLI::App app("dar-controller: computes DAR's routing tables and pushes them to the agents");
+  app.set_version_flag("--version", dar::VersionLine("dar-controller"));
   std::string config;
   std::string check;
   std::string listen;

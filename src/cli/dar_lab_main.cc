@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "base/version.h"
 #include "fmt/format.h"
 #include "lab/command.h"
 #include "lab/lab.h"
@@ -47,6 +48,7 @@ void AddDir(CLI::App* command, std::string& dir) {
 
 int main(int argc, char** argv) {
   CLI::App app{"dar-lab: a network of namespaces and veth links, with DAR's services in it"};
+  app.set_version_flag("--version", dar::VersionLine("dar-lab"));
   app.require_subcommand(1);
   std::string dir = "/tmp/dar-lab";
 

@@ -139,12 +139,21 @@ TEST(DarLearnedTest, AnalyticModelReproducesTheEngineWeights) {
   EXPECT_EQ(m["policy_decisions"], rows);
 }
 
-TEST(DarLearnedTest, CorruptModelFallsBackToTheAnalyticEngineAndSaysSo) {
+// A refused model fails the run, naming the file and what is wrong with it, unless the policy
+// says `fallback: analytic`: then it runs the analytic engine and its metrics say so.
+TEST(DarLearnedTest, ARefusedModelFailsTheRunUnlessTheFallbackIsAnalytic) {
   const std::string path = TempPath("corrupt.json");
   ASSERT_TRUE(learn::SavePolicyModel(AnalyticModel(), path).ok());
   std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
-  absl::StatusOr<nlohmann::json> learned =
+  absl::StatusOr<nlohmann::json> refused =
       RunYaml(Scenario(fmt::format("{{name: dar-learned, period_ms: 1, model: {}}}", path)));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("model"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("bad JSON"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("fallback: analytic"));
+  absl::StatusOr<nlohmann::json> learned = RunYaml(Scenario(
+      fmt::format("{{name: dar-learned, period_ms: 1, model: {}, fallback: analytic}}", path)));
   ASSERT_TRUE(learned.ok()) << learned.status();
   const auto& m = (*learned)["policies"][0]["metrics"];
   EXPECT_THAT(m["learned_policy"].get<std::string>(), StartsWith("refused: "));
@@ -155,8 +164,10 @@ TEST(DarLearnedTest, CorruptModelFallsBackToTheAnalyticEngineAndSaysSo) {
   EXPECT_EQ(m["routing_loops"], 0);
   EXPECT_TRUE(m["completed"].get<bool>());
   // A missing file alike.
-  absl::StatusOr<nlohmann::json> missing =
-      RunYaml(Scenario("{name: dar-learned, period_ms: 1, model: no-such-model.json}"));
+  ASSERT_FALSE(
+      RunYaml(Scenario("{name: dar-learned, period_ms: 1, model: no-such-model.json}")).ok());
+  absl::StatusOr<nlohmann::json> missing = RunYaml(
+      Scenario("{name: dar-learned, period_ms: 1, model: no-such-model.json, fallback: analytic}"));
   ASSERT_TRUE(missing.ok()) << missing.status();
   EXPECT_THAT((*missing)["policies"][0]["metrics"]["learned_policy"].get<std::string>(),
               HasSubstr("cannot open '" + std::string(DAR_SOURCE_DIR) + "/no-such-model.json'"));
@@ -248,7 +259,7 @@ TEST(DarLearnedTest, InjectedPolicyReturningNanKeepsTheAnalyticTables) {
 }
 
 // Every scenario shipped in scenarios/ loads, and the model of every dar-learned policy in
-// them is accepted (a refused model would quietly run the analytic engine).
+// them is accepted (a refused model would fail the run).
 TEST(DarLearnedTest, ShippedScenariosModelsAreAccepted) {
   int files = 0, models = 0;
   for (const char* dir : {"/scenarios", "/scenarios/train"}) {

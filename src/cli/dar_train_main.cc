@@ -4,11 +4,13 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "base/version.h"
 #include "fmt/format.h"
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dar-train: train DAR's learned policy with PPO against the simulator"};
+  app.set_version_flag("--version", dar::VersionLine("dar-train"));
   std::string config_path, out_dir;
   int64_t seed = -1;
   int iterations = 0, jobs = 0;

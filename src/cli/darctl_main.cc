@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/version.h"
 #include "cli/darctl_admin.h"
 #include "fmt/format.h"
 #include "security/certs.h"
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   CLI::App app{"darctl: operate a DAR deployment"};
+  app.set_version_flag("--version", dar::VersionLine("darctl"));
   app.require_subcommand(1);
   dar::cli::AddCertsCommands(app);
   dar::cli::AddAdminCommands(app);

@@ -1,5 +1,6 @@
 #include "cli/run.h"
 
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,10 +8,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <thread>
 
+#include "base/files.h"
 #include "base/mutex.h"
+#include "base/version.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "learn/policy_loader.h"
@@ -30,34 +34,80 @@ struct RunFlags {
   std::string baseline;  // the reference of the paired differences; default ecmp
   std::vector<std::string> policies;
   bool quiet = false;
-  int jobs = 0;  // 0: one per core
+  int jobs = 0;               // 0: one per core
+  double progress_every = 5;  // seconds between progress lines when stderr is no terminal
 };
 
-// A single progress line on a terminal, redrawn at most a few times a second and only once a
-// run has taken longer than a second.
-class ProgressLine {
+// Wall time for a person: "0.4 s", "37 s", "12 min 05 s".
+std::string WallTime(double s) {
+  if (s < 10) return fmt::format("{:.1f} s", s);
+  if (s < 120) return fmt::format("{:.0f} s", s);
+  const auto whole = static_cast<int64_t>(s + 0.5);
+  return fmt::format("{} min {:02} s", whole / 60, whole % 60);
+}
+
+// How far the runs have got and about how long they have left. On a terminal one line,
+// redrawn a few times a second once the runs have taken a second; through a pipe or into a
+// file, a line every `every` seconds. Each policy counts by its simulated time against the
+// run's duration (its drain past the end counts as done), each run (seed) alike.
+class Progress {
  public:
-  explicit ProgressLine(bool enabled) : enabled_(enabled), start_(Clock::now()) {}
-  ~ProgressLine() { Clear(); }
+  Progress(bool enabled, bool terminal, double every_s, int runs)
+      : enabled_(enabled),
+        terminal_(terminal),
+        every_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(every_s))),
+        runs_(runs),
+        start_(Clock::now()),
+        last_(start_) {}
+  ~Progress() { Clear(); }
+
+  // The run of index `run` (0-based) begins, with `policies` policies.
+  void StartRun(int run, int policies) {
+    MutexLock lock(&mu_);
+    run_ = run;
+    policies_ = std::max(1, policies);
+    done_.clear();
+  }
 
   // Thread-safe: policies may run side by side.
   void Update(const sim::RunProgress& p) {
     if (!enabled_) return;
     MutexLock lock(&mu_);
+    const double duration = ToSeconds(p.duration);
+    const double now_s = ToSeconds(p.now);
+    done_[p.policy] = duration > 0 ? std::min(1.0, now_s / duration) : 1.0;
     const auto now = Clock::now();
-    if (now - start_ < std::chrono::seconds(1) || now - last_ < std::chrono::milliseconds(200)) {
+    if (terminal_
+            ? now - start_ < std::chrono::seconds(1) || now - last_ < std::chrono::milliseconds(200)
+            : now - last_ < every_) {
       return;
     }
     last_ = now;
-    std::fprintf(stderr, "\r  %-12s sim %8.4f s / %.4f s   %6.1fM events   ", p.policy.c_str(),
-                 ToSeconds(p.now), ToSeconds(p.duration), p.events / 1e6);
+    double sum = 0;
+    for (const auto& [name, share] : done_) sum += share;
+    const double share = (run_ + sum / policies_) / runs_;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const std::string left =
+        share > 0.01 ? fmt::format("about {} left", WallTime(elapsed * (1 - share) / share))
+                     : "time left not known yet";
+    const std::string where =
+        now_s <= duration ? fmt::format("{} at {:.4f} s of {:.4f} s", p.policy, now_s, duration)
+                          : fmt::format("{} draining", p.policy);
+    const std::string seed = runs_ > 1 ? fmt::format("run {} of {}, ", run_ + 1, runs_) : "";
+    if (terminal_) {
+      std::fprintf(stderr, "\r  %3.0f%%  %s%-40s %6.1fM events  %-24s", share * 100, seed.c_str(),
+                   where.c_str(), p.events / 1e6, left.c_str());
+      drawn_ = true;
+    } else {
+      std::fprintf(stderr, "dar-sim: %.0f%% (%s%s), %s elapsed, %s\n", share * 100, seed.c_str(),
+                   where.c_str(), WallTime(elapsed).c_str(), left.c_str());
+    }
     std::fflush(stderr);
-    drawn_ = true;
   }
   void Clear() {
     MutexLock lock(&mu_);
     if (!drawn_) return;
-    std::fprintf(stderr, "\r%80s\r", "");
+    std::fprintf(stderr, "\r%100s\r", "");
     drawn_ = false;
   }
 
@@ -65,10 +115,34 @@ class ProgressLine {
   using Clock = std::chrono::steady_clock;
   Mutex mu_;
   const bool enabled_;
-  bool drawn_ ABSL_GUARDED_BY(mu_) = false;
+  const bool terminal_;
+  const Clock::duration every_;
+  const int runs_;
   const Clock::time_point start_;
   Clock::time_point last_ ABSL_GUARDED_BY(mu_);
+  bool drawn_ ABSL_GUARDED_BY(mu_) = false;
+  int run_ ABSL_GUARDED_BY(mu_) = 0;
+  int policies_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, double> done_ ABSL_GUARDED_BY(mu_);  // by policy, 0..1
 };
+
+// The SHA-256 of `bytes`, in hex.
+std::string Sha256Hex(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(), nullptr) != 1) return "";
+  std::string hex;
+  for (unsigned int i = 0; i < size; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+// What a results file says of where it came from: dar-sim's version and commit, and the
+// scenario file's SHA-256 (the same file gives the same hash; a run's --seed is in "seed").
+void Stamp(nlohmann::json& results, const std::string& scenario_sha256) {
+  results["dar_sim"] = {{"version", std::string(Version())},
+                        {"commit", std::string(BuildCommit())}};
+  results["scenario_sha256"] = scenario_sha256;
+}
 
 // Writes `results` to `dir`/results.json and, unless quiet, prints `table` (default: the
 // results' comparison table).
@@ -89,6 +163,24 @@ bool WriteResults(const nlohmann::json& results, const std::string& dir, bool qu
   return true;
 }
 
+// Says which policies' control loops are slower than the run: they decide once, at the start,
+// before any traffic, and forward on those tables throughout (a 100 ms default in a 50 ms
+// scenario), which is seldom what was meant.
+void WarnSlowControlLoops(const nlohmann::json& results) {
+  const double duration = results["duration_s"].get<double>();
+  for (const auto& p : results["policies"]) {
+    const auto& m = p["metrics"];
+    if (m.contains("control_period_s") && m["control_period_s"].get<double>() > duration) {
+      fmt::print(stderr,
+                 "dar-sim: warning: policy {}: its control loop runs every {:g} ms, longer than "
+                 "the {:g} ms the scenario lasts, so it decides only before the traffic starts "
+                 "(set period_ms)\n",
+                 p["name"].get<std::string>(), m["control_period_s"].get<double>() * 1e3,
+                 duration * 1e3);
+    }
+  }
+}
+
 // Whether a policy left work unfinished at the drain limit (says which).
 bool Unfinished(const nlohmann::json& results) {
   for (const auto& p : results["policies"]) {
@@ -104,12 +196,12 @@ bool Unfinished(const nlohmann::json& results) {
 // Runs every policy of `scenario` and writes `out`/results.json; prints the table unless
 // quiet or `brief` (one line then). Returns the exit code (docs/simulator.md) and the results.
 int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::string& out,
-            bool brief, nlohmann::json& results) {
+            bool brief, const std::string& scenario_sha256, Progress& progress,
+            nlohmann::json& results) {
   if (!flags.quiet) {
     fmt::print("scenario {}: {}, seed {}, {} policies\n", scenario.name,
                scenario.topology.Summary(), scenario.seed, scenario.policies.size());
   }
-  ProgressLine progress(!flags.quiet && isatty(STDERR_FILENO));
   sim::RunOptions options;
   options.policy_loader = learn::LearnedPolicyLoader();
   options.on_progress = [&progress](const sim::RunProgress& p) { progress.Update(p); };
@@ -120,9 +212,12 @@ int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::str
   progress.Clear();
   if (!run.ok()) {
     fmt::print(stderr, "dar-sim: {}\n", std::string(run.status().message()));
-    return 1;
+    // A scenario that loaded but cannot run as written (a refused model): a bad scenario.
+    return absl::IsInvalidArgument(run.status()) ? 2 : 1;
   }
   results = std::move(*run);
+  Stamp(results, scenario_sha256);
+  if (!flags.quiet) WarnSlowControlLoops(results);
   if (!WriteResults(results, out, flags.quiet || brief)) return 1;
   if (brief && !flags.quiet) fmt::print("wrote {}/results.json\n", out);
   return Unfinished(results) ? 3 : 0;
@@ -134,6 +229,12 @@ int Run(const RunFlags& flags) {
     fmt::print(stderr, "dar-sim: {}\n", std::string(scenario.status().message()));
     return 2;
   }
+  absl::StatusOr<std::string> text = ReadFile(flags.scenario);
+  if (!text.ok()) {  // read a moment ago, so hardly ever
+    fmt::print(stderr, "dar-sim: {}\n", std::string(text.status().message()));
+    return 2;
+  }
+  const std::string sha256 = Sha256Hex(*text);
   if (flags.seed >= 0) scenario->seed = static_cast<uint64_t>(flags.seed);
   if (!flags.policies.empty()) {
     std::vector<sim::PolicySpec> chosen;
@@ -154,7 +255,9 @@ int Run(const RunFlags& flags) {
       fmt::print(stderr, "dar-sim: --baseline compares over seeds: give --seeds too\n");
       return 2;
     }
-    return RunOnce(*scenario, flags, flags.out, /*brief=*/false, results);
+    Progress progress(!flags.quiet, isatty(STDERR_FILENO) != 0, flags.progress_every, 1);
+    progress.StartRun(0, static_cast<int>(scenario->policies.size()));
+    return RunOnce(*scenario, flags, flags.out, /*brief=*/false, sha256, progress, results);
   }
 
   absl::StatusOr<std::vector<uint64_t>> seeds = sim::ParseSeedList(flags.seeds);
@@ -177,11 +280,14 @@ int Run(const RunFlags& flags) {
   // One run per seed, each in DIR/seed-N, then their summary in DIR.
   int code = 0;
   std::vector<nlohmann::json> runs;
+  Progress progress(!flags.quiet, isatty(STDERR_FILENO) != 0, flags.progress_every,
+                    static_cast<int>(seeds->size()));
   for (uint64_t seed : *seeds) {
     scenario->seed = seed;
+    progress.StartRun(static_cast<int>(runs.size()), static_cast<int>(scenario->policies.size()));
     const std::string dir = (std::filesystem::path(flags.out) / fmt::format("seed-{}", seed));
-    const int c = RunOnce(*scenario, flags, dir, /*brief=*/true, results);
-    if (c == 1) return 1;
+    const int c = RunOnce(*scenario, flags, dir, /*brief=*/true, sha256, progress, results);
+    if (c == 1 || c == 2) return c;
     code = std::max(code, c);
     runs.push_back(std::move(results));
   }
@@ -190,6 +296,7 @@ int Run(const RunFlags& flags) {
     fmt::print(stderr, "dar-sim: {}\n", std::string(summary.status().message()));
     return 1;
   }
+  Stamp(*summary, sha256);
   if (!flags.quiet) fmt::print("\nseeds {}:\n", fmt::join(*seeds, ", "));
   if (!WriteResults(*summary, flags.out, flags.quiet, sim::FormatSeedSummary(*summary))) return 1;
   return code;
@@ -215,6 +322,9 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("-j,--jobs", flags->jobs,
                   "Policies simulated at once (default: one per core); results do not depend on it")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--progress-every", flags->progress_every,
+                  "Seconds between progress lines on stderr when it is not a terminal")
+      ->check(CLI::PositiveNumber);
   cmd->callback([flags] { throw CLI::RuntimeError(Run(*flags)); });
 }
 

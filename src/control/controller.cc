@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "base/files.h"
 #include "base/status_macros.h"
+#include "base/version.h"
 #include "fmt/format.h"
 #include "security/revocation.h"
 #include "security/tls.h"
@@ -192,7 +193,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   RETURN_IF_ERROR(serve(c->health_http_, config.health, nullptr, /*threads=*/2, &c->health_port_));
 
   c->core_->RunCycle();
-  c->log_->Info("controller started", {{"config", config.file},
+  c->log_->Info("controller started", {{"version", VersionLine("dar-controller")},
+                                       {"config", config.file},
                                        {"listen", config.listen},
                                        {"port", c->port_},
                                        {"http_port", c->http_port_},

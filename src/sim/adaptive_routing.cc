@@ -149,6 +149,7 @@ void AdaptiveRouting::Install(std::shared_ptr<const RoutingTables> tables) {
 void AdaptiveRouting::Report(nlohmann::json& metrics) const {
   metrics["tables_installed"] = installed_count_;
   metrics["tables_refused"] = refused_;
+  metrics["control_period_s"] = ToSeconds(config_.agents.period);
   metrics["routing_loops"] = metrics.value("routing_loops", int64_t{0}) + loop_tables_;
   metrics["route_changes"] = route_changes_;
   metrics["cycles"] = cycles_;

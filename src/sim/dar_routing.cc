@@ -4,6 +4,7 @@
 
 #include "base/status_macros.h"
 #include "core/config_reader.h"
+#include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
 namespace dar::sim {
@@ -179,6 +180,7 @@ void DarRouting::Report(nlohmann::json& metrics) const {
   const bool marginal = marginal_ != nullptr;
   const int64_t route_changes = marginal ? marginal_->stats().route_changes : stats.route_changes;
   metrics["control_cycles"] = marginal ? marginal_->stats().cycles : stats.cycles;
+  metrics["control_period_s"] = ToSeconds(config_.agents.period);
   metrics["route_changes"] = route_changes;
   const double seconds = ToSeconds(ctx_->loop.now());
   metrics["route_changes_per_s"] = seconds > 0 ? static_cast<double>(route_changes) / seconds : 0.0;
@@ -265,6 +267,10 @@ absl::StatusOr<ControlPlanePtr> MakeDarLearned(YamlReader& p, const ConfigContex
   ASSIGN_OR_RETURN(std::string model, p.Optional<std::string>("model", ""));
   ASSIGN_OR_RETURN(std::string precision, p.OptionalChoice("precision", "int8", {"int8", "float"}));
   ASSIGN_OR_RETURN(std::string audit, p.OptionalChoice("audit", "none", {"none", "float"}));
+  // What a refused model does: fail the run (the default), or run the analytic engine and
+  // say so in the metrics.
+  ASSIGN_OR_RETURN(std::string fallback,
+                   p.OptionalChoice("fallback", "none", {"none", "analytic"}));
   if (audit == "float" && precision != "int8") {
     return p.Error("audit", "audits the INT8 model against FP32: needs precision int8");
   }
@@ -277,7 +283,8 @@ absl::StatusOr<ControlPlanePtr> MakeDarLearned(YamlReader& p, const ConfigContex
   if (path.is_relative() && !ctx.base_dir.empty())
     path = std::filesystem::path(ctx.base_dir) / path;
   if (!ctx.policy_loader) {
-    // Refused, not fatal, as a bad model is: the run says so in its metrics.
+    // Nothing to load with: a scenario being checked, or a simulator built without learned
+    // policies. The policy runs the analytic engine and its metrics say so.
     c.learned_refusal = "this simulator was given no loader for learned policies";
     return std::make_unique<DarRouting>(c);
   }
@@ -286,12 +293,16 @@ absl::StatusOr<ControlPlanePtr> MakeDarLearned(YamlReader& p, const ConfigContex
   if (loaded.ok()) {
     c.weight_policy = std::move(loaded->policy);
     c.audit = std::move(loaded->audit);
-  } else {
-    // Refused, not fatal: the policy runs the analytic engine and its metrics say so.
-    c.learned_refusal = std::string(loaded.status().message());
-    spdlog::warn("{}: learned policy refused, running the analytic engine: {}", ctx.where,
-                 c.learned_refusal);
+    return std::make_unique<DarRouting>(c);
   }
+  if (fallback != "analytic") {
+    return p.Error("model", fmt::format("refused: {} (with fallback: analytic the policy runs "
+                                        "the analytic engine instead, and says so)",
+                                        std::string(loaded.status().message())));
+  }
+  c.learned_refusal = std::string(loaded.status().message());
+  spdlog::warn("{}: learned policy refused, running the analytic engine: {}", ctx.where,
+               c.learned_refusal);
   return std::make_unique<DarRouting>(c);
 }
 
