@@ -264,7 +264,7 @@ TEST(DarSimCliTest, ResultsNameTheBuildAndTheScenarioHash) {
     const Result r = RunDarSim(fmt::format("run {0}/s.yaml --out {0}/{1} {2}", dir, out,
                                            out == "seeds" ? "--seeds 1..2" : ""));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    std::ifstream in(dir + "/" + out + "/results.json");
+    std::ifstream in(fmt::format("{}/{}/results.json", dir, out));
     const nlohmann::json results = nlohmann::json::parse(in);
     EXPECT_EQ(results["scenario_sha256"], Sha256Sum(dir + "/s.yaml")) << out;
     const std::string commit = results["dar_sim"]["commit"].get<std::string>();

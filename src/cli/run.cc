@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -42,7 +43,7 @@ struct RunFlags {
 std::string WallTime(double s) {
   if (s < 10) return fmt::format("{:.1f} s", s);
   if (s < 120) return fmt::format("{:.0f} s", s);
-  const auto whole = static_cast<int64_t>(s + 0.5);
+  const int64_t whole = std::lround(s);
   return fmt::format("{} min {:02} s", whole / 60, whole % 60);
 }
 
