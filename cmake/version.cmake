@@ -2,13 +2,31 @@
 # commit SRC_DIR is checked out at ("-dirty" when tracked files differ from it; "unknown"
 # outside a git checkout), and rewrites it only when that changes, so that an unchanged commit
 # rebuilds nothing.
-execute_process(COMMAND git -C "${SRC_DIR}" rev-parse --short=12 HEAD
-                OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE
+# --no-optional-locks: a build must not take the index lock from a `git commit` beside it.
+execute_process(COMMAND git --no-optional-locks -C "${SRC_DIR}" rev-parse --show-toplevel
+                        --short=12 HEAD
+                OUTPUT_VARIABLE lines OUTPUT_STRIP_TRAILING_WHITESPACE
                 RESULT_VARIABLE rc ERROR_QUIET)
-if(NOT rc EQUAL 0 OR commit STREQUAL "")
+set(commit "")
+if(rc EQUAL 0)
+  string(REPLACE "\n" ";" lines "${lines}")
+  list(LENGTH lines n)
+  if(n EQUAL 2)
+    list(GET lines 0 top)
+    list(GET lines 1 commit)
+    # A tree unpacked inside another checkout is not that checkout's commit.
+    file(REAL_PATH "${SRC_DIR}" src_real)
+    file(REAL_PATH "${top}" top_real)
+    if(NOT src_real STREQUAL top_real)
+      set(commit "")
+    endif()
+  endif()
+endif()
+if(commit STREQUAL "")
   set(commit "unknown")
 else()
-  execute_process(COMMAND git -C "${SRC_DIR}" status --porcelain --untracked-files=no
+  execute_process(COMMAND git --no-optional-locks -C "${SRC_DIR}" status --porcelain
+                          --untracked-files=no
                   OUTPUT_VARIABLE changes OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   if(NOT changes STREQUAL "")
     string(APPEND commit "-dirty")

@@ -24,8 +24,10 @@
 //   forwarding_mode: per_flowlet      # per_flow | per_flowlet | per_packet | per_packet_p2c |
 //                                     # drill | drill_flowlet
 //   line_rate_gbps: 10                # optional: the rate one flow can send at (drill_flowlet
-//                                     # sprays long flows only where that can buy something;
-//                                     # a link without a capacity counts as worth spraying)
+//                                     # balances by queues and sprays long flows only where
+//                                     # that can buy something, and keeps each flowlet on one
+//                                     # next hop elsewhere; a link without a capacity counts as
+//                                     # worth spraying)
 //   hop_limit: 64
 //   table_stale_ms: 3000              # until the controller says otherwise
 //   initial_key: {id: 0, file: overlay.key}   # optional: a data-plane key to use before the

@@ -1,6 +1,7 @@
 #include "cli/run.h"
 
 #include <openssl/evp.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,13 @@ std::string WallTime(double s) {
   if (s < 120) return fmt::format("{:.0f} s", s);
   const int64_t whole = std::lround(s);
   return fmt::format("{} min {:02} s", whole / 60, whole % 60);
+}
+
+// The width of the terminal on stderr; 80 if it does not say.
+size_t TerminalColumns() {
+  winsize w{};
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 10) return w.ws_col;
+  return 80;
 }
 
 // How far the runs have got and about how long they have left. On a terminal one line,
@@ -96,8 +104,11 @@ class Progress {
                           : fmt::format("{} draining", p.policy);
     const std::string seed = runs_ > 1 ? fmt::format("run {} of {}, ", run_ + 1, runs_) : "";
     if (terminal_) {
-      std::fprintf(stderr, "\r  %3.0f%%  %s%-40s %6.1fM events  %-24s", share * 100, seed.c_str(),
-                   where.c_str(), p.events / 1e6, left.c_str());
+      // One line as wide as the terminal at most, so that \r redraws it in place.
+      std::string line = fmt::format("  {:3.0f}%  {}{}  {:.1f}M events  {}", share * 100, seed,
+                                     where, p.events / 1e6, left);
+      line.resize(std::min(line.size(), TerminalColumns() - 1));
+      std::fprintf(stderr, "\r\033[K%s", line.c_str());
       drawn_ = true;
     } else {
       std::fprintf(stderr, "dar-sim: %.0f%% (%s%s), %s elapsed, %s\n", share * 100, seed.c_str(),
@@ -108,7 +119,7 @@ class Progress {
   void Clear() {
     MutexLock lock(&mu_);
     if (!drawn_) return;
-    std::fprintf(stderr, "\r%100s\r", "");
+    std::fprintf(stderr, "\r\033[K");
     drawn_ = false;
   }
 
@@ -164,18 +175,18 @@ bool WriteResults(const nlohmann::json& results, const std::string& dir, bool qu
   return true;
 }
 
-// Says which policies' control loops are slower than the run: they decide once, at the start,
-// before any traffic, and forward on those tables throughout (a 100 ms default in a 50 ms
-// scenario), which is seldom what was meant.
+// Says which policies' control loops are no faster than the run: they never react to what
+// they measure (only to links going down or up), which is seldom what was meant (a 100 ms
+// default in a 50 ms scenario).
 void WarnSlowControlLoops(const nlohmann::json& results) {
   const double duration = results["duration_s"].get<double>();
   for (const auto& p : results["policies"]) {
     const auto& m = p["metrics"];
-    if (m.contains("control_period_s") && m["control_period_s"].get<double>() > duration) {
+    if (m.contains("control_period_s") && m["control_period_s"].get<double>() >= duration) {
       fmt::print(stderr,
-                 "dar-sim: warning: policy {}: its control loop runs every {:g} ms, longer than "
-                 "the {:g} ms the scenario lasts, so it decides only before the traffic starts "
-                 "(set period_ms)\n",
+                 "dar-sim: warning: policy {}: its control loop runs every {:g} ms and the "
+                 "scenario lasts {:g} ms, so it never reacts to what it measures, only to links "
+                 "going down or up (set period_ms)\n",
                  p["name"].get<std::string>(), m["control_period_s"].get<double>() * 1e3,
                  duration * 1e3);
     }
@@ -218,7 +229,7 @@ int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::str
   }
   results = std::move(*run);
   Stamp(results, scenario_sha256);
-  if (!flags.quiet) WarnSlowControlLoops(results);
+  if (!flags.quiet && !brief) WarnSlowControlLoops(results);
   if (!WriteResults(results, out, flags.quiet || brief)) return 1;
   if (brief && !flags.quiet) fmt::print("wrote {}/results.json\n", out);
   return Unfinished(results) ? 3 : 0;
@@ -290,6 +301,7 @@ int Run(const RunFlags& flags) {
     const int c = RunOnce(*scenario, flags, dir, /*brief=*/true, sha256, progress, results);
     if (c == 1 || c == 2) return c;
     code = std::max(code, c);
+    if (runs.empty() && !flags.quiet) WarnSlowControlLoops(results);  // once, not per seed
     runs.push_back(std::move(results));
   }
   absl::StatusOr<nlohmann::json> summary = sim::SummarizeSeeds(runs, baseline);
@@ -325,7 +337,7 @@ void AddRunCommand(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--progress-every", flags->progress_every,
                   "Seconds between progress lines on stderr when it is not a terminal")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.001, 3600.0));
   cmd->callback([flags] { throw CLI::RuntimeError(Run(*flags)); });
 }
 

@@ -33,7 +33,7 @@ enum class ForwardingMode : uint8_t {
   kPerPacket,     // weighted random per packet
   kPerPacketP2C,  // two weighted-random candidates, the one with the shorter queue wins
   kDrill,         // DRILL(d, m): d weighted-random candidates and the m last best, per packet
-  kDrillFlowlet   // DRILL's choice per flowlet; moved within one only past reroute_threshold
+  kDrillFlowlet   // DRILL's choice per flowlet, held, then sprayed; LetFlow's on even rows
 };
 // "per_flow", "per_flowlet", "per_packet", "per_packet_p2c", "drill" or "drill_flowlet";
 // InvalidArgument otherwise.
@@ -128,7 +128,10 @@ concept LocalPortState = requires(const P& ports, LinkId link) {
 // entry.
 // DRILL per flowlet: the flowlet table of per-flowlet mode. With line_rate known, a flowlet
 // that starts where neither DRILL nor spraying can buy anything (even weights, every next hop
-// faster than line_rate) is drawn by queue-corrected weight and kept, as in per-flowlet mode.
+// faster than line_rate) is drawn by queue-corrected weight and kept, as in per-flowlet mode;
+// every 64 packets (kRowRecheckPackets) the row is read again, and a flowlet whose row has
+// become one where they can buy something goes on as below from there, one whose row has
+// become even is kept where it is.
 // Any other flowlet's first packet takes DRILL's choice; a later one, among its first
 // sticky_packets (bulk_sticky_packets in the bulk class), stays on the flowlet's next hop
 // unless DRILL's choice has more than reroute_threshold_bytes fewer bytes queued, and then
@@ -155,7 +158,8 @@ class NextHopChooser {
   // table's next hops at this node); kNoLink if none of them is forwardable. `now` is the
   // packet's time (only the flowlet modes read it; it must not go backwards). Draws from
   // `rng` only in per-flowlet (at a flowlet's start), per-packet, power-of-two, DRILL and
-  // DRILL-per-flowlet (every packet) modes, and only when there is more than one next hop.
+  // DRILL-per-flowlet (every packet; on even rows at a flowlet's start) modes, and only when
+  // there is more than one next hop.
   // `traffic_class` (0 latency, 1 bulk) is read only by drill_flowlet.
   // The first choice of a flowlet mode allocates the flowlet table, the first of a DRILL mode
   // DRILL's memory; no other call allocates.
@@ -169,7 +173,7 @@ class NextHopChooser {
     Time last_seen{-1};
     LinkId link = kNoLink;
     int32_t packets = 0;  // of this flowlet so far (drill_flowlet), saturating
-    bool pinned = false;  // drill_flowlet: on a row where spraying buys nothing (SprayPays)
+    bool pinned = false;  // drill_flowlet: where nothing can be bought (SprayPays), kept
   };
 
   // A next hop drawn by weight among the forwardable ones (u uniform in [0, 1)); with
@@ -200,6 +204,9 @@ class NextHopChooser {
                             Time now, const Ports& ports, bool& fresh);
 
   static constexpr size_t kDrillMemorySize = 1024;
+  // drill_flowlet: a flowlet's row is read again (SprayPays) every this many of its packets,
+  // so that a long flowlet follows a change of capacity or weights within about 100 KB.
+  static constexpr int32_t kRowRecheckPackets = 64;
   // Next hops' weights within this share of the largest count as even (SprayPays): far finer
   // than any asymmetry worth spraying for, far coarser than rounding.
   static constexpr double kEvenWeights = 0.01;
@@ -293,8 +300,13 @@ LinkId NextHopChooser::ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64
     e.pinned = !SprayPays(hops, ports);
     if (e.pinned) e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/true, ports);
   }
+  if (e.packets < std::numeric_limits<int32_t>::max()) ++e.packets;
+  if (fresh && e.packets % kRowRecheckPackets == 0) {
+    // The row may have changed under a long flowlet (a next hop's capacity cut below the line
+    // rate, weights made uneven, or even again): from here the flowlet follows what it is now.
+    e.pinned = !SprayPays(hops, ports);
+  }
   if (e.pinned) return e.link;
-  if (e.packets <= sticky_packets) ++e.packets;
   const bool held = e.packets <= sticky_packets;
   if (config_.spray_long_flows && fresh && !held) {
     e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/false, ports);

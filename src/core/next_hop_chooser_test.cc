@@ -499,7 +499,7 @@ TEST(NextHopChooserTest, DrillFlowletHoldsABulkFlowletForFewerPackets) {
 }
 
 // With the line rate known, a long flowlet is sprayed only where that can buy something: on
-// equal next hops faster than one flow it stays held; it is sprayed where a next hop is no
+// equal next hops faster than one flow it is kept on one; it is sprayed where a next hop is no
 // faster than the line rate (unknown counts as no faster), or where the weights are uneven,
 // which a next hop that is not forwardable makes them.
 TEST(NextHopChooserTest, DrillFlowletSpraysOnlyWhereItCanBuySomething) {
@@ -563,7 +563,8 @@ TEST(NextHopChooserTest, DrillFlowletIsLetFlowWhereNothingCanBeBought) {
       400, [&](int i) { return c.Choose(even, /*flow=*/i, 9, Microseconds(1), rng, ports); });
   EXPECT_GT(starts[0], 150);
   EXPECT_GT(starts[1], 150);
-  // One flowlet, 500 packets 1 us apart, queues swinging past the threshold: it never moves.
+  // One flowlet, 500 packets 1 us apart, its own next hop's queue 1 MB longer than the
+  // other's throughout (far past the threshold): it never moves.
   Time t = Microseconds(10);
   const LinkId first = c.Choose(even, /*flow=*/1000, 9, t, rng, ports);
   for (int i = 0; i < 500; ++i) {
@@ -573,16 +574,36 @@ TEST(NextHopChooserTest, DrillFlowletIsLetFlowWhereNothingCanBeBought) {
     ASSERT_EQ(c.Choose(even, 1000, 9, t, rng, ports), first) << i;
   }
   // After a gap it is drawn afresh: over many gaps it lands on both next hops.
+  LinkId last = kNoLink;
   std::array<int, 4> redrawn = Histogram(100, [&](int) {
     t += Microseconds(200);
-    return c.Choose(even, 1000, 9, t, rng, ports);
+    return last = c.Choose(even, 1000, 9, t, rng, ports);
   });
   EXPECT_GT(redrawn[0], 20);
   EXPECT_GT(redrawn[1], 20);
   // A withdrawn next hop is left at once.
-  ports.up[first] = false;
+  ports.up[last] = false;
   t += Microseconds(1);
-  EXPECT_EQ(c.Choose(even, 1000, 9, t, rng, ports), 1 - first);
+  EXPECT_EQ(c.Choose(even, 1000, 9, t, rng, ports), 1 - last);
+  ports.up[last] = true;
+
+  // A long flowlet follows a change of its row within 64 packets: once a next hop's capacity
+  // is cut to the line rate, or the weights become uneven, it is sprayed by the weights.
+  auto moves_after_change = [&](const std::vector<NextHop>& after, const FakePorts& changed) {
+    t += Microseconds(200);
+    const LinkId start = c.Choose(even, 2000, 9, t, rng, ports);
+    int moves = 0;
+    for (int i = 0; i < 400; ++i) {
+      t += Microseconds(1);
+      moves += c.Choose(after, 2000, 9, t, rng, changed) != start;
+    }
+    return moves;
+  };
+  EXPECT_EQ(moves_after_change(even, ports), 0);
+  FakePorts cut = ports;
+  cut.capacities[0] = DataRate::Gbps(10);
+  EXPECT_GT(moves_after_change(even, cut), 100);
+  EXPECT_GT(moves_after_change({{0, 0.7}, {1, 0.3}}, ports), 50);
 
   // Uneven weights: DRILL's choice again, the shorter queue.
   ports.up = {true, true};

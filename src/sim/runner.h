@@ -23,8 +23,8 @@ struct RunProgress {
 };
 
 struct RunOptions {
-  // Called every few hundred thousand events; for a progress line. With jobs > 1 it is called
-  // from several threads.
+  // Called after every millisecond of simulated time; for a progress line. With jobs > 1 it is
+  // called from several threads.
   std::function<void(const RunProgress&)> on_progress;
   // Policies simulated at once, each on its own thread.
   int jobs = 1;
