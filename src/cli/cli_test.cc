@@ -315,6 +315,23 @@ TEST(DarSimCliTest, ARefusedModelIsABadScenario) {
   std::filesystem::remove_all(dir);
 }
 
+// darctl takes a traffic class by name or number; anything else is refused, naming the flag
+// (here before any connection: the TLS files are missing on purpose).
+TEST(DaemonsCliTest, DarctlTakesClassNames) {
+  for (const char* c : {"latency", "bulk", "BULK", "0", "1"}) {
+    const Result r =
+        RunBinary("darctl", fmt::format("show routes --class {} --controller 127.0.0.1:1", c));
+    EXPECT_THAT(r.output, HasSubstr("no TLS files")) << c;
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr("--class"))) << c;
+  }
+  for (const char* c : {"2", "bul", "-1"}) {
+    const Result r =
+        RunBinary("darctl", fmt::format("show routes --class {} --controller 127.0.0.1:1", c));
+    EXPECT_NE(r.exit_code, 0) << c;
+    EXPECT_THAT(r.output, HasSubstr("--class")) << c;
+  }
+}
+
 // Every binary tells its version and the commit it was built from.
 TEST(DaemonsCliTest, EveryBinaryTellsItsVersion) {
   for (const char* binary : {"dar-sim", "dar-controller", "dar-agent", "darctl", "dar-lab"}) {

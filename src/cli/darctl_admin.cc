@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -359,8 +360,10 @@ void AddAdminCommands(CLI::App& app) {
   CLI::App* routes_cmd = show->add_subcommand("routes", "Next hops per node and destination");
   routes_cmd->add_option("--node", routes->node, "Only this node (name or id)");
   routes_cmd->add_option("--dest", routes->destination, "Only this destination (name or id)");
-  routes_cmd->add_option("--class", routes->traffic_class, "0 latency, 1 bulk")
-      ->check(CLI::Range(0, 1));
+  routes_cmd
+      ->add_option("--class", routes->traffic_class, "latency (or 0), bulk (or 1); default latency")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, int>{{"latency", 0}, {"bulk", 1}},
+                                          CLI::ignore_case));
   routes_cmd->callback([conn, routes] { ShowRoutes(*conn, *routes); });
   auto limit = std::make_shared<unsigned>(50);
   CLI::App* events = show->add_subcommand("events", "Failures, fallbacks, refusals, newest first");
