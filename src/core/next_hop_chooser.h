@@ -99,7 +99,8 @@ struct ForwardingConfig {
 // What a NextHopChooser reads about the forwarder's own ports, by outgoing link: whether it
 // may send on the link now (carrier up and not ruled out by its own liveness check) and how
 // many bytes wait in the link's local queue, both called on the per-packet path; and the
-// link's capacity, read only at a drill_flowlet's start with line_rate set.
+// link's capacity, read only by drill_flowlet with line_rate set, at a flowlet's start and
+// every kRowRecheckPackets of its packets.
 template <typename P>
 concept LocalPortState = requires(const P& ports, LinkId link) {
   { ports.forwardable(link) } -> std::convertible_to<bool>;
@@ -173,7 +174,7 @@ class NextHopChooser {
     Time last_seen{-1};
     LinkId link = kNoLink;
     int32_t packets = 0;  // of this flowlet so far (drill_flowlet), saturating
-    bool pinned = false;  // drill_flowlet: where nothing can be bought (SprayPays), kept
+    bool pinned = false;  // drill_flowlet: where nothing can be bought (BalancingPays), kept
   };
 
   // A next hop drawn by weight among the forwardable ones (u uniform in [0, 1)); with
@@ -192,7 +193,7 @@ class NextHopChooser {
                      const Ports& ports);
   // Whether DRILL's choices or spraying over `hops` can buy anything (see line_rate).
   template <LocalPortState Ports>
-  bool SprayPays(absl::Span<const NextHop> hops, const Ports& ports) const;
+  bool BalancingPays(absl::Span<const NextHop> hops, const Ports& ports) const;
   template <LocalPortState Ports>
   LinkId ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64_t flow, NodeId destination,
                             Time now, Random& rng, const Ports& ports, int sticky_packets);
@@ -204,10 +205,10 @@ class NextHopChooser {
                             Time now, const Ports& ports, bool& fresh);
 
   static constexpr size_t kDrillMemorySize = 1024;
-  // drill_flowlet: a flowlet's row is read again (SprayPays) every this many of its packets,
+  // drill_flowlet: a flowlet's row is read again (BalancingPays) every this many of its packets,
   // so that a long flowlet follows a change of capacity or weights within about 100 KB.
   static constexpr int32_t kRowRecheckPackets = 64;
-  // Next hops' weights within this share of the largest count as even (SprayPays): far finer
+  // Next hops' weights within this share of the largest count as even (BalancingPays): far finer
   // than any asymmetry worth spraying for, far coarser than rounding.
   static constexpr double kEvenWeights = 0.01;
 
@@ -275,7 +276,7 @@ LinkId NextHopChooser::ChooseFlowlet(absl::Span<const NextHop> hops, uint64_t fl
 }
 
 template <LocalPortState Ports>
-bool NextHopChooser::SprayPays(absl::Span<const NextHop> hops, const Ports& ports) const {
+bool NextHopChooser::BalancingPays(absl::Span<const NextHop> hops, const Ports& ports) const {
   if (config_.line_rate.is_zero()) return true;
   double lo = std::numeric_limits<double>::infinity();
   double hi = 0;
@@ -297,14 +298,14 @@ LinkId NextHopChooser::ChooseDrillFlowlet(absl::Span<const NextHop> hops, uint64
   FlowletEntry& e = FindFlowlet(hops, flow, destination, now, ports, fresh);
   if (!fresh) {
     e.packets = 0;
-    e.pinned = !SprayPays(hops, ports);
+    e.pinned = !BalancingPays(hops, ports);
     if (e.pinned) e.link = PickByWeight(hops, rng.Uniform(), /*by_queue=*/true, ports);
   }
   if (e.packets < std::numeric_limits<int32_t>::max()) ++e.packets;
   if (fresh && e.packets % kRowRecheckPackets == 0) {
     // The row may have changed under a long flowlet (a next hop's capacity cut below the line
     // rate, weights made uneven, or even again): from here the flowlet follows what it is now.
-    e.pinned = !SprayPays(hops, ports);
+    e.pinned = !BalancingPays(hops, ports);
   }
   if (e.pinned) return e.link;
   const bool held = e.packets <= sticky_packets;
