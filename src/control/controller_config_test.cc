@@ -335,3 +335,69 @@ TEST(ControllerConfigTest, LoadLearnedPolicyRefusesBadModelsNamingThem) {
 
 }  // namespace
 }  // namespace dar::control
+
+namespace dar::control {
+namespace {
+
+// The examples an operator starts from (configs/examples/, docs/operations.md).
+std::string Example(const std::string& name) {
+  return std::string(DAR_SOURCE_DIR) + "/configs/examples/" + name;
+}
+
+// The controller's example loads with the function dar-controller loads its file with. The
+// TLS files it names under /etc/dar do not exist here, and the parser does not read them
+// (`dar-controller --check-config` and the start do). The agent's example describes the same
+// overlay and dials the controller's address.
+TEST(ControllerConfigTest, TheExampleConfigurationLoads) {
+  absl::StatusOr<ControllerConfig> c = LoadControllerConfig(Example("controller.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen, "10.0.0.10:50051");
+  EXPECT_EQ(c->tls.cert_file, "/etc/dar/tls/controller.crt");
+  EXPECT_EQ(c->crl_file, "/etc/dar/tls/ca.crl");
+  EXPECT_EQ(c->trust_domain, "dar.example.org");
+  EXPECT_EQ(c->state_dir, "/var/lib/dar-controller");
+  EXPECT_FALSE(c->initial_key.has_value());
+  EXPECT_EQ(c->key_rotate_every, Seconds(86400));
+  ASSERT_EQ(c->nodes.size(), 4u);
+  ASSERT_EQ(c->links.size(), 5u);
+
+  // What its comments call the defaults is what the parser gives without the keys.
+  std::string text = ReadAll(Example("controller.yaml"));
+  for (const std::string_view key :
+       {"max_connections: 72\n", "sample_timeout_ms: 300\n", "decision: marginal\n"}) {
+    const size_t at = text.find(key);
+    ASSERT_NE(at, std::string::npos) << key;
+    text.erase(at, key.size());
+  }
+  absl::StatusOr<ControllerConfig> defaults =
+      ParseControllerConfig(text, Example("controller.yaml"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->max_connections, c->max_connections);
+  EXPECT_EQ(defaults->sample_timeout, c->sample_timeout);
+  EXPECT_TRUE(defaults->policy.marginal);
+  EXPECT_TRUE(c->policy.marginal);
+
+  absl::StatusOr<YAML::Node> agent = LoadYamlFile(Example("agent.yaml"));
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  EXPECT_EQ((*agent)["controller"].as<std::string>(), c->listen);
+  const YAML::Node nodes = (*agent)["nodes"];
+  ASSERT_EQ(nodes.size(), c->nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    EXPECT_EQ(nodes[i]["id"].as<uint32_t>(), c->nodes[i].id) << "nodes[" << i << "]";
+    EXPECT_EQ(nodes[i]["name"].as<std::string>(), c->nodes[i].name) << "nodes[" << i << "]";
+    EXPECT_EQ(nodes[i]["overlay"].as<std::string>(), c->nodes[i].overlay_address)
+        << "nodes[" << i << "]";
+  }
+  const YAML::Node links = (*agent)["links"];
+  ASSERT_EQ(links.size(), c->links.size());
+  for (size_t i = 0; i < links.size(); ++i) {
+    EXPECT_EQ(links[i]["a"].as<std::string>(), c->links[i].a) << "links[" << i << "]";
+    EXPECT_EQ(links[i]["b"].as<std::string>(), c->links[i].b) << "links[" << i << "]";
+    EXPECT_DOUBLE_EQ(links[i]["capacity_gbps"].as<double>() * 1e9,
+                     static_cast<double>(c->links[i].capacity.bps()))
+        << "links[" << i << "]";
+  }
+}
+
+}  // namespace
+}  // namespace dar::control
