@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "learn/policy_loader.h"
+#include "sim/records.h"
 #include "sim/runner.h"
 #include "sim/scenario.h"
 #include "sim/seed_summary.h"
@@ -36,6 +38,7 @@ struct RunFlags {
   std::string baseline;  // the reference of the paired differences; default ecmp
   std::vector<std::string> policies;
   bool quiet = false;
+  bool no_records = false;    // write no flows-*.csv and timeseries-*.csv
   int jobs = 0;               // 0: one per core
   double progress_every = 5;  // seconds between progress lines when stderr is no terminal
 };
@@ -205,6 +208,39 @@ bool Unfinished(const nlohmann::json& results) {
   return false;
 }
 
+// Writes `text` to `dir`/`name`; says so on stderr if it cannot, and returns whether it could.
+bool WriteText(const std::filesystem::path& dir, const std::string& name, const std::string& text) {
+  const std::string path = (dir / name).string();
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) {
+    fmt::print(stderr, "dar-sim: cannot write {}\n", path);
+    return false;
+  }
+  return true;
+}
+
+// Writes each policy's records as its run ends (several policies' at once with --jobs > 1;
+// each policy to its own files), into `dir`. One file per policy rather than one for all: a
+// policy's rows can be written as soon as it ends, with no lock and no merge, and stay in a
+// fixed order whatever order the policies end in. Remembers whether any could not be written.
+class RecordsWriter {
+ public:
+  explicit RecordsWriter(std::string dir) : dir_(std::move(dir)) {}
+
+  void Write(const sim::PolicySpec& policy, const sim::PolicyRecords& records) {
+    const bool ok =
+        WriteText(dir_, sim::RecordsFileName("flows", policy.name), records.flows_csv) &&
+        WriteText(dir_, sim::RecordsFileName("timeseries", policy.name), records.timeseries_csv);
+    if (!ok) failed_ = true;
+  }
+  bool failed() const { return failed_; }
+
+ private:
+  const std::filesystem::path dir_;
+  std::atomic<bool> failed_{false};
+};
+
 // Runs every policy of `scenario` and writes `out`/results.json; prints the table unless
 // quiet or `brief` (one line then). Returns the exit code (docs/simulator.md) and the results.
 int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::string& out,
@@ -220,8 +256,17 @@ int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::str
   options.jobs = flags.jobs > 0
                      ? flags.jobs
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  RecordsWriter records(out);
+  if (!flags.no_records) {
+    std::error_code ec;
+    std::filesystem::create_directories(out, ec);
+    options.on_records = [&records](const sim::PolicySpec& policy, const sim::PolicyRecords& r) {
+      records.Write(policy, r);
+    };
+  }
   absl::StatusOr<nlohmann::json> run = sim::RunScenario(scenario, options);
   progress.Clear();
+  if (records.failed()) return 1;
   if (!run.ok()) {
     fmt::print(stderr, "dar-sim: {}\n", std::string(run.status().message()));
     // A scenario that loaded but cannot run as written (a refused model): a bad scenario.
@@ -332,6 +377,9 @@ void AddRunCommand(CLI::App& app) {
                   "(default: ecmp, else the scenario's first)");
   cmd->add_option("--policy", flags->policies, "Run only these policies (repeatable)");
   cmd->add_flag("-q,--quiet", flags->quiet, "Print nothing but errors");
+  cmd->add_flag("--no-records", flags->no_records,
+                "Write no per-flow records (flows-POLICY.csv) or time series "
+                "(timeseries-POLICY.csv) beside results.json");
   cmd->add_option("-j,--jobs", flags->jobs,
                   "Policies simulated at once (default: one per core); results do not depend on it")
       ->check(CLI::NonNegativeNumber);

@@ -113,6 +113,11 @@ class Network {
   // cover topology().Destinations().
   void InstallTables(std::shared_ptr<const RoutingTables> tables, int traffic_class = kAllClasses);
   const RoutingTables* tables(int traffic_class = 0) const { return tables_[traffic_class].get(); }
+  // The same, shared: kept, it stays valid after new tables are installed (the records'
+  // sampler compares consecutive ones).
+  std::shared_ptr<const RoutingTables> shared_tables(int traffic_class = 0) const {
+    return tables_[traffic_class];
+  }
 
   // Sends a packet from `node` (its src); it is forwarded like any other packet there.
   void Send(NodeId node, PacketPtr p);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "base/status_macros.h"
 #include "fmt/format.h"
 #include "sim/control_plane.h"
+#include "sim/records.h"
 #include "sim/workload.h"
 
 namespace dar::sim {
@@ -85,6 +87,18 @@ std::vector<LinkId> CableLinks(const Topology& topo, const TimedEvent& e) {
   return out;
 }
 
+// Empty records named after the workloads' types, "#<index>" added where a type repeats.
+std::vector<WorkloadRecords> RecordNames(const YAML::Node& workloads) {
+  std::vector<std::string> types;
+  for (const YAML::Node& w : workloads) types.push_back(w["type"].as<std::string>(""));
+  std::vector<WorkloadRecords> out;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const bool repeated = std::count(types.begin(), types.end(), types[i]) > 1;
+    out.push_back(WorkloadRecords{repeated ? fmt::format("{}#{}", types[i], i) : types[i], {}});
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicySpec& policy,
@@ -145,11 +159,14 @@ absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicyS
   }
 
   const Time end_time = Time(0) + scenario.duration;
+  const bool keep_records = static_cast<bool>(options.on_records);
+  std::vector<WorkloadRecords> records =
+      keep_records ? RecordNames(scenario.workloads) : std::vector<WorkloadRecords>();
   std::vector<WorkloadContext> contexts;
   contexts.reserve(workloads.size());
   for (size_t i = 0; i < workloads.size(); ++i) {
-    contexts.push_back(
-        WorkloadContext{loop, transport, scenario.topology, workload_rngs[i], end_time});
+    contexts.push_back(WorkloadContext{loop, transport, scenario.topology, workload_rngs[i],
+                                       end_time, keep_records ? &records[i].records : nullptr});
   }
   for (size_t i = 0; i < workloads.size(); ++i) workloads[i]->Start(contexts[i]);
 
@@ -166,8 +183,11 @@ absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicyS
   });
   check.ScheduleAt(Time(0));
   const Time limit = end_time + scenario.drain_limit;
+  std::optional<LinkSampler> sampler;
+  if (keep_records) sampler.emplace(net, loop.now(), SampleInterval(scenario.duration));
   while (!all_done && loop.now() < limit) {
     loop.RunUntil(std::min(limit, loop.now() + Milliseconds(1)));
+    if (sampler) sampler->Advance(loop.now());
     if (options.on_progress) {
       options.on_progress(
           RunProgress{policy.name, loop.now(), scenario.duration, loop.events_run()});
@@ -197,6 +217,11 @@ absl::StatusOr<nlohmann::json> RunPolicy(const Scenario& scenario, const PolicyS
   metrics["sim_time_s"] = ToSeconds(loop.now());
   metrics["wall_time_s"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+
+  if (keep_records) {
+    sampler->Finish(loop.now());
+    options.on_records(policy, PolicyRecords{FlowsCsv(policy.name, records), sampler->Csv()});
+  }
 
   nlohmann::json out;
   out["name"] = policy.name;

@@ -22,6 +22,13 @@ struct RunProgress {
   uint64_t events;
 };
 
+// A policy's records as CSV text (sim/records.h): flows-<policy>.csv and
+// timeseries-<policy>.csv.
+struct PolicyRecords {
+  std::string flows_csv;
+  std::string timeseries_csv;
+};
+
 struct RunOptions {
   // Called after every millisecond of simulated time; for a progress line. With jobs > 1 it is
   // called from several threads.
@@ -36,6 +43,10 @@ struct RunOptions {
   // Loads the model of every dar-learned policy (learn::LearnedPolicyLoader in dar-sim). Null:
   // dar-learned refuses its model and runs the analytic engine, and says so.
   WeightPolicyLoader policy_loader;
+  // Receives each policy's records when its run ends; with jobs > 1 from several threads at
+  // once. Null (the default): the run keeps no records and samples nothing. Either way the
+  // results are the same.
+  std::function<void(const PolicySpec& policy, const PolicyRecords& records)> on_records;
 };
 
 // The result of one policy: {"name", "routing", "forwarding", "metrics": {...}}.

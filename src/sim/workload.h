@@ -23,6 +23,7 @@
 #include "core/weight_policy.h"
 #include "nlohmann/json.hpp"
 #include "sim/event_loop.h"
+#include "sim/records.h"
 #include "sim/transport.h"
 #include "yaml-cpp/yaml.h"
 
@@ -44,6 +45,9 @@ struct WorkloadContext {
   const Topology& topology;
   Random& rng;    // this workload's own stream
   Time end_time;  // open-ended workloads stop starting new work here
+  // Where the workload appends a WorkRecord for every piece of work it measures, as it
+  // completes (sim/records.h). Null (the default): it keeps none.
+  WorkRecords* records = nullptr;
 };
 
 class Workload {

@@ -106,9 +106,11 @@ class AllReduceJob {
   const std::vector<NodeId>& group() const { return group_; }
 
   // Creates the hosts' timers; Begin() starts the first iteration.
-  void Start(EventLoop& loop, Transport& transport) {
+  void Start(EventLoop& loop, Transport& transport, WorkRecords* records, int job) {
     loop_ = &loop;
     transport_ = &transport;
+    records_ = records;
+    job_ = job;
     iterations_.resize(config_.iterations);
     for (Iteration& it : iterations_) it.step_done.assign(steps_, Time{0});
     for (int i = 0; i < size_; ++i) {
@@ -235,9 +237,37 @@ class AllReduceJob {
     if (h.steps_finished < base + steps_) return;
     Iteration& it = iterations_[h.iteration];
     it.end = std::max(it.end, now);
-    if (++it.hosts_done == size_) ++completed_;
+    if (++it.hosts_done == size_) {
+      ++completed_;
+      Record(h.iteration);
+    }
     h.computed = false;
     if (h.iteration + 1 < config_.iterations) BeginIteration(i);
+  }
+
+  // Appends the records of a completed iteration: the iteration, then its steps.
+  void Record(int iteration) {
+    if (records_ == nullptr) return;
+    const Iteration& it = iterations_[iteration];
+    records_->push_back(WorkRecord{.kind = "iteration",
+                                   .traffic_class = config_.traffic_class,
+                                   .job = job_,
+                                   .iteration = iteration,
+                                   .bytes = config_.message_bytes,
+                                   .start = it.start,
+                                   .finish = it.end});
+    Time prev = it.compute_end;
+    for (int s = 0; s < steps_; ++s) {
+      records_->push_back(WorkRecord{.kind = "step",
+                                     .traffic_class = config_.traffic_class,
+                                     .job = job_,
+                                     .iteration = iteration,
+                                     .step = s,
+                                     .bytes = StepBytes(s),
+                                     .start = prev,
+                                     .finish = it.step_done[s]});
+      prev = it.step_done[s];
+    }
   }
 
   const AllReduceConfig& config_;
@@ -249,6 +279,8 @@ class AllReduceJob {
   const int64_t chunk_bytes_;
   EventLoop* loop_ = nullptr;
   Transport* transport_ = nullptr;
+  WorkRecords* records_ = nullptr;
+  int job_ = 0;
   std::vector<std::unique_ptr<Host>> hosts_;
   std::vector<Iteration> iterations_;
   int completed_ = 0;

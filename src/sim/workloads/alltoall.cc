@@ -77,9 +77,11 @@ class AllToAllJob {
 
   const std::vector<NodeId>& group() const { return group_; }
 
-  void Start(EventLoop& loop, Transport& transport) {
+  void Start(EventLoop& loop, Transport& transport, WorkRecords* records, int job) {
     loop_ = &loop;
     transport_ = &transport;
+    records_ = records;
+    job_ = job;
     const int64_t total_phases = static_cast<int64_t>(config_.iterations) * phases_;
     iterations_.resize(config_.iterations);
     for (Iteration& it : iterations_) {
@@ -179,9 +181,36 @@ class AllToAllJob {
       return;
     }
     it.end = std::max(it.end, now);
-    if (++it.hosts_done == size_) ++completed_;
+    if (++it.hosts_done == size_) {
+      ++completed_;
+      Record(static_cast<int>(h.phase / phases_));
+    }
     if ((h.phase + 1) / phases_ < config_.iterations) {
       Compute(i, config_.compute, /*new_iteration=*/true);
+    }
+  }
+
+  // Appends the records of a completed iteration: the iteration, then its phases (each from the
+  // last host being ready for it to the last host finishing it).
+  void Record(int iteration) {
+    if (records_ == nullptr) return;
+    const Iteration& it = iterations_[iteration];
+    records_->push_back(WorkRecord{.kind = "iteration",
+                                   .traffic_class = config_.traffic_class,
+                                   .job = job_,
+                                   .iteration = iteration,
+                                   .bytes = config_.message_bytes,
+                                   .start = it.start,
+                                   .finish = it.end});
+    for (int p = 0; p < phases_; ++p) {
+      records_->push_back(WorkRecord{.kind = "phase",
+                                     .traffic_class = config_.traffic_class,
+                                     .job = job_,
+                                     .iteration = iteration,
+                                     .step = p,
+                                     .bytes = peer_bytes_ * (size_ - 1),
+                                     .start = it.ready_last[p],
+                                     .finish = it.done_last[p]});
     }
   }
 
@@ -193,6 +222,8 @@ class AllToAllJob {
   const int64_t peer_bytes_;
   EventLoop* loop_ = nullptr;
   Transport* transport_ = nullptr;
+  WorkRecords* records_ = nullptr;
+  int job_ = 0;
   std::vector<std::unique_ptr<Host>> hosts_;
   std::vector<Iteration> iterations_;
   int completed_ = 0;

@@ -76,6 +76,7 @@ class Background : public Workload {
     transport_ = &ctx.transport;
     topo_ = &ctx.topology;
     rng_ = &ctx.rng;
+    records_ = ctx.records;
     end_time_ = ctx.end_time;
     start_ = std::max(ctx.loop.now(), Time{0} + config_.start);
     paths_.resize(config_.hosts.size());
@@ -141,7 +142,17 @@ class Background : public Workload {
     const double fct = ToSeconds(r.duration());
     fcts_.push_back(fct);
     const double ideal = IdealFct(i, j, r.bytes);
-    if (!(ideal > 0)) return;  // unreachable when the workload started
+    const bool reachable = ideal > 0;  // not when the workload started
+    if (records_ != nullptr) {
+      records_->push_back(
+          WorkRecord{.kind = "flow",
+                     .traffic_class = r.traffic_class,
+                     .bytes = r.bytes,
+                     .start = r.start,
+                     .finish = r.finish,
+                     .slowdown = reachable ? std::optional(fct / ideal) : std::nullopt});
+    }
+    if (!reachable) return;
     size_t b = 0;
     while (static_cast<double>(r.bytes) > kBuckets[b].max_bytes) ++b;
     slowdowns_[b].push_back(fct / ideal);
@@ -208,6 +219,7 @@ class Background : public Workload {
   Transport* transport_ = nullptr;
   const Topology* topo_ = nullptr;
   Random* rng_ = nullptr;
+  WorkRecords* records_ = nullptr;
   Time end_time_{0};
   Time start_{0};
   std::vector<double> mean_gap_s_;                // by host: mean time between flow starts

@@ -39,6 +39,7 @@ class Bulk : public Workload {
 
   void Start(WorkloadContext& ctx) override {
     transport_ = &ctx.transport;
+    records_ = ctx.records;
     const Time first = std::max(ctx.loop.now(), Time{0} + config_.start);
     for (size_t p = 0; p < config_.pairs.size(); ++p) {
       timers_.push_back(std::make_unique<Timer>(ctx.loop, [this, p] { StartTransfer(p); }));
@@ -71,11 +72,19 @@ class Bulk : public Workload {
 
   void OnTransferDone(size_t p, const MessageResult& r) {
     completions_.push_back(ToSeconds(r.duration()));
+    if (records_ != nullptr) {
+      records_->push_back(WorkRecord{.kind = "transfer",
+                                     .traffic_class = r.traffic_class,
+                                     .bytes = r.bytes,
+                                     .start = r.start,
+                                     .finish = r.finish});
+    }
     if (++done_per_pair_[p] < config_.repeat) timers_[p]->ScheduleIn(config_.gap);
   }
 
   BulkConfig config_;
   Transport* transport_ = nullptr;
+  WorkRecords* records_ = nullptr;
   std::vector<std::unique_ptr<Timer>> timers_;  // by pair: starts its next transfer
   std::vector<int> done_per_pair_;
   std::vector<double> completions_;

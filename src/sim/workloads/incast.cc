@@ -55,6 +55,7 @@ class Incast : public Workload {
     transport_ = &ctx.transport;
     topo_ = &ctx.topology;
     rng_ = &ctx.rng;
+    records_ = ctx.records;
     end_time_ = ctx.end_time;
     timer_ = std::make_unique<Timer>(ctx.loop, [this] { OnQueryTime(); });
     const Time first = std::max(ctx.loop.now(), Time{0} + config_.start);
@@ -88,6 +89,7 @@ class Incast : public Workload {
   struct Query {
     Time start;
     int outstanding;
+    double ideal_s;
   };
 
   bool closed_loop() const { return config_.rounds > 0; }
@@ -109,13 +111,13 @@ class Incast : public Workload {
       std::swap(candidates[k], candidates[pick]);
     }
     const size_t id = queries_.size();
-    queries_.push_back(Query{loop_->now(), config_.fan_in});
     const TransportConfig& tc = transport_->config();
     const int64_t segments = (config_.response_bytes + tc.mss - 1) / tc.mss;
     const double wire_bits =
         8.0 * static_cast<double>(config_.response_bytes + segments * tc.header_bytes);
     ideals_.push_back(config_.fan_in * wire_bits /
                       static_cast<double>(HostLinkRate(*topo_, receiver).bps()));
+    queries_.push_back(Query{loop_->now(), config_.fan_in, ideals_.back()});
     for (int k = 0; k < config_.fan_in; ++k) {
       transport_->Send(candidates[k], receiver, config_.response_bytes, config_.traffic_class,
                        [this, id](const MessageResult& r) { OnResponse(id, r); });
@@ -125,10 +127,26 @@ class Incast : public Workload {
 
   void OnResponse(size_t id, const MessageResult& r) {
     fcts_.push_back(ToSeconds(r.duration()));
+    if (records_ != nullptr) {
+      records_->push_back(WorkRecord{.kind = "response",
+                                     .traffic_class = r.traffic_class,
+                                     .bytes = r.bytes,
+                                     .start = r.start,
+                                     .finish = r.finish});
+    }
     Query& q = queries_[id];
     if (--q.outstanding > 0) return;
     ++completed_;
-    qcts_.push_back(ToSeconds(loop_->now() - q.start));
+    const double qct = ToSeconds(loop_->now() - q.start);
+    qcts_.push_back(qct);
+    if (records_ != nullptr) {
+      records_->push_back(WorkRecord{.kind = "query",
+                                     .traffic_class = config_.traffic_class,
+                                     .bytes = config_.fan_in * config_.response_bytes,
+                                     .start = q.start,
+                                     .finish = loop_->now(),
+                                     .slowdown = qct / q.ideal_s});
+    }
     if (closed_loop() && static_cast<int>(queries_.size()) < config_.rounds) {
       timer_->ScheduleIn(config_.gap);
     }
@@ -139,6 +157,7 @@ class Incast : public Workload {
   Transport* transport_ = nullptr;
   const Topology* topo_ = nullptr;
   Random* rng_ = nullptr;
+  WorkRecords* records_ = nullptr;
   Time end_time_{0};
   std::unique_ptr<Timer> timer_;
   std::vector<Query> queries_;

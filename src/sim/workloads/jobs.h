@@ -87,7 +87,8 @@ nlohmann::json ByJob(const std::vector<T>& values) {
 // REQUIRES: `Config` has `JobsSpec jobs`, `std::vector<NodeId> slow_hosts` and
 // `Duration start`; `Job` has
 //   Job(const Config& config, std::vector<NodeId> group, std::vector<bool> slow);
-//   void Start(EventLoop& loop, Transport& transport);  // creates its timers
+//   // Creates its timers; appends its WorkRecords (as job `job`) to `records` unless null.
+//   void Start(EventLoop& loop, Transport& transport, WorkRecords* records, int job);
 //   void Begin();                                       // starts its first iteration
 //   bool Done() const;                                  // has run all its iterations
 //   const std::vector<NodeId>& group() const;           // its hosts in rank order
@@ -102,7 +103,7 @@ class JobsWorkload : public Workload {
     for (std::vector<NodeId>& group : PlaceJobs(config_.jobs, ctx.topology, ctx.rng)) {
       std::vector<bool> slow = SlowFlags(group, config_.slow_hosts);
       jobs_.push_back(std::make_unique<Job>(config_, std::move(group), std::move(slow)));
-      jobs_.back()->Start(ctx.loop, ctx.transport);
+      jobs_.back()->Start(ctx.loop, ctx.transport, ctx.records, static_cast<int>(jobs_.size() - 1));
     }
     start_timer_ = std::make_unique<Timer>(ctx.loop, [this] {
       for (const std::unique_ptr<Job>& job : jobs_) job->Begin();

@@ -91,6 +91,7 @@ class Serving : public Workload {
     loop_ = &ctx.loop;
     transport_ = &ctx.transport;
     rng_ = &ctx.rng;
+    records_ = ctx.records;
     end_time_ = ctx.end_time;
     server_timer_ = std::make_unique<Timer>(ctx.loop, [this] { OnServerReady(); });
     const Time first = std::max(ctx.loop.now(), Time{0} + config_.start);
@@ -130,6 +131,7 @@ class Serving : public Workload {
     size_t server;
     Time issued;
     bool long_request;
+    int64_t request_bytes;
     int64_t response_bytes;
   };
 
@@ -150,13 +152,13 @@ class Serving : public Workload {
     req.client = c;
     req.server = rng_->Below(config_.servers.size());
     req.issued = loop_->now();
-    const int64_t request_bytes = Draw(config_.request, &req.long_request);
+    req.request_bytes = Draw(config_.request, &req.long_request);
     bool long_response = false;
     req.response_bytes = Draw(config_.response, &long_response);
     const size_t id = requests_.size();
     requests_.push_back(req);
     ++outstanding_;
-    transport_->Send(config_.clients[c], config_.servers[req.server], request_bytes,
+    transport_->Send(config_.clients[c], config_.servers[req.server], req.request_bytes,
                      config_.traffic_class,
                      [this, id](const MessageResult&) { OnRequestReceived(id); });
     ScheduleArrival(c, loop_->now());
@@ -186,6 +188,13 @@ class Serving : public Workload {
     const double latency = ToSeconds(loop_->now() - req.issued);
     latencies_.push_back(latency);
     (req.long_request ? long_latencies_ : short_latencies_).push_back(latency);
+    if (records_ != nullptr) {
+      records_->push_back(WorkRecord{.kind = "request",
+                                     .traffic_class = config_.traffic_class,
+                                     .bytes = req.request_bytes,
+                                     .start = req.issued,
+                                     .finish = loop_->now()});
+    }
     --outstanding_;
   }
 
@@ -198,6 +207,7 @@ class Serving : public Workload {
   EventLoop* loop_ = nullptr;
   Transport* transport_ = nullptr;
   Random* rng_ = nullptr;
+  WorkRecords* records_ = nullptr;
   Time end_time_{0};
   std::vector<std::unique_ptr<Timer>> arrivals_;  // by client
   std::unique_ptr<Timer> server_timer_;
