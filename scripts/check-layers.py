@@ -19,7 +19,7 @@ LAYERS = {
     "sim": {"base", "core"},
     "security": {"base", "core", "net", "wire"},
     "agent": {"base", "core", "net", "security", "wire"},
-    "control": {"base", "core", "learn", "security", "wire"},
+    "control": {"base", "core", "learn", "net", "security", "wire"},
     "lab": {"base", "core", "net", "security", "wire"},
     "train": {"base", "core", "learn", "sim"},
     "cli": {"base", "core", "net", "wire", "learn", "sim", "security", "agent", "control", "lab",

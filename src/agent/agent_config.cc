@@ -213,6 +213,8 @@ absl::Status ReadTop(YamlReader& top, AgentConfig& c, const std::string& base_di
 
   ASSIGN_OR_RETURN(c.controller, top.Required<std::string>("controller"));
   RETURN_IF_ERROR(CheckHostPort(top, "controller", c.controller));
+  ASSIGN_OR_RETURN(c.http, top.Optional<std::string>("http", ""));
+  if (!c.http.empty()) RETURN_IF_ERROR(CheckHostPort(top, "http", c.http));
   ASSIGN_OR_RETURN(c.controller_name, top.Optional<std::string>("controller_name", ""));
   ASSIGN_OR_RETURN(const std::string controller_id, top.Optional<std::string>("controller_id", ""));
   if (!controller_id.empty()) {

@@ -10,6 +10,8 @@
 //   management: {interface: dmd-m1, address: 10.255.1.2/30, gateway: 10.255.1.1}  # optional,
 //                                     # for people (the lab routes to the controller over it)
 //   controller: 10.255.255.1:50051    # host:port of the controller
+//   http: 10.255.1.2:9091             # optional: serve /metrics and /healthz there (plain
+//                                     # HTTP; port 0: any free port); default: none
 //   controller_name: localhost        # optional: the name to dial it by (TLS SNI), if not
 //                                     # the host above
 //   controller_id: spiffe://lab.dar/controller   # optional: the identity its certificate
@@ -109,6 +111,7 @@ struct AgentConfig {
   std::string management_gateway;
   std::string controller;       // host:port
   std::string controller_name;  // empty: the host of `controller`
+  std::string http;             // host:port for /metrics and /healthz; empty: none
   // The controller's identity; none: the controller of the trust domain of `tls.cert_file`.
   std::optional<security::SpiffeId> controller_id;
   security::TlsFiles tls;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/time/clock.h"
 #include "agent/agent_config.h"
+#include "agent/agent_metrics.h"
 #include "agent/control_client.h"
 #include "agent/dataplane.h"
 #include "agent/saved_keys.h"
@@ -25,6 +27,7 @@
 #include "base/json_log.h"
 #include "base/version.h"
 #include "fmt/format.h"
+#include "net/http_server.h"
 #include "security/tls.h"
 
 namespace dar::cli {
@@ -165,6 +168,34 @@ int Run(const std::string& path, const std::string& log_path) {
     (*dataplane)->Stop();  // before the store its callback uses goes away
     return 1;
   }
+  // /metrics and /healthz, made at each scrape from what the parts count (agent_metrics.h).
+  std::unique_ptr<net::HttpServer> http;
+  if (!config->http.empty()) {
+    http = std::make_unique<net::HttpServer>(/*threads=*/2, /*keep_alive_requests=*/100);
+    http->GetText(
+        "/metrics",
+        [&config, &store, &client, dp = dataplane->get()] {
+          agent::AgentMetricsSnapshot s;
+          s.dataplane = dp->counters();
+          s.neighbours = dp->Samples(RealClock::Instance().Now());
+          s.tables = store.counters();
+          s.installed_version = store.installed_version();
+          s.static_table = client.table_status().static_table();
+          s.control = client.status();
+          return agent::AgentMetricsText(*config, s);
+        },
+        "text/plain; version=0.0.4; charset=utf-8");
+    http->GetProbe(
+        "/healthz", [] { return std::string(); }, "ok\n");
+    absl::StatusOr<int> port = http->Start(config->http);
+    if (!port.ok()) {
+      out.Error("cannot serve http", {{"error", std::string(port.status().message())}});
+      client.Stop();
+      (*dataplane)->Stop();
+      return 1;
+    }
+    out.Info("serving /metrics and /healthz", {{"http", config->http}, {"port", *port}});
+  }
 
   // SIGHUP is logged and ignored: what the file holds (who this node is, the overlay, the
   // neighbours, the TLS files) is read once at start, and what may change at run time (the
@@ -204,6 +235,7 @@ int Run(const std::string& path, const std::string& log_path) {
     }
   }
   out.Info("stopping", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  if (http != nullptr) http->Stop();  // its handlers read the client and the data plane
   client.Stop();
   (*dataplane)->Stop();
   keep_floor();

@@ -6,6 +6,7 @@
 //   dar-lab link down|up A B [--dir D]
 //   dar-lab rate A B RATE|none [--dir D]
 //   dar-lab exec NODE [--dir D] [--] CMD...
+//   dar-lab ctl [--dir D] ARGS...         darctl ARGS in the lab's controller namespace
 //   dar-lab stop ctl|NODE [--kill] [--dir D]
 //   dar-lab start ctl|NODE [--dir D]
 //   dar-lab status [--dir D]
@@ -36,6 +37,20 @@ using dar::lab::Lab;
 int Fail(const absl::Status& status) {
   fmt::print(stderr, "dar-lab: {}\n", std::string(status.message()));
   return 1;
+}
+
+// Replaces this process with `argv` (its first word looked up on PATH); returns only if that
+// fails, with 127 as a shell would.
+int Exec(std::vector<std::string> argv) {
+  absl::StatusOr<std::string> program = dar::lab::FindExecutable(argv.front());
+  if (!program.ok()) return Fail(program.status());
+  std::vector<char*> c_args;
+  c_args.reserve(argv.size() + 1);
+  for (std::string& arg : argv) c_args.push_back(arg.data());
+  c_args.push_back(nullptr);
+  execv(program->c_str(), c_args.data());
+  fmt::print(stderr, "dar-lab: cannot run {}: {}\n", *program, std::strerror(errno));
+  return 127;
 }
 
 void AddDir(CLI::App* command, std::string& dir) {
@@ -96,6 +111,14 @@ int main(int argc, char** argv) {
   // Everything after the node (or after `--`) is the command, options included.
   exec->prefix_command()->allow_extras();
   AddDir(exec, dir);
+
+  CLI::App* ctl = app.add_subcommand(
+      "ctl",
+      "run darctl in the lab's controller namespace, told the controller's address and the "
+      "lab's admin certificate (e.g. dar-lab ctl show links); exits with its exit code");
+  // Everything after dar-lab's own options is darctl's.
+  ctl->prefix_command()->allow_extras();
+  AddDir(ctl, dir);
 
   CLI::App* stop = app.add_subcommand(
       "stop", "stop a service (ctl: the controller; NODE: its agent); `start` runs it again");
@@ -184,14 +207,19 @@ int main(int argc, char** argv) {
     if (command.empty()) command = exec->remaining();
     absl::StatusOr<std::vector<std::string>> exec_args = lab.ExecArgv(node, command);
     if (!exec_args.ok()) return Fail(exec_args.status());
-    absl::StatusOr<std::string> program = dar::lab::FindExecutable(exec_args->front());
-    if (!program.ok()) return Fail(program.status());
-    std::vector<char*> c_args;
-    for (std::string& arg : *exec_args) c_args.push_back(arg.data());
-    c_args.push_back(nullptr);
-    execv(program->c_str(), c_args.data());
-    fmt::print(stderr, "dar-lab: cannot run {}: {}\n", *program, std::strerror(errno));
-    return 127;
+    return Exec(*exec_args);
+  }
+  if (*ctl) {
+    // The darctl of this build, beside dar-lab; else the one on PATH.
+    std::error_code error;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+    std::string darctl = "darctl";
+    if (!error && std::filesystem::exists(self.parent_path() / "darctl")) {
+      darctl = (self.parent_path() / "darctl").string();
+    }
+    absl::StatusOr<std::vector<std::string>> ctl_args = lab.CtlArgv(darctl, ctl->remaining());
+    if (!ctl_args.ok()) return Fail(ctl_args.status());
+    return Exec(*ctl_args);
   }
   if (*stop) {
     const absl::Status s =

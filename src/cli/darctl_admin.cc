@@ -1,18 +1,24 @@
 #include "cli/darctl_admin.h"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cmath>
+#include <csignal>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "dar/v1/admin.grpc.pb.h"
 #include "fmt/format.h"
 #include "google/protobuf/text_format.h"
-#include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
 #include "security/certs.h"
 #include "security/identity.h"
 #include "security/tls.h"
@@ -32,6 +38,7 @@ struct Connection {
   std::string controller_id;  // its certificate's identity; empty: the admin's domain's
   bool json = false;
   int timeout_s = 5;
+  double watch_s = 0;  // > 0: run a show command again every watch_s seconds
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -58,7 +65,11 @@ void AddConnectionFlags(CLI::App* cmd, Connection& c) {
                   "Identity the controller's certificate must carry (default: "
                   "spiffe://<the admin certificate's domain>/controller)")
       ->envname("DAR_CONTROLLER_ID");
-  cmd->add_flag("-j,--json", c.json, "Print JSON");
+  cmd->add_flag("-j,--json", c.json, "Print JSON (integers as numbers)");
+  cmd->add_option("-w,--watch", c.watch_s,
+                  "show and explain: run again every SECONDS until interrupted (JSON: one "
+                  "document a line)")
+      ->check(CLI::Range(0.1, 86400.0));
 }
 
 std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c) {
@@ -114,15 +125,61 @@ Response Call(const Connection& c, Method method, const Request& request) {
   return response;
 }
 
-void PrintJson(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  if (!google::protobuf::util::MessageToJsonString(m, &out, options).ok())
-    Fail("cannot print JSON");
-  std::cout << out;
+// `m` as JSON with its proto field names, every field (zero values too), and every integer a
+// JSON number (protobuf's own printer quotes 64-bit ones). A non-finite double is a string
+// ("Infinity", "-Infinity", "NaN") as protobuf's JSON mapping has it.
+nlohmann::json ToJson(const google::protobuf::Message& m) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  nlohmann::json out = nlohmann::json::object();
+  const auto number = [](double v) -> nlohmann::json {
+    if (std::isfinite(v)) return v;
+    if (std::isnan(v)) return "NaN";
+    return v > 0 ? "Infinity" : "-Infinity";
+  };
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const auto one = [&](int index) -> nlohmann::json {
+      const bool rep = f->is_repeated();
+      switch (f->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_INT32:
+          return rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f);
+        case FieldDescriptor::CPPTYPE_INT64:
+          return rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f);
+        case FieldDescriptor::CPPTYPE_UINT32:
+          return rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f);
+        case FieldDescriptor::CPPTYPE_UINT64:
+          return rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f);
+        case FieldDescriptor::CPPTYPE_DOUBLE:
+          return number(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f));
+        case FieldDescriptor::CPPTYPE_FLOAT:
+          return number(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f));
+        case FieldDescriptor::CPPTYPE_BOOL:
+          return rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f);
+        case FieldDescriptor::CPPTYPE_ENUM:
+          return (rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name();
+        case FieldDescriptor::CPPTYPE_STRING:
+          return rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          return ToJson(rep ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f));
+      }
+      return nullptr;
+    };
+    if (f->is_repeated()) {
+      nlohmann::json list = nlohmann::json::array();
+      for (int k = 0; k < r->FieldSize(m, f); ++k) list.push_back(one(k));
+      out[f->name()] = std::move(list);
+    } else {
+      out[f->name()] = one(0);
+    }
+  }
+  return out;
+}
+
+// Pretty JSON, or one line per document while watching (JSON lines).
+void PrintJson(const google::protobuf::Message& m, bool one_line = false) {
+  std::cout << ToJson(m).dump(one_line ? -1 : 2) << "\n";
 }
 
 std::string Age(int64_t unix_ns) {
@@ -145,23 +202,24 @@ void PrintNodes(const google::protobuf::RepeatedPtrField<dar::v1::NodeView>& nod
 }
 
 void PrintLinks(const google::protobuf::RepeatedPtrField<dar::v1::LinkView>& links) {
-  std::cout << fmt::format("{:<18}{:<6}{:>9}{:>8}{:>8}{:>9}{:>10}{:>9}{:>9}{:>8}\n", "link",
-                           "state", "rtt_ms", "loss", "util", "queue_B", "forecast", "c_lat",
-                           "c_bulk", "seen");
+  std::cout << fmt::format("{:<18}{:<6}{:>9}{:>8}{:>7}{:>7}{:>10}{:>7}{:>9}{:>9}{:>8}  {}\n",
+                           "link", "state", "rtt_ms", "loss", "util", "plan", "queue_B", "share",
+                           "c_lat", "c_bulk", "seen", "why");
   for (const auto& l : links) {
-    const std::string state = l.drained() ? "drain" : (l.up() ? "up" : "DOWN");
+    const std::string state =
+        l.drained() ? "drain" : (!l.up() ? "DOWN" : (l.slow() ? "slow" : "up"));
     std::cout << fmt::format(
-        "{:<18}{:<6}{:>9.3f}{:>8.3f}{:>8.3f}{:>9}{:>10.3f}{:>9.3g}{:>9.3g}{:>8}\n",
+        "{:<18}{:<6}{:>9.3f}{:>8.3f}{:>7.2f}{:>7.2f}{:>10}{:>6.0f}%{:>9.3g}{:>9.3g}{:>8}  {}\n",
         l.src_name() + "->" + l.dst_name(), state, l.rtt_ms(), l.loss(), l.utilisation(),
-        l.queue_bytes(), l.forecast_utilisation(), l.cost_latency(), l.cost_bulk(),
-        Age(l.last_sample_unix_ns()));
+        l.planned_utilisation(), l.queue_bytes(), 100 * l.share_latency(), l.cost_latency(),
+        l.cost_bulk(), Age(l.last_sample_unix_ns()), l.why());
   }
 }
 
 void ShowTopology(const Connection& c) {
   const auto r = Call<dar::v1::GetTopologyRequest, dar::v1::TopologyView>(
       c, &dar::v1::AdminService::Stub::GetTopology, dar::v1::GetTopologyRequest());
-  if (c.json) return PrintJson(r);
+  if (c.json) return PrintJson(r, c.watch_s > 0);
   PrintNodes(r.nodes());
   std::cout << "\n";
   PrintLinks(r.links());
@@ -170,14 +228,14 @@ void ShowTopology(const Connection& c) {
 void ShowNodes(const Connection& c) {
   const auto r = Call<dar::v1::ListNodesRequest, dar::v1::ListNodesResponse>(
       c, &dar::v1::AdminService::Stub::ListNodes, dar::v1::ListNodesRequest());
-  if (c.json) return PrintJson(r);
+  if (c.json) return PrintJson(r, c.watch_s > 0);
   PrintNodes(r.nodes());
 }
 
 void ShowLinks(const Connection& c) {
   const auto r = Call<dar::v1::ListLinksRequest, dar::v1::ListLinksResponse>(
       c, &dar::v1::AdminService::Stub::ListLinks, dar::v1::ListLinksRequest());
-  if (c.json) return PrintJson(r);
+  if (c.json) return PrintJson(r, c.watch_s > 0);
   PrintLinks(r.links());
 }
 
@@ -193,18 +251,49 @@ void ShowRoutes(const Connection& c, const RoutesFlags& f) {
   request.set_traffic_class(f.traffic_class);
   const auto r = Call<dar::v1::GetRoutesRequest, dar::v1::GetRoutesResponse>(
       c, &dar::v1::AdminService::Stub::GetRoutes, request);
-  if (c.json) return PrintJson(r);
+  if (c.json) return PrintJson(r, c.watch_s > 0);
   std::cout << fmt::format("table version {}, class {}\n", r.version(),
                            f.traffic_class == 0 ? "latency" : "bulk");
   std::cout << fmt::format("{:<12}{:<12}{:>11}  {}\n", "node", "dest", "potential", "next hops");
   for (const auto& route : r.routes()) {
     std::string hops;
     for (const auto& h : route.next_hops()) {
-      hops += fmt::format("{}{} {:.0f}%", hops.empty() ? "" : ", ", h.neighbor(), 100 * h.weight());
+      hops +=
+          fmt::format("{}{} {:.0f}%", hops.empty() ? "" : ", ", h.neighbour(), 100 * h.weight());
     }
     std::cout << fmt::format("{:<12}{:<12}{:>11.4g}  {}\n", route.node(), route.destination(),
                              route.potential(), hops.empty() ? "-" : hops);
   }
+}
+
+void ExplainRoute(const Connection& c, const RoutesFlags& f) {
+  dar::v1::ExplainRouteRequest request;
+  request.set_node(f.node);
+  request.set_destination(f.destination);
+  request.set_traffic_class(f.traffic_class);
+  const auto r = Call<dar::v1::ExplainRouteRequest, dar::v1::RouteExplanation>(
+      c, &dar::v1::AdminService::Stub::ExplainRoute, request);
+  if (c.json) return PrintJson(r, c.watch_s > 0);
+  std::cout << fmt::format("{} -> {}, class {}, tables v{} ({} layer)\n", r.node(), r.destination(),
+                           r.traffic_class() == 0 ? "latency" : "bulk", r.version(), r.decision());
+  if (r.decision() == "marginal") {
+    std::cout << fmt::format(
+        "demand {} -> {}: {:.3g} Mb/s; distance (marginal cost of one more "
+        "unit): {:.4g}\n",
+        r.node(), r.destination(), r.demand_bps() / 1e6, r.distance());
+  } else {
+    std::cout << fmt::format("potential: {:.4g}\n", r.distance());
+  }
+  std::cout << fmt::format("{:<12}{:>7}{:>11}{:>11}{:>11}  {:<22}{}\n", "next hop", "weight",
+                           "link cost", "+ distance", "= path", "bottleneck (planned)", "link");
+  for (const auto& h : r.next_hops()) {
+    std::cout << fmt::format(
+        "{:<12}{:>6.0f}%{:>11.4g}{:>11.4g}{:>11.4g}  {:<22}{}\n", h.neighbour(), 100 * h.weight(),
+        h.link_cost(), h.neighbour_distance(), h.path_cost(),
+        fmt::format("{} ({:.0f}%)", h.bottleneck(), 100 * h.bottleneck_utilisation()),
+        h.link_why());
+  }
+  for (const auto& note : r.notes()) std::cout << "- " << note << "\n";
 }
 
 void ShowEvents(const Connection& c, unsigned limit) {
@@ -212,7 +301,7 @@ void ShowEvents(const Connection& c, unsigned limit) {
   request.set_limit(limit);
   const auto r = Call<dar::v1::ListEventsRequest, dar::v1::ListEventsResponse>(
       c, &dar::v1::AdminService::Stub::ListEvents, request);
-  if (c.json) return PrintJson(r);
+  if (c.json) return PrintJson(r, c.watch_s > 0);
   for (const auto& e : r.events()) {
     std::cout << fmt::format("{}  {:<18}{:<10}{}\n",
                              absl::FormatTime("%H:%M:%E3S", absl::FromUnixNanos(e.time_unix_ns()),
@@ -251,7 +340,7 @@ void PrintFields(const google::protobuf::Message& m, int indent) {
 
 // The settings as text, or with -j as JSON.
 void PrintPolicy(const Connection& c, const dar::v1::PolicySettings& p) {
-  if (c.json) return PrintJson(p);
+  if (c.json) return PrintJson(p, c.watch_s > 0);
   PrintFields(p, 0);
 }
 
@@ -264,8 +353,6 @@ void Policy(const Connection& c, const PolicyFlags& f) {
   auto current = Call<dar::v1::GetPolicyRequest, dar::v1::PolicySettings>(
       c, &dar::v1::AdminService::Stub::GetPolicy, dar::v1::GetPolicyRequest());
   // Changes are applied to the current settings by field name, as JSON would.
-  std::string json;
-  if (!google::protobuf::util::MessageToJsonString(current, &json).ok()) Fail("bad policy");
   dar::v1::PolicySettings next = current;
   for (const std::string& kv : f.set) {
     const size_t eq = kv.find('=');
@@ -315,7 +402,7 @@ void Drain(const Connection& c, const std::string& a, const std::string& b, bool
   request.set_drain(drain);
   const auto r = Call<dar::v1::DrainLinkRequest, dar::v1::DrainLinkResponse>(
       c, &dar::v1::AdminService::Stub::DrainLink, request);
-  if (c.json) return PrintJson(r);
+  if (c.json) return PrintJson(r, c.watch_s > 0);
   std::cout << fmt::format("link {}-{} {}{}\n", a, b, drain ? "drained" : "undrained",
                            r.changed() ? "" : " (no change)");
 }
@@ -326,7 +413,7 @@ void Keys(const Connection& c, bool rotate) {
                    c, &dar::v1::AdminService::Stub::RotateKeys, dar::v1::RotateKeysRequest())
              : Call<dar::v1::GetKeysRequest, dar::v1::KeyRingView>(
                    c, &dar::v1::AdminService::Stub::GetKeys, dar::v1::GetKeysRequest());
-  if (c.json) return PrintJson(r);
+  if (c.json) return PrintJson(r, c.watch_s > 0);
   if (rotate) {
     std::cout << (r.rotation_started() ? "rotation started: the new key is announced now and "
                                          "seals after one rollout period\n"
@@ -340,40 +427,78 @@ void Keys(const Connection& c, bool rotate) {
                            Age(r.phase_since_unix_ns()));
 }
 
+// Runs `show` once, or with --watch again every watch_s seconds until interrupted: on a
+// terminal the screen is cleared first and a header says when; a failed call is reported and
+// tried again at the next turn.
+std::function<void()> Watched(const std::shared_ptr<Connection>& c, std::function<void()> show) {
+  return [c, show = std::move(show)] {
+    if (c->watch_s <= 0) return show();
+    const bool screen = isatty(STDOUT_FILENO) != 0 && !c->json;
+    for (;;) {
+      if (screen) {
+        std::cout << "\033[H\033[2J"
+                  << fmt::format("every {}s, {}\n\n", c->watch_s,
+                                 absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()));
+      }
+      try {
+        show();
+      } catch (const CLI::RuntimeError&) {
+        // Fail() said what; the controller may be back at the next turn.
+      }
+      std::cout << std::flush;
+      std::this_thread::sleep_for(std::chrono::duration<double>(c->watch_s));
+    }
+  };
+}
+
 }  // namespace
 
 void AddAdminCommands(CLI::App& app) {
   auto conn = std::make_shared<Connection>();
+  // The connection flags belong to darctl itself, and may come anywhere on the line (`darctl -j
+  // show links`, `darctl show links -j`): every admin command falls through to it.
+  AddConnectionFlags(&app, *conn);
 
   CLI::App* show = app.add_subcommand("show", "Show the controller's view");
   show->require_subcommand(1);
-  AddConnectionFlags(show, *conn);
-  // Connection flags may also follow the subcommand (`darctl show links -j`).
-  show->add_subcommand("topology", "Nodes and links")->callback([conn] { ShowTopology(*conn); });
-  show->add_subcommand("nodes", "Agents: connected, table versions")->callback([conn] {
-    ShowNodes(*conn);
-  });
-  show->add_subcommand("links", "Links: state, measurements, forecast, costs")->callback([conn] {
-    ShowLinks(*conn);
-  });
+  show->add_subcommand("topology", "Nodes and links")->callback(Watched(conn, [conn] {
+    ShowTopology(*conn);
+  }));
+  show->add_subcommand("nodes", "Agents: connected, table versions")
+      ->callback(Watched(conn, [conn] { ShowNodes(*conn); }));
+  show->add_subcommand("links", "Links: state, measurements, plan, share, costs, and why")
+      ->callback(Watched(conn, [conn] { ShowLinks(*conn); }));
+  const auto add_class = [](CLI::App* cmd, unsigned& cls) {
+    cmd->add_option("--class", cls, "latency (or 0), bulk (or 1); default latency")
+        ->transform(CLI::CheckedTransformer(std::map<std::string, int>{{"latency", 0}, {"bulk", 1}},
+                                            CLI::ignore_case));
+  };
   auto routes = std::make_shared<RoutesFlags>();
   CLI::App* routes_cmd = show->add_subcommand("routes", "Next hops per node and destination");
   routes_cmd->add_option("--node", routes->node, "Only this node (name or id)");
   routes_cmd->add_option("--dest", routes->destination, "Only this destination (name or id)");
-  routes_cmd
-      ->add_option("--class", routes->traffic_class, "latency (or 0), bulk (or 1); default latency")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, int>{{"latency", 0}, {"bulk", 1}},
-                                          CLI::ignore_case));
-  routes_cmd->callback([conn, routes] { ShowRoutes(*conn, *routes); });
+  add_class(routes_cmd, routes->traffic_class);
+  routes_cmd->callback(Watched(conn, [conn, routes] { ShowRoutes(*conn, *routes); }));
   auto limit = std::make_shared<unsigned>(50);
   CLI::App* events = show->add_subcommand("events", "Failures, fallbacks, refusals, newest first");
   events->add_option("--limit", *limit, "How many (0 = all kept)")->capture_default_str();
-  events->callback([conn, limit] { ShowEvents(*conn, *limit); });
+  events->callback(Watched(conn, [conn, limit] { ShowEvents(*conn, *limit); }));
+
+  CLI::App* explain = app.add_subcommand("explain", "Say why the controller decided as it did");
+  explain->require_subcommand(1);
+  auto why = std::make_shared<RoutesFlags>();
+  CLI::App* why_route = explain->add_subcommand(
+      "route",
+      "Why NODE splits its traffic toward DEST as it does: each next hop's path cost, "
+      "its bottleneck, and what its link's cost comes from");
+  why_route->add_option("node", why->node, "The node (name or id)")->required();
+  why_route->add_option("dest", why->destination, "The destination (name or id)")->required();
+  add_class(why_route, why->traffic_class);
+  why_route->callback(Watched(conn, [conn, why] { ExplainRoute(*conn, *why); }));
 
   auto policy = std::make_shared<PolicyFlags>();
   CLI::App* policy_cmd = app.add_subcommand(
       "policy", "Show (with the learned policy's model and state) or change the routing policy");
-  AddConnectionFlags(policy_cmd, *conn);
   policy_cmd->add_subcommand("show", "Current settings and the learned policy's state")
       ->callback([conn, policy] { Policy(*conn, PolicyFlags()); });
   CLI::App* set = policy_cmd->add_subcommand("set", "Change settings: KEY=VALUE ...");
@@ -384,7 +509,6 @@ void AddAdminCommands(CLI::App& app) {
 
   CLI::App* link = app.add_subcommand("link", "Drain or undrain a link (both directions)");
   link->require_subcommand(1);
-  AddConnectionFlags(link, *conn);
   auto ends = std::make_shared<std::pair<std::string, std::string>>();
   for (const bool drain : {true, false}) {
     CLI::App* cmd = link->add_subcommand(drain ? "drain" : "undrain",
@@ -395,15 +519,14 @@ void AddAdminCommands(CLI::App& app) {
   }
   CLI::App* keys = app.add_subcommand("keys", "The data-plane keys: ids and rotation phase");
   keys->require_subcommand(1);
-  AddConnectionFlags(keys, *conn);
   keys->add_subcommand("show", "Key ids, which one seals, the phase")->callback([conn] {
     Keys(*conn, false);
   });
   keys->add_subcommand("rotate", "Start a rotation (announce, then seal, then retire)")
       ->callback([conn] { Keys(*conn, true); });
 
-  // Connection flags may also follow the subcommand (`darctl show links -j`).
-  for (CLI::App* group : {show, policy_cmd, link, keys}) {
+  for (CLI::App* group : {show, explain, policy_cmd, link, keys}) {
+    group->fallthrough();
     for (CLI::App* leaf : group->get_subcommands([](CLI::App*) { return true; })) {
       leaf->fallthrough();
     }

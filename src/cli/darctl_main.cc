@@ -193,6 +193,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   dar::cli::AddCertsCommands(app);
   dar::cli::AddAdminCommands(app);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();  // a command ran and failed; it said why
+  } catch (const CLI::ParseError& e) {
+    // --help and --version print and exit 0; a bad command line is a usage error, exit 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   return 0;
 }

@@ -79,6 +79,17 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetRoutes(grpc::CallbackServerContex
   });
 }
 
+grpc::ServerUnaryReactor* AdminServiceImpl::ExplainRoute(grpc::CallbackServerContext* context,
+                                                         const v1::ExplainRouteRequest* request,
+                                                         v1::RouteExplanation* response) {
+  return Serve(context, Authorize(*context, "ExplainRoute"), [&] {
+    absl::StatusOr<v1::RouteExplanation> why = core_.ExplainRoute(*request);
+    if (!why.ok()) return why.status();
+    *response = std::move(*why);
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* AdminServiceImpl::ListEvents(grpc::CallbackServerContext* context,
                                                        const v1::ListEventsRequest* request,
                                                        v1::ListEventsResponse* response) {

@@ -30,6 +30,9 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   grpc::ServerUnaryReactor* GetRoutes(grpc::CallbackServerContext* context,
                                       const v1::GetRoutesRequest* request,
                                       v1::GetRoutesResponse* response) override;
+  grpc::ServerUnaryReactor* ExplainRoute(grpc::CallbackServerContext* context,
+                                         const v1::ExplainRouteRequest* request,
+                                         v1::RouteExplanation* response) override;
   grpc::ServerUnaryReactor* ListEvents(grpc::CallbackServerContext* context,
                                        const v1::ListEventsRequest* request,
                                        v1::ListEventsResponse* response) override;

@@ -173,11 +173,18 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
 
   const auto healthy = [core = c->core_.get()] { return core->HealthProblem(); };
   const auto ready = [core = c->core_.get()] { return core->ReadinessProblem(); };
-  const auto serve = [&](std::unique_ptr<ControllerHttp>& http, const std::string& address,
+  const auto serve = [&](std::unique_ptr<net::HttpServer>& http, const std::string& address,
                          std::function<std::string()> metrics, int threads,
                          int* port) -> absl::Status {
     if (address.empty()) return absl::OkStatus();
-    http = std::make_unique<ControllerHttp>(std::move(metrics), healthy, ready, threads);
+    // A health listener answers one request a connection: an idle keep-alive client must not
+    // hold one of its few threads.
+    http = std::make_unique<net::HttpServer>(threads, metrics ? 100 : 1);
+    if (metrics) {
+      http->GetText("/metrics", std::move(metrics), "text/plain; version=0.0.4; charset=utf-8");
+    }
+    http->GetProbe("/healthz", healthy, "ok\n");
+    http->GetProbe("/readyz", ready, "ready\n");
     absl::StatusOr<int> bound = http->Start(address);
     if (!bound.ok()) {
       return absl::Status(
@@ -188,7 +195,10 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(serve(
-      c->http_, config.http, [m = c->metrics_.get()] { return m->Serialize(); },
+      c->http_, config.http,
+      [m = c->metrics_.get(), core = c->core_.get()] {
+        return m->Serialize(TopologyFamilies(core->ListNodes(), core->ListLinks()));
+      },
       /*threads=*/8, &c->http_port_));
   RETURN_IF_ERROR(serve(c->health_http_, config.health, nullptr, /*threads=*/2, &c->health_port_));
 

@@ -22,6 +22,7 @@
 #include "control/controller_metrics.h"
 #include "control/controller_service.h"
 #include "grpcpp/grpcpp.h"
+#include "net/http_server.h"
 
 namespace dar::control {
 
@@ -97,8 +98,8 @@ class Controller {
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
   std::unique_ptr<ConnectionLimiter> limiter_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<ControllerHttp> http_;
-  std::unique_ptr<ControllerHttp> health_http_;  // /healthz and /readyz only
+  std::unique_ptr<net::HttpServer> http_;         // /metrics, /healthz, /readyz
+  std::unique_ptr<net::HttpServer> health_http_;  // /healthz and /readyz only
   int port_ = 0;
   int http_port_ = 0;
   int health_port_ = 0;

@@ -74,49 +74,6 @@ std::vector<v1::NodeView> ControllerCore::ListNodes() const {
   return out;
 }
 
-std::vector<v1::LinkView> ControllerCore::ListLinks() const {
-  MutexLock cycle_lock(&cycle_mu_);
-  std::set<std::pair<std::string, std::string>> drained;
-  Duration probe_interval;
-  {
-    MutexLock lock(&mu_);
-    drained = drained_;
-    probe_interval = config_.probe_interval;
-  }
-  const Overlay& overlay = *computer_overlay_;
-  const Topology& topo = overlay.topology;
-  const std::vector<bool> drained_links = DrainedLinks(overlay, drained);
-  const double horizon_s = ToSeconds(probe_interval) * computer_->config().horizon_periods;
-  std::vector<v1::LinkView> out;
-  for (LinkId l = 0; l < topo.num_links(); ++l) {
-    const Link& link = topo.link(l);
-    const LinkSample& last = computer_->last_sample(l);
-    const LinkState state = computer_->StateOf(l);
-    const Forecast f = computer_->ForecastOf(l);
-    v1::LinkView v;
-    v.set_src_id(overlay.wire_id[link.src]);
-    v.set_dst_id(overlay.wire_id[link.dst]);
-    v.set_src_name(overlay.name(link.src));
-    v.set_dst_name(overlay.name(link.dst));
-    v.set_up(!cable_down_[l]);
-    v.set_drained(drained_links[l]);
-    v.set_capacity_bps(static_cast<uint64_t>(state.capacity.bps()));
-    v.set_rtt_ms(ToMillis(last.rtt_smoothed));
-    v.set_base_rtt_ns(computer_->BaseRtt(l).count());
-    v.set_loss(last.loss);
-    v.set_utilisation(last.utilisation);
-    v.set_queue_bytes(last.queue_bytes);
-    v.set_forecast_utilisation(f.mean);
-    v.set_forecast_stddev(f.stddev);
-    v.set_horizon_s(horizon_s);
-    v.set_cost_latency(computer_->Cost(0, l));
-    v.set_cost_bulk(computer_->Cost(1, l));
-    v.set_last_sample_unix_ns(ends_[l].heard_unix_ns);
-    out.push_back(std::move(v));
-  }
-  return out;
-}
-
 v1::TopologyView ControllerCore::GetTopology() const {
   v1::TopologyView view;
   for (v1::NodeView& n : ListNodes()) *view.add_nodes() = std::move(n);
@@ -162,7 +119,7 @@ absl::StatusOr<v1::GetRoutesResponse> ControllerCore::GetRoutes(
       r->set_potential(snapshot->Potential(cls, d, v));
       for (const NextHop& h : hops) {
         v1::NextHopView* nh = r->add_next_hops();
-        nh->set_neighbor(o.name(o.topology.link(h.link).dst));
+        nh->set_neighbour(o.name(o.topology.link(h.link).dst));
         nh->set_weight(h.weight);
       }
     }

@@ -183,6 +183,10 @@ class ControllerCore {
   // Errors: NotFound for an unknown node or destination, InvalidArgument for a class > 1,
   // Unavailable before the first cycle.
   absl::StatusOr<v1::GetRoutesResponse> GetRoutes(const v1::GetRoutesRequest& request) const;
+  // Why `node` splits its traffic toward `destination` as the newest tables say: per next
+  // hop, the cost of the path through it and its bottleneck (controller_explain.cc). Errors
+  // as GetRoutes.
+  absl::StatusOr<v1::RouteExplanation> ExplainRoute(const v1::ExplainRouteRequest& request) const;
   // Newest first; limit 0 = all kept.
   std::vector<v1::Event> ListEvents(uint32_t limit) const;
   // The settings, and the learned policy's state in `learned`.
@@ -295,6 +299,15 @@ class ControllerCore {
   // REQUIRES: cycle_mu_ held. "a-b" keys of the links drained, by link.
   std::vector<bool> DrainedLinks(
       const Overlay& overlay, const std::set<std::pair<std::string, std::string>>& drained) const;
+  // The overlay's topology as the marginal layer decides over it: the links down or drained
+  // marked down, each link at what it is measured to deliver (at most its configured capacity).
+  Topology KnownTopologyLocked(const std::vector<bool>& drained_links) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
+  // What the decision layer sees of each link, and why (controller_explain.cc).
+  struct LinkPlan;
+  LinkPlan PlanLinksLocked(const RouteSnapshot* snapshot, const std::vector<bool>& drained_links,
+                           Duration probe_interval, int64_t unix_now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
 
   const Clock& clock_;
   JsonLog& log_;

@@ -100,7 +100,7 @@ class CoreTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status();
     std::vector<std::string> out;
     if (!r.ok() || r->routes_size() != 1) return out;
-    for (const v1::NextHopView& h : r->routes(0).next_hops()) out.push_back(h.neighbor());
+    for (const v1::NextHopView& h : r->routes(0).next_hops()) out.push_back(h.neighbour());
     return out;
   }
 
@@ -141,7 +141,7 @@ class CoreTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok() || r->routes_size() != 1) return -1;
     for (const v1::NextHopView& h : r->routes(0).next_hops()) {
-      if (h.neighbor() == via) return h.weight();
+      if (h.neighbour() == via) return h.weight();
     }
     return 0;
   }
@@ -407,6 +407,26 @@ TEST_F(CoreTest, DrainMovesRoutesOffTheLink) {
   }
   EXPECT_EQ(drained, 2);
   EXPECT_TRUE(HasEvent("link_drained", "n1-n2"));
+  // Why: the drained link says so, and n1's routes say why they avoid it.
+  for (const v1::LinkView& l : core_->ListLinks()) {
+    if (l.drained()) {
+      EXPECT_THAT(l.why(), ::testing::StartsWith("drained")) << l.ShortDebugString();
+      EXPECT_EQ(l.share_latency(), 0) << l.ShortDebugString();
+    }
+  }
+  v1::ExplainRouteRequest why;
+  why.set_node("n1");
+  why.set_destination("4");  // names or ids
+  absl::StatusOr<v1::RouteExplanation> x = core_->ExplainRoute(why);
+  ASSERT_TRUE(x.ok()) << x.status();
+  ASSERT_EQ(x->next_hops_size(), 1);
+  EXPECT_EQ(x->next_hops(0).neighbour(), "n3");
+  EXPECT_EQ(x->next_hops(0).weight(), 1);
+  bool said = false;
+  for (const std::string& note : x->notes()) {
+    said |= note.find("n1->n2 is not used: drained") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << x->ShortDebugString();
 
   EXPECT_TRUE(*core_->Drain("n1", "n2", false));
   core_->RunCycle();
@@ -497,6 +517,52 @@ TEST_F(CoreTest, MarginalDecisionRoutesAtWhatALinkDelivers) {
   const double via_n2 = WeightN1ToN4Via("n2");
   EXPECT_GE(via_n2, 0);
   EXPECT_LT(via_n2, 0.15);  // an even split would send 400 Mb/s into 100
+
+  // Why, as an operator sees it: n2->n4 is slow, counted at what it delivers until a time to
+  // come (its estimate returns toward 1 Gb/s over capacity_recovery_periods); the demand puts
+  // load on n1's branches, and the paths n1 uses cost alike.
+  const int64_t now = clock_.UnixNanos();
+  int slow = 0;
+  for (const v1::LinkView& l : core_->ListLinks()) {
+    if (l.src_name() == "n2" && l.dst_name() == "n4") {
+      EXPECT_TRUE(l.slow()) << l.ShortDebugString();
+      EXPECT_LT(l.delivery_capacity_bps(), 500'000'000u) << l.ShortDebugString();
+      EXPECT_GT(l.slow_until_unix_ns(), now + 1'000'000'000) << l.ShortDebugString();
+      EXPECT_THAT(l.why(), ::testing::StartsWith("slow: delivers")) << l.ShortDebugString();
+      EXPECT_GT(l.queueing_ms(), 1) << l.ShortDebugString();
+    }
+    if (l.src_name() == "n1" && l.dst_name() == "n3") {
+      EXPECT_GT(l.planned_utilisation(), 0.5) << l.ShortDebugString();
+      EXPECT_GT(l.marginal_cost(), 0) << l.ShortDebugString();
+    }
+    slow += l.slow();
+  }
+  EXPECT_EQ(slow, 1);
+  v1::ExplainRouteRequest why;
+  why.set_node("n1");
+  why.set_destination("n4");
+  absl::StatusOr<v1::RouteExplanation> x = core_->ExplainRoute(why);
+  ASSERT_TRUE(x.ok()) << x.status();
+  EXPECT_EQ(x->decision(), "marginal");
+  EXPECT_NEAR(x->demand_bps(), 800e6, 80e6);
+  double weights = 0;
+  for (const v1::NextHopExplanation& h : x->next_hops()) {
+    weights += h.weight();
+    EXPECT_DOUBLE_EQ(h.path_cost(), h.link_cost() + h.neighbour_distance());
+    if (h.neighbour() == "n2") {
+      EXPECT_EQ(h.bottleneck(), "n2->n4");
+    }
+  }
+  EXPECT_NEAR(weights, 1, 1e-9);
+
+  // What cannot be explained is refused with the reason.
+  why.set_destination("n9");
+  EXPECT_EQ(core_->ExplainRoute(why).status().code(), absl::StatusCode::kNotFound);
+  why.set_destination("n1");
+  EXPECT_EQ(core_->ExplainRoute(why).status().code(), absl::StatusCode::kInvalidArgument);
+  why.set_destination("n4");
+  why.set_traffic_class(2);
+  EXPECT_EQ(core_->ExplainRoute(why).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A reload may switch the decision layer: to diffusion, whose first cycle recomputes every

@@ -17,6 +17,18 @@ constexpr int kSummaryEvery = 100;  // cycles between the info-level cycle summa
 constexpr Duration kPolicyFailureLogEvery = Seconds(60);
 }  // namespace
 
+Topology ControllerCore::KnownTopologyLocked(const std::vector<bool>& drained_links) const {
+  Topology known = computer_overlay_->topology;
+  for (LinkId l = 0; l < known.num_links(); ++l) {
+    if (cable_down_[l] || drained_links[l]) known.mutable_link(l).up = false;
+    const DataRate delivers = computer_->DeliveryCapacity(l);
+    if (delivers.bps() > 0 && delivers < known.link(l).params.capacity) {
+      known.mutable_link(l).params.capacity = delivers;
+    }
+  }
+  return known;
+}
+
 void ControllerCore::CountPolicy(const RouteCycle& cycle, Time now) {
   const RouteComputerStats& s = computer_->stats();
   metrics_.policy_cycles->Increment(
@@ -173,14 +185,7 @@ CycleReport ControllerCore::RunCycle() {
     // of: the route computer's delivery estimate, at most the configured capacity); the
     // tables carry the computer's versions (its engines idle), and their potentials are
     // ranks in each destination's DAG, kept from the last snapshot where a table is.
-    Topology known = topo;
-    for (LinkId l = 0; l < known.num_links(); ++l) {
-      if (cable_down_[l] || drained_links[l]) known.mutable_link(l).up = false;
-      const DataRate delivers = computer_->DeliveryCapacity(l);
-      if (delivers.bps() > 0 && delivers < known.link(l).params.capacity) {
-        known.mutable_link(l).params.capacity = delivers;
-      }
-    }
+    const Topology known = KnownTopologyLocked(drained_links);
     const int64_t changes = marginal_->stats().route_changes;
     const std::shared_ptr<const RoutingTables> in_force = marginal_->Decide(now, known);
     const uint64_t first_version = computer_->SkipCycle();

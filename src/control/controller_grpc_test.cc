@@ -322,7 +322,7 @@ TEST_F(ControllerGrpcTest, DrainAndUndrainThroughTheAdminApi) {
     EXPECT_TRUE(stub->GetRoutes(&ctx, req, &resp).ok());
     std::set<std::string> out;
     if (resp.routes_size() == 1) {
-      for (const v1::NextHopView& h : resp.routes(0).next_hops()) out.insert(h.neighbor());
+      for (const v1::NextHopView& h : resp.routes(0).next_hops()) out.insert(h.neighbour());
     }
     return out;
   };

@@ -1,11 +1,10 @@
 #include "control/controller_metrics.h"
 
-#include <atomic>
-#include <chrono>
-#include <cstdlib>
+#include <cmath>
+#include <functional>
 
+#include "base/build_info_metric.h"
 #include "fmt/format.h"
-#include "httplib.h"
 #include "prometheus/text_serializer.h"
 
 namespace dar::control {
@@ -106,8 +105,142 @@ ControllerMetrics::ControllerMetrics() : registry(std::make_shared<prometheus::R
                  .Register(r);
 }
 
-std::string ControllerMetrics::Serialize() const {
-  return prometheus::TextSerializer().Serialize(registry->Collect());
+std::string ControllerMetrics::Serialize(const std::vector<prometheus::MetricFamily>& extra) const {
+  std::vector<prometheus::MetricFamily> families = registry->Collect();
+  families.push_back(BuildInfoFamily("dar-controller"));
+  families.insert(families.end(), extra.begin(), extra.end());
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+namespace {
+
+// A family of gauges (or counters) with one sample per element of `items`.
+template <typename T>
+prometheus::MetricFamily Family(
+    const std::string& name, const std::string& help, prometheus::MetricType type,
+    const std::vector<T>& items,
+    const std::function<std::vector<prometheus::ClientMetric::Label>(const T&)>& labels,
+    const std::function<double(const T&)>& value) {
+  prometheus::MetricFamily f{name, help, type, {}};
+  for (const T& item : items) {
+    prometheus::ClientMetric m;
+    m.label = labels(item);
+    const double v = value(item);
+    if (type == prometheus::MetricType::Counter) {
+      m.counter.value = v;
+    } else {
+      m.gauge.value = v;
+    }
+    f.metric.push_back(std::move(m));
+  }
+  return f;
+}
+
+}  // namespace
+
+std::vector<prometheus::MetricFamily> TopologyFamilies(const std::vector<v1::NodeView>& nodes,
+                                                       const std::vector<v1::LinkView>& links) {
+  using prometheus::MetricType;
+  using Labels = std::vector<prometheus::ClientMetric::Label>;
+  std::vector<prometheus::MetricFamily> out;
+  const std::function<Labels(const v1::LinkView&)> link = [](const v1::LinkView& l) {
+    return Labels{{"dst", l.dst_name()}, {"src", l.src_name()}};
+  };
+  const auto gauge = [&](const std::string& name, const std::string& help,
+                         const std::function<double(const v1::LinkView&)>& value) {
+    out.push_back(Family<v1::LinkView>(name, help, MetricType::Gauge, links, link, value));
+  };
+  gauge("dar_link_up", "1 while the link is up, as the controller judges it",
+        [](const v1::LinkView& l) { return l.up() ? 1.0 : 0.0; });
+  gauge("dar_link_drained", "1 while an operator drains the link",
+        [](const v1::LinkView& l) { return l.drained() ? 1.0 : 0.0; });
+  gauge("dar_link_slow",
+        "1 while the link delivers below slow_fraction of its capacity (suppressed: counted at "
+        "what it delivers)",
+        [](const v1::LinkView& l) { return l.slow() ? 1.0 : 0.0; });
+  gauge("dar_link_slow_until_timestamp_seconds",
+        "When, without new evidence, the link stops counting as slow (0 when it is not)",
+        [](const v1::LinkView& l) { return static_cast<double>(l.slow_until_unix_ns()) * 1e-9; });
+  gauge("dar_link_capacity_bytes_per_second", "The link's configured capacity",
+        [](const v1::LinkView& l) { return static_cast<double>(l.capacity_bps()) / 8; });
+  gauge("dar_link_delivery_capacity_bytes_per_second",
+        "What the decision counts the link at: its capacity, or what it was measured to deliver",
+        [](const v1::LinkView& l) { return static_cast<double>(l.delivery_capacity_bps()) / 8; });
+  gauge("dar_link_utilisation_ratio", "The link's utilisation in its tail's last sample",
+        [](const v1::LinkView& l) { return l.utilisation(); });
+  gauge("dar_link_planned_utilisation_ratio",
+        "The utilisation the decision plans for (marginal: the reported demand routed by the "
+        "tables in force; diffusion: the forecast)",
+        [](const v1::LinkView& l) { return l.planned_utilisation(); });
+  gauge("dar_link_forecast_utilisation_ratio", "The utilisation forecast, horizon_s ahead",
+        [](const v1::LinkView& l) { return l.forecast_utilisation(); });
+  gauge("dar_link_queue_bytes", "The queue its tail reported",
+        [](const v1::LinkView& l) { return static_cast<double>(l.queue_bytes()); });
+  gauge("dar_link_queueing_seconds", "One-way queueing measured on the link",
+        [](const v1::LinkView& l) { return l.queueing_ms() * 1e-3; });
+  gauge("dar_link_loss_ratio", "Probe loss over its tail's window",
+        [](const v1::LinkView& l) { return l.loss(); });
+  gauge("dar_link_rtt_seconds", "Smoothed probe round-trip time",
+        [](const v1::LinkView& l) { return l.rtt_ms() * 1e-3; });
+  gauge("dar_link_base_rtt_seconds", "The smallest recent round-trip time (no queues)",
+        [](const v1::LinkView& l) { return static_cast<double>(l.base_rtt_ns()) * 1e-9; });
+  gauge("dar_link_marginal_cost",
+        "What one more unit of traffic on the link adds to DAR's objective (marginal layer)",
+        [](const v1::LinkView& l) { return l.marginal_cost(); });
+  gauge("dar_link_last_sample_timestamp_seconds", "When its tail last reported it (0: never)",
+        [](const v1::LinkView& l) { return static_cast<double>(l.last_sample_unix_ns()) * 1e-9; });
+  // Per class: the engine's cost (+Inf where unusable) and the link's route share.
+  std::vector<std::pair<std::string, const v1::LinkView*>> by_class;
+  by_class.reserve(2 * links.size());
+  for (const v1::LinkView& l : links) by_class.emplace_back("latency", &l);
+  for (const v1::LinkView& l : links) by_class.emplace_back("bulk", &l);
+  using Entry = std::pair<std::string, const v1::LinkView*>;
+  const std::function<Labels(const Entry&)> class_link = [](const Entry& e) {
+    return Labels{{"class", e.first}, {"dst", e.second->dst_name()}, {"src", e.second->src_name()}};
+  };
+  out.push_back(Family<Entry>(
+      "dar_link_cost", "The diffusion engine's cost of the link, by traffic class",
+      MetricType::Gauge, by_class, class_link, [](const Entry& e) {
+        return e.first == "latency" ? e.second->cost_latency() : e.second->cost_bulk();
+      }));
+  out.push_back(Family<Entry>(
+      "dar_link_route_share_ratio",
+      "The link's share of its tail's routes (its weight averaged over every destination)",
+      MetricType::Gauge, by_class, class_link, [](const Entry& e) {
+        return e.first == "latency" ? e.second->share_latency() : e.second->share_bulk();
+      }));
+
+  const std::function<Labels(const v1::NodeView&)> node = [](const v1::NodeView& n) {
+    return Labels{{"node", n.name()}};
+  };
+  const auto node_family = [&](const std::string& name, const std::string& help, MetricType type,
+                               const std::function<double(const v1::NodeView&)>& value) {
+    out.push_back(Family<v1::NodeView>(name, help, type, nodes, node, value));
+  };
+  node_family("dar_node_connected", "1 while the node's agent has a live stream", MetricType::Gauge,
+              [](const v1::NodeView& n) { return n.connected() ? 1.0 : 0.0; });
+  node_family("dar_node_table_version", "The last table version the node's agent accepted",
+              MetricType::Gauge,
+              [](const v1::NodeView& n) { return static_cast<double>(n.acked_version()); });
+  node_family("dar_node_static_table", "1 while the node's agent forwards on its static table",
+              MetricType::Gauge,
+              [](const v1::NodeView& n) { return n.static_table() ? 1.0 : 0.0; });
+  node_family("dar_node_fallbacks_total",
+              "Times a controller table went stale at the node since its agent started",
+              MetricType::Counter,
+              [](const v1::NodeView& n) { return static_cast<double>(n.fallbacks()); });
+  node_family("dar_node_tables_refused_total", "Tables the node's agent refused",
+              MetricType::Counter,
+              [](const v1::NodeView& n) { return static_cast<double>(n.refused_tables()); });
+  node_family("dar_node_samples_dropped_total",
+              "The node's samples the controller dropped (it sent more than its share)",
+              MetricType::Counter,
+              [](const v1::NodeView& n) { return static_cast<double>(n.samples_dropped()); });
+  node_family("dar_node_last_seen_timestamp_seconds", "When the node's agent was last heard",
+              MetricType::Gauge, [](const v1::NodeView& n) {
+                return static_cast<double>(n.last_seen_unix_ns()) * 1e-9;
+              });
+  return out;
 }
 
 void ControllerMetrics::CountEvent(const std::string& kind) {
@@ -117,83 +250,6 @@ void ControllerMetrics::CountEvent(const std::string& kind) {
 void ControllerMetrics::SetPolicyActive(bool learned) {
   policy_learned_active->Set(learned ? 1 : 0);
   policy_analytic_active->Set(learned ? 0 : 1);
-}
-
-ControllerHttp::ControllerHttp(std::function<std::string()> metrics,
-                               std::function<std::string()> healthy,
-                               std::function<std::string()> ready, int threads)
-    : server_(std::make_unique<httplib::Server>()) {
-  server_->new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
-  server_->set_read_timeout(2, 0);
-  server_->set_write_timeout(2, 0);
-  server_->set_keep_alive_timeout(5);
-  // A health listener answers one request a connection: an idle keep-alive client must not
-  // hold one of its few threads.
-  server_->set_keep_alive_max_count(metrics ? 100 : 1);
-  if (metrics) {
-    server_->Get("/metrics",
-                 [metrics = std::move(metrics)](const httplib::Request&, httplib::Response& res) {
-                   res.set_content(metrics(), "text/plain; version=0.0.4; charset=utf-8");
-                 });
-  }
-  const auto probe = [](std::function<std::string()> check, const char* good) {
-    return [check = std::move(check), good](const httplib::Request&, httplib::Response& res) {
-      const std::string problem = check();
-      if (problem.empty()) {
-        res.set_content(good, "text/plain");
-      } else {
-        res.status = 503;
-        res.set_content(problem + "\n", "text/plain");
-      }
-    };
-  };
-  server_->Get("/healthz", probe(std::move(healthy), "ok\n"));
-  server_->Get("/readyz", probe(std::move(ready), "ready\n"));
-}
-
-ControllerHttp::~ControllerHttp() { Stop(); }
-
-absl::StatusOr<int> ControllerHttp::Start(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(fmt::format("http address '{}': want host:port", address));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const int port = std::atoi(address.c_str() + colon + 1);
-  int bound = port;
-  if (port == 0) {
-    bound = server_->bind_to_any_port(host);
-  } else if (!server_->bind_to_port(host, port)) {
-    bound = -1;
-  }
-  if (bound < 0) {
-    return absl::UnavailableError(fmt::format("http {}: cannot listen there", address));
-  }
-  auto finished = std::make_shared<std::atomic<bool>>(false);
-  thread_ = std::thread([this, finished] {
-    server_->listen_after_bind();
-    *finished = true;
-  });
-  // stop() only works on a running server; the socket already listens, so this is short.
-  while (!server_->is_running() && !*finished) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (*finished) {
-    thread_.join();
-    return absl::UnavailableError(fmt::format("http {}: the server stopped at once", address));
-  }
-  return bound;
-}
-
-void ControllerHttp::Stop() {
-  if (!thread_.joinable()) return;
-  server_->stop();
-  thread_.join();
 }
 
 }  // namespace dar::control

@@ -1,25 +1,19 @@
-// The controller's Prometheus metrics (prometheus-cpp), and the one plain-HTTP server that
-// serves them at /metrics with /healthz beside them (cpp-httplib).
+// The controller's Prometheus metrics (prometheus-cpp), served at /metrics (net/http_server.h).
 //
 // Metric updates are thread-safe (prometheus-cpp's counters, gauges and histograms are).
 #ifndef DAR_CONTROL_CONTROLLER_METRICS_H_
 #define DAR_CONTROL_CONTROLLER_METRICS_H_
 
-#include <functional>
 #include <memory>
 #include <string>
-#include <thread>
+#include <vector>
 
-#include "absl/status/statusor.h"
+#include "dar/v1/admin.pb.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace dar::control {
 
@@ -27,8 +21,9 @@ namespace dar::control {
 struct ControllerMetrics {
   ControllerMetrics();
 
-  // The text exposition format of every metric (what /metrics serves).
-  std::string Serialize() const;
+  // The text exposition format of every metric (what /metrics serves), with `extra` (the
+  // per-link and per-node families, made at scrape time) after the registry's.
+  std::string Serialize(const std::vector<prometheus::MetricFamily>& extra = {}) const;
   // Counts an event of `kind` (dar_controller_events_total{kind=...}).
   void CountEvent(const std::string& kind);
   // Which policy makes the tables: dar_controller_policy_active{policy="learned"} is 1 and
@@ -76,29 +71,11 @@ struct ControllerMetrics {
   prometheus::Family<prometheus::Counter>* events_;
 };
 
-// Serves GET /metrics (`metrics()`, text/plain; version=0.0.4; left out when null), GET
-// /healthz (liveness: 200 "ok" when `healthy()` returns empty, else 503 with its text) and GET
-// /readyz (readiness: the same with `ready()`) on threads of its own. A client gets 2 s for
-// each read and write and a connection at most 5 s idle between requests, so slow clients free
-// their thread; a listener of its own for /healthz and /readyz (the controller's `health`
-// address) keeps liveness checks apart from whoever occupies the metrics listener.
-class ControllerHttp {
- public:
-  ControllerHttp(std::function<std::string()> metrics, std::function<std::string()> healthy,
-                 std::function<std::string()> ready, int threads);
-  ~ControllerHttp();  // stops
-  ControllerHttp(const ControllerHttp&) = delete;
-  ControllerHttp& operator=(const ControllerHttp&) = delete;
-
-  // Binds `address` ("host:port", port 0 for any free port) and starts serving. Returns the
-  // port bound. Errors: Unavailable naming the address if it cannot bind.
-  absl::StatusOr<int> Start(const std::string& address);
-  void Stop();
-
- private:
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-};
+// The per-link and per-node families, from the admin API's views (made at each scrape, so a
+// link or node that leaves the topology leaves no stale series). Links are labelled
+// {src, dst} by node name, nodes {node}; a gauge per class is labelled {class="latency"|"bulk"}.
+std::vector<prometheus::MetricFamily> TopologyFamilies(const std::vector<v1::NodeView>& nodes,
+                                                       const std::vector<v1::LinkView>& links);
 
 }  // namespace dar::control
 

@@ -95,11 +95,17 @@ std::string DescribeLab(const LabState& state, const std::string& dir) {
   out += fmt::format("controller {} in netns {}  config {}  log {}  ({})\n",
                      layout.controller_addr(), layout.ctl_netns, ConfigPath(dir, "controller"),
                      LogPath(dir, "controller"), process(""));
+  out += fmt::format(
+      "  metrics http://{0}/metrics  (from its namespace: dar-lab exec ctl curl -s "
+      "http://{0}/metrics)\n  darctl: dar-lab ctl show links  (dar-lab ctl --help)\n",
+      LabControllerHttpAddr(layout));
   out += "nodes:\n";
   for (const NodeLayout& n : layout.nodes) {
-    out += fmt::format("  {:>3} {:<8} netns {}  mgmt {} ({})  config {}  log {}  ({})\n", n.id,
-                       n.name, n.netns, n.mgmt_address, n.mgmt_ifname, ConfigPath(dir, n.name),
-                       LogPath(dir, n.name), process(n.name));
+    out += fmt::format(
+        "  {:>3} {:<8} netns {}  mgmt {} ({})  metrics http://{}/metrics  config {}  log {}  "
+        "({})\n",
+        n.id, n.name, n.netns, n.mgmt_address, n.mgmt_ifname, LabAgentHttpAddr(n),
+        ConfigPath(dir, n.name), LogPath(dir, n.name), process(n.name));
   }
   out += "links:\n";
   for (const LinkLayout& l : layout.links) {
@@ -544,6 +550,22 @@ absl::StatusOr<std::vector<std::string>> Lab::ExecArgv(
   }
   std::vector<std::string> argv = {"ip", "netns", "exec", netns};
   argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+absl::StatusOr<std::vector<std::string>> Lab::CtlArgv(const std::string& darctl,
+                                                      const std::vector<std::string>& args) const {
+  ASSIGN_OR_RETURN(const LabState state, LoadUpState());
+  std::vector<std::string> argv = {"ip",
+                                   "netns",
+                                   "exec",
+                                   state.layout.ctl_netns,
+                                   "env",
+                                   fmt::format("DAR_CONTROLLER={}", state.layout.controller_addr()),
+                                   fmt::format("DAR_TLS_DIR={}/{}", dir_, kLabCertDir),
+                                   fmt::format("DAR_ADMIN={}", kLabAdminName),
+                                   darctl};
+  argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
 

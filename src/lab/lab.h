@@ -106,6 +106,12 @@ class Lab {
   // lab is up, NotFound for an unknown node, InvalidArgument for an empty command.
   absl::StatusOr<std::vector<std::string>> ExecArgv(std::string_view node,
                                                     const std::vector<std::string>& command) const;
+  // The argv that runs `darctl` (its path) with `args` in the controller's namespace, told
+  // where the controller is and which admin certificate to use through the environment
+  // (DAR_CONTROLLER, DAR_TLS_DIR, DAR_ADMIN): "ip netns exec <ctl netns> env ... darctl
+  // args...". Errors: FailedPrecondition if no lab is up.
+  absl::StatusOr<std::vector<std::string>> CtlArgv(const std::string& darctl,
+                                                   const std::vector<std::string>& args) const;
 
   // The state file of the dir. Errors as LoadLabState.
   absl::StatusOr<LabState> LoadState() const;

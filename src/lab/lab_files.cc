@@ -23,6 +23,14 @@ std::string LabTrustDomain(const LabLayout& layout) { return layout.name + ".dar
 
 std::string LabOverlayAddress(const NodeLayout& node) { return fmt::format("10.77.0.{}", node.id); }
 
+std::string LabControllerHttpAddr(const LabLayout& layout) {
+  return fmt::format("{}:{}", layout.controller_ip, kLabControllerHttpPort);
+}
+
+std::string LabAgentHttpAddr(const NodeLayout& node) {
+  return fmt::format("{}:{}", node.mgmt_address, kLabAgentHttpPort);
+}
+
 DataRate LabLinkCapacity(const LinkLayout& link) {
   return link.rate.value_or(kLabUnlimitedCapacity);
 }
@@ -144,6 +152,7 @@ std::string NodeConfigYaml(const LabLayout& layout, int node) {
       << YAML::Value << n.id << YAML::Key << "name" << YAML::Value << n.name << YAML::EndMap;
   out << YAML::Key << "netns" << YAML::Value << n.netns;
   out << YAML::Key << "controller" << YAML::Value << layout.controller_addr();
+  out << YAML::Key << "http" << YAML::Value << LabAgentHttpAddr(n);
   out << YAML::Key << "management" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "interface" << YAML::Value << n.mgmt_ifname;
   out << YAML::Key << "address" << YAML::Value << fmt::format("{}/30", n.mgmt_address);
@@ -194,6 +203,7 @@ std::string ControllerConfigYaml(const LabLayout& layout) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   out << YAML::Key << "listen" << YAML::Value << layout.controller_addr();
+  out << YAML::Key << "http" << YAML::Value << LabControllerHttpAddr(layout);
   EmitTls(id, out);
   out << YAML::Key << "trust_domain" << YAML::Value << LabTrustDomain(layout);
   out << YAML::Key << "probe" << YAML::Value << YAML::Flow << YAML::BeginMap;

@@ -32,6 +32,15 @@ inline constexpr DataRate kLabUnlimitedCapacity = DataRate::Gbps(10);
 std::string LabTrustDomain(const LabLayout& layout);
 // A node's overlay (TUN) address: 10.77.0.<id> (a /16).
 std::string LabOverlayAddress(const NodeLayout& node);
+// Where the controller serves /metrics, /healthz and /readyz: its address in its namespace,
+// port 9090.
+inline constexpr int kLabControllerHttpPort = 9090;
+std::string LabControllerHttpAddr(const LabLayout& layout);
+// Where a node's agent serves /metrics and /healthz: its management address, port 9091 (the
+// controller's namespace reaches it, as a Prometheus there would).
+inline constexpr int kLabAgentHttpPort = 9091;
+std::string LabAgentHttpAddr(const NodeLayout& node);
+
 // The capacity both ends are told: the rate limit, or kLabUnlimitedCapacity.
 DataRate LabLinkCapacity(const LinkLayout& link);
 
@@ -45,13 +54,15 @@ DataRate LabLineRate(const LabLayout& layout);
 absl::Status CreateLabCredentials(const LabLayout& layout, const std::string& dir, absl::Time now);
 
 // The config file a node's agent gets ({config}; agent/agent_config.h reads it): its id and
-// name, namespace, the controller's address, its management link, TLS files, state dir, probe
-// and forwarding settings, the initial key, every node and link of the lab (for the static
-// table), and its neighbours with link index, local interface and address, the peer's address
-// and interface, and the rate limit. Paths are relative to the lab dir (where it is written).
+// name, namespace, the controller's address, its HTTP address, its management link, TLS files,
+// state dir, probe and forwarding settings, the initial key, every node and link of the lab (for
+// the static table), and its neighbours with link index, local interface and address, the peer's
+// address and interface, and the rate limit. Paths are relative to the lab dir (where it is
+// written).
 std::string NodeConfigYaml(const LabLayout& layout, int node);
 // The config file the controller gets (control/controller_config.h reads it): its listen
-// address, TLS files and trust domain, probe settings, the nodes and the links.
+// address, its HTTP address, TLS files and trust domain, probe settings, the nodes and the
+// links.
 std::string ControllerConfigYaml(const LabLayout& layout);
 
 }  // namespace dar::lab

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "agent/agent_config.h"
 #include "agent/saved_keys.h"
 #include "base/status_macros.h"
@@ -364,7 +365,7 @@ class SystemTest : public LabTest {
     if (!r.is_object()) return out;
     for (const nlohmann::json& route : r.value("routes", nlohmann::json::array())) {
       for (const nlohmann::json& h : route.value("next_hops", nlohmann::json::array())) {
-        double& w = out[h.value("neighbor", "")];
+        double& w = out[h.value("neighbour", "")];
         w = std::max(w, h.value("weight", 0.0));
       }
     }
@@ -547,6 +548,22 @@ TEST_F(SystemTest, CongestedBranchLosesTheTransfer) {
       << "A's weights toward D: " << nlohmann::json(weights).dump() << "\n"
       << Darctl({"show", "links"}).dump(1);
   const double moved_s = std::chrono::duration<double>(Clock::now() - start).count();
+  // Why: the shaped link is found slow, and says until when.
+  nlohmann::json shaped;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const nlohmann::json l = Darctl({"show", "links"});
+        if (!l.is_object()) return false;
+        for (const nlohmann::json& v : l["links"]) {
+          if (v.value("src_name", "") == via && v.value("dst_name", "") == "D") shaped = v;
+        }
+        return shaped.value("slow", false);
+      },
+      std::chrono::seconds(8)))
+      << shaped.dump(1);
+  EXPECT_TRUE(shaped.value("why", "").starts_with("slow")) << shaped.dump(1);
+  EXPECT_GT(shaped.value("slow_until_unix_ns", int64_t{0}), absl::ToUnixNanos(absl::Now()))
+      << shaped.dump(1);
   const std::string via_if = If(via == "B" ? 0 : 1, 'a'), other_if = If(via == "B" ? 1 : 0, 'a');
   const uint64_t via0 = TxBytes("A", via_if), other0 = TxBytes("A", other_if);
   int samples = 0, back = 0;
@@ -690,7 +707,7 @@ TEST_F(SystemTest, MarginalDecisionSplitsByWhatTheAgentsSend) {
     if (!r.is_object()) return -1.0;
     for (const nlohmann::json& route : r.value("routes", nlohmann::json::array())) {
       for (const nlohmann::json& h : route.value("next_hops", nlohmann::json::array())) {
-        if (h.value("neighbor", "") == via) return h.value("weight", 0.0);
+        if (h.value("neighbour", "") == via) return h.value("weight", 0.0);
       }
     }
     return 0.0;
@@ -890,6 +907,134 @@ TEST_F(SystemTest, DarctlShowsAndChangesWhatTheControllerRuns) {
   for (const std::string k : {"policy_changed", "link_drained", "link_undrained"}) {
     EXPECT_TRUE(kinds.contains(k)) << k;
   }
+}
+
+// What an operator watches: the controller's and an agent's /metrics (names, labels and values
+// against the lab), the lab's darctl without flags, typed JSON, flags anywhere, and the
+// explanations (`explain route`, the `why` of `show links`) before and after a drain.
+TEST_F(SystemTest, MetricsAndExplanationsShowTheLab) {
+  Up('m');
+  if (IsSkipped() || HasFatalFailure()) return;
+  // Every sample of a /metrics page by its printed name and labels.
+  const auto scrape = [&](const std::string& url) {
+    std::map<std::string, double> out;
+    absl::StatusOr<CommandResult> r =
+        SubprocessRunner(Seconds(20))
+            .Execute({"ip", "netns", "exec", Netns("ctl"), "curl", "-sf", url});
+    EXPECT_TRUE(r.ok() && r->exit_code == 0) << url;
+    if (!r.ok()) return out;
+    std::istringstream lines(r->out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      const size_t space = line.rfind(' ');
+      out[line.substr(0, space)] = std::stod(line.substr(space + 1));
+    }
+    return out;
+  };
+  const auto link = [](const std::string& name, const std::string& src, const std::string& dst,
+                       const std::string& cls = "") {
+    return fmt::format("{}{{{}dst=\"{}\",src=\"{}\"}}", name,
+                       cls.empty() ? "" : fmt::format("class=\"{}\",", cls), dst, src);
+  };
+  std::map<std::string, double> m;
+  ASSERT_TRUE(WaitFor([&] {
+    m = scrape("http://10.255.255.1:9090/metrics");
+    return m[link("dar_link_up", "B", "D")] == 1 && m["dar_node_connected{node=\"D\"}"] == 1;
+  })) << "no per-link or per-node metrics";
+  const std::vector<std::pair<std::string, std::string>> links = {
+      {"A", "B"}, {"B", "A"}, {"A", "C"}, {"C", "A"},
+      {"B", "D"}, {"D", "B"}, {"C", "D"}, {"D", "C"}};
+  for (const auto& [a, b] : links) {
+    EXPECT_EQ(m[link("dar_link_up", a, b)], 1) << a << "->" << b;
+    EXPECT_TRUE(m.contains(link("dar_link_slow", a, b))) << a << "->" << b;
+    EXPECT_TRUE(m.contains(link("dar_link_rtt_seconds", a, b))) << a << "->" << b;
+    EXPECT_TRUE(m.contains(link("dar_link_route_share_ratio", a, b, "bulk"))) << a << "->" << b;
+  }
+  // Each of A's rows sends everything somewhere: its links' shares add up to 1.
+  EXPECT_NEAR(m[link("dar_link_route_share_ratio", "A", "B", "latency")] +
+                  m[link("dar_link_route_share_ratio", "A", "C", "latency")],
+              1.0, 1e-6);
+  for (const std::string n : {"A", "B", "C", "D"}) {
+    EXPECT_EQ(m[fmt::format("dar_node_connected{{node=\"{}\"}}", n)], 1) << n;
+    EXPECT_GT(m[fmt::format("dar_node_table_version{{node=\"{}\"}}", n)], 0) << n;
+  }
+  EXPECT_GT(m["dar_controller_cycle_decision_seconds_count"], 0);
+  EXPECT_EQ(std::count_if(m.begin(), m.end(),
+                          [](const auto& e) {
+                            return e.first.starts_with("dar_build_info{") &&
+                                   e.first.find("program=\"dar-controller\"") !=
+                                       std::string::npos &&
+                                   e.second == 1;
+                          }),
+            1);
+
+  // A's agent, from the controller's namespace over A's management link.
+  std::map<std::string, double> a;
+  ASSERT_TRUE(WaitFor([&] {
+    a = scrape("http://10.255.1.2:9091/metrics");
+    return a["dar_agent_controller_connected"] == 1 && a["dar_agent_table_version"] > 0;
+  })) << "agent A's metrics";
+  for (const std::string n : {"B", "C"}) {
+    EXPECT_EQ(a[fmt::format("dar_agent_neighbour_up{{neighbour=\"{}\"}}", n)], 1) << n;
+    EXPECT_GT(a[fmt::format("dar_agent_neighbour_probes_sent_total{{neighbour=\"{}\"}}", n)], 0);
+    EXPECT_GT(a[fmt::format("dar_agent_neighbour_rtt_seconds{{neighbour=\"{}\"}}", n)], 0);
+  }
+  EXPECT_GT(a["dar_agent_dataplane_probes_sent_total"], 0);
+  EXPECT_TRUE(a.contains("dar_agent_drops_total{reason=\"no_route\"}"));
+
+  // The lab's darctl needs no address or TLS flags; integers are JSON numbers.
+  const CommandResult ctl = Cli({"ctl", "--dir", dir_, "show", "nodes", "-j"});
+  ASSERT_EQ(ctl.exit_code, 0) << ctl.err;
+  const nlohmann::json nodes = nlohmann::json::parse(ctl.out, nullptr, false);
+  ASSERT_TRUE(nodes.is_object()) << ctl.out;
+  ASSERT_EQ(nodes["nodes"].size(), 4u);
+  EXPECT_TRUE(nodes["nodes"][0]["acked_version"].is_number_unsigned()) << ctl.out;
+  EXPECT_TRUE(nodes["nodes"][0]["last_seen_unix_ns"].is_number_integer()) << ctl.out;
+  // Flags before, between and after the subcommands.
+  for (const std::vector<std::string>& order : {std::vector<std::string>{"-j", "show", "links"},
+                                                {"show", "-j", "links"},
+                                                {"show", "links", "-j"}}) {
+    std::vector<std::string> args = {"ctl", "--dir", dir_};
+    args.insert(args.end(), order.begin(), order.end());
+    const CommandResult r = Cli(args);
+    EXPECT_EQ(r.exit_code, 0) << fmt::format("{}", fmt::join(order, " ")) << r.err;
+    EXPECT_TRUE(nlohmann::json::parse(r.out, nullptr, false).is_object()) << r.out;
+  }
+
+  // Why A splits toward D as it does: both branches, weights adding up, the rule said.
+  const nlohmann::json why = Darctl({"explain", "route", "A", "D", "--class", "bulk"});
+  ASSERT_TRUE(why.is_object()) << "darctl explain route failed";
+  EXPECT_EQ(why["traffic_class"], 1);
+  double sum = 0;
+  for (const nlohmann::json& h : why["next_hops"]) {
+    sum += h.value("weight", 0.0);
+    EXPECT_FALSE(h.value("link_why", "").empty()) << why.dump(1);
+    EXPECT_GE(h.value("path_cost", -1.0), h.value("link_cost", 0.0)) << why.dump(1);
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-6) << why.dump(1);
+  EXPECT_FALSE(why["notes"].empty());
+  const CommandResult why_text = DarctlRun({"explain", "route", "A", "D"});
+  ASSERT_EQ(why_text.exit_code, 0) << why_text.err;
+  EXPECT_THAT(why_text.out, HasSubstr("next hop"));
+  EXPECT_NE(DarctlRun({"explain", "route", "A", "Z"}).exit_code, 0);
+
+  // A drained link says so: in `show links`, in the metrics, and A's routes to D leave B.
+  ASSERT_EQ(DarctlRun({"link", "drain", "B", "D"}).exit_code, 0);
+  ASSERT_TRUE(WaitFor([&] {
+    const nlohmann::json l = Darctl({"show", "links"});
+    if (!l.is_object()) return false;
+    for (const nlohmann::json& v : l["links"]) {
+      if (v.value("src_name", "") == "B" && v.value("dst_name", "") == "D") {
+        return v.value("why", "").starts_with("drained");
+      }
+    }
+    return false;
+  })) << Darctl({"show", "links"}).dump(1);
+  EXPECT_EQ(scrape("http://10.255.255.1:9090/metrics")[link("dar_link_drained", "B", "D")], 1);
+  ASSERT_TRUE(WaitFor([&] {
+    const nlohmann::json w = Darctl({"explain", "route", "A", "D"});
+    return w.is_object() && w["next_hops"].size() == 1 && w["next_hops"][0]["neighbour"] == "C";
+  })) << Darctl({"explain", "route", "A", "D"}).dump(1);
 }
 
 // A reload through the real signal: a bad file is refused with the file and the key, and the

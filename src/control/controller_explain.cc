@@ -1,0 +1,367 @@
+// ControllerCore's answers to "why": what the decision layer sees of each link (ListLinks),
+// and why a node splits its traffic toward a destination as it does (ExplainRoute).
+//
+// With the marginal layer (the default), a link's cost is its marginal cost under DAR's
+// objective at the load the layer plans for it: the demand the agents report, routed by the
+// tables in force, at what the link is measured to deliver (core/marginal_routing.h). A
+// node's distance to a destination is the marginal distance delta over the tables' next hops,
+// and Gallager's rule moves traffic toward the next hop whose path (link + its distance) costs
+// least: at the optimum every used next hop's path costs the same. With the diffusion layer,
+// a link's cost is the class's link cost (core/link_cost.h) and the distance the potential.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "control/controller_core.h"
+#include "core/fluid.h"
+#include "core/marginal_routing.h"
+#include "fmt/format.h"
+
+namespace dar::control {
+
+struct ControllerCore::LinkPlan {
+  std::vector<DataRate> delivers;                          // what the decision counts each link at
+  std::vector<char> slow;                                  // RouteComputer::Slow
+  std::vector<int64_t> slow_until_ns;                      // Unix time; 0 when not slow
+  std::vector<Duration> queueing;                          // measured
+  std::vector<double> planned;                             // utilisation the decision plans for
+  std::vector<double> marginal_cost;                       // marginal layer only
+  std::array<std::vector<double>, kTrafficClasses> share;  // of the tail's rows
+  std::vector<std::string> why;
+  bool marginal = false;
+  std::string plan_error;      // why `planned` is not the demand's (empty: it is)
+  std::vector<Demand> demand;  // the marginal layer's estimate, bytes per second
+};
+
+namespace {
+
+// "9.8 Mb/s", "100 Gb/s".
+std::string FormatRate(DataRate r) {
+  const double bps = static_cast<double>(r.bps());
+  if (bps >= 1e9) return fmt::format("{:.3g} Gb/s", bps / 1e9);
+  if (bps >= 1e6) return fmt::format("{:.3g} Mb/s", bps / 1e6);
+  return fmt::format("{:.3g} kb/s", bps / 1e3);
+}
+
+// For a link found slow (delivering `delivers` of `configured`), how many more samples the
+// delivery estimate takes to return above slow_fraction of the configured capacity without
+// new evidence: RouteComputer::DeliveryCapacity's gap to the configured capacity decays as
+// exp(-age / capacity_recovery_periods).
+double SlowSamplesLeft(DataRate delivers, DataRate configured, const RouteComputerConfig& c) {
+  const double gap = static_cast<double>(configured.bps() - delivers.bps());
+  const double allowed = (1 - c.slow_fraction) * static_cast<double>(configured.bps());
+  if (gap <= allowed || allowed <= 0) return 0;
+  return c.capacity_recovery_periods * std::log(gap / allowed);
+}
+
+}  // namespace
+
+ControllerCore::LinkPlan ControllerCore::PlanLinksLocked(const RouteSnapshot* snapshot,
+                                                         const std::vector<bool>& drained_links,
+                                                         Duration probe_interval,
+                                                         int64_t unix_now) const {
+  const Topology& topo = computer_overlay_->topology;
+  const auto links = static_cast<size_t>(topo.num_links());
+  const RouteComputerConfig& rc = computer_->config();
+  LinkPlan plan;
+  plan.delivers.resize(links);
+  plan.slow.resize(links);
+  plan.slow_until_ns.resize(links);
+  plan.queueing.resize(links);
+  plan.planned.resize(links);
+  plan.marginal_cost.resize(links);
+  plan.why.resize(links);
+  for (auto& s : plan.share) s.assign(links, 0.0);
+  plan.marginal = marginal_ != nullptr;
+  // The tables of this topology: a reload that changed the overlay has not cycled yet.
+  if (snapshot != nullptr && snapshot->overlay != computer_overlay_) snapshot = nullptr;
+
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const LinkState state = computer_->StateOf(l);
+    plan.delivers[l] = computer_->DeliveryCapacity(l);
+    plan.slow[l] = computer_->Slow(l) ? 1 : 0;
+    plan.queueing[l] = state.queueing;
+    plan.planned[l] = state.utilisation;
+    if (plan.slow[l]) {
+      const double left = SlowSamplesLeft(plan.delivers[l], topo.link(l).params.capacity, rc);
+      const int64_t from = ends_[l].heard_unix_ns != 0 ? ends_[l].heard_unix_ns : unix_now;
+      plan.slow_until_ns[l] =
+          from + static_cast<int64_t>(left * static_cast<double>(probe_interval.count()));
+    }
+  }
+
+  // The marginal layer: the load it plans for, and what one more unit costs there.
+  if (plan.marginal) {
+    const Topology known = KnownTopologyLocked(drained_links);
+    plan.demand = marginal_->DemandEstimate();
+    std::vector<double> loads(links, 0.0);  // bytes per second
+    if (snapshot == nullptr) {
+      plan.plan_error = "no tables yet";
+    } else if (absl::StatusOr<std::vector<double>> routed =
+                   ComputeLinkLoads(topo, *snapshot->tables[0], plan.demand);
+               routed.ok()) {
+      loads = *std::move(routed);
+    } else {
+      plan.plan_error = std::string(routed.status().message());
+    }
+    double max_u = 0;
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      const double cap = static_cast<double>(known.link(l).params.capacity.bps());
+      plan.planned[l] = cap > 0 ? loads[l] * 8 / cap : 0;
+      if (known.link(l).up) max_u = std::max(max_u, plan.planned[l]);
+    }
+    RoutingObjective objective = marginal_config_.routing.objective;
+    objective.reference_utilization = max_u > 0 ? max_u : 1;
+    const ObjectiveTerms terms = EvaluateObjective(known, loads, /*unit_bps=*/8, objective);
+    for (LinkId l = 0; l < topo.num_links(); ++l) plan.marginal_cost[l] = terms.first[l];
+  }
+
+  // Each link's share of its tail's rows, averaged over the destinations.
+  if (snapshot != nullptr && topo.num_nodes() > 1) {
+    const double per_row = 1.0 / (topo.num_nodes() - 1);
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+        for (NodeId d = 0; d < topo.num_nodes(); ++d) {
+          if (d == v) continue;
+          for (const NextHop& h : snapshot->tables[cls]->Lookup(v, d)) {
+            plan.share[cls][h.link] += h.weight * per_row;
+          }
+        }
+      }
+    }
+  }
+
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const LinkSample& last = computer_->last_sample(l);
+    const double queue_ms = ToMillis(plan.queueing[l]);
+    std::string& why = plan.why[l];
+    if (cable_down_[l]) {
+      why = "down: a link end reports it down, or no sample came in time (events say which)";
+    } else if (drained_links[l]) {
+      why = "drained by an operator (darctl link undrain)";
+    } else if (plan.slow[l]) {
+      why = fmt::format(
+          "slow: delivers {} of {} while queued, counted at that for another {:.0f} s without "
+          "new evidence",
+          FormatRate(plan.delivers[l]), FormatRate(topo.link(l).params.capacity),
+          static_cast<double>(std::max<int64_t>(0, plan.slow_until_ns[l] - unix_now)) * 1e-9);
+    } else if (queue_ms >= 1 || last.loss >= 0.001) {
+      why = fmt::format("congested: queueing {:.1f} ms, loss {:.2f}%", queue_ms, 100 * last.loss);
+    } else if (plan.marginal && plan.planned[l] >= 0.5) {
+      why = fmt::format("loaded: the demand puts {:.0f}% on it, marginal cost {:.3g}",
+                        100 * plan.planned[l], plan.marginal_cost[l]);
+    } else if (!plan.marginal && plan.planned[l] >= 0.5) {
+      why = fmt::format("loaded: {:.0f}% forecast", 100 * plan.planned[l]);
+    } else {
+      why = plan.marginal ? "light: its length decides (a hop, plus its delay)"
+                          : "light: its hop and delay terms decide";
+    }
+  }
+  return plan;
+}
+
+std::vector<v1::LinkView> ControllerCore::ListLinks() const {
+  MutexLock cycle_lock(&cycle_mu_);
+  std::set<std::pair<std::string, std::string>> drained;
+  Duration probe_interval;
+  std::shared_ptr<const RouteSnapshot> snapshot;
+  {
+    MutexLock lock(&mu_);
+    drained = drained_;
+    probe_interval = config_.probe_interval;
+    snapshot = latest_;
+  }
+  const Overlay& overlay = *computer_overlay_;
+  const Topology& topo = overlay.topology;
+  const std::vector<bool> drained_links = DrainedLinks(overlay, drained);
+  const int64_t unix_now = clock_.UnixNanos();
+  const LinkPlan plan = PlanLinksLocked(snapshot.get(), drained_links, probe_interval, unix_now);
+  const double horizon_s = ToSeconds(probe_interval) * computer_->config().horizon_periods;
+  std::vector<v1::LinkView> out;
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const Link& link = topo.link(l);
+    const LinkSample& last = computer_->last_sample(l);
+    const Forecast f = computer_->ForecastOf(l);
+    v1::LinkView v;
+    v.set_src_id(overlay.wire_id[link.src]);
+    v.set_dst_id(overlay.wire_id[link.dst]);
+    v.set_src_name(overlay.name(link.src));
+    v.set_dst_name(overlay.name(link.dst));
+    v.set_up(!cable_down_[l]);
+    v.set_drained(drained_links[l]);
+    v.set_capacity_bps(static_cast<uint64_t>(link.params.capacity.bps()));
+    v.set_rtt_ms(ToMillis(last.rtt_smoothed));
+    v.set_base_rtt_ns(computer_->BaseRtt(l).count());
+    v.set_loss(last.loss);
+    v.set_utilisation(last.utilisation);
+    v.set_queue_bytes(last.queue_bytes);
+    v.set_forecast_utilisation(f.mean);
+    v.set_forecast_stddev(f.stddev);
+    v.set_horizon_s(horizon_s);
+    v.set_cost_latency(computer_->Cost(0, l));
+    v.set_cost_bulk(computer_->Cost(1, l));
+    v.set_last_sample_unix_ns(ends_[l].heard_unix_ns);
+    v.set_slow(plan.slow[l] != 0);
+    v.set_delivery_capacity_bps(static_cast<uint64_t>(plan.delivers[l].bps()));
+    v.set_slow_until_unix_ns(plan.slow_until_ns[l]);
+    v.set_queueing_ms(ToMillis(plan.queueing[l]));
+    v.set_planned_utilisation(plan.planned[l]);
+    v.set_marginal_cost(plan.marginal_cost[l]);
+    v.set_share_latency(plan.share[0][l]);
+    v.set_share_bulk(plan.share[1][l]);
+    v.set_why(plan.why[l]);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
+    const v1::ExplainRouteRequest& request) const {
+  MutexLock cycle_lock(&cycle_mu_);
+  std::set<std::pair<std::string, std::string>> drained;
+  Duration probe_interval;
+  std::shared_ptr<const RouteSnapshot> snapshot;
+  {
+    MutexLock lock(&mu_);
+    drained = drained_;
+    probe_interval = config_.probe_interval;
+    snapshot = latest_;
+  }
+  if (snapshot == nullptr) return absl::UnavailableError("no tables yet: no cycle has run");
+  if (snapshot->overlay != computer_overlay_) {
+    return absl::UnavailableError("the overlay changed: no tables of it yet; try again");
+  }
+  if (request.traffic_class() >= static_cast<uint32_t>(kTrafficClasses)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "traffic_class {} does not exist (0 latency, 1 bulk)", request.traffic_class()));
+  }
+  const Overlay& o = *computer_overlay_;
+  const Topology& topo = o.topology;
+  const NodeId node = o.FindByNameOrId(request.node());
+  if (node == kNoNode) {
+    return absl::NotFoundError(fmt::format("node '{}': no such name or id", request.node()));
+  }
+  const NodeId dest = o.FindByNameOrId(request.destination());
+  if (dest == kNoNode) {
+    return absl::NotFoundError(
+        fmt::format("destination '{}': no such name or id", request.destination()));
+  }
+  if (node == dest) {
+    return absl::InvalidArgumentError(
+        fmt::format("node and destination are both '{}'", o.name(node)));
+  }
+  const int cls = static_cast<int>(request.traffic_class());
+  const std::vector<bool> drained_links = DrainedLinks(o, drained);
+  const LinkPlan plan =
+      PlanLinksLocked(snapshot.get(), drained_links, probe_interval, clock_.UnixNanos());
+  const RoutingTables& tables = *snapshot->tables[cls];
+  const auto link_cost = [&](LinkId l) {
+    return plan.marginal ? plan.marginal_cost[l] : computer_->Cost(cls, l);
+  };
+
+  // Every node's distance toward `dest` over the tables' next hops, and the most utilised
+  // link of its routes (kNoLink at the destination), memoised; the tables are loop-free.
+  const auto n = static_cast<size_t>(topo.num_nodes());
+  std::vector<double> distance(n, std::numeric_limits<double>::quiet_NaN());
+  std::vector<LinkId> bottleneck(n, kNoLink);
+  const auto worse = [&](LinkId a, LinkId b) {
+    if (a == kNoLink) return b;
+    if (b == kNoLink) return a;
+    return plan.planned[b] > plan.planned[a] ? b : a;
+  };
+  const auto solve = [&](const auto& self, NodeId v) -> void {
+    if (!std::isnan(distance[v])) return;
+    if (v == dest) {
+      distance[v] = 0;
+      return;
+    }
+    const absl::Span<const NextHop> hops = tables.Lookup(v, dest);
+    double sum = hops.empty() ? std::numeric_limits<double>::infinity() : 0;
+    LinkId worst = kNoLink;
+    for (const NextHop& h : hops) {
+      const NodeId next = topo.link(h.link).dst;
+      self(self, next);
+      sum += h.weight * (link_cost(h.link) + distance[next]);
+      worst = worse(worst, worse(h.link, bottleneck[next]));
+    }
+    distance[v] = plan.marginal ? sum : snapshot->Potential(cls, dest, v);
+    bottleneck[v] = worst;
+  };
+  solve(solve, node);
+
+  v1::RouteExplanation out;
+  out.set_node(o.name(node));
+  out.set_destination(o.name(dest));
+  out.set_traffic_class(static_cast<uint32_t>(cls));
+  out.set_version(snapshot->version);
+  out.set_decision(plan.marginal ? "marginal" : "diffusion");
+  out.set_distance(distance[node]);
+  for (const Demand& d : plan.demand) {
+    if (d.src == node && d.dst == dest) out.set_demand_bps(d.amount * 8);
+  }
+  const absl::Span<const NextHop> hops = tables.Lookup(node, dest);
+  double least = std::numeric_limits<double>::infinity(), most = 0;
+  for (const NextHop& h : hops) {
+    const NodeId next = topo.link(h.link).dst;
+    const LinkId worst = worse(h.link, bottleneck[next]);
+    v1::NextHopExplanation* x = out.add_next_hops();
+    x->set_neighbour(o.name(next));
+    x->set_weight(h.weight);
+    x->set_link_cost(link_cost(h.link));
+    x->set_neighbour_distance(distance[next]);
+    x->set_path_cost(link_cost(h.link) + distance[next]);
+    x->set_bottleneck(
+        fmt::format("{}->{}", o.name(topo.link(worst).src), o.name(topo.link(worst).dst)));
+    x->set_bottleneck_utilisation(plan.planned[worst]);
+    x->set_link_why(plan.why[h.link]);
+    least = std::min(least, x->path_cost());
+    most = std::max(most, x->path_cost());
+  }
+
+  // The rule, and what stands out.
+  const auto note = [&](std::string text) { out.add_notes(std::move(text)); };
+  if (hops.empty()) {
+    note(fmt::format("{} has no next hop toward {}: it is cut off from it", o.name(node),
+                     o.name(dest)));
+  } else if (plan.marginal) {
+    note(
+        "marginal layer: traffic moves from next hops whose path costs more to the one that "
+        "costs least (Gallager); at the optimum every next hop in use costs the same");
+    if (out.demand_bps() == 0) {
+      note(fmt::format(
+          "no demand from {} to {} is measured: the split is the one the objective chose for "
+          "the other traffic, or the start's (over the shortest paths, by their capacity)",
+          o.name(node), o.name(dest)));
+    }
+    if (hops.size() > 1 && least > 0 && most > least * 1.05) {
+      note(
+          fmt::format("the paths' costs differ by {:.0f}%: the layer is still moving traffic "
+                      "toward the cheapest, or holds until a change gains publish_gain",
+                      100 * (most / least - 1)));
+    }
+    if (!plan.plan_error.empty()) {
+      note(fmt::format("the planned loads are not the demand's: {}", plan.plan_error));
+    }
+  } else {
+    note(
+        "diffusion layer: a next hop is downhill in the potential, and each is weighted by the "
+        "soft-minimum of its path cost (link cost + the neighbour's potential) at the "
+        "temperature");
+  }
+  for (const NextHop& h : hops) {
+    if (plan.slow[h.link] || drained_links[h.link] || cable_down_[h.link]) {
+      note(
+          fmt::format("{}->{}: {}", o.name(node), o.name(topo.link(h.link).dst), plan.why[h.link]));
+    }
+  }
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    const Link& link = topo.link(l);
+    if (link.src == node && (plan.slow[l] || drained_links[l] || cable_down_[l]) &&
+        std::none_of(hops.begin(), hops.end(), [&](const NextHop& h) { return h.link == l; })) {
+      note(fmt::format("{}->{} is not used: {}", o.name(node), o.name(link.dst), plan.why[l]));
+    }
+  }
+  return out;
+}
+
+}  // namespace dar::control
