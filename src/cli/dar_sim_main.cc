@@ -4,6 +4,7 @@
 #include "CLI/CLI.hpp"
 #include "base/version.h"
 #include "cli/loads.h"
+#include "cli/report.h"
 #include "cli/run.h"
 #include "cli/table.h"
 
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   dar::cli::AddRunCommand(app);
   dar::cli::AddLoadsCommand(app);
   dar::cli::AddTableCommand(app);
+  dar::cli::AddReportCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
