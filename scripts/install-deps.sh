@@ -24,6 +24,11 @@ PACKAGES=(
   # Training only (dar-train, src/train): LibTorch's C++ API. Everything else builds
   # and runs without it.
   libtorch-dev
+  # The controller's web view (web/, docs/web-view.md): Node.js runs vite at build time (npm
+  # installs web/node_modules from package-lock.json, below); Debian's chromium runs its
+  # browser test (web/tests/view.mjs). npm is below too: a Node.js from elsewhere may bring
+  # its own and conflict with Debian's package.
+  nodejs chromium
 )
 
 missing=()
@@ -32,12 +37,23 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if ! command -v npm >/dev/null; then
+  missing+=(npm)
 fi
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The web view's build tools and libraries, exactly as package-lock.json pins them; again only
+# when it changed. The build and the controller download nothing.
+web="$(cd "$(dirname "$0")/.." && pwd)/web"
+if [ ! -d "$web/node_modules" ] || [ "$web/package-lock.json" -nt "$web/node_modules" ]; then
+  echo "install-deps: npm ci --prefix web"
+  npm ci --prefix "$web" --no-audit --no-fund --loglevel=error
+  touch "$web/node_modules"
+fi
