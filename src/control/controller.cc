@@ -8,6 +8,7 @@
 #include "base/files.h"
 #include "base/status_macros.h"
 #include "base/version.h"
+#include "control/controller_web.h"
 #include "fmt/format.h"
 #include "security/revocation.h"
 #include "security/tls.h"
@@ -182,6 +183,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
     http = std::make_unique<net::HttpServer>(threads, metrics ? 100 : 1);
     if (metrics) {
       http->GetText("/metrics", std::move(metrics), "text/plain; version=0.0.4; charset=utf-8");
+      AddWebView(*http, *c->core_);
     }
     http->GetProbe("/healthz", healthy, "ok\n");
     http->GetProbe("/readyz", ready, "ready\n");

@@ -137,6 +137,28 @@ std::vector<v1::Event> ControllerCore::ListEvents(uint32_t limit) const {
   return out;
 }
 
+std::pair<uint64_t, int64_t> ControllerCore::LatestVersion() const {
+  MutexLock lock(&mu_);
+  if (latest_ == nullptr) return {0, 0};
+  return {latest_->version, latest_->computed_unix_ns};
+}
+
+std::string ControllerCore::DecisionLayer() const {
+  MutexLock lock(&cycle_mu_);
+  return marginal_ != nullptr ? "marginal" : "diffusion";
+}
+
+std::vector<v1::Event> ControllerCore::EventsSince(uint64_t* cursor) const {
+  MutexLock lock(&mu_);
+  const uint64_t first_kept = events_recorded_ - events_.size();
+  std::vector<v1::Event> out;
+  for (uint64_t i = std::max(*cursor, first_kept); i < events_recorded_; ++i) {
+    out.push_back(events_[i - first_kept]);
+  }
+  *cursor = events_recorded_;
+  return out;
+}
+
 v1::PolicySettings ControllerCore::GetPolicy() const {
   MutexLock lock(&mu_);
   v1::PolicySettings s;

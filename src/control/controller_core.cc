@@ -175,6 +175,7 @@ void ControllerCore::RecordEventLocked(const std::string& kind, const std::strin
   e.set_node(node);
   e.set_detail(detail);
   events_.push_back(std::move(e));
+  ++events_recorded_;
   while (events_.size() > static_cast<size_t>(std::max(1, config_.events_kept))) {
     events_.pop_front();
   }

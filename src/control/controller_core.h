@@ -189,6 +189,34 @@ class ControllerCore {
   absl::StatusOr<v1::RouteExplanation> ExplainRoute(const v1::ExplainRouteRequest& request) const;
   // Newest first; limit 0 = all kept.
   std::vector<v1::Event> ListEvents(uint32_t limit) const;
+  // The events recorded since `*cursor` (a count of events recorded since start; 0: every one
+  // still kept), oldest first, and moves the cursor past them. Events the bounded log dropped
+  // before they were read are skipped.
+  std::vector<v1::Event> EventsSince(uint64_t* cursor) const;
+
+  // One link's recent history, about a sample a second over the last kLinkHistory seconds:
+  // what was measured, forecast and planned (controller_explain.cc).
+  struct LinkPoint {
+    int64_t unix_ns = 0;
+    double utilisation = 0;  // measured (the tail's last sample)
+    double forecast = 0;     // horizon_s ahead
+    double planned = 0;      // LinkView.planned_utilisation
+    double rtt_ms = 0;
+    double queueing_ms = 0;
+  };
+  static constexpr size_t kLinkHistory = 300;
+  struct LinkSeries {
+    std::string src, dst;
+    double horizon_s = 0;
+    std::vector<LinkPoint> points;  // oldest first
+  };
+  // The newest tables' version and when they were computed (Unix ns); 0 and 0 before the first
+  // cycle. Cheap.
+  std::pair<uint64_t, int64_t> LatestVersion() const;
+  // "marginal" or "diffusion": the layer that makes the tables.
+  std::string DecisionLayer() const;
+  // Errors: NotFound if no link runs from `src` to `dst` (names or ids).
+  absl::StatusOr<LinkSeries> GetLinkSeries(const std::string& src, const std::string& dst) const;
   // The settings, and the learned policy's state in `learned`.
   v1::PolicySettings GetPolicy() const;
   // Replaces the policy's settings. An empty forwarding_mode or a cycle_ms of 0 keeps the
@@ -303,6 +331,9 @@ class ControllerCore {
   // marked down, each link at what it is measured to deliver (at most its configured capacity).
   Topology KnownTopologyLocked(const std::vector<bool>& drained_links) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
+  // Adds a point to every link's history if a second has passed since the last.
+  void RecordHistoryLocked(const RouteSnapshot* snapshot, const std::vector<bool>& drained_links,
+                           int64_t unix_now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // What the decision layer sees of each link, and why (controller_explain.cc).
   struct LinkPlan;
   LinkPlan PlanLinksLocked(const RouteSnapshot* snapshot, const std::vector<bool>& drained_links,
@@ -336,6 +367,10 @@ class ControllerCore {
   // The decision times since the last summary in the log.
   int64_t cycles_since_summary_ ABSL_GUARDED_BY(cycle_mu_) = 0;
   std::vector<double> recent_decisions_ms_ ABSL_GUARDED_BY(cycle_mu_);
+  // Every link's recent points (GetLinkSeries), by LinkId of history_overlay_.
+  std::vector<std::deque<LinkPoint>> history_ ABSL_GUARDED_BY(cycle_mu_);
+  std::shared_ptr<const Overlay> history_overlay_ ABSL_GUARDED_BY(cycle_mu_);
+  int64_t history_at_ns_ ABSL_GUARDED_BY(cycle_mu_) = 0;
 
   // Everything else; mu_ guards it.
   mutable Mutex mu_;
@@ -378,6 +413,7 @@ class ControllerCore {
   // (name, name), ordered pair.
   std::set<std::pair<std::string, std::string>> drained_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);  // newest at the back
+  uint64_t events_recorded_ ABSL_GUARDED_BY(mu_) = 0;  // since start (EventsSince)
   std::shared_ptr<const RouteSnapshot> latest_ ABSL_GUARDED_BY(mu_);
   TableVersions versions_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const security::RevocationList> revoked_ ABSL_GUARDED_BY(mu_);

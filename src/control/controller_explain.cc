@@ -364,4 +364,59 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
   return out;
 }
 
+void ControllerCore::RecordHistoryLocked(const RouteSnapshot* snapshot,
+                                         const std::vector<bool>& drained_links, int64_t unix_now) {
+  if (history_overlay_ != computer_overlay_) {
+    history_overlay_ = computer_overlay_;
+    history_.assign(static_cast<size_t>(computer_overlay_->topology.num_links()), {});
+    history_at_ns_ = 0;
+  }
+  if (history_at_ns_ != 0 && unix_now - history_at_ns_ < 1'000'000'000) return;
+  history_at_ns_ = unix_now;
+  Duration probe_interval;
+  {
+    MutexLock lock(&mu_);
+    probe_interval = config_.probe_interval;
+  }
+  const LinkPlan plan = PlanLinksLocked(snapshot, drained_links, probe_interval, unix_now);
+  for (LinkId l = 0; l < static_cast<LinkId>(history_.size()); ++l) {
+    std::deque<LinkPoint>& points = history_[l];
+    if (points.size() >= kLinkHistory) points.pop_front();
+    const LinkSample& last = computer_->last_sample(l);
+    points.push_back({.unix_ns = unix_now,
+                      .utilisation = last.utilisation,
+                      .forecast = computer_->ForecastOf(l).mean,
+                      .planned = plan.planned[l],
+                      .rtt_ms = ToMillis(last.rtt_smoothed),
+                      .queueing_ms = ToMillis(plan.queueing[l])});
+  }
+}
+
+absl::StatusOr<ControllerCore::LinkSeries> ControllerCore::GetLinkSeries(
+    const std::string& src, const std::string& dst) const {
+  MutexLock cycle_lock(&cycle_mu_);
+  Duration probe_interval;
+  {
+    MutexLock lock(&mu_);
+    probe_interval = config_.probe_interval;
+  }
+  const Overlay& o = *computer_overlay_;
+  const NodeId a = o.FindByNameOrId(src), b = o.FindByNameOrId(dst);
+  LinkId link = kNoLink;
+  for (LinkId l = 0; a != kNoNode && b != kNoNode && l < o.topology.num_links(); ++l) {
+    if (o.topology.link(l).src == a && o.topology.link(l).dst == b) link = l;
+  }
+  if (link == kNoLink) {
+    return absl::NotFoundError(fmt::format("no link from '{}' to '{}'", src, dst));
+  }
+  LinkSeries out;
+  out.src = o.name(a);
+  out.dst = o.name(b);
+  out.horizon_s = ToSeconds(probe_interval) * computer_->config().horizon_periods;
+  if (history_overlay_ == computer_overlay_) {
+    out.points.assign(history_[link].begin(), history_[link].end());
+  }
+  return out;
+}
+
 }  // namespace dar::control

@@ -470,6 +470,47 @@ TEST_F(ControllerGrpcTest, CycleThreadPushesTablesAndHttpServesMetricsAndHealth)
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   EXPECT_EQ(health->body, "ok\n");
+  EXPECT_THAT(metrics->body, HasSubstr("dar_link_up{dst=\"n4\",src=\"n3\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("dar_node_connected{node=\"n3\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("dar_build_info{commit="));
+
+  // The web view's API: JSON with typed numbers; bad requests say what is wrong.
+  const auto json = [&](const std::string& path, int status) {
+    httplib::Result r = http.Get(path);
+    EXPECT_TRUE(r) << path;
+    if (!r) return nlohmann::json();
+    EXPECT_EQ(r->status, status) << path << ": " << r->body;
+    EXPECT_EQ(r->get_header_value("Content-Type"), "application/json") << path;
+    return nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  };
+  const nlohmann::json topology = json("/api/topology", 200);
+  EXPECT_EQ(topology["nodes"].size(), 4u);
+  EXPECT_EQ(topology["links"].size(), 8u);
+  EXPECT_TRUE(topology["version"].is_number_unsigned());
+  EXPECT_TRUE(topology["nodes"][0]["acked_version"].is_number());
+  EXPECT_EQ(topology["decision"], "marginal");
+  const nlohmann::json routes = json("/api/routes?dest=n4&class=bulk", 200);
+  EXPECT_EQ(routes["routes"].size(), 3u);  // every other node's row toward n4
+  for (const nlohmann::json& r : routes["routes"]) EXPECT_EQ(r["traffic_class"], 1);
+  EXPECT_EQ(json("/api/routes?dest=n9", 404)["error"], "destination 'n9': no such name or id");
+  EXPECT_EQ(json("/api/routes?dest=n4&class=2", 400)["error"],
+            "class '2': want latency or bulk (or 0, 1)");
+  EXPECT_EQ(json("/api/routes", 400)["error"], "missing the query parameter 'dest'");
+  EXPECT_FALSE(json("/api/explain?node=n1&dest=n4", 200)["next_hops"].empty());
+  const nlohmann::json series = json("/api/series?src=n3&dst=n4", 200);
+  EXPECT_GE(series["t"].size(), 1u);
+  EXPECT_EQ(series["t"].size(), series["forecast"].size());
+  json("/api/series?src=n1&dst=n4", 404);  // no such link
+  // The event stream: the events so far, then it keeps going until the client leaves.
+  std::string stream;
+  httplib::Client sse("127.0.0.1", controller_->http_port());
+  sse.Get("/api/events", [&](const char* data, size_t n) {
+    stream.append(data, n);
+    return stream.find("event: cycle") == std::string::npos;  // stop once a cycle came
+  });
+  EXPECT_THAT(stream, HasSubstr("event: event\ndata: {"));
+  EXPECT_THAT(stream, HasSubstr("\"kind\":\"agent_connected\""));
+  EXPECT_THAT(stream, HasSubstr("event: cycle\ndata: {\"time_unix_ns\":"));
 
   controller_->Shutdown();
   std::ifstream log(dir.File("ctl.jsonl"));
