@@ -474,6 +474,12 @@ TEST_F(ControllerGrpcTest, CycleThreadPushesTablesAndHttpServesMetricsAndHealth)
   EXPECT_THAT(metrics->body, HasSubstr("dar_node_connected{node=\"n3\"} 1"));
   EXPECT_THAT(metrics->body, HasSubstr("dar_build_info{commit="));
 
+  // The page, from the binary.
+  httplib::Result page = http.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_THAT(page->get_header_value("Content-Type"), HasSubstr("text/html"));
+  EXPECT_THAT(page->body, HasSubstr("<script"));
   // The web view's API: JSON with typed numbers; bad requests say what is wrong.
   const auto json = [&](const std::string& path, int status) {
     httplib::Result r = http.Get(path);

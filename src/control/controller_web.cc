@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "control/web_assets.h"
 #include "fmt/format.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -61,6 +62,21 @@ std::string SseMessage(const char* event, const nlohmann::json& data) {
 }  // namespace
 
 void AddWebView(net::HttpServer& http, ControllerCore& core) {
+  // The page: each built file at its own path (escaped: the server takes patterns), and the
+  // index at /.
+  for (const WebAsset& asset : WebAssets()) {
+    std::string pattern;
+    for (const char ch : asset.path) {
+      if (std::string_view(".+*?^$()[]{}|\\").find(ch) != std::string_view::npos) pattern += '\\';
+      pattern += ch;
+    }
+    const auto serve = [asset](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(asset.body), std::string(asset.content_type));
+    };
+    http.Get(pattern, serve);
+    if (asset.path == "/index.html") http.Get("/", serve);
+  }
+
   http.Get("/api/topology", [&core](const httplib::Request&, httplib::Response& res) {
     const v1::TopologyView view = core.GetTopology();
     nlohmann::json out = wire::ToJson(view);

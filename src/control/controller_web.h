@@ -2,6 +2,7 @@
 // the server-sent events it follows, and the page itself (web/, compiled in: web_assets.h).
 // Read-only: nothing here changes what the controller does.
 //
+//   GET /  (and the files it loads)         the page (web/)
 //   GET /api/topology                       {"version", "decision", "nodes": [NodeView],
 //                                            "links": [LinkView]}
 //   GET /api/routes?dest=D&class=latency    GetRoutesResponse: every node's row toward D
