@@ -43,22 +43,22 @@ def main():
         name = os.path.basename(f)[:-len(".json")]
         nodes = len(json.load(open(f))["nodes"])
         for demand in ("uniform", "gravity"):
-            base = loads(args.dar_sim, f, "ecmp", demand, 1.0)["max_utilization"]
+            base = loads(args.dar_sim, f, "ecmp", demand, 1.0)["max_utilisation"]
             unit = 1.0 / base
             ecmp = loads(args.dar_sim, f, "ecmp", demand, unit)
             lp = loads(args.dar_sim, f, "lp", demand, unit)
-            optimum = lp["max_utilization"]
+            optimum = lp["max_utilisation"]
             ratios, at_one = [], None
             for level in LEVELS:
                 dar = loads(args.dar_sim, f, "dar", demand, unit * level)
                 if not dar["dar"]["settled"] or dar["dar"]["oscillated"]:
                     sys.exit(f"{name} {demand} at ECMP {level}: DAR did not settle"
                              f" (oscillated: {dar['dar']['oscillated']})")
-                ratios.append(dar["max_utilization"] / (optimum * level))
+                ratios.append(dar["max_utilisation"] / (optimum * level))
                 if level == 1.0:
                     at_one = dar
             cells = " | ".join(f"{r:.3f}" for r in ratios)
-            print(f"| {name} | {nodes} | {demand} | {ecmp['max_utilization'] / optimum:.2f} "
+            print(f"| {name} | {nodes} | {demand} | {ecmp['max_utilisation'] / optimum:.2f} "
                   f"| {cells} | {at_one['dar']['iterations']} | {at_one['dar']['gap']:.1e} "
                   f"| {ecmp['stretch']:.3f} / {at_one['stretch']:.3f} / {lp['stretch']:.3f} |")
             sys.stdout.flush()

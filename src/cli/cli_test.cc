@@ -88,7 +88,7 @@ TEST(DarSimCliTest, DarLoadsSettleBelowEcmpMaxUtilisation) {
         fmt::format("loads --topology {} --policy {} --unit-gbps 0.5 --json", file, policies[i]));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const nlohmann::json out = nlohmann::json::parse(r.output);
-    max_util[i] = out["max_utilization"].get<double>();
+    max_util[i] = out["max_utilisation"].get<double>();
     if (i == 1) {
       EXPECT_TRUE(out["dar"]["settled"].get<bool>());
     }
@@ -116,8 +116,8 @@ TEST(DarSimCliTest, LpLoadsNeverAboveEcmpUnderGravity) {
     const nlohmann::json lp =
         RunLoadsJson(fmt::format("--topology {} --policy lp --demand gravity", file));
     ASSERT_TRUE(ecmp.is_object() && lp.is_object()) << name;
-    const double ecmp_util = ecmp["max_utilization"].get<double>();
-    const double lp_util = lp["max_utilization"].get<double>();
+    const double ecmp_util = ecmp["max_utilisation"].get<double>();
+    const double lp_util = lp["max_utilisation"].get<double>();
     std::printf("%s, gravity: max utilisation ECMP %.4f, LP %.4f\n", name, ecmp_util, lp_util);
     EXPECT_LE(lp_util, ecmp_util * (1 + 1e-6)) << name;
     EXPECT_NEAR(lp["lp"]["lambda"].get<double>(), lp_util, 1e-3 * lp_util) << name;
@@ -143,7 +143,7 @@ TEST(DarSimCliTest, LoadsReportAdmissionAndDarObjective) {
   const nlohmann::json ecmp =
       RunLoadsJson(fmt::format("--topology {} --policy ecmp --unit-gbps 5", file));
   ASSERT_TRUE(ecmp.is_object());
-  const double util = ecmp["max_utilization"].get<double>();
+  const double util = ecmp["max_utilisation"].get<double>();
   ASSERT_GT(util, 1);
   EXPECT_NEAR(ecmp["min_pair_admitted"].get<double>(), 1 / util, 1e-9);
   EXPECT_LT(ecmp["admitted_fraction"].get<double>(), 1);
@@ -160,7 +160,7 @@ TEST(DarSimCliTest, LoadsReportAdmissionAndDarObjective) {
   EXPECT_LE(dar["dar"]["lower_bound"].get<double>(), objective);
   EXPECT_NEAR(dar["dar"]["gap"].get<double>(),
               (objective - dar["dar"]["lower_bound"].get<double>()) / objective, 1e-12);
-  EXPECT_LT(dar["max_utilization"].get<double>(), util);
+  EXPECT_LT(dar["max_utilisation"].get<double>(), util);
   EXPECT_GT(dar["min_pair_admitted"].get<double>(), ecmp["min_pair_admitted"].get<double>());
   // The objective's parameters come from the command line.
   const nlohmann::json p8 = RunLoadsJson(

@@ -148,10 +148,10 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
       doc["links"].push_back({{"src", topo.node(topo.link(l).src).name},
                               {"dst", topo.node(topo.link(l).dst).name},
                               {"load", loads[l]},
-                              {"utilization", utilization(l)}});
+                              {"utilisation", utilization(l)}});
     }
     doc["max_link_load"] = max_load;
-    doc["max_utilization"] = max_utilization;
+    doc["max_utilisation"] = max_utilization;
     doc["stretch"] = stretch.total;
     doc["admitted_fraction"] = admission.admitted_fraction;
     doc["min_pair_admitted"] = admission.min_pair_fraction;
@@ -191,13 +191,13 @@ absl::Status RunLoads(const LoadsOptions& options, std::ostream& out) {
   out << fmt::format("{} ({}), policy {}, demand {} ({:.4g} units of {} Gbps)\n", options.topology,
                      topo.Summary(), options.policy, demand.description,
                      TotalDemand(demand.demands), options.unit_gbps);
-  out << fmt::format("{:>12} {:>12} {:>12} {:>12}\n", "src", "dst", "load", "utilization");
+  out << fmt::format("{:>12} {:>12} {:>12} {:>12}\n", "src", "dst", "load", "utilisation");
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const Link& link = topo.link(l);
     out << fmt::format("{:>12} {:>12} {:>12.4f} {:>12.4f}\n", topo.node(link.src).name,
                        topo.node(link.dst).name, loads[l], utilization(l));
   }
-  out << fmt::format("max link load {:.4f}, max utilization {:.4f}\n", max_load, max_utilization);
+  out << fmt::format("max link load {:.4f}, max utilisation {:.4f}\n", max_load, max_utilization);
   out << fmt::format("path stretch {:.4f} (demand-weighted mean over {} pairs)\n", stretch.total,
                      routing.routes.size());
   out << fmt::format(

@@ -43,8 +43,8 @@ struct LoadsOptions {
 
 // Computes the loads and writes them to `out`: with options.json the object
 //   {"policy": P, "demand": D, "demand_total": T, "unit_gbps": U,
-//    "links": [{"src": S, "dst": D, "load": L, "utilization": X}, ...], "max_link_load": M,
-//    "max_utilization": U, "stretch": S, "admitted_fraction": A, "min_pair_admitted": F,
+//    "links": [{"src": S, "dst": D, "load": L, "utilisation": X}, ...], "max_link_load": M,
+//    "max_utilisation": U, "stretch": S, "admitted_fraction": A, "min_pair_admitted": F,
 //    "pairs": [{"src", "dst", "demand", "delay_ms", "shortest_delay_ms", "stretch",
 //               "admitted"}, ...],
 //    "dar": {"settled", "iterations", "objective", "lower_bound", "gap", "power",

@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -982,6 +983,40 @@ TEST_F(SystemTest, MetricsAndExplanationsShowTheLab) {
   EXPECT_GT(a["dar_agent_dataplane_probes_sent_total"], 0);
   EXPECT_TRUE(a.contains("dar_agent_drops_total{reason=\"no_route\"}"));
 
+  // Every metric the Grafana dashboard in the repository queries is one the lab exports.
+  std::set<std::string> exported;
+  for (const auto* page : {&m, &a}) {
+    for (const auto& [sample, value] : *page) {
+      std::string name = sample.substr(0, sample.find('{'));
+      for (const std::string suffix : {"_bucket", "_count", "_sum"}) {
+        if (name.ends_with(suffix)) name.resize(name.size() - suffix.size());
+      }
+      exported.insert(name);
+    }
+  }
+  const nlohmann::json dashboard = nlohmann::json::parse(
+      ReadFile(std::string(DAR_SOURCE_DIR) + "/configs/grafana/dar-dashboard.json"), nullptr,
+      false);
+  ASSERT_TRUE(dashboard.is_object()) << "configs/grafana/dar-dashboard.json is not JSON";
+  int queried = 0;
+  for (const nlohmann::json& panel : dashboard["panels"]) {
+    for (const nlohmann::json& target : panel["targets"]) {
+      const std::string expr = target.value("expr", "");
+      static const std::regex kMetric("dar_[a-z_]+");
+      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), kMetric);
+           it != std::sregex_iterator(); ++it) {
+        std::string name = it->str();
+        for (const std::string suffix : {"_bucket", "_count", "_sum"}) {
+          if (name.ends_with(suffix)) name.resize(name.size() - suffix.size());
+        }
+        ++queried;
+        EXPECT_TRUE(exported.contains(name))
+            << panel.value("title", "") << ": " << name << " is not exported";
+      }
+    }
+  }
+  EXPECT_GT(queried, 20);
+
   // The lab's darctl needs no address or TLS flags; integers are JSON numbers.
   const CommandResult ctl = Cli({"ctl", "--dir", dir_, "show", "nodes", "-j"});
   ASSERT_EQ(ctl.exit_code, 0) << ctl.err;
@@ -1000,6 +1035,19 @@ TEST_F(SystemTest, MetricsAndExplanationsShowTheLab) {
     EXPECT_EQ(r.exit_code, 0) << fmt::format("{}", fmt::join(order, " ")) << r.err;
     EXPECT_TRUE(nlohmann::json::parse(r.out, nullptr, false).is_object()) << r.out;
   }
+
+  // --watch runs a view again and again; with -j, one JSON document a line.
+  absl::StatusOr<CommandResult> watched =
+      SubprocessRunner(Seconds(20))
+          .Execute({"timeout", "1.5", Bin("dar-lab"), "ctl", "--dir", dir_, "show", "nodes", "-j",
+                    "-w", "0.2"});
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  int documents = 0;
+  std::istringstream watch_lines(watched->out);
+  for (std::string line; std::getline(watch_lines, line);) {
+    documents += nlohmann::json::parse(line, nullptr, false).contains("nodes");
+  }
+  EXPECT_GE(documents, 3) << watched->out;
 
   // Why A splits toward D as it does: both branches, weights adding up, the rule said.
   const nlohmann::json why = Darctl({"explain", "route", "A", "D", "--class", "bulk"});
