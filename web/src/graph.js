@@ -176,7 +176,9 @@ export class Graph {
 
   renderNodes(nodes, routes, dest) {
     const at = this.positions;
+    // The destination has no row of its own toward itself: it is at distance 0.
     const distance = new Map(routes.map((r) => [r.node, num(r.potential)]));
+    if (routes.length > 0 && !distance.has(dest)) distance.set(dest, 0);
     const finite = [...distance.values()].filter(Number.isFinite);
     const colour = scaleSequential(interpolateGnBu).domain([Math.max(...finite, 1e-9) * 1.25, 0]);
     const fill = (name) => {

@@ -25,9 +25,9 @@ const log = (message) => console.log(`view: ${message}`);
 let step = 'starting chromium';
 
 // Waits until `predicate(arg)`, evaluated in the page, is true; fails the step otherwise.
-async function until(page, what, predicate, arg) {
+async function until(page, what, predicate, timeout = WAIT_MS) {
   step = what;
-  await page.waitForFunction(predicate, arg, { timeout: WAIT_MS, polling: 100 });
+  await page.waitForFunction(predicate, null, { timeout, polling: 100 });
   log(`ok: ${what}`);
 }
 
@@ -40,6 +40,9 @@ async function run(page) {
     ['A', 'B', 'C', 'D'].every((n) => document.querySelector(`[data-node="${n}"]`)));
   await until(page, 'the stream is live', () =>
     document.getElementById('stream').dataset.state === 'live');
+  // A lab just brought up: its agents connect and take tables within seconds.
+  await until(page, 'every agent is connected', () =>
+    document.getElementById('agents').textContent === '4/4', 2 * WAIT_MS);
 
   step = 'selecting destination D';
   await page.selectOption('#dest', 'D');
@@ -47,7 +50,7 @@ async function run(page) {
     document.querySelector('.route[data-from="A"][data-to="B"]'));
 
   step = 'taking the link B-D down';
-  log(execFileSync(darLab, ['link', 'down', 'B', 'D', '--dir', labDir], { encoding: 'utf8' }).trim());
+  execFileSync(darLab, ['link', 'down', 'B', 'D', '--dir', labDir], { stdio: 'inherit' });
   await until(page, 'the link B->D is down and red', () => {
     const line = document.querySelector('line[data-src="B"][data-dst="D"]');
     if (line?.dataset.state !== 'down') return false;
