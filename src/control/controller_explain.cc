@@ -146,7 +146,8 @@ ControllerCore::LinkPlan ControllerCore::PlanLinksLocked(const RouteSnapshot* sn
           FormatRate(plan.delivers[l]), FormatRate(topo.link(l).params.capacity),
           static_cast<double>(std::max<int64_t>(0, plan.slow_until_ns[l] - unix_now)) * 1e-9);
     } else if (queue_ms >= 1 || last.loss >= 0.001) {
-      why = fmt::format("congested: queueing {:.1f} ms, loss {:.2f}%", queue_ms, 100 * last.loss);
+      why = fmt::format("queueing: {:.1f} ms measured{}", queue_ms,
+                        last.loss >= 0.001 ? fmt::format(", loss {:.1f}%", 100 * last.loss) : "");
     } else if (plan.marginal && plan.planned[l] >= 0.5) {
       why = fmt::format("loaded: the demand puts {:.0f}% on it, marginal cost {:.3g}",
                         100 * plan.planned[l], plan.marginal_cost[l]);
