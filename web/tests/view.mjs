@@ -34,6 +34,9 @@ async function until(page, what, predicate, timeout = WAIT_MS) {
 async function run(page) {
   page.on('console', (m) => m.type() === 'error' && log(`page console: ${m.text()}`));
   page.on('pageerror', (e) => log(`page error: ${e.message}`));
+  let fetches = 0;
+  page.on('request', (r) => r.url().includes('api/topology') && fetches++);
+  const start = Date.now();
   step = `loading ${url}`;
   await page.goto(url, { timeout: WAIT_MS });
   await until(page, 'the four nodes are drawn', () =>
@@ -67,6 +70,11 @@ async function run(page) {
     document.querySelectorAll('#link-pane .uplot').length === 2);
   await until(page, 'the events list shows link_down', () =>
     document.querySelector('#events li[data-kind="link_down"]'));
+  // Once a second at most, and once for each of the three choices made above.
+  const seconds = (Date.now() - start) / 1000;
+  step = 'counting the topology fetches';
+  if (fetches > Math.ceil(seconds) + 4) throw new Error(`${fetches} in ${seconds} s`);
+  log(`ok: ${fetches} topology fetches in ${seconds.toFixed(1)} s`);
   await page.screenshot({ path: join(labDir, 'web-view.png'), fullPage: true });
 }
 
