@@ -102,7 +102,9 @@ std::string AgentMetricsText(const AgentConfig& config, const AgentMetricsSnapsh
                     static_cast<double>(c.connect_failures)));
   out.push_back(One("dar_agent_samples_sent_total", "Sample messages sent to the controller",
                     MetricType::Counter, static_cast<double>(c.samples_sent)));
-  out.push_back(One("dar_agent_table_version", "Version of the table the data plane forwards with",
+  out.push_back(One("dar_agent_table_version",
+                    "Version of the controller table accepted last (dar_agent_static_table says "
+                    "whether the data plane forwards on it or on the static table)",
                     MetricType::Gauge, static_cast<double>(s.installed_version)));
   out.push_back(One("dar_agent_static_table", "1 while the data plane forwards on the static table",
                     MetricType::Gauge, s.static_table ? 1 : 0));

@@ -67,9 +67,12 @@ void AddConnectionFlags(CLI::App* cmd, Connection& c) {
                   "spiffe://<the admin certificate's domain>/controller)")
       ->envname("DAR_CONTROLLER_ID");
   cmd->add_flag("-j,--json", c.json, "Print JSON (integers as numbers)");
+}
+
+// -w/--watch, for the views (show, explain) only.
+void AddWatchFlag(CLI::App* cmd, Connection& c) {
   cmd->add_option("-w,--watch", c.watch_s,
-                  "show and explain: run again every SECONDS until interrupted (JSON: one "
-                  "document a line)")
+                  "run again every SECONDS until interrupted (JSON: one document a line)")
       ->check(CLI::Range(0.1, 86400.0));
 }
 
@@ -128,7 +131,9 @@ Response Call(const Connection& c, Method method, const Request& request) {
 
 // Pretty JSON, or one line per document while watching (JSON lines).
 void PrintJson(const google::protobuf::Message& m, bool one_line = false) {
-  std::cout << wire::ToJson(m).dump(one_line ? -1 : 2) << "\n";
+  std::cout << wire::ToJson(m).dump(one_line ? -1 : 2, ' ', false,
+                                    nlohmann::json::error_handler_t::replace)
+            << "\n";
 }
 
 std::string Age(int64_t unix_ns) {
@@ -410,6 +415,7 @@ void AddAdminCommands(CLI::App& app) {
 
   CLI::App* show = app.add_subcommand("show", "Show the controller's view");
   show->require_subcommand(1);
+  AddWatchFlag(show, *conn);
   show->add_subcommand("topology", "Nodes and links")->callback(Watched(conn, [conn] {
     ShowTopology(*conn);
   }));
@@ -435,6 +441,7 @@ void AddAdminCommands(CLI::App& app) {
 
   CLI::App* explain = app.add_subcommand("explain", "Say why the controller decided as it did");
   explain->require_subcommand(1);
+  AddWatchFlag(explain, *conn);
   auto why = std::make_shared<RoutesFlags>();
   CLI::App* why_route = explain->add_subcommand(
       "route",

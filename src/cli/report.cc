@@ -422,6 +422,7 @@ absl::Status DrawTimeSeries(const std::vector<PolicyData>& policies, const std::
                     Axis{plot.y_label}, plot.steps};
     chart.y.min = 0.0;
     for (const PolicyData& p : policies) {
+      if (p.series.size() <= static_cast<size_t>(plot.column)) continue;  // no series read
       std::vector<std::pair<double, double>> points;
       for (size_t r = 0; r < p.series[0].size(); ++r) {
         points.emplace_back(p.series[0][r], p.series[plot.column][r] * plot.scale);

@@ -257,6 +257,15 @@ int RunOnce(const sim::Scenario& scenario, const RunFlags& flags, const std::str
                      ? flags.jobs
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   RecordsWriter records(out);
+  // Records an earlier run left in `out` go first: a report must not read another run's.
+  std::error_code listing;
+  for (const auto& entry : std::filesystem::directory_iterator(out, listing)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".csv") && (name.starts_with("flows-") || name.starts_with("timeseries-"))) {
+      std::error_code ignored;
+      std::filesystem::remove(entry.path(), ignored);
+    }
+  }
   if (!flags.no_records) {
     std::error_code ec;
     std::filesystem::create_directories(out, ec);

@@ -56,6 +56,12 @@ Range AxisRange(const Axis& axis, const std::vector<double>& values) {
       lo -= pad;
       hi = lo + 3 * pad;
     }
+    // Never past a bound the axis sets (all zeros on an axis from 0: 0 to 2, not -1 to 2).
+    if (axis.min && lo < *axis.min) {
+      hi += *axis.min - lo;
+      lo = *axis.min;
+    }
+    if (axis.max && hi > *axis.max) hi = *axis.max;
   }
   Range r{lo, hi, axis.log, axis.log ? LogTicks(lo, hi) : LinearTicks(lo, hi)};
   if (!axis.min) r.lo = r.ticks.front();

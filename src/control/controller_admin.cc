@@ -148,11 +148,13 @@ std::string ControllerCore::DecisionLayer() const {
   return marginal_ != nullptr ? "marginal" : "diffusion";
 }
 
-std::vector<v1::Event> ControllerCore::EventsSince(uint64_t* cursor) const {
+std::vector<v1::Event> ControllerCore::EventsSince(uint64_t* cursor, size_t limit) const {
   MutexLock lock(&mu_);
   const uint64_t first_kept = events_recorded_ - events_.size();
+  uint64_t from = std::max(*cursor, first_kept);
+  if (limit != 0 && events_recorded_ - from > limit) from = events_recorded_ - limit;
   std::vector<v1::Event> out;
-  for (uint64_t i = std::max(*cursor, first_kept); i < events_recorded_; ++i) {
+  for (uint64_t i = from; i < events_recorded_; ++i) {
     out.push_back(events_[i - first_kept]);
   }
   *cursor = events_recorded_;

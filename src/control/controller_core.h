@@ -26,6 +26,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -190,24 +191,25 @@ class ControllerCore {
   // Newest first; limit 0 = all kept.
   std::vector<v1::Event> ListEvents(uint32_t limit) const;
   // The events recorded since `*cursor` (a count of events recorded since start; 0: every one
-  // still kept), oldest first, and moves the cursor past them. Events the bounded log dropped
+  // still kept), at most the newest `limit` of them (0: no limit), oldest first, and moves the
+  // cursor past every event recorded so far, in one step. Events the bounded log dropped
   // before they were read are skipped.
-  std::vector<v1::Event> EventsSince(uint64_t* cursor) const;
+  std::vector<v1::Event> EventsSince(uint64_t* cursor, size_t limit = 0) const;
 
   // One link's recent history, about a sample a second over the last kLinkHistory seconds:
   // what was measured, forecast and planned (controller_explain.cc).
   struct LinkPoint {
     int64_t unix_ns = 0;
     double utilisation = 0;  // measured (the tail's last sample)
-    double forecast = 0;     // horizon_s ahead
+    double forecast = 0;     // horizon ahead
     double planned = 0;      // LinkView.planned_utilisation
-    double rtt_ms = 0;
-    double queueing_ms = 0;
+    Duration rtt{0};
+    Duration queueing{0};
   };
   static constexpr size_t kLinkHistory = 300;
   struct LinkSeries {
     std::string src, dst;
-    double horizon_s = 0;
+    Duration horizon{0};
     std::vector<LinkPoint> points;  // oldest first
   };
   // The newest tables' version and when they were computed (Unix ns); 0 and 0 before the first
@@ -331,14 +333,20 @@ class ControllerCore {
   // marked down, each link at what it is measured to deliver (at most its configured capacity).
   Topology KnownTopologyLocked(const std::vector<bool>& drained_links) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
-  // Adds a point to every link's history if a second has passed since the last.
+  // Adds a point to every link's history if a second has passed (`now`, monotonic) since the
+  // last.
   void RecordHistoryLocked(const RouteSnapshot* snapshot, const std::vector<bool>& drained_links,
-                           int64_t unix_now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
-  // What the decision layer sees of each link, and why (controller_explain.cc).
+                           Time now, int64_t unix_now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
+  // What the decision layer sees of each link and why (controller_explain.cc), in two steps:
+  // the inputs, copied under cycle_mu_ (per link, and the demand estimate: cheap), and the
+  // plan made from them with no lock held (the demand routed, the objective's derivatives, the
+  // route shares: the costly part), so that a scrape or a view does not hold up the cycle.
+  struct LinkInputs;
   struct LinkPlan;
-  LinkPlan PlanLinksLocked(const RouteSnapshot* snapshot, const std::vector<bool>& drained_links,
-                           Duration probe_interval, int64_t unix_now) const
+  LinkInputs GatherLinksLocked(const std::vector<bool>& drained_links,
+                               Duration probe_interval) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
+  static LinkPlan PlanLinks(const LinkInputs& in, const RouteSnapshot* snapshot, int64_t unix_now);
 
   const Clock& clock_;
   JsonLog& log_;
@@ -370,7 +378,7 @@ class ControllerCore {
   // Every link's recent points (GetLinkSeries), by LinkId of history_overlay_.
   std::vector<std::deque<LinkPoint>> history_ ABSL_GUARDED_BY(cycle_mu_);
   std::shared_ptr<const Overlay> history_overlay_ ABSL_GUARDED_BY(cycle_mu_);
-  int64_t history_at_ns_ ABSL_GUARDED_BY(cycle_mu_) = 0;
+  std::optional<Time> history_at_ ABSL_GUARDED_BY(cycle_mu_);  // the last point's (monotonic)
 
   // Everything else; mu_ guards it.
   mutable Mutex mu_;

@@ -19,18 +19,31 @@
 
 namespace dar::control {
 
+struct ControllerCore::LinkInputs {
+  std::shared_ptr<const Overlay> overlay;  // computer_overlay_
+  RouteComputerConfig config;              // the route computer's
+  Duration probe_interval{0};
+  std::vector<DataRate> delivers;  // RouteComputer::DeliveryCapacity
+  std::vector<char> slow;          // RouteComputer::Slow
+  std::vector<LinkState> state;    // RouteComputer::StateOf
+  std::vector<LinkSample> last;    // the tail's last sample
+  std::vector<char> down, drained;
+  std::vector<int64_t> heard_unix_ns;  // when the tail last reported it; 0: never
+  std::array<std::vector<double>, kTrafficClasses> cost;  // RouteComputer::Cost
+  // The marginal layer: what it decides over, for which demand, by which objective.
+  bool marginal = false;
+  Topology known;
+  std::vector<Demand> demand;  // bytes per second
+  RoutingObjective objective;
+};
+
 struct ControllerCore::LinkPlan {
-  std::vector<DataRate> delivers;                          // what the decision counts each link at
-  std::vector<char> slow;                                  // RouteComputer::Slow
   std::vector<int64_t> slow_until_ns;                      // Unix time; 0 when not slow
-  std::vector<Duration> queueing;                          // measured
   std::vector<double> planned;                             // utilisation the decision plans for
   std::vector<double> marginal_cost;                       // marginal layer only
   std::array<std::vector<double>, kTrafficClasses> share;  // of the tail's rows
   std::vector<std::string> why;
-  bool marginal = false;
-  std::string plan_error;      // why `planned` is not the demand's (empty: it is)
-  std::vector<Demand> demand;  // the marginal layer's estimate, bytes per second
+  std::string plan_error;  // why `planned` is not the demand's (empty: it is)
 };
 
 namespace {
@@ -56,49 +69,63 @@ double SlowSamplesLeft(DataRate delivers, DataRate configured, const RouteComput
 
 }  // namespace
 
-ControllerCore::LinkPlan ControllerCore::PlanLinksLocked(const RouteSnapshot* snapshot,
-                                                         const std::vector<bool>& drained_links,
-                                                         Duration probe_interval,
-                                                         int64_t unix_now) const {
+ControllerCore::LinkInputs ControllerCore::GatherLinksLocked(const std::vector<bool>& drained_links,
+                                                             Duration probe_interval) const {
+  LinkInputs in;
+  in.overlay = computer_overlay_;
+  in.config = computer_->config();
+  in.probe_interval = probe_interval;
   const Topology& topo = computer_overlay_->topology;
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    in.delivers.push_back(computer_->DeliveryCapacity(l));
+    in.slow.push_back(computer_->Slow(l) ? 1 : 0);
+    in.state.push_back(computer_->StateOf(l));
+    in.last.push_back(computer_->last_sample(l));
+    in.down.push_back(cable_down_[l] ? 1 : 0);
+    in.drained.push_back(drained_links[l] ? 1 : 0);
+    in.heard_unix_ns.push_back(ends_[l].heard_unix_ns);
+    for (int cls = 0; cls < kTrafficClasses; ++cls) in.cost[cls].push_back(computer_->Cost(cls, l));
+  }
+  in.marginal = marginal_ != nullptr;
+  if (in.marginal) {
+    in.known = KnownTopologyLocked(drained_links);
+    in.demand = marginal_->DemandEstimate();
+    in.objective = marginal_config_.routing.objective;
+  }
+  return in;
+}
+
+ControllerCore::LinkPlan ControllerCore::PlanLinks(const LinkInputs& in,
+                                                   const RouteSnapshot* snapshot,
+                                                   int64_t unix_now) {
+  const Topology& topo = in.overlay->topology;
   const auto links = static_cast<size_t>(topo.num_links());
-  const RouteComputerConfig& rc = computer_->config();
   LinkPlan plan;
-  plan.delivers.resize(links);
-  plan.slow.resize(links);
-  plan.slow_until_ns.resize(links);
-  plan.queueing.resize(links);
+  plan.slow_until_ns.assign(links, 0);
   plan.planned.resize(links);
-  plan.marginal_cost.resize(links);
+  plan.marginal_cost.assign(links, 0.0);
   plan.why.resize(links);
   for (auto& s : plan.share) s.assign(links, 0.0);
-  plan.marginal = marginal_ != nullptr;
   // The tables of this topology: a reload that changed the overlay has not cycled yet.
-  if (snapshot != nullptr && snapshot->overlay != computer_overlay_) snapshot = nullptr;
+  if (snapshot != nullptr && snapshot->overlay != in.overlay) snapshot = nullptr;
 
   for (LinkId l = 0; l < topo.num_links(); ++l) {
-    const LinkState state = computer_->StateOf(l);
-    plan.delivers[l] = computer_->DeliveryCapacity(l);
-    plan.slow[l] = computer_->Slow(l) ? 1 : 0;
-    plan.queueing[l] = state.queueing;
-    plan.planned[l] = state.utilisation;
-    if (plan.slow[l]) {
-      const double left = SlowSamplesLeft(plan.delivers[l], topo.link(l).params.capacity, rc);
-      const int64_t from = ends_[l].heard_unix_ns != 0 ? ends_[l].heard_unix_ns : unix_now;
+    plan.planned[l] = in.state[l].utilisation;
+    if (in.slow[l]) {
+      const double left = SlowSamplesLeft(in.delivers[l], topo.link(l).params.capacity, in.config);
+      const int64_t from = in.heard_unix_ns[l] != 0 ? in.heard_unix_ns[l] : unix_now;
       plan.slow_until_ns[l] =
-          from + static_cast<int64_t>(left * static_cast<double>(probe_interval.count()));
+          from + static_cast<int64_t>(left * static_cast<double>(in.probe_interval.count()));
     }
   }
 
   // The marginal layer: the load it plans for, and what one more unit costs there.
-  if (plan.marginal) {
-    const Topology known = KnownTopologyLocked(drained_links);
-    plan.demand = marginal_->DemandEstimate();
+  if (in.marginal) {
     std::vector<double> loads(links, 0.0);  // bytes per second
     if (snapshot == nullptr) {
       plan.plan_error = "no tables yet";
     } else if (absl::StatusOr<std::vector<double>> routed =
-                   ComputeLinkLoads(topo, *snapshot->tables[0], plan.demand);
+                   ComputeLinkLoads(topo, *snapshot->tables[0], in.demand);
                routed.ok()) {
       loads = *std::move(routed);
     } else {
@@ -106,14 +133,14 @@ ControllerCore::LinkPlan ControllerCore::PlanLinksLocked(const RouteSnapshot* sn
     }
     double max_u = 0;
     for (LinkId l = 0; l < topo.num_links(); ++l) {
-      const double cap = static_cast<double>(known.link(l).params.capacity.bps());
+      const double cap = static_cast<double>(in.known.link(l).params.capacity.bps());
       plan.planned[l] = cap > 0 ? loads[l] * 8 / cap : 0;
-      if (known.link(l).up) max_u = std::max(max_u, plan.planned[l]);
+      if (in.known.link(l).up) max_u = std::max(max_u, plan.planned[l]);
     }
-    RoutingObjective objective = marginal_config_.routing.objective;
+    RoutingObjective objective = in.objective;
     objective.reference_utilization = max_u > 0 ? max_u : 1;
-    const ObjectiveTerms terms = EvaluateObjective(known, loads, /*unit_bps=*/8, objective);
-    for (LinkId l = 0; l < topo.num_links(); ++l) plan.marginal_cost[l] = terms.first[l];
+    const ObjectiveTerms terms = EvaluateObjective(in.known, loads, /*unit_bps=*/8, objective);
+    plan.marginal_cost = terms.first;
   }
 
   // Each link's share of its tail's rows, averaged over the destinations.
@@ -132,111 +159,129 @@ ControllerCore::LinkPlan ControllerCore::PlanLinksLocked(const RouteSnapshot* sn
   }
 
   for (LinkId l = 0; l < topo.num_links(); ++l) {
-    const LinkSample& last = computer_->last_sample(l);
-    const double queue_ms = ToMillis(plan.queueing[l]);
+    const double queue_ms = ToMillis(in.state[l].queueing);
+    const double loss = in.last[l].loss;
     std::string& why = plan.why[l];
-    if (cable_down_[l]) {
+    if (in.down[l]) {
       why = "down: a link end reports it down, or no sample came in time (events say which)";
-    } else if (drained_links[l]) {
+    } else if (in.drained[l]) {
       why = "drained by an operator (darctl link undrain)";
-    } else if (plan.slow[l]) {
-      why = fmt::format(
-          "slow: delivers {} of {} while queued, counted at that for another {:.0f} s without "
-          "new evidence",
-          FormatRate(plan.delivers[l]), FormatRate(topo.link(l).params.capacity),
-          static_cast<double>(std::max<int64_t>(0, plan.slow_until_ns[l] - unix_now)) * 1e-9);
-    } else if (queue_ms >= 1 || last.loss >= 0.001) {
+    } else if (in.slow[l]) {
+      // The estimate recovers as samples arrive: without them it stays where it is.
+      const bool silent = in.heard_unix_ns[l] != 0 &&
+                          unix_now - in.heard_unix_ns[l] > 10 * in.probe_interval.count();
+      why = fmt::format("slow: delivers {} of {} while queued, counted at that {}",
+                        FormatRate(in.delivers[l]), FormatRate(topo.link(l).params.capacity),
+                        silent ? std::string("until its samples resume")
+                               : fmt::format("for another {:.0f} s without new evidence",
+                                             static_cast<double>(std::max<int64_t>(
+                                                 0, plan.slow_until_ns[l] - unix_now)) *
+                                                 1e-9));
+    } else if (queue_ms >= 1) {
       why = fmt::format("queueing: {:.1f} ms measured{}", queue_ms,
-                        last.loss >= 0.001 ? fmt::format(", loss {:.1f}%", 100 * last.loss) : "");
-    } else if (plan.marginal && plan.planned[l] >= 0.5) {
+                        loss >= 0.001 ? fmt::format(", loss {:.1f}%", 100 * loss) : "");
+    } else if (loss >= 0.001) {
+      why = fmt::format("loss: {:.1f}% of probes", 100 * loss);
+    } else if (in.marginal && plan.planned[l] >= 0.5) {
       why = fmt::format("loaded: the demand puts {:.0f}% on it, marginal cost {:.3g}",
                         100 * plan.planned[l], plan.marginal_cost[l]);
-    } else if (!plan.marginal && plan.planned[l] >= 0.5) {
+    } else if (!in.marginal && plan.planned[l] >= 0.5) {
       why = fmt::format("loaded: {:.0f}% forecast", 100 * plan.planned[l]);
     } else {
-      why = plan.marginal ? "light: its length decides (a hop, plus its delay)"
-                          : "light: its hop and delay terms decide";
+      why = in.marginal ? "light: its length decides (a hop, plus its delay)"
+                        : "light: its hop and delay terms decide";
     }
   }
   return plan;
 }
 
 std::vector<v1::LinkView> ControllerCore::ListLinks() const {
-  MutexLock cycle_lock(&cycle_mu_);
-  std::set<std::pair<std::string, std::string>> drained;
-  Duration probe_interval;
+  std::vector<v1::LinkView> out;
+  std::optional<LinkInputs> in;
   std::shared_ptr<const RouteSnapshot> snapshot;
   {
-    MutexLock lock(&mu_);
-    drained = drained_;
-    probe_interval = config_.probe_interval;
-    snapshot = latest_;
+    MutexLock cycle_lock(&cycle_mu_);
+    std::set<std::pair<std::string, std::string>> drained;
+    Duration probe_interval;
+    {
+      MutexLock lock(&mu_);
+      drained = drained_;
+      probe_interval = config_.probe_interval;
+      snapshot = latest_;
+    }
+    const Overlay& overlay = *computer_overlay_;
+    const Topology& topo = overlay.topology;
+    in = GatherLinksLocked(DrainedLinks(overlay, drained), probe_interval);
+    const double horizon_s = ToSeconds(probe_interval) * computer_->config().horizon_periods;
+    for (LinkId l = 0; l < topo.num_links(); ++l) {
+      const Link& link = topo.link(l);
+      const LinkSample& last = in->last[l];
+      const Forecast f = computer_->ForecastOf(l);
+      v1::LinkView v;
+      v.set_src_id(overlay.wire_id[link.src]);
+      v.set_dst_id(overlay.wire_id[link.dst]);
+      v.set_src_name(overlay.name(link.src));
+      v.set_dst_name(overlay.name(link.dst));
+      v.set_up(in->down[l] == 0);
+      v.set_drained(in->drained[l] != 0);
+      v.set_capacity_bps(static_cast<uint64_t>(link.params.capacity.bps()));
+      v.set_rtt_ms(ToMillis(last.rtt_smoothed));
+      v.set_base_rtt_ns(computer_->BaseRtt(l).count());
+      v.set_loss(last.loss);
+      v.set_utilisation(last.utilisation);
+      v.set_queue_bytes(last.queue_bytes);
+      v.set_forecast_utilisation(f.mean);
+      v.set_forecast_stddev(f.stddev);
+      v.set_horizon_s(horizon_s);
+      v.set_cost_latency(in->cost[0][l]);
+      v.set_cost_bulk(in->cost[1][l]);
+      v.set_last_sample_unix_ns(in->heard_unix_ns[l]);
+      v.set_slow(in->slow[l] != 0);
+      v.set_delivery_capacity_bps(static_cast<uint64_t>(in->delivers[l].bps()));
+      v.set_queueing_ms(ToMillis(in->state[l].queueing));
+      out.push_back(std::move(v));
+    }
   }
-  const Overlay& overlay = *computer_overlay_;
-  const Topology& topo = overlay.topology;
-  const std::vector<bool> drained_links = DrainedLinks(overlay, drained);
-  const int64_t unix_now = clock_.UnixNanos();
-  const LinkPlan plan = PlanLinksLocked(snapshot.get(), drained_links, probe_interval, unix_now);
-  const double horizon_s = ToSeconds(probe_interval) * computer_->config().horizon_periods;
-  std::vector<v1::LinkView> out;
-  for (LinkId l = 0; l < topo.num_links(); ++l) {
-    const Link& link = topo.link(l);
-    const LinkSample& last = computer_->last_sample(l);
-    const Forecast f = computer_->ForecastOf(l);
-    v1::LinkView v;
-    v.set_src_id(overlay.wire_id[link.src]);
-    v.set_dst_id(overlay.wire_id[link.dst]);
-    v.set_src_name(overlay.name(link.src));
-    v.set_dst_name(overlay.name(link.dst));
-    v.set_up(!cable_down_[l]);
-    v.set_drained(drained_links[l]);
-    v.set_capacity_bps(static_cast<uint64_t>(link.params.capacity.bps()));
-    v.set_rtt_ms(ToMillis(last.rtt_smoothed));
-    v.set_base_rtt_ns(computer_->BaseRtt(l).count());
-    v.set_loss(last.loss);
-    v.set_utilisation(last.utilisation);
-    v.set_queue_bytes(last.queue_bytes);
-    v.set_forecast_utilisation(f.mean);
-    v.set_forecast_stddev(f.stddev);
-    v.set_horizon_s(horizon_s);
-    v.set_cost_latency(computer_->Cost(0, l));
-    v.set_cost_bulk(computer_->Cost(1, l));
-    v.set_last_sample_unix_ns(ends_[l].heard_unix_ns);
-    v.set_slow(plan.slow[l] != 0);
-    v.set_delivery_capacity_bps(static_cast<uint64_t>(plan.delivers[l].bps()));
+  // The costly part, with no lock held.
+  const LinkPlan plan = PlanLinks(*in, snapshot.get(), clock_.UnixNanos());
+  for (size_t l = 0; l < out.size(); ++l) {
+    v1::LinkView& v = out[l];
     v.set_slow_until_unix_ns(plan.slow_until_ns[l]);
-    v.set_queueing_ms(ToMillis(plan.queueing[l]));
     v.set_planned_utilisation(plan.planned[l]);
     v.set_marginal_cost(plan.marginal_cost[l]);
     v.set_share_latency(plan.share[0][l]);
     v.set_share_bulk(plan.share[1][l]);
     v.set_why(plan.why[l]);
-    out.push_back(std::move(v));
   }
   return out;
 }
 
 absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
     const v1::ExplainRouteRequest& request) const {
-  MutexLock cycle_lock(&cycle_mu_);
-  std::set<std::pair<std::string, std::string>> drained;
-  Duration probe_interval;
-  std::shared_ptr<const RouteSnapshot> snapshot;
-  {
-    MutexLock lock(&mu_);
-    drained = drained_;
-    probe_interval = config_.probe_interval;
-    snapshot = latest_;
-  }
-  if (snapshot == nullptr) return absl::UnavailableError("no tables yet: no cycle has run");
-  if (snapshot->overlay != computer_overlay_) {
-    return absl::UnavailableError("the overlay changed: no tables of it yet; try again");
-  }
   if (request.traffic_class() >= static_cast<uint32_t>(kTrafficClasses)) {
     return absl::InvalidArgumentError(fmt::format(
         "traffic_class {} does not exist (0 latency, 1 bulk)", request.traffic_class()));
   }
-  const Overlay& o = *computer_overlay_;
+  std::optional<LinkInputs> in;
+  std::shared_ptr<const RouteSnapshot> snapshot;
+  {
+    MutexLock cycle_lock(&cycle_mu_);
+    std::set<std::pair<std::string, std::string>> drained;
+    Duration probe_interval;
+    {
+      MutexLock lock(&mu_);
+      drained = drained_;
+      probe_interval = config_.probe_interval;
+      snapshot = latest_;
+    }
+    if (snapshot == nullptr) return absl::UnavailableError("no tables yet: no cycle has run");
+    if (snapshot->overlay != computer_overlay_) {
+      return absl::UnavailableError("the overlay changed: no tables of it yet; try again");
+    }
+    in = GatherLinksLocked(DrainedLinks(*computer_overlay_, drained), probe_interval);
+  }
+  // The rest reads the inputs and the immutable snapshot, with no lock held.
+  const Overlay& o = *in->overlay;
   const Topology& topo = o.topology;
   const NodeId node = o.FindByNameOrId(request.node());
   if (node == kNoNode) {
@@ -252,12 +297,10 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
         fmt::format("node and destination are both '{}'", o.name(node)));
   }
   const int cls = static_cast<int>(request.traffic_class());
-  const std::vector<bool> drained_links = DrainedLinks(o, drained);
-  const LinkPlan plan =
-      PlanLinksLocked(snapshot.get(), drained_links, probe_interval, clock_.UnixNanos());
+  const LinkPlan plan = PlanLinks(*in, snapshot.get(), clock_.UnixNanos());
   const RoutingTables& tables = *snapshot->tables[cls];
   const auto link_cost = [&](LinkId l) {
-    return plan.marginal ? plan.marginal_cost[l] : computer_->Cost(cls, l);
+    return in->marginal ? plan.marginal_cost[l] : in->cost[cls][l];
   };
 
   // Every node's distance toward `dest` over the tables' next hops, and the most utilised
@@ -276,6 +319,9 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
       distance[v] = 0;
       return;
     }
+    // Marked before the next hops are solved, so that tables with a loop (which the
+    // validator refuses) end here instead of recursing without end.
+    distance[v] = std::numeric_limits<double>::infinity();
     const absl::Span<const NextHop> hops = tables.Lookup(v, dest);
     double sum = hops.empty() ? std::numeric_limits<double>::infinity() : 0;
     LinkId worst = kNoLink;
@@ -285,7 +331,7 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
       sum += h.weight * (link_cost(h.link) + distance[next]);
       worst = worse(worst, worse(h.link, bottleneck[next]));
     }
-    distance[v] = plan.marginal ? sum : snapshot->Potential(cls, dest, v);
+    distance[v] = in->marginal ? sum : snapshot->Potential(cls, dest, v);
     bottleneck[v] = worst;
   };
   solve(solve, node);
@@ -295,9 +341,9 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
   out.set_destination(o.name(dest));
   out.set_traffic_class(static_cast<uint32_t>(cls));
   out.set_version(snapshot->version);
-  out.set_decision(plan.marginal ? "marginal" : "diffusion");
+  out.set_decision(in->marginal ? "marginal" : "diffusion");
   out.set_distance(distance[node]);
-  for (const Demand& d : plan.demand) {
+  for (const Demand& d : in->demand) {
     if (d.src == node && d.dst == dest) out.set_demand_bps(d.amount * 8);
   }
   const absl::Span<const NextHop> hops = tables.Lookup(node, dest);
@@ -324,7 +370,7 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
   if (hops.empty()) {
     note(fmt::format("{} has no next hop toward {}: it is cut off from it", o.name(node),
                      o.name(dest)));
-  } else if (plan.marginal) {
+  } else if (in->marginal) {
     note(
         "marginal layer: traffic moves from next hops whose path costs more to the one that "
         "costs least (Gallager); at the optimum every next hop in use costs the same");
@@ -350,14 +396,14 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
         "temperature");
   }
   for (const NextHop& h : hops) {
-    if (plan.slow[h.link] || drained_links[h.link] || cable_down_[h.link]) {
+    if (in->slow[h.link] || in->drained[h.link] || in->down[h.link]) {
       note(
           fmt::format("{}->{}: {}", o.name(node), o.name(topo.link(h.link).dst), plan.why[h.link]));
     }
   }
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const Link& link = topo.link(l);
-    if (link.src == node && (plan.slow[l] || drained_links[l] || cable_down_[l]) &&
+    if (link.src == node && (in->slow[l] || in->drained[l] || in->down[l]) &&
         std::none_of(hops.begin(), hops.end(), [&](const NextHop& h) { return h.link == l; })) {
       note(fmt::format("{}->{} is not used: {}", o.name(node), o.name(link.dst), plan.why[l]));
     }
@@ -366,30 +412,31 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
 }
 
 void ControllerCore::RecordHistoryLocked(const RouteSnapshot* snapshot,
-                                         const std::vector<bool>& drained_links, int64_t unix_now) {
+                                         const std::vector<bool>& drained_links, Time now,
+                                         int64_t unix_now) {
   if (history_overlay_ != computer_overlay_) {
     history_overlay_ = computer_overlay_;
     history_.assign(static_cast<size_t>(computer_overlay_->topology.num_links()), {});
-    history_at_ns_ = 0;
+    history_at_.reset();
   }
-  if (history_at_ns_ != 0 && unix_now - history_at_ns_ < 1'000'000'000) return;
-  history_at_ns_ = unix_now;
+  if (history_at_ && now - *history_at_ < Seconds(1)) return;
+  history_at_ = now;
   Duration probe_interval;
   {
     MutexLock lock(&mu_);
     probe_interval = config_.probe_interval;
   }
-  const LinkPlan plan = PlanLinksLocked(snapshot, drained_links, probe_interval, unix_now);
+  const LinkInputs in = GatherLinksLocked(drained_links, probe_interval);
+  const LinkPlan plan = PlanLinks(in, snapshot, unix_now);
   for (LinkId l = 0; l < static_cast<LinkId>(history_.size()); ++l) {
     std::deque<LinkPoint>& points = history_[l];
     if (points.size() >= kLinkHistory) points.pop_front();
-    const LinkSample& last = computer_->last_sample(l);
     points.push_back({.unix_ns = unix_now,
-                      .utilisation = last.utilisation,
+                      .utilisation = in.last[l].utilisation,
                       .forecast = computer_->ForecastOf(l).mean,
                       .planned = plan.planned[l],
-                      .rtt_ms = ToMillis(last.rtt_smoothed),
-                      .queueing_ms = ToMillis(plan.queueing[l])});
+                      .rtt = in.last[l].rtt_smoothed,
+                      .queueing = in.state[l].queueing});
   }
 }
 
@@ -413,7 +460,7 @@ absl::StatusOr<ControllerCore::LinkSeries> ControllerCore::GetLinkSeries(
   LinkSeries out;
   out.src = o.name(a);
   out.dst = o.name(b);
-  out.horizon_s = ToSeconds(probe_interval) * computer_->config().horizon_periods;
+  out.horizon = probe_interval * computer_->config().horizon_periods;
   if (history_overlay_ == computer_overlay_) {
     out.points.assign(history_[link].begin(), history_[link].end());
   }

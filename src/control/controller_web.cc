@@ -1,5 +1,7 @@
 #include "control/controller_web.h"
 
+#include <arpa/inet.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -15,10 +17,33 @@
 namespace dar::control {
 namespace {
 
+// JSON text; bytes that are not UTF-8 (an event may quote an operator's file) are replaced,
+// not thrown on.
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Whether a request's Host is an IP address or localhost (with or without a port). The page
+// and its API answer only those: a page on another site that has a DNS name of its own point
+// at this listener (DNS rebinding) reaches it under that name, and is refused.
+bool HostIsAnAddress(const httplib::Request& req) {
+  std::string host = req.get_header_value("Host");
+  if (!host.empty() && host.front() == '[') {  // [v6]:port
+    const size_t end = host.find(']');
+    if (end == std::string::npos) return false;
+    host = host.substr(1, end - 1);
+    in6_addr v6;
+    return inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+  }
+  host = host.substr(0, host.find(':'));
+  in_addr v4;
+  return host == "localhost" || inet_pton(AF_INET, host.c_str(), &v4) == 1;
+}
+
 void Reply(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
   res.set_header("Cache-Control", "no-store");
-  res.set_content(body.dump(), "application/json");
+  res.set_content(Dump(body), "application/json");
 }
 
 void ReplyError(httplib::Response& res, const absl::Status& status) {
@@ -56,12 +81,24 @@ absl::StatusOr<std::string> Required(const httplib::Request& req, const char* na
 
 // One server-sent event.
 std::string SseMessage(const char* event, const nlohmann::json& data) {
-  return fmt::format("event: {}\ndata: {}\n\n", event, data.dump());
+  return fmt::format("event: {}\ndata: {}\n\n", event, Dump(data));
 }
 
 }  // namespace
 
 void AddWebView(net::HttpServer& http, ControllerCore& core) {
+  const auto get = [&http](const std::string& pattern, net::HttpHandler handler) {
+    http.Get(pattern, [handler = std::move(handler)](const httplib::Request& req,
+                                                     httplib::Response& res) {
+      if (!HostIsAnAddress(req)) {
+        return Reply(res, 403,
+                     {{"error", fmt::format("Host '{}': the web view answers requests to an IP "
+                                            "address or localhost only",
+                                            req.get_header_value("Host"))}});
+      }
+      handler(req, res);
+    });
+  };
   // The page: each built file at its own path (escaped: the server takes patterns), and the
   // index at /.
   for (const WebAsset& asset : WebAssets()) {
@@ -73,11 +110,11 @@ void AddWebView(net::HttpServer& http, ControllerCore& core) {
     const auto serve = [asset](const httplib::Request&, httplib::Response& res) {
       res.set_content(std::string(asset.body), std::string(asset.content_type));
     };
-    http.Get(pattern, serve);
-    if (asset.path == "/index.html") http.Get("/", serve);
+    get(pattern, serve);
+    if (asset.path == "/index.html") get("/", serve);
   }
 
-  http.Get("/api/topology", [&core](const httplib::Request&, httplib::Response& res) {
+  get("/api/topology", [&core](const httplib::Request&, httplib::Response& res) {
     const v1::TopologyView view = core.GetTopology();
     nlohmann::json out = wire::ToJson(view);
     out["version"] = core.LatestVersion().first;
@@ -85,7 +122,7 @@ void AddWebView(net::HttpServer& http, ControllerCore& core) {
     Reply(res, 200, out);
   });
 
-  http.Get("/api/routes", [&core](const httplib::Request& req, httplib::Response& res) {
+  get("/api/routes", [&core](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<std::string> dest = Required(req, "dest");
     absl::StatusOr<uint32_t> cls = ClassOf(req);
     if (!dest.ok()) return ReplyError(res, dest.status());
@@ -98,7 +135,7 @@ void AddWebView(net::HttpServer& http, ControllerCore& core) {
     Reply(res, 200, wire::ToJson(*routes));
   });
 
-  http.Get("/api/explain", [&core](const httplib::Request& req, httplib::Response& res) {
+  get("/api/explain", [&core](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<std::string> node = Required(req, "node");
     absl::StatusOr<std::string> dest = Required(req, "dest");
     absl::StatusOr<uint32_t> cls = ClassOf(req);
@@ -114,7 +151,7 @@ void AddWebView(net::HttpServer& http, ControllerCore& core) {
     Reply(res, 200, wire::ToJson(*why));
   });
 
-  http.Get("/api/series", [&core](const httplib::Request& req, httplib::Response& res) {
+  get("/api/series", [&core](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<std::string> src = Required(req, "src");
     absl::StatusOr<std::string> dst = Required(req, "dst");
     if (!src.ok()) return ReplyError(res, src.status());
@@ -122,7 +159,7 @@ void AddWebView(net::HttpServer& http, ControllerCore& core) {
     absl::StatusOr<ControllerCore::LinkSeries> series = core.GetLinkSeries(*src, *dst);
     if (!series.ok()) return ReplyError(res, series.status());
     nlohmann::json out = {
-        {"src", series->src}, {"dst", series->dst}, {"horizon_s", series->horizon_s}};
+        {"src", series->src}, {"dst", series->dst}, {"horizon_s", ToSeconds(series->horizon)}};
     nlohmann::json t = nlohmann::json::array(), u = nlohmann::json::array(),
                    f = nlohmann::json::array(), p = nlohmann::json::array(),
                    rtt = nlohmann::json::array(), q = nlohmann::json::array();
@@ -131,8 +168,8 @@ void AddWebView(net::HttpServer& http, ControllerCore& core) {
       u.push_back(point.utilisation);
       f.push_back(point.forecast);
       p.push_back(point.planned);
-      rtt.push_back(point.rtt_ms);
-      q.push_back(point.queueing_ms);
+      rtt.push_back(ToMillis(point.rtt));
+      q.push_back(ToMillis(point.queueing));
     }
     out["t"] = std::move(t);
     out["utilisation"] = std::move(u);
@@ -146,39 +183,46 @@ void AddWebView(net::HttpServer& http, ControllerCore& core) {
   // Each stream holds a listener thread while it lasts: a few at most, and each ends when its
   // client goes away (a write fails) or the server stops.
   auto streams = std::make_shared<std::atomic<int>>(0);
-  http.Get("/api/events", [&core, streams](const httplib::Request&, httplib::Response& res) {
+  get("/api/events", [&core, streams](const httplib::Request&, httplib::Response& res) {
     if (streams->fetch_add(1) >= kMaxEventStreams) {
       streams->fetch_sub(1);
       return Reply(res, 503,
                    {{"error", fmt::format("at most {} event streams at once", kMaxEventStreams)}});
     }
-    // The newest events first (oldest of them first), then what comes.
+    // The newest events (oldest of them first), then what comes: one step, so that none
+    // falls between the two.
     auto cursor = std::make_shared<uint64_t>(0);
-    std::vector<v1::Event> recent = core.ListEvents(50);
-    core.EventsSince(cursor.get());
     auto pending = std::make_shared<std::string>();
-    for (auto it = recent.rbegin(); it != recent.rend(); ++it) {
-      *pending += SseMessage("event", wire::ToJson(*it));
+    for (const v1::Event& e : core.EventsSince(cursor.get(), kEventsAtConnect)) {
+      *pending += SseMessage("event", wire::ToJson(e));
     }
     auto last_version = std::make_shared<uint64_t>(0);
+    const auto until = std::chrono::steady_clock::now() + kEventStreamLifetime;
     res.set_header("Cache-Control", "no-store");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [&core, cursor, pending, last_version](size_t, httplib::DataSink& sink) {
-          for (const v1::Event& e : core.EventsSince(cursor.get())) {
-            *pending += SseMessage("event", wire::ToJson(e));
+        [&core, cursor, pending, last_version, until](size_t, httplib::DataSink& sink) {
+          // The server does not catch what a provider throws: nothing may escape.
+          try {
+            for (const v1::Event& e : core.EventsSince(cursor.get())) {
+              *pending += SseMessage("event", wire::ToJson(e));
+            }
+            const auto [version, at] = core.LatestVersion();
+            if (version != *last_version) {
+              *last_version = version;
+              *pending += SseMessage("cycle", {{"version", version}, {"time_unix_ns", at}});
+            }
+            if (pending->empty()) *pending = ": idle\n\n";  // finds a client that went away
+            const bool wrote = sink.write(pending->data(), pending->size());
+            pending->clear();
+            // A stream ends after its lifetime: the browser opens a new one, and a client
+            // that holds one forever holds a thread forever.
+            if (!wrote || std::chrono::steady_clock::now() >= until) return false;
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+            return sink.is_writable();
+          } catch (const std::exception&) {
+            return false;
           }
-          const auto [version, at] = core.LatestVersion();
-          if (version != *last_version) {
-            *last_version = version;
-            *pending += SseMessage("cycle", {{"version", version}, {"time_unix_ns", at}});
-          }
-          if (pending->empty()) *pending = ": idle\n\n";  // finds a client that went away
-          const bool wrote = sink.write(pending->data(), pending->size());
-          pending->clear();
-          if (!wrote) return false;
-          std::this_thread::sleep_for(std::chrono::seconds(1));
-          return sink.is_writable();
         },
         [streams](bool) { streams->fetch_sub(1); });
   });

@@ -15,16 +15,25 @@
 //                                           time_unix_ns} at most once a second
 // Messages are JSON by wire/proto_json.h (proto field names, integers as numbers). A bad
 // request is 400, an unknown node or link 404, no tables yet 503, each with {"error": "..."}.
+// The page and the API answer requests whose Host is an IP address or localhost only (403
+// otherwise): a DNS name would let another site's page reach them (DNS rebinding).
 #ifndef DAR_CONTROL_CONTROLLER_WEB_H_
 #define DAR_CONTROL_CONTROLLER_WEB_H_
+
+#include <chrono>
+#include <cstddef>
 
 #include "control/controller_core.h"
 #include "net/http_server.h"
 
 namespace dar::control {
 
-// At most this many event streams at once: each holds one of the listener's threads.
+// At most this many event streams at once: each holds one of the listener's threads; each
+// ends after kEventStreamLifetime (a browser's EventSource opens a new one by itself).
 inline constexpr int kMaxEventStreams = 4;
+inline constexpr std::chrono::minutes kEventStreamLifetime{10};
+// The events a new stream starts with.
+inline constexpr size_t kEventsAtConnect = 50;
 
 // Registers the API and the page on `http` (before it starts). `core` outlives `http`'s
 // serving.

@@ -96,9 +96,10 @@ std::string DescribeLab(const LabState& state, const std::string& dir) {
                      layout.controller_addr(), layout.ctl_netns, ConfigPath(dir, "controller"),
                      LogPath(dir, "controller"), process(""));
   out += fmt::format(
-      "  metrics http://{0}/metrics  (from its namespace: dar-lab exec ctl curl -s "
-      "http://{0}/metrics)\n  darctl: dar-lab ctl show links  (dar-lab ctl --help)\n",
-      LabControllerHttpAddr(layout));
+      "  metrics and web view http://{0}/  (from its namespace: dar-lab exec --dir {1} ctl curl "
+      "-s http://{0}/metrics)\n  darctl: dar-lab ctl --dir {1} show links  (dar-lab ctl --dir "
+      "{1} --help)\n",
+      LabControllerHttpAddr(layout), dir);
   out += "nodes:\n";
   for (const NodeLayout& n : layout.nodes) {
     out += fmt::format(

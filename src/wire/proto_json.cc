@@ -46,6 +46,8 @@ nlohmann::json ToJson(const google::protobuf::Message& m) {
       nlohmann::json list = nlohmann::json::array();
       for (int k = 0; k < r->FieldSize(m, f); ++k) list.push_back(one(k));
       out[f->name()] = std::move(list);
+    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !r->HasField(m, f)) {
+      out[f->name()] = nullptr;  // unset, not a message of zeros
     } else {
       out[f->name()] = one(0);
     }
