@@ -270,6 +270,29 @@ int Run(const Flags& flags) {
   }
   int links_down = 0;
   for (const v1::Event& e : c.core().ListEvents(0)) links_down += e.kind() == "link_down";
+  // What an operator's views cost at this size, while the agents still stream: a /metrics
+  // scrape (every link and node), `show links`, and `explain route` from node 1 to the
+  // farthest-numbered node; each copies the links' inputs under the cycle lock and plans
+  // without it (controller_explain.cc).
+  std::vector<double> scrape_ms, links_ms, explain_ms;
+  const auto time_ms = [](const auto& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  size_t scraped_bytes = 0;
+  v1::ExplainRouteRequest why;
+  why.set_node("1");
+  why.set_destination(std::to_string(flags.nodes));
+  for (int i = 0; i < 20; ++i) {
+    scrape_ms.push_back(time_ms([&] {
+      scraped_bytes = c.metrics()
+                          .Serialize(TopologyFamilies(c.core().ListNodes(), c.core().ListLinks()))
+                          .size();
+    }));
+    links_ms.push_back(time_ms([&] { c.core().ListLinks(); }));
+    explain_ms.push_back(time_ms([&] { c.core().ExplainRoute(why).IgnoreError(); }));
+  }
   agents.clear();
   c.Shutdown();
 
@@ -326,6 +349,11 @@ int Run(const Flags& flags) {
     std::printf("  flooding node 1: sent %.0f samples/s more\n",
                 static_cast<double>(flooded.load()) / elapsed);
   }
+  std::printf(
+      "  views ms (median of 20): /metrics %.2f (%zu bytes), show links %.2f, explain route "
+      "%.2f\n",
+      Percentile(scrape_ms, 0.5), scraped_bytes, Percentile(links_ms, 0.5),
+      Percentile(explain_ms, 0.5));
   std::printf(
       "  samples dropped: %llu of node 1, %llu of the other nodes; links declared down: %d\n",
       static_cast<unsigned long long>(dropped_flooder),

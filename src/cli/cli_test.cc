@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/cli_test_util.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -18,26 +19,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-// One of this build's binaries (src/cli/<binary>) with `args`, as a shell runs it.
-Result RunBinary(const std::string& binary, const std::string& args) {
-  const std::string cmd = fmt::format("{}/src/cli/{} {} 2>&1", DAR_BINARY_DIR, binary, args);
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-Result RunDarSim(const std::string& args) { return RunBinary("dar-sim", args); }
+using Result = BinaryResult;
 
 std::string TempDir(const std::string& name) {
   const auto dir =

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_test_util.h"
 #include "cli/svg_chart.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -124,23 +125,7 @@ TEST(SvgChartTest, BarChartDrawsBarsAndErrorBars) {
   EXPECT_THAT(svg, HasSubstr(">2.5</text>"));  // the y axis reaches the top error bar
 }
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-Result RunDarSim(const std::string& args) {
-  const std::string cmd = fmt::format("{}/src/cli/dar-sim {} 2>&1", DAR_BINARY_DIR, args);
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = BinaryResult;
 
 std::string Read(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -335,16 +335,17 @@ class ControllerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // Adds a point to every link's history if a second has passed (`now`, monotonic) since the
   // last.
-  void RecordHistoryLocked(const RouteSnapshot* snapshot, const std::vector<bool>& drained_links,
-                           Time now, int64_t unix_now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
+  void RecordHistoryLocked(const RouteSnapshot* snapshot, Time now, int64_t unix_now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   // What the decision layer sees of each link and why (controller_explain.cc), in two steps:
   // the inputs, copied under cycle_mu_ (per link, and the demand estimate: cheap), and the
   // plan made from them with no lock held (the demand routed, the objective's derivatives, the
   // route shares: the costly part), so that a scrape or a view does not hold up the cycle.
   struct LinkInputs;
   struct LinkPlan;
-  LinkInputs GatherLinksLocked(const std::vector<bool>& drained_links,
-                               Duration probe_interval) const
+  // The inputs; takes mu_ briefly for the drains and the probe interval, and hands out the
+  // newest tables in `snapshot` (if not null) from the same moment.
+  LinkInputs GatherLinksLocked(std::shared_ptr<const RouteSnapshot>* snapshot) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
   static LinkPlan PlanLinks(const LinkInputs& in, const RouteSnapshot* snapshot, int64_t unix_now);
 

@@ -253,7 +253,7 @@ CycleReport ControllerCore::RunCycle() {
                        {"classes_recomputed", report.classes_recomputed},
                        {"samples", report.samples_applied},
                        {"links_down", links_down}});
-  RecordHistoryLocked(snapshot.get(), drained_links, now, unix_now);
+  RecordHistoryLocked(snapshot.get(), now, unix_now);
   recent_decisions_ms_.push_back(ToMillis(report.decision));
   if (++cycles_since_summary_ >= kSummaryEvery) {
     std::vector<double> d = recent_decisions_ms_;

@@ -69,12 +69,19 @@ double SlowSamplesLeft(DataRate delivers, DataRate configured, const RouteComput
 
 }  // namespace
 
-ControllerCore::LinkInputs ControllerCore::GatherLinksLocked(const std::vector<bool>& drained_links,
-                                                             Duration probe_interval) const {
+ControllerCore::LinkInputs ControllerCore::GatherLinksLocked(
+    std::shared_ptr<const RouteSnapshot>* snapshot) const {
+  std::set<std::pair<std::string, std::string>> drained;
   LinkInputs in;
+  {
+    MutexLock lock(&mu_);
+    drained = drained_;
+    in.probe_interval = config_.probe_interval;
+    if (snapshot != nullptr) *snapshot = latest_;
+  }
+  const std::vector<bool> drained_links = DrainedLinks(*computer_overlay_, drained);
   in.overlay = computer_overlay_;
   in.config = computer_->config();
-  in.probe_interval = probe_interval;
   const Topology& topo = computer_overlay_->topology;
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     in.delivers.push_back(computer_->DeliveryCapacity(l));
@@ -201,18 +208,10 @@ std::vector<v1::LinkView> ControllerCore::ListLinks() const {
   std::shared_ptr<const RouteSnapshot> snapshot;
   {
     MutexLock cycle_lock(&cycle_mu_);
-    std::set<std::pair<std::string, std::string>> drained;
-    Duration probe_interval;
-    {
-      MutexLock lock(&mu_);
-      drained = drained_;
-      probe_interval = config_.probe_interval;
-      snapshot = latest_;
-    }
+    in = GatherLinksLocked(&snapshot);
     const Overlay& overlay = *computer_overlay_;
     const Topology& topo = overlay.topology;
-    in = GatherLinksLocked(DrainedLinks(overlay, drained), probe_interval);
-    const double horizon_s = ToSeconds(probe_interval) * computer_->config().horizon_periods;
+    const double horizon_s = ToSeconds(in->probe_interval) * computer_->config().horizon_periods;
     for (LinkId l = 0; l < topo.num_links(); ++l) {
       const Link& link = topo.link(l);
       const LinkSample& last = in->last[l];
@@ -266,19 +265,11 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
   std::shared_ptr<const RouteSnapshot> snapshot;
   {
     MutexLock cycle_lock(&cycle_mu_);
-    std::set<std::pair<std::string, std::string>> drained;
-    Duration probe_interval;
-    {
-      MutexLock lock(&mu_);
-      drained = drained_;
-      probe_interval = config_.probe_interval;
-      snapshot = latest_;
-    }
-    if (snapshot == nullptr) return absl::UnavailableError("no tables yet: no cycle has run");
-    if (snapshot->overlay != computer_overlay_) {
-      return absl::UnavailableError("the overlay changed: no tables of it yet; try again");
-    }
-    in = GatherLinksLocked(DrainedLinks(*computer_overlay_, drained), probe_interval);
+    in = GatherLinksLocked(&snapshot);
+  }
+  if (snapshot == nullptr) return absl::UnavailableError("no tables yet: no cycle has run");
+  if (snapshot->overlay != in->overlay) {
+    return absl::UnavailableError("the overlay changed: no tables of it yet; try again");
   }
   // The rest reads the inputs and the immutable snapshot, with no lock held.
   const Overlay& o = *in->overlay;
@@ -411,8 +402,7 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
   return out;
 }
 
-void ControllerCore::RecordHistoryLocked(const RouteSnapshot* snapshot,
-                                         const std::vector<bool>& drained_links, Time now,
+void ControllerCore::RecordHistoryLocked(const RouteSnapshot* snapshot, Time now,
                                          int64_t unix_now) {
   if (history_overlay_ != computer_overlay_) {
     history_overlay_ = computer_overlay_;
@@ -421,12 +411,7 @@ void ControllerCore::RecordHistoryLocked(const RouteSnapshot* snapshot,
   }
   if (history_at_ && now - *history_at_ < Seconds(1)) return;
   history_at_ = now;
-  Duration probe_interval;
-  {
-    MutexLock lock(&mu_);
-    probe_interval = config_.probe_interval;
-  }
-  const LinkInputs in = GatherLinksLocked(drained_links, probe_interval);
+  const LinkInputs in = GatherLinksLocked(/*snapshot=*/nullptr);
   const LinkPlan plan = PlanLinks(in, snapshot, unix_now);
   for (LinkId l = 0; l < static_cast<LinkId>(history_.size()); ++l) {
     std::deque<LinkPoint>& points = history_[l];
