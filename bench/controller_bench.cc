@@ -10,6 +10,8 @@
 // iterations per cycle (one reference round), `--max_link_scans N` its work per cycle.
 //
 //   controller_bench [--nodes 200] [--degree 6] [--seconds 10] [--rate_hz 10] [--seed 1]
+//                    [--topology random|fattree|leafspine [--k 8] [--leaves 16 --spines 4
+//                     --hosts_per_leaf 16]]
 //                    [--decision diffusion|marginal [--cycle_iterations N] [--max_link_scans N]]
 //                    [--destinations 4]
 //                    [--policy_model models/dar-policy.json [--precision int8|float]
@@ -32,6 +34,7 @@
 #include "control/controller.h"
 #include "control/controller_test_util.h"
 #include "core/random.h"
+#include "core/topology_gen.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 #include "security/tls.h"
@@ -42,6 +45,14 @@ namespace {
 using testing::TestAgent;
 
 struct Flags {
+  // The overlay: "random" (a ring plus chords: `nodes`, `degree`), "fattree" (`k`) or
+  // "leafspine" (`leaves`, `spines`, `hosts_per_leaf`); an agent on every node, hosts and
+  // switches alike. In the fabrics only hosts send.
+  std::string topology = "random";
+  int k = 8;
+  int leaves = 16;
+  int spines = 4;
+  int hosts_per_leaf = 16;
   int nodes = 200;
   int degree = 6;
   double seconds = 10;
@@ -80,6 +91,35 @@ std::vector<std::pair<int, int>> RandomOverlay(int n, int degree, Random& rng) {
   return {edges.begin(), edges.end()};
 }
 
+// The cables of the overlay `flags` names (node indices from 0, a < b), how many nodes it has,
+// and how many of them (the first ones) send traffic.
+struct Overlay {
+  std::vector<std::pair<int, int>> links;
+  int nodes = 0;
+  int senders = 0;
+};
+
+Overlay MakeOverlay(const Flags& flags, Random& rng) {
+  if (flags.topology == "random") {
+    return {RandomOverlay(flags.nodes, flags.degree, rng), flags.nodes, flags.nodes};
+  }
+  Topology topo;
+  int hosts = 0;
+  if (flags.topology == "fattree") {
+    topo = FatTree(FatTreeParams{.k = flags.k});
+    hosts = flags.k * flags.k * flags.k / 4;
+  } else {
+    topo = LeafSpine(LeafSpineParams{
+        .leaves = flags.leaves, .spines = flags.spines, .hosts_per_leaf = flags.hosts_per_leaf});
+    hosts = flags.leaves * flags.hosts_per_leaf;
+  }
+  Overlay out{{}, topo.num_nodes(), hosts};
+  for (const Link& l : topo.links()) {
+    if (l.src < l.dst) out.links.emplace_back(l.src, l.dst);
+  }
+  return out;
+}
+
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -99,7 +139,9 @@ int Run(const Flags& flags) {
     return 1;
   }
   Random rng(flags.seed);
-  const std::vector<std::pair<int, int>> links = RandomOverlay(flags.nodes, flags.degree, rng);
+  const Overlay overlay = MakeOverlay(flags, rng);
+  const std::vector<std::pair<int, int>>& links = overlay.links;
+  const int nodes = overlay.nodes;
   std::map<uint32_t, std::vector<uint32_t>> neighbours;
   for (auto [a, b] : links) {
     neighbours[a + 1].push_back(b + 1);
@@ -107,7 +149,7 @@ int Run(const Flags& flags) {
   }
   testing::TempDir dir;
   ControllerConfig config =
-      testing::MakeTestConfig(**pki, flags.nodes, links, dir.File("controller.jsonl"));
+      testing::MakeTestConfig(**pki, nodes, links, dir.File("controller.jsonl"));
   config.log_level = "debug";  // a line per cycle, with its decision time
   config.policy.marginal = flags.decision == "marginal";
   if (flags.cycle_iterations > 0) {
@@ -133,9 +175,8 @@ int Run(const Flags& flags) {
 
   std::atomic<int64_t> tables{0};
   std::vector<std::unique_ptr<TestAgent>> agents;
-  if (!flags.direct)
-    std::fprintf(stderr, "issuing %d certificates and connecting...\n", flags.nodes);
-  for (int i = 1; i <= flags.nodes && !flags.direct; ++i) {
+  if (!flags.direct) std::fprintf(stderr, "issuing %d certificates and connecting...\n", nodes);
+  for (int i = 1; i <= nodes && !flags.direct; ++i) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = (*pki)->Channel(
         security::SpiffeId::Node(testing::kTestDomain, std::to_string(i)), c.port());
     if (!channel.ok()) {
@@ -155,7 +196,7 @@ int Run(const Flags& flags) {
     agents.back()->SendHello(i, neighbours[i], /*delta_tables=*/true);
   }
   const auto connect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!flags.direct && c.metrics().agents_connected->Value() < flags.nodes &&
+  while (!flags.direct && c.metrics().agents_connected->Value() < nodes &&
          std::chrono::steady_clock::now() < connect_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -190,10 +231,11 @@ int Run(const Flags& flags) {
   }
   // Per node: destinations and the rate (bits per second) it sends toward each.
   std::map<uint32_t, std::vector<std::pair<uint32_t, double>>> demand;
-  for (int i = 1; i <= flags.nodes; ++i) {
+  const auto senders = static_cast<uint32_t>(overlay.senders);
+  for (int i = 1; i <= overlay.senders; ++i) {
     for (int k = 0; k < flags.destinations; ++k) {
-      uint32_t d = 1 + static_cast<uint32_t>(rng.Below(flags.nodes));
-      if (d == static_cast<uint32_t>(i)) d = 1 + d % static_cast<uint32_t>(flags.nodes);
+      uint32_t d = 1 + static_cast<uint32_t>(rng.Below(senders));
+      if (d == static_cast<uint32_t>(i)) d = 1 + d % senders;
       demand[i].push_back({d, 1e6 + 19e6 * rng.Uniform()});
     }
   }
@@ -223,7 +265,7 @@ int Run(const Flags& flags) {
   }
   for (auto tick = start; tick < end; tick += period) {
     std::this_thread::sleep_until(tick);
-    for (int i = 1; i <= flags.nodes; ++i) {
+    for (int i = 1; i <= nodes; ++i) {
       v1::AgentMessage m;
       for (auto& [d, bps] : demand[i]) {
         bps = std::clamp(bps * (0.98 + 0.04 * rng.Uniform()), 1e6, 20e6);
@@ -283,7 +325,7 @@ int Run(const Flags& flags) {
   size_t scraped_bytes = 0;
   v1::ExplainRouteRequest why;
   why.set_node("1");
-  why.set_destination(std::to_string(flags.nodes));
+  why.set_destination(std::to_string(overlay.senders));
   for (int i = 0; i < 20; ++i) {
     scrape_ms.push_back(time_ms([&] {
       scraped_bytes = c.metrics()
@@ -318,11 +360,11 @@ int Run(const Flags& flags) {
     route_changes += j["route_changes"].get<double>();
   }
   std::printf(
-      "controller_bench: %d nodes, %zu links (%zu directed), %d agent streams%s, %.0f Hz, "
-      "drift %.3f, noise %.2f, %.1f s\n",
-      flags.nodes, links.size(), 2 * links.size(), flags.direct ? 0 : flags.nodes,
-      flags.direct ? " (samples straight into the core)" : "", flags.rate_hz, flags.drift,
-      flags.noise, elapsed);
+      "controller_bench: %s, %d nodes (%d sending), %zu links (%zu directed), %d agent "
+      "streams%s, %.0f Hz, drift %.3f, noise %.2f, %.1f s\n",
+      flags.topology.c_str(), nodes, overlay.senders, links.size(), 2 * links.size(),
+      flags.direct ? 0 : nodes, flags.direct ? " (samples straight into the core)" : "",
+      flags.rate_hz, flags.drift, flags.noise, elapsed);
   const double logged = std::max<double>(1, static_cast<double>(decision.size()));
   std::printf(
       "  cycles: %.0f; per cycle: %.0f link cost changes, %.2f classes recomputed whole, "
@@ -367,7 +409,18 @@ int Run(const Flags& flags) {
 int main(int argc, char** argv) {
   CLI::App app("controller_bench: the controller with many agent streams on loopback");
   dar::control::Flags flags;
-  app.add_option("--nodes", flags.nodes, "Nodes (one agent each)")->check(CLI::Range(3, 2000));
+  app.add_option("--topology", flags.topology, "The overlay")
+      ->check(CLI::IsMember({"random", "fattree", "leafspine"}))
+      ->capture_default_str();
+  app.add_option("--k", flags.k, "fattree: switch radix (k^3/4 hosts)")
+      ->check(CLI::Range(2, 32))
+      ->capture_default_str();
+  app.add_option("--leaves", flags.leaves, "leafspine: leaves")->check(CLI::Range(1, 512));
+  app.add_option("--spines", flags.spines, "leafspine: spines")->check(CLI::Range(1, 128));
+  app.add_option("--hosts_per_leaf", flags.hosts_per_leaf, "leafspine: hosts per leaf")
+      ->check(CLI::Range(1, 128));
+  app.add_option("--nodes", flags.nodes, "random: nodes (one agent each)")
+      ->check(CLI::Range(3, 8192));
   app.add_option("--degree", flags.degree, "Mean degree")->check(CLI::Range(2, 32));
   app.add_option("--seconds", flags.seconds, "Measured time")->check(CLI::Range(1.0, 600.0));
   app.add_option("--rate_hz", flags.rate_hz, "Samples per second per agent")
