@@ -441,9 +441,10 @@ absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string&
 
   RETURN_IF_ERROR(ReadNodes(loc, top, root, c));
   const int nodes = static_cast<int>(c.nodes.size());
-  ASSIGN_OR_RETURN(c.max_connections, loc.Key(root, "max_connections",
-                                              top.Optional<int>("max_connections", 2 * nodes + 64,
-                                                                Bounds::InRange(1, 1000000))));
+  ASSIGN_OR_RETURN(c.max_connections,
+                   loc.Key(root, "max_connections",
+                           top.Optional<int>("max_connections", DefaultMaxConnections(nodes),
+                                             Bounds::InRange(1, 1000000))));
   if (c.max_connections < nodes + 1) {
     return loc.Key(root, "max_connections",
                    top.Error("max_connections",

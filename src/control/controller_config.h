@@ -113,6 +113,10 @@ struct ControllerPolicy {
   learn::LearnedPolicy::Precision policy_precision = learn::LearnedPolicy::Precision::kInt8;
 };
 
+// The default of max_connections for an overlay of `nodes` nodes: two for each node's agent
+// (one reconnecting while the old one closes) and 64 for operators and tools.
+inline int DefaultMaxConnections(int nodes) { return 2 * nodes + 64; }
+
 struct ControllerConfig {
   std::string file;  // where it was read from; "" if built in code
   std::string listen = "127.0.0.1:50051";
@@ -129,7 +133,7 @@ struct ControllerConfig {
   // A stream that has not sent its hello this long after it opened is closed.
   Duration hello_timeout = Seconds(5);
   // gRPC connections held at once (ConnectionLimiter); more are closed at once. Default
-  // 2 x nodes + 64; at least nodes + 1.
+  // DefaultMaxConnections(nodes); at least nodes + 1.
   int max_connections = 64;
   Duration forecast_horizon = Seconds(30);
   int events_kept = 1000;

@@ -70,6 +70,8 @@ ControllerConfig MakeTestConfig(const TestPki& pki, int nodes,
         ControllerLinkConfig{c.nodes[a].name, c.nodes[b].name, DataRate::Gbps(1), std::nullopt});
   }
   c.policy.routes.horizon_periods = HorizonPeriods(c);
+  // As a configuration file without the key gets it: every node's agent can connect.
+  c.max_connections = DefaultMaxConnections(nodes);
   return c;
 }
 
