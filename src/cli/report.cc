@@ -282,17 +282,6 @@ class ReportWriter {
 constexpr std::array<const char*, 5> kMessageKinds = {"flow", "transfer", "request", "query",
                                                       "response"};
 
-// Size buckets as the background workload's slowdown_by_size (decimal units).
-struct Bucket {
-  const char* label;
-  double max_bytes;  // inclusive
-};
-constexpr std::array<Bucket, 5> kBuckets = {{{"<=10KB", 10e3},
-                                             {"10KB-100KB", 100e3},
-                                             {"100KB-1MB", 1e6},
-                                             {"1MB-10MB", 10e6},
-                                             {">10MB", std::numeric_limits<double>::infinity()}}};
-
 // At most this many points of a CDF are drawn: enough for the eye, and the file stays small.
 constexpr size_t kCdfPoints = 400;
 
@@ -338,13 +327,12 @@ absl::Status DrawMessages(const std::vector<PolicyData>& policies, ReportWriter&
       BarChart bars{fmt::format("{} {} by {} size", p99 ? "p99" : "Mean",
                                 slowdowns ? "slowdown" : "completion time", kind),
                     what};
-      std::vector<bool> used(kBuckets.size(), false);
+      std::vector<bool> used(sim::kSizeBuckets.size(), false);
       for (const PolicyData& p : policies) {
-        std::vector<std::vector<double>> by_bucket(kBuckets.size());
+        std::vector<std::vector<double>> by_bucket(sim::kSizeBuckets.size());
         for (const FlowRow& f : p.flows) {
           if (f.kind != kind) continue;
-          size_t b = 0;
-          while (f.bytes > kBuckets[b].max_bytes) ++b;
+          const size_t b = sim::SizeBucketOf(f.bytes);
           by_bucket[b].push_back(slowdowns ? f.slowdown : f.fct_s);
           used[b] = true;
         }
@@ -355,12 +343,12 @@ absl::Status DrawMessages(const std::vector<PolicyData>& policies, ReportWriter&
         bars.series.push_back(std::move(s));
       }
       // Only the buckets some policy has records in.
-      for (size_t b = kBuckets.size(); b-- > 0;) {
+      for (size_t b = sim::kSizeBuckets.size(); b-- > 0;) {
         if (used[b]) continue;
         for (BarSeries& s : bars.series) s.values.erase(s.values.begin() + static_cast<long>(b));
       }
-      for (size_t b = 0; b < kBuckets.size(); ++b) {
-        if (used[b]) bars.categories.emplace_back(kBuckets[b].label);
+      for (size_t b = 0; b < sim::kSizeBuckets.size(); ++b) {
+        if (used[b]) bars.categories.emplace_back(sim::kSizeBuckets[b].label);
       }
       RETURN_IF_ERROR(report.Add(
           fmt::format("{}-{}-by-size-{}.svg", slowdowns ? "slowdown" : "fct", p99 ? "p99" : "mean",

@@ -11,7 +11,9 @@
 #define DAR_SIM_RECORDS_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +25,26 @@
 #include "sim/network.h"
 
 namespace dar::sim {
+
+// Flow-size buckets, decimal units, each bound inclusive: the background workload's
+// slowdown_by_size in results.json and the report's slowdown by size use the same ones.
+struct SizeBucket {
+  const char* label;
+  double max_bytes;
+};
+inline constexpr std::array<SizeBucket, 5> kSizeBuckets = {
+    {{"<=10KB", 10e3},
+     {"10KB-100KB", 100e3},
+     {"100KB-1MB", 1e6},
+     {"1MB-10MB", 10e6},
+     {">10MB", std::numeric_limits<double>::infinity()}}};
+
+// The index in kSizeBuckets of a flow of `bytes`.
+inline size_t SizeBucketOf(double bytes) {
+  size_t b = 0;
+  while (bytes > kSizeBuckets[b].max_bytes) ++b;
+  return b;
+}
 
 // One piece of work a workload measured, recorded when it completed.
 struct WorkRecord {

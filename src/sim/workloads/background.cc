@@ -36,6 +36,7 @@
 
 #include "fmt/format.h"
 #include "sim/flow_size_cdf.h"
+#include "sim/records.h"
 #include "sim/workloads/common.h"
 
 namespace dar::sim::workloads {
@@ -49,16 +50,6 @@ struct BackgroundConfig {
   uint8_t traffic_class = 0;
   Duration start{0};
 };
-
-struct Bucket {
-  const char* label;
-  double max_bytes;  // inclusive
-};
-constexpr std::array<Bucket, 5> kBuckets = {{{"<=10KB", 10e3},
-                                             {"10KB-100KB", 100e3},
-                                             {"100KB-1MB", 1e6},
-                                             {"1MB-10MB", 10e6},
-                                             {">10MB", std::numeric_limits<double>::infinity()}}};
 
 // The unloaded path from one host to another, as the ideal FCT needs it.
 struct PathInfo {
@@ -108,10 +99,10 @@ class Background : public Workload {
                      : nlohmann::json(nullptr);
     std::vector<double> all;
     nlohmann::json by_size = nlohmann::json::object();
-    for (size_t b = 0; b < kBuckets.size(); ++b) {
+    for (size_t b = 0; b < kSizeBuckets.size(); ++b) {
       const std::vector<double>& s = slowdowns_[b];
       all.insert(all.end(), s.begin(), s.end());
-      by_size[kBuckets[b].label] = {
+      by_size[kSizeBuckets[b].label] = {
           {"count", s.size()}, {"mean", MeanOrNull(s)}, {"p99", QuantileOrNull(s, 0.99)}};
     }
     metrics["slowdown_mean"] = MeanOrNull(all);
@@ -153,9 +144,7 @@ class Background : public Workload {
                      .slowdown = reachable ? std::optional(fct / ideal) : std::nullopt});
     }
     if (!reachable) return;
-    size_t b = 0;
-    while (static_cast<double>(r.bytes) > kBuckets[b].max_bytes) ++b;
-    slowdowns_[b].push_back(fct / ideal);
+    slowdowns_[SizeBucketOf(static_cast<double>(r.bytes))].push_back(fct / ideal);
   }
 
   double IdealFct(size_t i, size_t j, int64_t bytes) {
@@ -230,7 +219,7 @@ class Background : public Workload {
   int64_t flows_completed_ = 0;
   double bytes_started_ = 0;
   std::vector<double> fcts_;
-  std::array<std::vector<double>, kBuckets.size()> slowdowns_;
+  std::array<std::vector<double>, kSizeBuckets.size()> slowdowns_;
   bool started_ = false;
 };
 
