@@ -29,6 +29,10 @@ PACKAGES=(
   # browser test (web/tests/view.mjs). npm is below too: a Node.js from elsewhere may bring
   # its own and conflict with Debian's package.
   nodejs chromium
+  # High availability (docs/high-availability.md): the controller's replicas elect a leader
+  # and keep the operator's state in etcd, spoken to over its v3 gRPC API; its tests start a
+  # real etcd.
+  etcd-server
 )
 
 missing=()

@@ -211,8 +211,21 @@ absl::Status ReadTop(YamlReader& top, AgentConfig& c, const std::string& base_di
   ASSIGN_OR_RETURN(c.management_gateway, management.Optional<std::string>("gateway", ""));
   RETURN_IF_ERROR(management.CheckNoUnknownKeys());
 
-  ASSIGN_OR_RETURN(c.controller, top.Required<std::string>("controller"));
-  RETURN_IF_ERROR(CheckHostPort(top, "controller", c.controller));
+  if (top.Has("controllers")) {
+    if (top.Has("controller")) {
+      return top.Error("controllers", "give controller (one) or controllers (replicas), not both");
+    }
+    ASSIGN_OR_RETURN(c.controllers, top.Required<std::vector<std::string>>("controllers"));
+    if (c.controllers.empty()) return top.Error("controllers", "must list at least one host:port");
+    for (const std::string& address : c.controllers) {
+      RETURN_IF_ERROR(CheckHostPort(top, "controllers", address));
+    }
+    c.controller = c.controllers.front();
+  } else {
+    ASSIGN_OR_RETURN(c.controller, top.Required<std::string>("controller"));
+    RETURN_IF_ERROR(CheckHostPort(top, "controller", c.controller));
+    c.controllers = {c.controller};
+  }
   ASSIGN_OR_RETURN(c.http, top.Optional<std::string>("http", ""));
   if (!c.http.empty()) RETURN_IF_ERROR(CheckHostPort(top, "http", c.http));
   ASSIGN_OR_RETURN(c.controller_name, top.Optional<std::string>("controller_name", ""));

@@ -9,7 +9,8 @@
 //   netns: dmd-A                      # optional, for people
 //   management: {interface: dmd-m1, address: 10.255.1.2/30, gateway: 10.255.1.1}  # optional,
 //                                     # for people (the lab routes to the controller over it)
-//   controller: 10.255.255.1:50051    # host:port of the controller
+//   controller: 10.255.255.1:50051    # host:port of the controller, or of its replicas:
+//                                     # controllers: [10.0.0.1:50051, 10.0.0.2:50051, ...]
 //   http: 10.255.1.2:9091             # optional: serve /metrics and /healthz there (plain
 //                                     # HTTP; port 0: any free port); default: none
 //   controller_name: localhost        # optional: the name to dial it by (TLS SNI), if not
@@ -109,7 +110,10 @@ struct AgentConfig {
   std::string management_interface;
   std::string management_address;
   std::string management_gateway;
-  std::string controller;       // host:port
+  std::string controller;       // host:port (the first of `controllers`)
+  // Every replica of the controller (`controllers: [...]` in the file), or just `controller`:
+  // the agent streams to the one that leads (agent/control_client.h).
+  std::vector<std::string> controllers;
   std::string controller_name;  // empty: the host of `controller`
   std::string http;             // host:port for /metrics and /healthz; empty: none
   // The controller's identity; none: the controller of the trust domain of `tls.cert_file`.

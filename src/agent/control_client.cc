@@ -170,9 +170,8 @@ void ControlClient::Run() {
     }
     if (RunSession()) attempt = 0;
     const Duration wait = NextBackoff(attempt++);
-    log_.Info(
-        "reconnecting to the controller",
-        {{"controller", config_.controller}, {"in_ms", ToMillis(wait)}, {"attempt", attempt}});
+    log_.Info("reconnecting to the controller",
+              {{"controller", Target()}, {"in_ms", ToMillis(wait)}, {"attempt", attempt}});
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(wait);
     if (!WaitWithMaintenance(deadline)) return;
@@ -199,11 +198,11 @@ bool ControlClient::RunSession() {
   tls.server_identity = config_.controller_id;
   tls.server_is_own_controller = true;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      security::CreateSecureChannel(config_.controller, tls, absl::FromUnixNanos(UnixNow()));
+      security::CreateSecureChannel(Target(), tls, absl::FromUnixNanos(UnixNow()));
   if (!channel.ok()) {
     const std::string error = std::string(channel.status().message());
     log_.Error("cannot set up the channel to the controller",
-               {{"controller", config_.controller}, {"error", error}});
+               {{"controller", Target()}, {"error", error}});
     Fail(error, false);
     return false;
   }
@@ -226,7 +225,7 @@ bool ControlClient::RunSession() {
   v1::AgentMessage hello;
   *hello.mutable_hello() = MakeHello();
   v1::TableStatus status_sent = hello.hello().table_status();
-  log_.Debug("hello", {{"controller", config_.controller},
+  log_.Debug("hello", {{"controller", Target()},
                        {"installed_version", hello.hello().installed_version()}});
   bool healthy = Send(*stream, hello);
 
@@ -295,14 +294,32 @@ bool ControlClient::RunSession() {
   if (why != "stopped") {
     if (answered) {
       log_.Warn("disconnected from the controller",
-                {{"controller", config_.controller}, {"reason", why}});
+                {{"controller", Target()}, {"reason", why}});
     } else {
       log_.Warn("cannot connect to the controller",
-                {{"controller", config_.controller}, {"reason", why}});
+                {{"controller", Target()}, {"reason", why}});
     }
   }
   Fail(why, answered);
+  NextTarget(status);
   return answered;
+}
+
+void ControlClient::NextTarget(const grpc::Status& status) {
+  const std::vector<std::string>& all = config_.controllers;
+  if (all.size() < 2) return;
+  // A replica that does not lead says which one does (ControllerCore::NotLeading).
+  constexpr std::string_view kHint = "the leading replica is at ";
+  const std::string& message = status.error_message();
+  if (const size_t at = message.find(kHint); at != std::string::npos) {
+    const std::string leader = message.substr(at + kHint.size());
+    const auto it = std::find(all.begin(), all.end(), leader);
+    if (it != all.end() && static_cast<size_t>(it - all.begin()) != target_) {
+      target_ = static_cast<size_t>(it - all.begin());
+      return;
+    }
+  }
+  target_ = (target_ + 1) % all.size();
 }
 
 bool ControlClient::Send(Stream& stream, const v1::AgentMessage& message) {
@@ -350,7 +367,7 @@ void ControlClient::ReadLoop(Stream& stream) {
         MutexLock lock(&mu_);
         status_.connected = true;
       }
-      log_.Info("connected to the controller", {{"controller", config_.controller},
+      log_.Info("connected to the controller", {{"controller", Target()},
                                                 {"installed_version", store_.installed_version()}});
     }
     switch (message.kind_case()) {

@@ -17,6 +17,10 @@
 // serves (e.g. the static table once the controller's goes stale). Which table that is goes up
 // in the Hello and as a TableStatus whenever it changes, so that the controller hears of a
 // fallback to static, also of one made while the agent could not reach it.
+//
+// With several replicas of the controller (AgentConfig::controllers), a stream goes to one at a
+// time: after it ends, or is refused by a replica that does not lead, the next goes to the
+// replica the refusal names as leading, else to the next in the list.
 #ifndef DAR_AGENT_CONTROL_CLIENT_H_
 #define DAR_AGENT_CONTROL_CLIENT_H_
 
@@ -166,6 +170,13 @@ class ControlClient {
   Time Now() const;
   int64_t UnixNow() const;
   void Fail(std::string error, bool answered);
+  // The controller replica the next stream goes to (AgentConfig::controllers).
+  const std::string& Target() const {
+    return config_.controllers.empty() ? config_.controller : config_.controllers[target_];
+  }
+  // After a stream ended with `status`: the replica it names as leading, if it is one of ours
+  // and not this one; else the next one. One controller: stays.
+  void NextTarget(const grpc::Status& status);
 
   const AgentConfig& config_;
   TableStore& store_;
@@ -174,6 +185,7 @@ class ControlClient {
   ControlClientOptions options_;
   const Clock& clock_;           // options_.clock, or the real one
   Random rng_;                   // the run thread's
+  size_t target_ = 0;            // the run thread's: index into config_.controllers
   ForwardingConfig forwarding_;  // the reader thread's
   // The probe settings in force (config file, then the controller's); the interval also paces
   // the samples (read when a stream starts).

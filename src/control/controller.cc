@@ -95,21 +95,35 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   ASSIGN_OR_RETURN(c->log_, JsonLog::Open(config.log_file, level,
                                           [clock = c->clock_] { return clock->UnixNanos(); }));
   c->metrics_ = std::make_unique<ControllerMetrics>();
-  ASSIGN_OR_RETURN(security::KeyRing keys, KeyRingFor(config, c->clock_->UnixNanos()));
-  c->log_->Info(
-      "data-plane keys",
-      {{"ring", config.state_dir.empty() ? std::string("in memory: a restart makes new keys")
-                                         : config.state_dir + "/overlay-keys.json"},
-       {"active", keys.active_id()},
-       {"phase", security::KeyPhaseName(keys.phase())}});
-  ASSIGN_OR_RETURN(
-      TableVersions versions,
-      TableVersions::Load(config.state_dir.empty() ? "" : config.state_dir + "/table-versions.json",
-                          c->clock_->UnixNanos()));
+  // A replica keeps its key ring and the operator's state in etcd, shared with the others, and
+  // reads them when it comes to lead (ControllerCore::Lead); until then it holds a ring in
+  // memory that it never hands out.
+  std::shared_ptr<StateStore> state = StateDirStore(config);
+  if (config.replicas) {
+    RETURN_IF_ERROR(c->StartLeadership(config));
+    state = c->leadership_->store();
+  }
+  ASSIGN_OR_RETURN(security::KeyRing keys,
+                   KeyRingFor(config, c->clock_->UnixNanos(), config.replicas ? nullptr : state));
+  c->log_->Info("data-plane keys",
+                {{"ring", config.replicas      ? state->Where("overlay-keys.json")
+                          : state == nullptr ? std::string("in memory: a restart makes new keys")
+                                             : state->Where("overlay-keys.json")},
+                 {"active", keys.active_id()},
+                 {"phase", security::KeyPhaseName(keys.phase())}});
+  ASSIGN_OR_RETURN(TableVersions versions,
+                   TableVersions::Load(config.state_dir.empty() || config.replicas
+                                           ? ""
+                                           : config.state_dir + "/table-versions.json",
+                                       c->clock_->UnixNanos()));
   c->log_->Info("table versions", {{"next", versions.next()}});
   c->core_ = std::make_unique<ControllerCore>(config, *c->clock_, *c->log_, *c->metrics_,
                                               /*publish_thread=*/options.cycle_thread,
-                                              std::move(keys), std::move(versions));
+                                              std::move(keys), std::move(versions), state);
+  if (c->leadership_ != nullptr) {
+    c->core_->SetReplica({[l = c->leadership_.get()] { return l->Leading(); },
+                          [l = c->leadership_.get()] { return l->LeaderAddress(); }});
+  }
   // A link end newly reported down: the cycle thread runs a cycle at once (before the server
   // starts, so that no agent's samples race the setting).
   c->core_->SetEarlyCycleRequest([p = c.get()] {
@@ -119,7 +133,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
     }
     p->thread_cv_.NotifyAll();
   });
-  RETURN_IF_ERROR(c->core_->RestoreOperatorState());
+  if (!config.replicas) RETURN_IF_ERROR(c->core_->RestoreOperatorState());
   ASSIGN_OR_RETURN(std::shared_ptr<const security::RevocationList> revoked,
                    LoadRevocations(config, config.tls.ca_file));
   RETURN_IF_ERROR(CheckCrlNumber(config, revoked.get()));
@@ -217,7 +231,46 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
                                        {"cycle_ms", config.policy.cycle.count() / 1000000},
                                        {"policy", c->core_->GetPolicy().learned().active()}});
   if (options.cycle_thread) c->cycle_thread_ = std::thread([p = c.get()] { p->CycleLoop(); });
+  if (c->leadership_ != nullptr) c->leadership_->Start();
   return c;
+}
+
+absl::Status Controller::StartLeadership(const ControllerConfig& config) {
+  const ControllerConfig::Replicas& r = *config.replicas;
+  EtcdClientOptions etcd;
+  etcd.endpoint = r.etcd;
+  etcd.ca_file = r.etcd_ca;
+  etcd.cert_file = r.etcd_cert;
+  etcd.key_file = r.etcd_key;
+  // A call must not outlast the part of the lease a leader keeps in reserve.
+  etcd.timeout = std::min<Duration>(Milliseconds(500), r.lease / 4);
+  absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(etcd);
+  if (!client.ok()) {
+    return absl::Status(client.status().code(), fmt::format("{}: replicas.etcd_tls: {}", config.file,
+                                                            std::string(client.status().message())));
+  }
+  LeadershipOptions options;
+  options.prefix = r.prefix.empty() ? fmt::format("/dar/{}/", trust_domain_) : r.prefix;
+  options.advertise = r.advertise;
+  options.lease_ttl = r.lease;
+  Leadership::Callbacks callbacks;
+  callbacks.elected = [this](uint64_t term) {
+    if (absl::Status s = core_->Lead(term); !s.ok()) {
+      log_->Error("leading without the shared state: it could not be read",
+                  {{"term", term}, {"error", std::string(s.message())}});
+    }
+    {
+      MutexLock lock(&thread_mu_);
+      wake_ = true;  // the first tables of the term at once
+    }
+    thread_cv_.NotifyAll();
+  };
+  callbacks.lost = [this](const std::string& why) { core_->StepDown(why); };
+  leadership_ =
+      std::make_unique<Leadership>(std::move(options), *std::move(client), *log_, callbacks);
+  log_->Info("replica", {{"etcd", r.etcd}, {"advertise", r.advertise},
+                         {"lease_ms", ToMillis(r.lease)}});
+  return absl::OkStatus();
 }
 
 Controller::~Controller() { Shutdown(); }
@@ -229,6 +282,8 @@ void Controller::Shutdown() {
       stopping_ = true;
     }
     thread_cv_.NotifyAll();
+    // A leader resigns first: another replica leads at once, not a lease later.
+    if (leadership_ != nullptr) leadership_->Stop();
     if (cycle_thread_.joinable()) cycle_thread_.join();
     if (limiter_ != nullptr) limiter_->Stop();  // no new connections
     if (core_ != nullptr) core_->CloseAll(absl::UnavailableError("the controller is stopping"));

@@ -21,6 +21,7 @@
 #include "control/controller_core.h"
 #include "control/controller_metrics.h"
 #include "control/controller_service.h"
+#include "control/leadership.h"
 #include "grpcpp/grpcpp.h"
 #include "net/http_server.h"
 
@@ -82,6 +83,8 @@ class Controller {
  private:
   Controller() = default;
   absl::Status Apply(absl::StatusOr<ControllerConfig> next);
+  // Makes leadership_ for the configuration's `replicas` (started once the core runs).
+  absl::Status StartLeadership(const ControllerConfig& config);
   void CycleLoop();
 
   const Clock* clock_ = nullptr;
@@ -91,6 +94,7 @@ class Controller {
   std::string ca_file_;  // the CA the server trusts (tls.ca at start)
   std::unique_ptr<JsonLog> log_;
   std::unique_ptr<ControllerMetrics> metrics_;
+  std::unique_ptr<Leadership> leadership_;  // null: a single controller
   std::unique_ptr<ControllerCore> core_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;

@@ -286,9 +286,15 @@ absl::StatusOr<v1::KeyRingView> ControllerCore::RotateKeys() {
   return view;
 }
 
-absl::StatusOr<security::KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns) {
+std::shared_ptr<StateStore> StateDirStore(const ControllerConfig& config) {
+  if (config.state_dir.empty()) return nullptr;
+  return std::make_shared<DirectoryStateStore>(config.state_dir);
+}
+
+absl::StatusOr<security::KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns,
+                                             std::shared_ptr<StateStore> store) {
   security::KeyRingOptions o;
-  if (!config.state_dir.empty()) o.file = config.state_dir + "/overlay-keys.json";
+  o.store = std::move(store);
   o.rotate_every = config.key_rotate_every;
   o.rollout = config.key_rollout;
   if (config.initial_key) {

@@ -401,6 +401,48 @@ absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string&
   }
   RETURN_IF_ERROR(loc.CheckKeys(keys, keys_node));
 
+  const YAML::Node replicas_node = Located::KeyNode(root, "replicas");
+  if (top.Has("replicas")) {
+    ASSIGN_OR_RETURN(YamlReader r, loc.At(replicas_node, top.RequiredMap("replicas")));
+    ControllerConfig::Replicas replicas;
+    for (const auto& [key, field] :
+         {std::pair{"etcd", &replicas.etcd}, std::pair{"advertise", &replicas.advertise}}) {
+      ASSIGN_OR_RETURN(*field, loc.Key(replicas_node, key, r.Required<std::string>(key)));
+      RETURN_IF_ERROR(loc.Key(replicas_node, key, r.Error(key, CheckHostPort(*field))));
+    }
+    ASSIGN_OR_RETURN(replicas.lease,
+                     loc.Key(replicas_node, "lease",
+                             r.OptionalDuration("lease", replicas.lease, Bounds::Positive())));
+    if (replicas.lease < Seconds(1) || replicas.lease > Seconds(60)) {
+      return loc.Key(replicas_node, "lease", r.Error("lease_ms", "must be between 1 s and 60 s"));
+    }
+    ASSIGN_OR_RETURN(replicas.prefix,
+                     loc.Key(replicas_node, "prefix", r.Optional<std::string>("prefix", "")));
+    if (!replicas.prefix.empty() &&
+        (replicas.prefix.front() != '/' || replicas.prefix.back() != '/')) {
+      return loc.Key(replicas_node, "prefix", r.Error("prefix", "must begin and end with '/'"));
+    }
+    const YAML::Node etcd_tls_node = Located::KeyNode(replicas_node, "etcd_tls");
+    ASSIGN_OR_RETURN(YamlReader etcd_tls, loc.At(etcd_tls_node, r.OptionalMap("etcd_tls")));
+    for (const auto& [key, field] : {std::pair{"ca", &replicas.etcd_ca},
+                                     std::pair{"cert", &replicas.etcd_cert},
+                                     std::pair{"key", &replicas.etcd_key}}) {
+      ASSIGN_OR_RETURN(*field,
+                       loc.Key(etcd_tls_node, key, etcd_tls.Optional<std::string>(key, "")));
+      if (!field->empty()) *field = Resolve(*field, file);
+    }
+    if (replicas.etcd_ca.empty() && !replicas.etcd_cert.empty()) {
+      return loc.Key(etcd_tls_node, "ca", etcd_tls.Error("ca", "a client certificate needs a CA"));
+    }
+    if (replicas.etcd_cert.empty() != replicas.etcd_key.empty()) {
+      return loc.Key(etcd_tls_node, "key",
+                     etcd_tls.Error("key", "cert and key go together"));
+    }
+    RETURN_IF_ERROR(loc.CheckKeys(etcd_tls, etcd_tls_node));
+    RETURN_IF_ERROR(loc.CheckKeys(r, replicas_node));
+    c.replicas = std::move(replicas);
+  }
+
   const YAML::Node probe_node = Located::KeyNode(root, "probe");
   ASSIGN_OR_RETURN(YamlReader probe, loc.At(probe_node, top.OptionalMap("probe")));
   ASSIGN_OR_RETURN(c.probe_interval, loc.Key(probe_node, "interval",

@@ -24,6 +24,12 @@
 //                                    # versions, drains and policy)
 //   initial_key: {id: 0, file: overlay.key}   # optional: the key agents start with
 //   keys: {rotate_every_s: 86400, rollout_ms: 5000}   # optional; rotate_every 0: on request
+//   replicas:                        # optional: one of several replicas, one of which leads
+//     etcd: 127.0.0.1:2379           # (docs/high-availability.md; control/leadership.h)
+//     advertise: 10.0.0.1:50051      # where agents reach this replica
+//     lease_ms: 2000                 # a killed leader is replaced after about this long
+//     prefix: /dar/<trust domain>/   # optional: its keys in etcd
+//     etcd_tls: {ca: etcd-ca.crt, cert: etcd.crt, key: etcd.key}   # optional; none: plaintext
 //   nodes:
 //     - {id: 1, name: A, overlay: 10.77.0.1}    # id > 0: the certificate's node/<id>
 //   links:
@@ -150,6 +156,17 @@ struct ControllerConfig {
   std::optional<InitialKey> initial_key;
   Duration key_rotate_every{0};  // 0: only on request
   Duration key_rollout = Seconds(5);
+  // One replica of several coordinated through etcd (control/leadership.h). Its key ring and
+  // the operator's state are then kept in etcd, not in state_dir.
+  struct Replicas {
+    std::string etcd;       // host:port
+    std::string advertise;  // host:port
+    Duration lease = Seconds(2);
+    std::string prefix;  // ends in '/'; default "/dar/<trust domain>/"
+    std::string etcd_ca, etcd_cert, etcd_key;  // empty: plaintext
+    bool operator==(const Replicas&) const = default;
+  };
+  std::optional<Replicas> replicas;
   std::vector<ControllerNodeConfig> nodes;
   std::vector<ControllerLinkConfig> links;
   ControllerPolicy policy;

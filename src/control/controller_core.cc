@@ -26,10 +26,12 @@ std::pair<std::string, std::string> CableKey(const std::string& a, const std::st
 ControllerCore::ControllerCore(const ControllerConfig& config, const Clock& clock, JsonLog& log,
                                ControllerMetrics& metrics, bool publish_thread,
                                std::optional<security::KeyRing> keys,
-                               std::optional<TableVersions> versions)
+                               std::optional<TableVersions> versions,
+                               std::shared_ptr<StateStore> state)
     : clock_(clock),
       log_(log),
       metrics_(metrics),
+      state_(state != nullptr ? std::move(state) : StateDirStore(config)),
       config_(config),
       policy_(config.policy),
       // Without a file or an initial key, Load cannot fail.
@@ -77,6 +79,9 @@ void ControllerCore::PublishLoop() {
 
 Duration ControllerCore::OfferToAll(const std::shared_ptr<const RouteSnapshot>& snapshot) {
   const auto start = std::chrono::steady_clock::now();
+  // A replica that lost the lead since the cycle offers nothing (its tables would be refused
+  // where a newer leader's arrived, but need not go out at all).
+  if (!NotLeading().empty()) return Duration(0);
   std::vector<std::shared_ptr<AgentLink>> links;
   {
     MutexLock lock(&mu_);
@@ -198,6 +203,7 @@ absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const security::
                                                                 std::shared_ptr<AgentLink> link) {
   const uint32_t id = hello.node_id();
   const std::string claimed = std::to_string(id);
+  const std::string not_leading = NotLeading();  // may ask etcd: outside the lock
   absl::Status refusal;
   Admission admission;
   std::shared_ptr<AgentLink> replaced;
@@ -214,6 +220,8 @@ absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const security::
     } else if (peer.name != claimed) {
       refusal = absl::PermissionDeniedError(fmt::format(
           "hello says node {} but the client's certificate is {}", id, peer.ToString()));
+    } else if (!not_leading.empty()) {
+      refusal = absl::FailedPreconditionError(not_leading);
     } else if (v == kNoNode) {
       refusal =
           absl::NotFoundError(fmt::format("node {} is not in the controller's configuration", id));
@@ -428,6 +436,41 @@ void ControllerCore::CloseAll(const absl::Status& status) {
     links = ConnectedLinksLocked();
   }
   for (const auto& link : links) link->Close(status);
+}
+
+std::string ControllerCore::NotLeading() const {
+  if (!replica_.leading || replica_.leading()) return "";
+  const std::string leader = replica_.leader ? replica_.leader() : "";
+  return leader.empty() ? std::string("this replica does not lead, and no replica leads now")
+                        : fmt::format("this replica does not lead; the leading replica is at {}",
+                                      leader);
+}
+
+absl::Status ControllerCore::Lead(uint64_t term) {
+  {
+    MutexLock lock(&mu_);
+    versions_ = TableVersions::ForTerm(term);
+    // What this replica knew of the operator's changes when it last led is stale: the store's
+    // word replaces it.
+    drained_.clear();
+    policy_ = config_.policy;
+    policy_dirty_ = true;
+    policy_override_.reset();
+    RecordEventLocked("leading", "", fmt::format("term {}", term));
+  }
+  absl::StatusOr<security::KeyRing> keys = KeyRingFor(config(), clock_.UnixNanos(), state_);
+  if (!keys.ok()) return keys.status();  // the ring in memory stays
+  {
+    MutexLock lock(&mu_);
+    keys_ = *std::move(keys);
+    agent_config_ = BuildAgentConfigLocked();
+  }
+  return RestoreOperatorState();
+}
+
+void ControllerCore::StepDown(const std::string& why) {
+  RecordEvent("leadership_lost", "", why);
+  CloseAll(absl::UnavailableError(fmt::format("this replica no longer leads: {}", why)));
 }
 
 void ControllerCore::OnTableStatus(uint32_t wire_id, const v1::TableStatus& status) {

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -39,6 +40,7 @@
 #include "base/executor.h"
 #include "base/json_log.h"
 #include "base/mutex.h"
+#include "base/state_store.h"
 #include "control/controller_config.h"
 #include "control/controller_metrics.h"
 #include "control/controller_session.h"
@@ -98,10 +100,13 @@ class ControllerCore {
   // core's own (an idle stream serialises and encrypts its next write in the offer), so the
   // cycle thread is free for the next decision; a newer snapshot replaces one not yet
   // offered. Without it, RunCycle offers before it returns.
+  // `state` is where the operator's state is kept (RestoreOperatorState); none: the state dir,
+  // if the configuration names one.
   ControllerCore(const ControllerConfig& config, const Clock& clock, JsonLog& log,
                  ControllerMetrics& metrics, bool publish_thread = false,
                  std::optional<security::KeyRing> keys = std::nullopt,
-                 std::optional<TableVersions> versions = std::nullopt);
+                 std::optional<TableVersions> versions = std::nullopt,
+                 std::shared_ptr<StateStore> state = nullptr);
   ~ControllerCore();
   ControllerCore(const ControllerCore&) = delete;
   ControllerCore& operator=(const ControllerCore&) = delete;
@@ -161,6 +166,26 @@ class ControllerCore {
   std::string ReadinessProblem() const;
   // The cycle period of the current policy.
   Duration cycle_period() const;
+
+  // --- Replicas (control/leadership.h) ---
+
+  // Makes this core one of several replicas: while `leading()` is false it admits no agent
+  // (FailedPrecondition naming `leader()`, where the leading replica is, if known), runs no
+  // cycle and offers no table; it is healthy, and not ready. Set before agents connect.
+  struct Replica {
+    std::function<bool()> leading;
+    std::function<std::string()> leader;
+  };
+  void SetReplica(Replica replica) { replica_ = std::move(replica); }
+  // This replica leads from now on, in `term`: it reads the shared key ring and operator state
+  // from the store again (another replica may have changed them), and numbers its tables by the
+  // term (TableVersions::ForTerm). Errors: the key ring or the operator state cannot be read.
+  absl::Status Lead(uint64_t term);
+  // It no longer does (`why`): every agent's stream is closed (UNAVAILABLE), so that the agents
+  // go to the replica that leads now.
+  void StepDown(const std::string& why);
+  // Empty while this core may act (a single controller, or the leading replica); else why not.
+  std::string NotLeading() const;
 
   // --- Admin API ---
 
@@ -352,6 +377,9 @@ class ControllerCore {
   const Clock& clock_;
   JsonLog& log_;
   ControllerMetrics& metrics_;
+  // Where the operator's state is kept; null: nowhere (in memory only).
+  const std::shared_ptr<StateStore> state_;
+  Replica replica_;  // empty: a single controller
 
   // The decision loop; cycle_mu_ guards it.
   mutable Mutex cycle_mu_;
@@ -440,10 +468,13 @@ class ControllerCore {
 // The key of a drained cable: its two ends' names, in order.
 std::pair<std::string, std::string> CableKey(const std::string& a, const std::string& b);
 
-// The key ring a controller with `config` starts with: the ring file in its state dir, or the
+// The key ring a controller with `config` starts with: the ring kept in `store`, or the
 // initial key (read from its file) or a random key. Errors: a bad initial key file, and those
 // of security::KeyRing::Load.
-absl::StatusOr<security::KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns);
+absl::StatusOr<security::KeyRing> KeyRingFor(const ControllerConfig& config, int64_t now_unix_ns,
+                                             std::shared_ptr<StateStore> store);
+// The store of a single controller: its state dir, if the configuration names one.
+std::shared_ptr<StateStore> StateDirStore(const ControllerConfig& config);
 
 }  // namespace dar::control
 

@@ -65,6 +65,8 @@ std::vector<bool> ControllerCore::DrainedLinks(
 }
 
 CycleReport ControllerCore::RunCycle() {
+  // A replica that does not lead decides nothing (no agent is connected to it).
+  if (!NotLeading().empty()) return CycleReport{};
   MutexLock cycle_lock(&cycle_mu_);
   const Time now = clock_.Now();
   const int64_t unix_now = clock_.UnixNanos();
@@ -271,6 +273,8 @@ CycleReport ControllerCore::RunCycle() {
 }
 
 std::string ControllerCore::HealthProblem() const {
+  // A replica waiting to lead is healthy, and not ready (ReadinessProblem).
+  if (replica_.leading && !replica_.leading()) return "";
   MutexLock lock(&mu_);
   if (!cycled_) return "no decision cycle has run yet";
   const Duration limit = std::max<Duration>(3 * policy_.cycle, Seconds(1));
@@ -280,6 +284,7 @@ std::string ControllerCore::HealthProblem() const {
 }
 
 std::string ControllerCore::ReadinessProblem() const {
+  if (std::string problem = NotLeading(); !problem.empty()) return problem;
   if (std::string problem = HealthProblem(); !problem.empty()) return problem;
   MutexLock lock(&mu_);
   int connected = 0;

@@ -65,6 +65,7 @@ absl::Status ControllerCore::Reload(const ControllerConfig& config) {
     keep(next.health, config_.health, "health");
     keep(next.hello_timeout, config_.hello_timeout, "hello_timeout");
     keep(next.log_file, config_.log_file, "log");
+    keep(next.replicas, config_.replicas, "replicas");
     if (absl::StatusOr<LogLevel> level = ParseLogLevel(next.log_level); level.ok()) {
       log_.set_level(*level);
     }
@@ -132,11 +133,11 @@ absl::Status ControllerCore::Reload(const ControllerConfig& config) {
 
 namespace {
 constexpr char kOperatorStateFormat[] = "dar-operator-state/1";
-std::string OperatorStatePath(const ControllerConfig& c) { return c.state_dir + "/operator.json"; }
+constexpr char kOperatorStateName[] = "operator.json";
 }  // namespace
 
 void ControllerCore::SaveOperatorStateLocked() {
-  if (config_.state_dir.empty() || restoring_) return;
+  if (state_ == nullptr || restoring_) return;
   nlohmann::json j;
   j["format"] = kOperatorStateFormat;
   j["drained"] = nlohmann::json::array();
@@ -159,11 +160,7 @@ void ControllerCore::SaveOperatorStateLocked() {
       j["fallbacks_heard"][std::to_string(wire)] = agent.table_status.last_fallback_unix_ns();
     }
   }
-  std::error_code ec;
-  std::filesystem::create_directories(config_.state_dir, ec);
-  const absl::Status s =
-      ec ? absl::InternalError(fmt::format("cannot create {}: {}", config_.state_dir, ec.message()))
-         : WriteFileAtomically(OperatorStatePath(config_), j.dump(1) + "\n", 0600);
+  const absl::Status s = state_->Write(kOperatorStateName, j.dump(1) + "\n");
   if (!s.ok()) {
     RecordEventLocked(
         "state_not_saved", "",
@@ -172,22 +169,18 @@ void ControllerCore::SaveOperatorStateLocked() {
 }
 
 absl::Status ControllerCore::RestoreOperatorState() {
-  std::string path;
-  {
-    MutexLock lock(&mu_);
-    if (config_.state_dir.empty()) return absl::OkStatus();
-    path = OperatorStatePath(config_);
-  }
-  absl::StatusOr<std::string> text = ReadFile(path, 1 << 20);
-  if (absl::IsNotFound(text.status())) return absl::OkStatus();
+  if (state_ == nullptr) return absl::OkStatus();
+  const std::string path = state_->Where(kOperatorStateName);
+  absl::StatusOr<std::optional<std::string>> text = state_->Read(kOperatorStateName);
   if (!text.ok()) return text.status();
+  if (!text->has_value()) return absl::OkStatus();
   const auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(
-        fmt::format("operator state {}: {} (fix or remove the file; removing it forgets the "
+        fmt::format("operator state {}: {} (fix or remove it; removing it forgets the "
                     "drains and policy set with darctl)",
                     path, why));
   };
-  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  const nlohmann::json j = nlohmann::json::parse(**text, nullptr, false);
   if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
       j["format"].get<std::string>() != kOperatorStateFormat) {
     return bad(fmt::format("not a JSON object with format \"{}\"", kOperatorStateFormat));

@@ -1,6 +1,7 @@
 #include "control/table_versions.h"
 
 #include <algorithm>
+#include <cassert>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -36,6 +37,14 @@ absl::StatusOr<TableVersions> TableVersions::Load(std::string file, int64_t now_
   return v;
 }
 
+TableVersions TableVersions::ForTerm(uint64_t term) {
+  assert(term >= 1 && term <= kMaxTerm);
+  TableVersions v("", (term << kTermShift) + 1);
+  v.by_term_ = true;
+  v.reserved_ = std::numeric_limits<uint64_t>::max();
+  return v;
+}
+
 absl::Status TableVersions::Reserve() {
   const uint64_t top = next_ + kBlock - 1;
   if (file_.empty()) {
@@ -57,6 +66,7 @@ TableVersions::Claim TableVersions::OnClaim(uint64_t installed, int64_t now_unix
                                             absl::Status* save_error) {
   *save_error = absl::OkStatus();
   if (installed < next_) return Claim::kKnown;
+  if (by_term_) return Claim::kRefused;
   // Bounded by the clock, not by the counter, so that claims one after another cannot walk
   // the counter away from the clock (where a restart without the file would begin): honest
   // versions grow by ten a second, the clock by a thousand milliseconds.

@@ -14,6 +14,12 @@
 // counter past it; a claim more than kMaxClaimStep above is refused: one hostile hello must not
 // push the counter to the top of its range, where it would wrap.
 //
+// Replicas (control/leadership.h) number tables by term instead (ForTerm): the leader's term
+// above kTermShift, a count within the term below, nothing persisted. Terms only grow, so each
+// leader's versions are above all its predecessors' (and above the clock's, which stay below
+// 2^44 until the year 2527): a deposed leader's tables are older than its successor's wherever
+// they arrive.
+//
 // Thread-compatible.
 #ifndef DAR_CONTROL_TABLE_VERSIONS_H_
 #define DAR_CONTROL_TABLE_VERSIONS_H_
@@ -39,6 +45,15 @@ class TableVersions {
   // or the reservation cannot be written.
   static absl::StatusOr<TableVersions> Load(std::string file, int64_t now_unix_ns);
 
+  // The versions of the leader of `term`: (term << kTermShift) + 1, + 2, ... A claim at or above
+  // the next version is refused (the agent holds a later leader's table). REQUIRES: 1 <= term
+  // <= kMaxTerm.
+  static constexpr int kTermShift = 44;
+  static constexpr uint64_t kMaxTerm = (uint64_t{1} << (63 - kTermShift)) - 1;
+  static TableVersions ForTerm(uint64_t term);
+  // The term of a version made by ForTerm; 0 for one that was not.
+  static uint64_t TermOf(uint64_t version) { return version >> kTermShift; }
+
   // The next version, which is then used up. Saves a new reservation first when the block is
   // used up; if that fails the version is still handed out (the clock floor still holds
   // across a restart) and the error is returned in `*save_error` (else OK).
@@ -63,6 +78,7 @@ class TableVersions {
 
   std::string file_;
   uint64_t next_;
+  bool by_term_ = false;
   uint64_t reserved_ = 0;  // the last version that may be handed out without a write
 };
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <filesystem>
 
 #include "base/files.h"
 #include "base/status_macros.h"
@@ -20,7 +19,6 @@ constexpr char kFormat[] = "dar-key-ring/2";
 // The ring of the overlay whose agents were all handed the secrets themselves (one cluster
 // key): read, and its keys rotated away at once.
 constexpr char kFormatHandedOut[] = "dar-key-ring/1";
-constexpr size_t kMaxRingFileBytes = size_t{64} * 1024;
 
 std::string Hex(const std::string& bytes) {
   std::string out;
@@ -186,16 +184,17 @@ const char* KeyPhaseName(KeyPhase phase) {
 
 absl::StatusOr<KeyRing> KeyRing::Load(const KeyRingOptions& options, int64_t now_unix_ns) {
   KeyRing ring(options);
-  if (!options.file.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(options.file, kMaxRingFileBytes);
-    if (text.ok()) {
+  if (options.store != nullptr) {
+    absl::StatusOr<std::optional<std::string>> text = options.store->Read(options.name);
+    if (!text.ok()) return text.status();
+    if (text->has_value()) {
       const auto bad = [&](const std::string& why) {
         return absl::InvalidArgumentError(
             fmt::format("key ring {}: {} (fix or remove the file; removing it makes new keys, "
                         "and agents refuse each other's packets until all have them)",
-                        options.file, why));
+                        options.store->Where(options.name), why));
       };
-      const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+      const nlohmann::json j = nlohmann::json::parse(**text, nullptr, false);
       if (!j.is_object()) return bad("not a JSON object");
       const std::string format =
           j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
@@ -235,7 +234,6 @@ absl::StatusOr<KeyRing> KeyRing::Load(const KeyRingOptions& options, int64_t now
       }
       return ring;
     }
-    if (!absl::IsNotFound(text.status())) return text.status();
   }
   ring.keys_.push_back(options.initial
                            ? MakeKey(options.initial->first, options.initial->second.data(), true)
@@ -254,21 +252,16 @@ uint32_t KeyRing::active_id() const {
 }
 
 absl::Status KeyRing::Save() const {
-  if (options_.file.empty()) return absl::OkStatus();
+  if (options_.store == nullptr) return absl::OkStatus();
   nlohmann::json j;
   j["format"] = kFormat;
   j["phase"] = KeyPhaseName(phase_);
   j["since_unix_ns"] = since_unix_ns_;
   j["keys"] = KeysToJson(keys_);
   if (!exposed_.empty()) j["exposed"] = exposed_;
-  const std::filesystem::path dir = std::filesystem::path(options_.file).parent_path();
-  std::error_code ec;
-  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::InternalError(fmt::format("key ring {}: cannot create {}: {}", options_.file,
-                                           dir.string(), ec.message()));
-  }
-  return WriteFileAtomically(options_.file, j.dump(1) + "\n", 0600);
+  const absl::Status s = options_.store->Write(options_.name, j.dump(1) + "\n");
+  if (s.ok()) return s;
+  return absl::Status(s.code(), fmt::format("key ring: {}", std::string(s.message())));
 }
 
 template <typename F>

@@ -13,9 +13,11 @@
 // (* seals; the others are accepted). A rotation starts every `rotate_every` in the steady
 // phase, or when asked (darctl keys rotate).
 //
-// The ring lives in a file (JSON, mode 0600, replaced atomically on every change), so a
-// restarted controller hands out the keys the agents already use and data keeps flowing.
-// Without a file a restart makes new keys, and agents refuse each other's packets until all
+// The ring is kept as one document of a state store (JSON, replaced whole on every change: a
+// file of mode 0600 in the state directory, or a key in etcd that a controller's replicas
+// share; base/state_store.h), so a restarted controller, or the replica that takes over, hands
+// out the keys the agents already use and data keeps flowing. Without a store a restart makes
+// new keys, and agents refuse each other's packets until all
 // have them. The first ring is the operator's initial key (the one agents start with, from
 // their own config, a bootstrap key that Advance rotates away at once) or, without one, a
 // random key. Agents are handed rows of pair keys derived from these secrets (RowFor), never
@@ -25,12 +27,14 @@
 #define DAR_SECURITY_KEY_RING_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "base/state_store.h"
 #include "core/units.h"
 #include "dar/v1/agent.pb.h"
 #include "net/overlay_header.h"
@@ -57,7 +61,9 @@ absl::StatusOr<std::vector<v1::OverlayKey>> KeysFromJson(const nlohmann::json& k
 v1::OverlayKey RowFor(const v1::OverlayKey& key, uint32_t self, absl::Span<const uint32_t> nodes);
 
 struct KeyRingOptions {
-  std::string file;          // empty: kept in memory only
+  // Where the ring is kept, as document `name`; null: in memory only.
+  std::shared_ptr<StateStore> store;
+  std::string name = "overlay-keys.json";
   Duration rotate_every{0};  // 0: only when asked
   Duration rollout = Seconds(5);
   // The key agents start with (id and bytes), used when there is no ring file yet.
@@ -69,9 +75,9 @@ const char* KeyPhaseName(KeyPhase phase);
 
 class KeyRing {
  public:
-  // Reads the ring file, or makes the first ring (and writes it). Errors: an unreadable or
-  // malformed file (naming it and the problem: it is not replaced), a file that cannot be
-  // written.
+  // Reads the ring from the store, or makes the first ring (and writes it). Errors: an
+  // unreadable or malformed document (naming where it is and the problem: it is not replaced),
+  // a document that cannot be written.
   static absl::StatusOr<KeyRing> Load(const KeyRingOptions& options, int64_t now_unix_ns);
 
   // The keys to hand out, oldest first; exactly one is active.
@@ -82,7 +88,7 @@ class KeyRing {
   uint32_t active_id() const;
 
   // Starts a rotation (announces a new random key) unless one is running; returns whether it
-  // started. Errors: the file cannot be written (the ring is then unchanged).
+  // started. Errors: the ring cannot be written to the store (the ring is then unchanged).
   absl::StatusOr<bool> Rotate(int64_t now_unix_ns);
   // Takes the steps that are due at `now` (a timed rotation, activation, retirement); returns
   // whether the keys changed. A steady ring still on the bootstrap key (`initial`, which every

@@ -38,6 +38,8 @@ class KeyRingTest : public ::testing::Test {
   void Write(const std::string& name, const std::string& text) {
     std::ofstream(Path(name)) << text;
   }
+  // Where the ring of `o` is kept.
+  static std::string File(const KeyRingOptions& o) { return o.store->Where(o.name); }
   static std::string Read(const std::string& path) {
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -45,7 +47,8 @@ class KeyRingTest : public ::testing::Test {
 
   KeyRingOptions Options() const {
     KeyRingOptions o;
-    o.file = Path("state/ring.json");
+    o.store = std::make_shared<DirectoryStateStore>(Path("state"));
+    o.name = "ring.json";
     o.rollout = Seconds(5);
     return o;
   }
@@ -104,7 +107,7 @@ TEST_F(KeyRingTest, FirstRingIsTheInitialKeyKeptInAPrivateFile) {
   EXPECT_EQ(ring->keys()[0].key(), std::string(32, '\xab'));
   EXPECT_EQ(ring->phase(), KeyPhase::kSteady);
   struct stat st;
-  ASSERT_EQ(stat(o.file.c_str(), &st), 0);
+  ASSERT_EQ(stat(File(o).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 
   // A restart reads the file, whatever the initial key now says.
@@ -153,7 +156,7 @@ TEST_F(KeyRingTest, ARingWhoseSecretsWereHandedOutIsRotatedAway) {
   ASSERT_TRUE(ring.ok()) << ring.status();
   ASSERT_TRUE(*ring->Advance(kT0 + Seconds(5).count()));
   EXPECT_EQ(Ids(*ring), "4,5*");
-  EXPECT_THAT(Read(o.file), HasSubstr("\"exposed\""));
+  EXPECT_THAT(Read(File(o)), HasSubstr("\"exposed\""));
   // A restart here, then the rotation goes on: steady on 5, which was handed out too.
   ring = KeyRing::Load(o, kT0 + Seconds(6).count());
   ASSERT_TRUE(ring.ok()) << ring.status();
@@ -165,7 +168,7 @@ TEST_F(KeyRingTest, ARingWhoseSecretsWereHandedOutIsRotatedAway) {
   ASSERT_TRUE(*ring->Advance(kT0 + Seconds(20).count()));
   EXPECT_EQ(Ids(*ring), "6*");
   EXPECT_FALSE(*ring->Advance(kT0 + Seconds(3600).count()));
-  EXPECT_THAT(Read(o.file), HasSubstr("dar-key-ring/2"));
+  EXPECT_THAT(Read(File(o)), HasSubstr("dar-key-ring/2"));
 }
 
 // Each node's row holds a key for every other node, the same one its peer holds for it, and
@@ -230,7 +233,7 @@ TEST_F(KeyRingTest, RowsRoundTripThroughJsonAndAreNoRingFile) {
                                      {"keys", KeysToJson({row})}})
                          .dump());
   KeyRingOptions o = Options();
-  o.file = Path("ring.json");
+  o.store = std::make_shared<DirectoryStateStore>(dir_);
   EXPECT_THAT(std::string(KeyRing::Load(o, kT0).status().message()),
               HasSubstr("key 2 is a node's row, not a secret"));
 }
@@ -323,12 +326,12 @@ TEST_F(KeyRingTest, ABadFileIsRefusedAndKept) {
        "phase announced does not fit 1 keys"},
   };
   for (const auto& [text, problem] : cases) {
-    std::ofstream(o.file) << text;
+    std::ofstream(File(o)) << text;
     absl::StatusOr<KeyRing> ring = KeyRing::Load(o, kT0);
     ASSERT_FALSE(ring.ok()) << text;
-    EXPECT_THAT(std::string(ring.status().message()), HasSubstr(o.file)) << text;
+    EXPECT_THAT(std::string(ring.status().message()), HasSubstr(File(o))) << text;
     EXPECT_THAT(std::string(ring.status().message()), HasSubstr(problem)) << text;
-    EXPECT_EQ(Read(o.file), text);
+    EXPECT_EQ(Read(File(o)), text);
   }
 }
 
@@ -341,7 +344,7 @@ TEST_F(KeyRingTest, AStepThatCannotBeSavedIsNotTaken) {
   std::ofstream(Path("state")) << "x";
   absl::StatusOr<bool> rotated = ring->Rotate(kT0 + 1);
   EXPECT_FALSE(rotated.ok());
-  EXPECT_THAT(std::string(rotated.status().message()), HasSubstr(o.file));
+  EXPECT_THAT(std::string(rotated.status().message()), HasSubstr(File(o)));
   EXPECT_EQ(Ids(*ring), "1*");
   EXPECT_EQ(ring->phase(), KeyPhase::kSteady);
 }
