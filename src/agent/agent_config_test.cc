@@ -176,6 +176,28 @@ TEST(AgentConfigTest, ErrorsNameFileAndField) {
   EXPECT_THAT(ErrorOf("node: {id: [1"), HasSubstr("/etc/dar/B.yaml"));
 }
 
+TEST(AgentConfigTest, ListsTheControllersReplicas) {
+  absl::StatusOr<AgentConfig> one = ParseAgentConfig(kNodeB, "B.yaml");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->controllers, std::vector<std::string>{"10.255.255.1:50051"});
+  absl::StatusOr<AgentConfig> three = ParseAgentConfig(
+      Replace(kNodeB, "controller: 10.255.255.1:50051",
+              "controllers: [10.255.255.1:50051, 10.255.255.1:50052, 10.255.255.1:50053]"),
+      "B.yaml");
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->controller, "10.255.255.1:50051");
+  EXPECT_EQ(three->controllers.size(), 3u);
+  EXPECT_EQ(three->controllers[2], "10.255.255.1:50053");
+  EXPECT_THAT(ErrorOf(Replace(kNodeB, "controller: 10.255.255.1:50051",
+                              "controller: 10.255.255.1:50051\ncontrollers: [10.255.255.1:50052]")),
+              HasSubstr("controllers: give controller (one) or controllers (replicas), not both"));
+  EXPECT_THAT(ErrorOf(Replace(kNodeB, "controller: 10.255.255.1:50051", "controllers: []")),
+              HasSubstr("controllers: must list at least one host:port"));
+  EXPECT_THAT(ErrorOf(Replace(kNodeB, "controller: 10.255.255.1:50051",
+                              "controllers: [10.255.255.1:50051, nowhere]")),
+              HasSubstr("controllers: must be host:port"));
+}
+
 TEST(AgentConfigTest, TheControllersIdentityIsOptional) {
   absl::StatusOr<AgentConfig> c = ParseAgentConfig(kNodeB, "B.yaml");
   ASSERT_TRUE(c.ok()) << c.status();

@@ -2,6 +2,8 @@
 // 1.3 on 127.0.0.1, certificates made in a temp dir.
 #include "agent/control_client.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -45,11 +47,19 @@ class FakeController final : public v1::AgentService::Service {
  public:
   using AgentStream = grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>;
 
+  // A replica that does not lead: every stream is ended after its first message with `status`.
+  explicit FakeController(grpc::Status refuse = grpc::Status::OK) : refuse_(std::move(refuse)) {}
+
   grpc::Status Connect(grpc::ServerContext* context, AgentStream* stream) override {
     absl::StatusOr<security::SpiffeId> peer = security::PeerSpiffeId(*context);
     {
       std::lock_guard<std::mutex> lock(mu_);
       peers_.push_back(peer.ok() ? peer->ToString() : "unauthenticated");
+    }
+    if (!refuse_.ok()) {
+      v1::AgentMessage hello;
+      stream->Read(&hello);
+      return refuse_;
     }
     {
       std::lock_guard<std::mutex> lock(send_mu_);
@@ -120,6 +130,7 @@ class FakeController final : public v1::AgentService::Service {
   std::vector<std::string> peers_;
   std::mutex send_mu_;
   AgentStream* stream_ = nullptr;
+  const grpc::Status refuse_;
 };
 
 // Records what the client asks of the data plane.
@@ -246,8 +257,14 @@ class ControlClientTest : public ::testing::Test {
     StartServer(0);
     ASSERT_NE(port_, 0);
 
+    ParseConfig(fmt::format("controller: 127.0.0.1:{}", port_));
+  }
+
+  // Parses B's configuration with `controller` (a line naming the controller or its replicas)
+  // into config_, and makes the table store for it.
+  void ParseConfig(const std::string& controller) {
     const std::string text = fmt::format(R"(node: {{id: 2, name: B}}
-controller: 127.0.0.1:{}
+{}
 tls: {{cert: {}/node-2.crt, key: {}/node-2.key, ca: {}/ca.crt}}
 state_dir: {}/state
 probe_interval_ms: 20
@@ -266,7 +283,7 @@ neighbours:
   - {{id: 1, link: 0, interface: b-a, address: 10.1.0.2/30, peer_address: 10.1.0.1}}
   - {{id: 4, link: 2, interface: b-d, address: 10.1.2.1/30, peer_address: 10.1.2.2}}
 )",
-                                         port_, certs_, certs_, certs_, dir_.path());
+                                         controller, certs_, certs_, certs_, dir_.path());
     absl::StatusOr<AgentConfig> c = ParseAgentConfig(text, "B.yaml");
     ASSERT_TRUE(c.ok()) << c.status();
     config_ = *c;
@@ -394,6 +411,52 @@ TEST_F(ControlClientTest, SaysHelloOverMutualTlsThenSendsSamples) {
   // The static table is installed from the start.
   ASSERT_TRUE(Eventually([&] { return dataplane_.tables() != nullptr; }));
   EXPECT_TRUE(dataplane_.tables()->is_static);
+}
+
+// Replicas of the controller: the agent skips one that does not answer, follows a refusal to
+// the replica it names as leading, and streams to that one.
+TEST_F(ControlClientTest, FollowsTheReplicasToTheLeader) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = security::MakeServerCredentials(
+      {certs_ + "/controller.crt", certs_ + "/controller.key", certs_ + "/ca.crt"}, absl::Now());
+  ASSERT_TRUE(creds.ok()) << creds.status();
+  const std::string leader = fmt::format("127.0.0.1:{}", port_);
+  FakeController follower(grpc::Status(
+      grpc::StatusCode::FAILED_PRECONDITION,
+      fmt::format("this replica does not lead; the leading replica is at {}", leader)));
+  int follower_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", *creds, &follower_port);
+  builder.RegisterService(&follower);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  // A port nothing listens on: a replica that is down.
+  const int dead = [] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    return static_cast<int>(ntohs(a.sin_port));
+  }();
+  // The leader last, so that only the hint leads there from the follower.
+  ParseConfig(fmt::format("controllers: [127.0.0.1:{}, 127.0.0.1:{}, 127.0.0.1:{}]", dead,
+                          follower_port, port_));
+  ASSERT_EQ(config_.controllers.size(), 3u);
+  StartClient();
+  size_t cursor = 0;
+  EXPECT_EQ(controller_->NextHello(cursor).node_id(), 2u);
+  EXPECT_EQ(follower.peers().size(), 1u);
+  const ControlClientStatus status = client_->status();
+  EXPECT_GE(status.connect_failures, 2);  // the dead one and the follower
+  // The leader answers: the agent stays with it.
+  ASSERT_TRUE(controller_->SendTable(FullTable(5)));
+  EXPECT_EQ(controller_->NextAck(cursor).version(), 5u);
+  EXPECT_TRUE(client_->status().connected);
+  EXPECT_EQ(follower.peers().size(), 1u);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
 TEST_F(ControlClientTest, AcksAcceptedTablesAndRefusesBadOnesWithTheReason) {

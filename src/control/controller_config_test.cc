@@ -147,6 +147,23 @@ TEST(ControllerConfigTest, DefaultsForOptionalFields) {
   EXPECT_EQ(c->max_connections, 2 * 1 + 64);
 }
 
+TEST(ControllerConfigTest, ReplicasAreOptional) {
+  absl::StatusOr<ControllerConfig> single = ParseControllerConfig(kGood, "/etc/dar/ctl.yaml");
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_FALSE(single->replicas.has_value());
+  absl::StatusOr<ControllerConfig> c = ParseControllerConfig(
+      With("events_kept: 10", "events_kept: 10\nreplicas: {etcd: 127.0.0.1:2379, advertise: "
+                              "10.0.0.1:50051, lease_ms: 1000, etcd_tls: {ca: etcd/ca.crt}}"),
+      "/etc/dar/ctl.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->replicas.has_value());
+  EXPECT_EQ(c->replicas->etcd, "127.0.0.1:2379");
+  EXPECT_EQ(c->replicas->advertise, "10.0.0.1:50051");
+  EXPECT_EQ(c->replicas->lease, Seconds(1));
+  EXPECT_EQ(c->replicas->prefix, "");  // the controller makes it from the trust domain
+  EXPECT_EQ(c->replicas->etcd_ca, "/etc/dar/etcd/ca.crt");
+}
+
 TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
   // Each kind of bad input, with the place the error must point at.
   struct Case {
@@ -198,6 +215,19 @@ TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
       {With("forwarding_mode: per_packet", "forwarding_mode: per_packet\n  cost_decay_periods: 0"),
        "ctl.yaml:31: policy.cost_decay_periods"},
       {With("temperature: 0.2", "temperature: -1"), "ctl.yaml:24: policy.temperature"},
+      {With("events_kept: 10", "events_kept: 10\nreplicas: {etcd: 127.0.0.1}"),
+       "ctl.yaml:12: replicas.etcd: must be host:port"},
+      {With("events_kept: 10", "events_kept: 10\nreplicas: {etcd: 127.0.0.1:2379}"),
+       "ctl.yaml:12: replicas.advertise: required"},
+      {With("events_kept: 10",
+            "events_kept: 10\nreplicas: {etcd: 127.0.0.1:2379, advertise: a:1, lease_ms: 500}"),
+       "ctl.yaml:12: replicas.lease_ms: must be between 1 s and 60 s"},
+      {With("events_kept: 10",
+            "events_kept: 10\nreplicas: {etcd: 127.0.0.1:2379, advertise: a:1, prefix: dar}"),
+       "ctl.yaml:12: replicas.prefix: must begin and end with '/'"},
+      {With("events_kept: 10", "events_kept: 10\nreplicas: {etcd: 127.0.0.1:2379, advertise: "
+                               "a:1, etcd_tls: {cert: c.crt, key: c.key}}"),
+       "replicas.etcd_tls.ca: a client certificate needs a CA"},
       {With("cycle_threads: 1", "cycle_threads: 0"), "ctl.yaml:28: policy.cycle_threads"},
       {With("cycle_threads: 1", "cycle_threads: 65"), "ctl.yaml:28: policy.cycle_threads"},
       {With("policy_refresh_cycles: 2", "policy_refresh_cycles: 0"),

@@ -4,6 +4,7 @@
 // spread that fixture over several files.
 #include "control/controller_core.h"
 
+#include <atomic>
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -711,6 +712,80 @@ TEST_F(CoreTest, KeyRotationIsPushedToEveryAgent) {
   std::lock_guard<std::mutex> lock(link->mu_);
   ASSERT_EQ(link->configs.size(), pushed + 1);
   EXPECT_TRUE(link->configs.back()->keys(1).active());
+}
+
+// Two replicas over one shared store (as etcd holds it for them): only the one that leads admits
+// agents and decides; the one that takes over reads the drains and the key ring its predecessor
+// left, and numbers its tables above all of the predecessor's; the deposed one closes its
+// streams and offers nothing more.
+TEST_F(CoreTest, ReplicasActOnlyWhileLeadingAndTakeOverTheSharedState) {
+  testing::TempDir dir;
+  const auto store = std::make_shared<DirectoryStateStore>(dir.File("shared"));
+  std::atomic<bool> a_leads{false}, b_leads{false};
+  ControllerCore a(config_, clock_, *log_, metrics_, false, std::nullopt, std::nullopt, store);
+  ControllerCore b(config_, clock_, *log_, metrics_, false, std::nullopt, std::nullopt, store);
+  a.SetReplica({[&] { return a_leads.load(); }, [] { return std::string("10.0.0.1:50051"); }});
+  b.SetReplica({[&] { return b_leads.load(); }, [] { return std::string("10.0.0.1:50051"); }});
+
+  a_leads = true;
+  ASSERT_TRUE(a.Lead(1).ok());
+  auto link_a = std::make_shared<FakeLink>();
+  const absl::StatusOr<ControllerCore::Admission> admitted = a.Admit(Node(1), Hello(1, {2, 3}), link_a);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  const absl::StatusOr<ControllerCore::Admission> refused =
+      b.Admit(Node(1), Hello(1, {2, 3}), std::make_shared<FakeLink>());
+  ASSERT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("the leading replica is at 10.0.0.1:50051"));
+  EXPECT_EQ(b.RunCycle().version, 0u);
+  EXPECT_EQ(b.HealthProblem(), "");
+  EXPECT_THAT(b.ReadinessProblem(), HasSubstr("does not lead"));
+
+  ASSERT_TRUE(*a.Drain("n1", "n2", true));
+  const CycleReport first = a.RunCycle();
+  EXPECT_EQ(first.version, (uint64_t{1} << TableVersions::kTermShift) + 1);
+  EXPECT_EQ(TableVersions::TermOf(first.version), 1u);
+  absl::StatusOr<std::optional<std::string>> ring = store->Read("overlay-keys.json");
+  ASSERT_TRUE(ring.ok() && ring->has_value());
+
+  // A loses the lead; B takes it.
+  a_leads = false;
+  a.StepDown("the lease was not renewed in time");
+  {
+    std::lock_guard<std::mutex> lock(link_a->mu_);
+    ASSERT_TRUE(link_a->closed.has_value());
+    EXPECT_TRUE(absl::IsUnavailable(*link_a->closed)) << *link_a->closed;
+  }
+  b_leads = true;
+  ASSERT_TRUE(b.Lead(2).ok());
+  // The same ring, not a new one (a new one would make every agent's keys change at once).
+  EXPECT_EQ(**store->Read("overlay-keys.json"), **ring);
+  const CycleReport second = b.RunCycle();
+  EXPECT_GT(second.version, first.version);
+  EXPECT_EQ(TableVersions::TermOf(second.version), 2u);
+  // The drain made on A holds on B.
+  std::vector<std::string> hops;
+  {
+    v1::GetRoutesRequest req;
+    req.set_node("n1");
+    req.set_destination("n2");
+    absl::StatusOr<v1::GetRoutesResponse> r = b.GetRoutes(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->routes_size(), 1);
+    for (const v1::NextHopView& h : r->routes(0).next_hops()) hops.push_back(h.neighbour());
+  }
+  EXPECT_EQ(hops, std::vector<std::string>{"n3"});
+  // A, deposed, decides nothing and offers nothing.
+  const size_t offered = link_a->snapshots.size();
+  EXPECT_EQ(a.RunCycle().version, 0u);
+  EXPECT_EQ(link_a->snapshots.size(), offered);
+  // A node whose table is of term 2 is not B's to claim back: B's next versions stay above.
+  const absl::StatusOr<ControllerCore::Admission> again =
+      b.Admit(Node(1), Hello(1, {2, 3}, second.version), std::make_shared<FakeLink>());
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->config->keys_size(), admitted->config->keys_size());
+  EXPECT_EQ(again->config->keys(0).key(), admitted->config->keys(0).key());
+  EXPECT_GT(b.RunCycle().version, second.version);
 }
 
 // Drains and the policy set at run time survive a restart (a new core on the same state dir);

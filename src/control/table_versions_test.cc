@@ -79,6 +79,34 @@ TEST(TableVersionsTest, AClaimAboveIsAdoptedWithinTheStepAndRefusedBeyondIt) {
             TableVersions::Claim::kRefused);
 }
 
+// A replica's versions: its term above kTermShift, so that a later leader's are above all of an
+// earlier one's (and above every clock-based version), and no claim moves them.
+TEST(TableVersionsTest, ATermsVersionsAreAboveEveryEarlierTerms) {
+  absl::Status saved;
+  TableVersions first = TableVersions::ForTerm(1);
+  const uint64_t v1 = first.Take(&saved);
+  EXPECT_TRUE(saved.ok());
+  EXPECT_EQ(v1, (uint64_t{1} << TableVersions::kTermShift) + 1);
+  EXPECT_EQ(first.Take(&saved), v1 + 1);
+  EXPECT_GT(v1, static_cast<uint64_t>(kNow / 1'000'000));  // above the clock's versions
+  for (int i = 0; i < 100'000; ++i) first.Take(&saved);
+  TableVersions second = TableVersions::ForTerm(2);
+  const uint64_t v2 = second.Take(&saved);
+  EXPECT_GT(v2, first.next());
+  EXPECT_EQ(TableVersions::TermOf(v2), 2u);
+  EXPECT_EQ(TableVersions::TermOf(first.next()), 1u);
+  EXPECT_EQ(TableVersions::TermOf(static_cast<uint64_t>(kNow / 1'000'000)), 0u);
+  // An agent holding an older term's table is known; one holding this term's next (or a later
+  // term's) is not adopted: the counter stays.
+  EXPECT_EQ(second.OnClaim(v1, kNow, &saved), TableVersions::Claim::kKnown);
+  const uint64_t next = second.next();
+  EXPECT_EQ(second.OnClaim(next, kNow, &saved), TableVersions::Claim::kRefused);
+  EXPECT_EQ(second.OnClaim(TableVersions::ForTerm(3).next(), kNow, &saved),
+            TableVersions::Claim::kRefused);
+  EXPECT_EQ(second.next(), next);
+  EXPECT_LT(TableVersions::ForTerm(TableVersions::kMaxTerm).next(), uint64_t{1} << 63);
+}
+
 TEST(TableVersionsTest, AMalformedFileIsRefusedAndKept) {
   test::TempDir dir;
   const std::string file = dir.File("table-versions.json");
