@@ -242,6 +242,9 @@ bool ControlClient::RunSession() {
   }
 
   std::string why;
+  const Duration silence = config_.controllers.size() > 1
+                               ? std::min(options_.silence_timeout, options_.replica_silence_timeout)
+                               : options_.silence_timeout;
   const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       Duration(probe_interval_ns_.load()));
   auto next = std::chrono::steady_clock::now() + period;
@@ -265,9 +268,8 @@ bool ControlClient::RunSession() {
       why = "cannot send samples or table status";
       break;
     }
-    if (Now().count() - last_heard_ns_.load() > options_.silence_timeout.count()) {
-      why = fmt::format("the controller sent nothing for {:.0f} ms",
-                        ToMillis(options_.silence_timeout));
+    if (Now().count() - last_heard_ns_.load() > silence.count()) {
+      why = fmt::format("the controller sent nothing for {:.0f} ms", ToMillis(silence));
       break;
     }
     if (early) continue;  // a link changed: sent now, and again on the usual tick

@@ -96,6 +96,10 @@ struct ControlClientOptions {
   // A stream on which the controller sends nothing for this long is given up (the controller
   // sends a table every cycle, 100 ms by default). REQUIRES: > 0.
   Duration silence_timeout = Seconds(15);
+  // With several replicas (AgentConfig::controllers), a stream silent this long is given up
+  // for the next replica: a leader that was paused, or lost its lease, sends nothing, and
+  // another may lead already. Well inside the tables' staleness timeout. REQUIRES: > 0.
+  Duration replica_silence_timeout = Seconds(1);
   // The forwarding settings the data plane started with; AgentConfig changes only the mode.
   ForwardingConfig forwarding;
   // Seeds the backoff jitter.

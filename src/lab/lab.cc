@@ -13,6 +13,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "absl/time/clock.h"
+#include "base/files.h"
 #include "base/status_macros.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
@@ -92,9 +94,21 @@ std::string DescribeLab(const LabState& state, const std::string& dir) {
                        IsRunning(it->second->id) ? "running" : "exited");
   };
   std::string out = fmt::format("lab {} in {}: {}\n", layout.name, dir, PhaseName(state.phase));
-  out += fmt::format("controller {} in netns {}  config {}  log {}  ({})\n",
-                     layout.controller_addr(), layout.ctl_netns, ConfigPath(dir, "controller"),
-                     LogPath(dir, "controller"), process(""));
+  if (layout.controller_replicas == 1) {
+    out += fmt::format("controller {} in netns {}  config {}  log {}  ({})\n",
+                       layout.controller_addr(), layout.ctl_netns, ConfigPath(dir, "controller"),
+                       LogPath(dir, "controller"), process(""));
+  } else {
+    out += fmt::format("controller: {} replicas in netns {}, one leads (etcd {}, log {}: {})\n",
+                       layout.controller_replicas, layout.ctl_netns, kLabEtcdClient,
+                       LogPath(dir, "etcd"), process("etcd"));
+    for (int r = 0; r < layout.controller_replicas; ++r) {
+      const std::string name = layout.controller_name(r);
+      out += fmt::format("  {} {}  http://{}/  config {}  log {}  ({})\n", name,
+                         layout.controller_addr(r), LabControllerHttpAddr(layout, r),
+                         ConfigPath(dir, name), LogPath(dir, name), process(name));
+    }
+  }
   out += fmt::format(
       "  metrics and web view http://{0}/  (from its namespace: dar-lab exec --dir {1} ctl curl "
       "-s http://{0}/metrics)\n  darctl: dar-lab ctl --dir {1} show links  (dar-lab ctl --dir "
@@ -305,7 +319,10 @@ absl::Status Lab::Build(const LabConfig& config, const UpOptions& options, LabSt
 
   // Credentials and config files.
   RETURN_IF_ERROR(CreateLabCredentials(layout, dir_, absl::Now()));
-  RETURN_IF_ERROR(WriteFile(ConfigPath(dir_, "controller"), ControllerConfigYaml(layout)));
+  for (int r = 0; r < layout.controller_replicas; ++r) {
+    RETURN_IF_ERROR(WriteFile(ConfigPath(dir_, layout.controller_name(r)),
+                              ControllerConfigYaml(layout, r)));
+  }
   for (size_t i = 0; i < layout.nodes.size(); ++i) {
     RETURN_IF_ERROR(WriteFile(ConfigPath(dir_, layout.nodes[i].name),
                               NodeConfigYaml(layout, static_cast<int>(i))));
@@ -318,12 +335,39 @@ absl::Status Lab::Build(const LabConfig& config, const UpOptions& options, LabSt
                          {"controller_addr", layout.controller_addr()},
                          {"controller_ip", layout.controller_ip},
                          {"controller_port", std::to_string(layout.controller_port)}};
+  if (config.controller && layout.controller_replicas > 1) {
+    // The replicas' etcd first, serving before they start: a connection made to an etcd that
+    // does not serve yet hangs for seconds.
+    RETURN_IF_ERROR(SpawnService("etcd", "etcd", layout.ctl_netns, LabEtcdCommand(layout, dir_),
+                                 options, state));
+    const std::string log = LogPath(dir_, "etcd");
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    const auto serving = [&] {
+      absl::StatusOr<std::string> text = ReadFile(log);
+      return text.ok() && text->find("serving insecure client requests") != std::string::npos;
+    };
+    while (!serving()) {
+      if (absl::Now() > deadline) {
+        return absl::UnavailableError(
+            fmt::format("etcd did not serve within 20 s; its log: {}", log));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
   if (config.controller) {
     values["netns"] = layout.ctl_netns;
-    values["config"] = ConfigPath(dir_, "controller");
-    ASSIGN_OR_RETURN(const std::vector<std::string> command,
-                     ExpandCommand(config.controller->command, values));
-    RETURN_IF_ERROR(SpawnService("controller", "", layout.ctl_netns, command, options, state));
+    for (int r = 0; r < layout.controller_replicas; ++r) {
+      values["config"] = ConfigPath(dir_, layout.controller_name(r));
+      values["controller_addr"] = layout.controller_addr(r);
+      values["controller_port"] = std::to_string(layout.controller_port + r);
+      ASSIGN_OR_RETURN(const std::vector<std::string> command,
+                       ExpandCommand(config.controller->command, values));
+      RETURN_IF_ERROR(SpawnService("controller",
+                                   layout.controller_replicas == 1 ? "" : layout.controller_name(r),
+                                   layout.ctl_netns, command, options, state));
+    }
+    values["controller_addr"] = layout.controller_addr();
+    values["controller_port"] = std::to_string(layout.controller_port);
   }
   if (config.agent) {
     for (const NodeLayout& n : layout.nodes) {
@@ -493,7 +537,12 @@ absl::Status Lab::SetRate(std::string_view a, std::string_view b, std::optional<
 }
 
 absl::StatusOr<size_t> Lab::FindService(const LabState& state, std::string_view who) {
-  std::string node;  // "" for the controller
+  // A replica of the controller ("ctl2"), or the replicas' etcd.
+  for (size_t i = 0; i < state.processes.size(); ++i) {
+    const ProcessRecord& p = state.processes[i];
+    if ((p.role == "controller" || p.role == "etcd") && !p.node.empty() && p.node == who) return i;
+  }
+  std::string node;  // "" for the controller (the first replica)
   if (who != "ctl" && who != "controller") {
     ASSIGN_OR_RETURN(const int index, state.layout.FindNode(who));
     node = state.layout.nodes[index].name;
@@ -543,7 +592,11 @@ absl::StatusOr<std::vector<std::string>> Lab::ExecArgv(
   if (command.empty()) return absl::InvalidArgumentError("exec: no command given");
   ASSIGN_OR_RETURN(const LabState state, LoadUpState());
   std::string netns;
-  if (node == "ctl" || node == "controller") {
+  const bool ctl_service = std::any_of(
+      state.processes.begin(), state.processes.end(), [&](const ProcessRecord& p) {
+        return p.role != "agent" && !p.node.empty() && p.node == node;
+      });
+  if (node == "ctl" || node == "controller" || ctl_service) {
     netns = state.layout.ctl_netns;
   } else {
     ASSIGN_OR_RETURN(const int index, state.layout.FindNode(node));
@@ -553,6 +606,7 @@ absl::StatusOr<std::vector<std::string>> Lab::ExecArgv(
   argv.insert(argv.end(), command.begin(), command.end());
   return argv;
 }
+
 
 absl::StatusOr<std::vector<std::string>> Lab::CtlArgv(const std::string& darctl,
                                                       const std::vector<std::string>& args) const {

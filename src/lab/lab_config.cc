@@ -174,7 +174,7 @@ absl::StatusOr<int> ParseUnderlay(const std::string& text) {
 
 absl::StatusOr<ServiceConfig> ParseService(const Locator& loc, YamlReader& services,
                                            const YAML::Node& services_node, std::string_view key,
-                                           bool agent, int* port) {
+                                           bool agent, int* port, int* replicas = nullptr) {
   const YAML::Node node = Child(services_node, key);
   ASSIGN_OR_RETURN(YamlReader r, loc.At(node, services.RequiredMap(key)));
   ServiceConfig service;
@@ -198,6 +198,13 @@ absl::StatusOr<ServiceConfig> ParseService(const Locator& loc, YamlReader& servi
     ASSIGN_OR_RETURN(
         *port, loc.At(KeyNode(node, "port"),
                       r.Optional<int>("port", kDefaultControllerPort, Bounds::InRange(1, 65535))));
+  }
+  if (replicas != nullptr) {
+    ASSIGN_OR_RETURN(*replicas, loc.At(KeyNode(node, "replicas"),
+                                       r.Optional<int>("replicas", 1, Bounds::InRange(1, 5))));
+    if (port != nullptr && *port + *replicas - 1 > 65535) {
+      return loc.At(KeyNode(node, "port"), r.Error("port", "leaves no port for every replica"));
+    }
   }
   RETURN_IF_ERROR(loc.CheckKeys(r, node));
   return service;
@@ -384,7 +391,8 @@ absl::StatusOr<LabConfig> ParseLabConfigOrThrow(const std::string& text, const s
                    loc.At(KeyNode(root, "services"), r.OptionalMap("services")));
   if (services.Has("controller")) {
     ASSIGN_OR_RETURN(config.controller, ParseService(loc, services, services_node, "controller",
-                                                     /*agent=*/false, &config.controller_port));
+                                                     /*agent=*/false, &config.controller_port,
+                                                     &config.controller_replicas));
   }
   if (services.Has("agent")) {
     ASSIGN_OR_RETURN(config.agent, ParseService(loc, services, services_node, "agent",
@@ -406,8 +414,12 @@ absl::StatusOr<LabConfig> LoadLabConfig(const std::string& path) {
   return ParseLabConfig(text, path);
 }
 
-std::string LabLayout::controller_addr() const {
-  return fmt::format("{}:{}", controller_ip, controller_port);
+std::string LabLayout::controller_addr(int replica) const {
+  return fmt::format("{}:{}", controller_ip, controller_port + replica);
+}
+
+std::string LabLayout::controller_name(int replica) const {
+  return controller_replicas == 1 ? std::string("controller") : fmt::format("ctl{}", replica + 1);
 }
 
 absl::StatusOr<int> LabLayout::FindNode(std::string_view name_or_id) const {
@@ -438,6 +450,7 @@ LabLayout MakeLayout(const LabConfig& config) {
   layout.ctl_netns = config.name + "-ctl";
   layout.controller_ip = "10.255.255.1";
   layout.controller_port = config.controller_port;
+  layout.controller_replicas = config.controller_replicas;
   std::map<std::string, int> index_of;
   for (const LabNodeConfig& n : config.nodes) {
     NodeLayout node;

@@ -11,6 +11,9 @@
 //                                     # or bytes per second: bps, kbps, mbps, gbps)
 //   services:                  # optional; both entries optional
 //     controller: {command: [dar-controller, --listen, "{controller_addr}"], port: 50051}
+//                              # optional: replicas: 3 (1..5): as many controllers, coordinated
+//                              # through an etcd the lab starts (Debian's etcd), on ports
+//                              # port, port + 1, ... ({controller_addr} is each one's own)
 //     agent: {command: [dar-agent, --config, "{config}"]}
 //
 // Addressing (deterministic):
@@ -19,7 +22,8 @@
 //   - the controller has its own namespace "<name>-ctl"; node n reaches it over a management
 //     veth, 10.255.<id>.0/30: the controller's side .1 ("<name>-c<id>"), the node's .2
 //     ("<name>-m<id>"). The controller listens on 10.255.255.1 (on its loopback), which every
-//     node routes through its management link.
+//     node routes through its management link. Replicas ("ctl1", "ctl2", ...) and their etcd
+//     (127.0.0.1:2379) share that namespace.
 //   - node n lives in namespace "<name>-<node name>".
 // All interface names fit in IFNAMSIZ (15 characters).
 //
@@ -71,6 +75,7 @@ struct LabConfig {
   std::vector<LabLinkConfig> links;
   std::optional<ServiceConfig> controller;
   int controller_port = kDefaultControllerPort;
+  int controller_replicas = 1;
   std::optional<ServiceConfig> agent;
 };
 
@@ -126,12 +131,17 @@ struct LabLayout {
   std::string ctl_netns;
   std::string controller_ip;
   int controller_port = kDefaultControllerPort;
+  int controller_replicas = 1;  // more than one: replicas coordinated through etcd
   std::vector<NodeLayout> nodes;
   std::vector<LinkLayout> links;
 
   // "<name>-": the start of every namespace and interface name of the lab.
   std::string prefix() const { return name + "-"; }
-  std::string controller_addr() const;
+  // Where replica `replica` (0-based) of the controller listens.
+  std::string controller_addr(int replica = 0) const;
+  // The name of a replica's service, config and log: "controller" for a lone controller, else
+  // "ctl1", "ctl2", ...
+  std::string controller_name(int replica) const;
   // The index of the node named `name_or_id` (its name, or its id in decimal). NotFound listing
   // the nodes otherwise.
   absl::StatusOr<int> FindNode(std::string_view name_or_id) const;

@@ -211,8 +211,12 @@ TEST(LabConfigTest, BadServices) {
             "t.yaml:16: services.controller.port: must be >= 1 and <= 65535, got 70000");
   EXPECT_EQ(ErrorOf(DiamondWithLine(17, "  agnet:")),
             "t.yaml:17: services.agnet: unknown key (known: controller, agent)");
+  EXPECT_EQ(ErrorOf(DiamondWithLine(16, "    replicas: 6")),
+            "t.yaml:16: services.controller.replicas: must be >= 1 and <= 5, got 6");
+  EXPECT_EQ(ErrorOf(DiamondWithLine(16, "    port: 65534\n    replicas: 3")),
+            "t.yaml:16: services.controller.port: leaves no port for every replica");
   EXPECT_EQ(ErrorOf(DiamondWithLine(16, "    env: {}")),
-            "t.yaml:16: services.controller.env: unknown key (known: command, port)");
+            "t.yaml:16: services.controller.env: unknown key (known: command, port, replicas)");
   EXPECT_EQ(ErrorOf(DiamondWithLine(17, "extra:")),
             "t.yaml:17: extra: unknown key (known: name, underlay, nodes, links, services)");
 }

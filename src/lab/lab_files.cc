@@ -23,8 +23,32 @@ std::string LabTrustDomain(const LabLayout& layout) { return layout.name + ".dar
 
 std::string LabOverlayAddress(const NodeLayout& node) { return fmt::format("10.77.0.{}", node.id); }
 
-std::string LabControllerHttpAddr(const LabLayout& layout) {
-  return fmt::format("{}:{}", layout.controller_ip, kLabControllerHttpPort);
+std::string LabControllerHttpAddr(const LabLayout& layout, int replica) {
+  return fmt::format("{}:{}", layout.controller_ip, kLabControllerHttpPort + replica);
+}
+
+std::vector<std::string> LabEtcdCommand(const LabLayout& layout, const std::string& dir) {
+  const std::string client = fmt::format("http://{}", kLabEtcdClient);
+  const std::string peer = "http://127.0.0.1:2380";
+  return {"etcd",
+          "--name",
+          layout.name,
+          "--data-dir",
+          dir + "/etcd",
+          "--listen-client-urls",
+          client,
+          "--advertise-client-urls",
+          client,
+          "--listen-peer-urls",
+          peer,
+          "--initial-advertise-peer-urls",
+          peer,
+          "--initial-cluster",
+          fmt::format("{}={}", layout.name, peer),
+          "--heartbeat-interval",
+          "50",
+          "--election-timeout",
+          "500"};
 }
 
 std::string LabAgentHttpAddr(const NodeLayout& node) {
@@ -151,7 +175,13 @@ std::string NodeConfigYaml(const LabLayout& layout, int node) {
   out << YAML::Key << "node" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "id"
       << YAML::Value << n.id << YAML::Key << "name" << YAML::Value << n.name << YAML::EndMap;
   out << YAML::Key << "netns" << YAML::Value << n.netns;
-  out << YAML::Key << "controller" << YAML::Value << layout.controller_addr();
+  if (layout.controller_replicas == 1) {
+    out << YAML::Key << "controller" << YAML::Value << layout.controller_addr();
+  } else {
+    out << YAML::Key << "controllers" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (int r = 0; r < layout.controller_replicas; ++r) out << layout.controller_addr(r);
+    out << YAML::EndSeq;
+  }
   out << YAML::Key << "http" << YAML::Value << LabAgentHttpAddr(n);
   out << YAML::Key << "management" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "interface" << YAML::Value << n.mgmt_ifname;
@@ -198,12 +228,19 @@ std::string NodeConfigYaml(const LabLayout& layout, int node) {
                      out.c_str());
 }
 
-std::string ControllerConfigYaml(const LabLayout& layout) {
+std::string ControllerConfigYaml(const LabLayout& layout, int replica) {
   const security::SpiffeId id = security::SpiffeId::Controller(LabTrustDomain(layout));
   YAML::Emitter out;
   out << YAML::BeginMap;
-  out << YAML::Key << "listen" << YAML::Value << layout.controller_addr();
-  out << YAML::Key << "http" << YAML::Value << LabControllerHttpAddr(layout);
+  out << YAML::Key << "listen" << YAML::Value << layout.controller_addr(replica);
+  out << YAML::Key << "http" << YAML::Value << LabControllerHttpAddr(layout, replica);
+  if (layout.controller_replicas > 1) {
+    out << YAML::Key << "replicas" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "etcd" << YAML::Value << std::string(kLabEtcdClient);
+    out << YAML::Key << "advertise" << YAML::Value << layout.controller_addr(replica);
+    out << YAML::Key << "lease_ms" << YAML::Value << kLabLeaseMs;
+    out << YAML::EndMap;
+  }
   EmitTls(id, out);
   out << YAML::Key << "trust_domain" << YAML::Value << LabTrustDomain(layout);
   out << YAML::Key << "probe" << YAML::Value << YAML::Flow << YAML::BeginMap;
@@ -211,12 +248,16 @@ std::string ControllerConfigYaml(const LabLayout& layout) {
   out << YAML::Key << "missed_probes" << YAML::Value << 3;
   out << YAML::EndMap;
   // The key ring survives a restart (dar-lab stop/start ctl), and starts as the agents' key.
-  out << YAML::Key << "state_dir" << YAML::Value << "state/controller";
+  out << YAML::Key << "state_dir" << YAML::Value
+      << fmt::format("state/{}", layout.controller_name(replica));
   EmitInitialKey(out);
   EmitTopology(layout, out);
   out << YAML::EndMap;
-  return fmt::format("# Written by dar-lab for the controller of lab {}.\n{}\n", layout.name,
-                     out.c_str());
+  return fmt::format("# Written by dar-lab for the {} of lab {}.\n{}\n",
+                     layout.controller_replicas == 1
+                         ? std::string("controller")
+                         : fmt::format("controller's replica {}", layout.controller_name(replica)),
+                     layout.name, out.c_str());
 }
 
 }  // namespace dar::lab

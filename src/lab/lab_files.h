@@ -5,6 +5,7 @@
 #define DAR_LAB_LAB_FILES_H_
 
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -33,9 +34,15 @@ std::string LabTrustDomain(const LabLayout& layout);
 // A node's overlay (TUN) address: 10.77.0.<id> (a /16).
 std::string LabOverlayAddress(const NodeLayout& node);
 // Where the controller serves /metrics, /healthz and /readyz: its address in its namespace,
-// port 9090.
+// port 9090 (replica r: 9090 + r).
 inline constexpr int kLabControllerHttpPort = 9090;
-std::string LabControllerHttpAddr(const LabLayout& layout);
+std::string LabControllerHttpAddr(const LabLayout& layout, int replica = 0);
+// The etcd of a lab with replicas, in the controller's namespace: client and peer URLs on its
+// loopback, data in <dir>/etcd. Heartbeat 50 ms and election timeout 500 ms, so that it grants
+// the replicas' leases of one second (kLabLeaseMs).
+inline constexpr std::string_view kLabEtcdClient = "127.0.0.1:2379";
+inline constexpr int kLabLeaseMs = 1000;
+std::vector<std::string> LabEtcdCommand(const LabLayout& layout, const std::string& dir);
 // Where a node's agent serves /metrics and /healthz: its management address, port 9091 (the
 // controller's namespace reaches it, as a Prometheus there would).
 inline constexpr int kLabAgentHttpPort = 9091;
@@ -60,10 +67,10 @@ absl::Status CreateLabCredentials(const LabLayout& layout, const std::string& di
 // address and interface, and the rate limit. Paths are relative to the lab dir (where it is
 // written).
 std::string NodeConfigYaml(const LabLayout& layout, int node);
-// The config file the controller gets (control/controller_config.h reads it): its listen
-// address, its HTTP address, TLS files and trust domain, probe settings, the nodes and the
-// links.
-std::string ControllerConfigYaml(const LabLayout& layout);
+// The config file the controller (replica `replica`) gets (control/controller_config.h reads
+// it): its listen address, its HTTP address, TLS files and trust domain, probe settings, the
+// nodes and the links; with replicas, the etcd and where agents reach it.
+std::string ControllerConfigYaml(const LabLayout& layout, int replica = 0);
 
 }  // namespace dar::lab
 

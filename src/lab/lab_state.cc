@@ -25,6 +25,8 @@ class JsonIn {
   absl::Status Error(std::string_view key, std::string_view problem) const {
     return absl::InvalidArgumentError(fmt::format("{}: {}: {}", where_, Path(key), problem));
   }
+  // For keys that older state files lack.
+  bool Has(std::string_view key) const { return j_.is_object() && j_.contains(key); }
 
   absl::Status Get(std::string_view key, std::string& out) const {
     ASSIGN_OR_RETURN(const json* v, Find(key));
@@ -119,6 +121,9 @@ absl::StatusOr<LabLayout> LayoutFromJson(const JsonIn& in) {
   RETURN_IF_ERROR(in.Get("ctl_netns", layout.ctl_netns));
   RETURN_IF_ERROR(in.Get("controller_ip", layout.controller_ip));
   RETURN_IF_ERROR(in.Get("controller_port", layout.controller_port));
+  if (in.Has("controller_replicas")) {
+    RETURN_IF_ERROR(in.Get("controller_replicas", layout.controller_replicas));
+  }
   ASSIGN_OR_RETURN(const std::vector<JsonIn> nodes, in.List("nodes"));
   for (const JsonIn& n : nodes) {
     NodeLayout node;
@@ -174,6 +179,7 @@ std::string SerializeLabState(const LabState& state) {
                  {"ctl_netns", state.layout.ctl_netns},
                  {"controller_ip", state.layout.controller_ip},
                  {"controller_port", state.layout.controller_port},
+                 {"controller_replicas", state.layout.controller_replicas},
                  {"nodes", json::array()},
                  {"links", json::array()}};
   for (const NodeLayout& n : state.layout.nodes) {

@@ -26,6 +26,10 @@ bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds t
   return test::WaitFor(condition, timeout, std::chrono::milliseconds(10));
 }
 
+std::string BinaryPath(const std::string& name) {
+  return std::string(DAR_BINARY_DIR) + "/src/cli/" + name;
+}
+
 void ReapOrphans() {
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }

@@ -24,6 +24,9 @@ bool WaitFor(const std::function<bool()>& condition,
 // Reaps zombies of services that were reparented to this process (a subreaper).
 void ReapOrphans();
 
+// A program of this build: <build>/src/cli/<name>.
+std::string BinaryPath(const std::string& name);
+
 class LabTest : public ::testing::Test {
  protected:
   // Skips the test unless it runs as root and namespaces can be made; names the lab

@@ -22,9 +22,7 @@
 namespace dar::lab {
 namespace {
 
-std::string Bin(const std::string& name) {
-  return std::string(DAR_BINARY_DIR) + "/src/cli/" + name;
-}
+std::string Bin(const std::string& name) { return BinaryPath(name); }
 
 class WebViewTest : public LabTest {
  protected:
