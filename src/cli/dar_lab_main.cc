@@ -7,8 +7,8 @@
 //   dar-lab rate A B RATE|none [--dir D]
 //   dar-lab exec NODE [--dir D] [--] CMD...
 //   dar-lab ctl [--dir D] ARGS...         darctl ARGS in the lab's controller namespace
-//   dar-lab stop ctl|NODE [--kill] [--dir D]
-//   dar-lab start ctl|NODE [--dir D]
+//   dar-lab stop ctl|ctlN|etcd|NODE [--kill] [--dir D]   (ctlN: replica N; etcd: theirs)
+//   dar-lab start ctl|ctlN|etcd|NODE [--dir D]
 //   dar-lab status [--dir D]
 //
 // D defaults to $DAR_LAB_DIR, else /tmp/dar-lab.
@@ -121,16 +121,18 @@ int main(int argc, char** argv) {
   AddDir(ctl, dir);
 
   CLI::App* stop = app.add_subcommand(
-      "stop", "stop a service (ctl: the controller; NODE: its agent); `start` runs it again");
+      "stop",
+      "stop a service (ctl: the controller, ctl1, ctl2, ...: its replicas, etcd: theirs; NODE: "
+      "its agent); `start` runs it again");
   std::string who;
   bool kill_now = false;
-  stop->add_option("service", who, "ctl or a node name or id")->required();
+  stop->add_option("service", who, "ctl, ctlN, etcd, or a node name or id")->required();
   stop->add_flag("--kill", kill_now, "SIGKILL at once, as a crash (default: SIGTERM first)");
   stop->add_option("--grace-ms", grace_ms, "time between SIGTERM and SIGKILL")
       ->capture_default_str();
   AddDir(stop, dir);
   CLI::App* start = app.add_subcommand("start", "start a stopped service again, as `up` did");
-  start->add_option("service", who, "ctl or a node name or id")->required();
+  start->add_option("service", who, "ctl, ctlN, etcd, or a node name or id")->required();
   AddDir(start, dir);
 
   CLI::App* status = app.add_subcommand("status", "show the lab and whether its services run");

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "dar/v1/admin.grpc.pb.h"
 #include "fmt/format.h"
@@ -48,7 +50,9 @@ struct Connection {
 }
 
 void AddConnectionFlags(CLI::App* cmd, Connection& c) {
-  cmd->add_option("--controller", c.controller, "Controller admin address host:port")
+  cmd->add_option("--controller", c.controller,
+                  "Controller admin address host:port, or its replicas' host:port,host:port,... "
+                  "(the one that leads answers)")
       ->envname("DAR_CONTROLLER")
       ->capture_default_str();
   cmd->add_option("--tls-dir", c.tls_dir, "Directory with ca.crt and the admin certificate")
@@ -76,7 +80,8 @@ void AddWatchFlag(CLI::App* cmd, Connection& c) {
       ->check(CLI::Range(0.1, 86400.0));
 }
 
-std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c) {
+std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c,
+                                                  const std::string& address) {
   security::ChannelTlsOptions options;
   if (!c.tls_dir.empty()) {
     // Admin files are named like every other identity's (security/certs.h).
@@ -109,24 +114,48 @@ std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c) {
     options.server_identity = *std::move(id);
   }
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      security::CreateSecureChannel(c.controller, options, absl::Now());
+      security::CreateSecureChannel(address, options, absl::Now());
   if (!channel.ok()) Fail(std::string(channel.status().message()));
   return dar::v1::AdminService::NewStub(*channel);
 }
 
 // Runs one unary admin call with a deadline; exits with the controller's error on failure.
+// With replicas (--controller a,b,c), a replica that does not lead answers FAILED_PRECONDITION
+// naming the one that does (control/controller_core.h): that one is asked next, else the next
+// in the list; one that cannot be reached is skipped too.
 template <typename Request, typename Response, typename Method>
 Response Call(const Connection& c, Method method, const Request& request) {
-  auto stub = Dial(c);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(c.timeout_s));
-  Response response;
-  const grpc::Status status = ((*stub).*method)(&ctx, request, &response);
-  if (!status.ok()) {
-    Fail(fmt::format("controller {}: {} ({})", c.controller, status.error_message(),
-                     static_cast<int>(status.error_code())));
+  std::vector<std::string> addresses = absl::StrSplit(c.controller, ',', absl::SkipWhitespace());
+  if (addresses.empty()) Fail("--controller: no address");
+  constexpr std::string_view kHint = "the leading replica is at ";
+  std::string tried;
+  for (size_t i = 0, asked = 0; i < addresses.size() && asked <= addresses.size(); ++asked) {
+    const std::string& address = addresses[i];
+    auto stub = Dial(c, address);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(c.timeout_s));
+    Response response;
+    const grpc::Status status = ((*stub).*method)(&ctx, request, &response);
+    if (status.ok()) return response;
+    const std::string& message = status.error_message();
+    const bool follower = status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+                          message.find("does not lead") != std::string::npos;
+    const bool away = status.error_code() == grpc::StatusCode::UNAVAILABLE;
+    if (addresses.size() == 1 || (!follower && !away)) {
+      Fail(fmt::format("controller {}: {} ({})", address, message,
+                       static_cast<int>(status.error_code())));
+    }
+    tried += fmt::format("\n  {}: {}", address, message);
+    const size_t at = message.find(kHint);
+    const auto hinted = at == std::string::npos
+                            ? addresses.end()
+                            : std::find(addresses.begin(), addresses.end(),
+                                        message.substr(at + kHint.size()));
+    i = hinted != addresses.end() && hinted != addresses.begin() + static_cast<ptrdiff_t>(i)
+            ? static_cast<size_t>(hinted - addresses.begin())
+            : i + 1;
   }
-  return response;
+  Fail(fmt::format("no replica of the controller leads:{}", tried));
 }
 
 // Pretty JSON, or one line per document while watching (JSON lines).

@@ -32,6 +32,13 @@ absl::Status AdminServiceImpl::Authorize(grpc::CallbackServerContext& context, c
                          : absl::PermissionDeniedError(fmt::format(
                                "admin API: {}", std::string(serial.status().message())));
   }
+  // A replica that does not lead holds nothing an operator wants (no agent, no tables), and a
+  // change made there would be lost: the leader is named instead.
+  if (status.ok()) {
+    if (std::string not_leading = core_.NotLeading(); !not_leading.empty()) {
+      return absl::FailedPreconditionError(std::move(not_leading));
+    }
+  }
   if (!status.ok()) {
     log_.Warn(
         "admin call refused",

@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   ASSIGN_OR_RETURN(c->log_, JsonLog::Open(config.log_file, level,
                                           [clock = c->clock_] { return clock->UnixNanos(); }));
   c->metrics_ = std::make_unique<ControllerMetrics>();
+  c->metrics_->replica_leading->Set(config.replicas ? 0 : 1);
   // A replica keeps its key ring and the operator's state in etcd, shared with the others, and
   // reads them when it comes to lead (ControllerCore::Lead); until then it holds a ring in
   // memory that it never hands out.
@@ -255,6 +256,8 @@ absl::Status Controller::StartLeadership(const ControllerConfig& config) {
   options.lease_ttl = r.lease;
   Leadership::Callbacks callbacks;
   callbacks.elected = [this](uint64_t term) {
+    metrics_->replica_leading->Set(1);
+    metrics_->replica_term->Set(static_cast<double>(term));
     if (absl::Status s = core_->Lead(term); !s.ok()) {
       log_->Error("leading without the shared state: it could not be read",
                   {{"term", term}, {"error", std::string(s.message())}});
@@ -265,7 +268,10 @@ absl::Status Controller::StartLeadership(const ControllerConfig& config) {
     }
     thread_cv_.NotifyAll();
   };
-  callbacks.lost = [this](const std::string& why) { core_->StepDown(why); };
+  callbacks.lost = [this](const std::string& why) {
+    metrics_->replica_leading->Set(0);
+    core_->StepDown(why);
+  };
   leadership_ =
       std::make_unique<Leadership>(std::move(options), *std::move(client), *log_, callbacks);
   log_->Info("replica", {{"etcd", r.etcd}, {"advertise", r.advertise},

@@ -97,6 +97,10 @@ ControllerMetrics::ControllerMetrics() : registry(std::make_shared<prometheus::R
   links_down = NewGauge(r, "dar_controller_links_down", "Directed links considered down");
   links_drained = NewGauge(r, "dar_controller_links_drained", "Directed links drained");
   table_version = NewGauge(r, "dar_controller_table_version", "Version of the newest tables");
+  replica_leading = NewGauge(r, "dar_controller_replica_leading",
+                             "1 while this replica leads (a single controller: always)");
+  replica_term = NewGauge(r, "dar_controller_replica_term",
+                          "The term this replica leads or last led (0: never; single: 0)");
   last_cycle_unix_seconds = NewGauge(r, "dar_controller_last_cycle_unix_seconds",
                                      "When the last cycle finished (Unix time)");
   events_ = &prometheus::BuildCounter()

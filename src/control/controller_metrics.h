@@ -65,6 +65,9 @@ struct ControllerMetrics {
   prometheus::Gauge* links_down;  // directed links
   prometheus::Gauge* links_drained;
   prometheus::Gauge* table_version;
+  // Replicas (control/leadership.h): 1 while this one leads, and the term it leads or last led.
+  prometheus::Gauge* replica_leading;
+  prometheus::Gauge* replica_term;
   prometheus::Gauge* last_cycle_unix_seconds;
 
  private:

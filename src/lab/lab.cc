@@ -83,6 +83,13 @@ std::vector<std::string> TbfCommand(const std::string& netns, const std::string&
           "50ms"};
 }
 
+// Every replica's address, comma-separated (darctl asks them in turn for the leader).
+std::string ControllerAddrs(const LabLayout& layout) {
+  std::vector<std::string> out;
+  for (int r = 0; r < layout.controller_replicas; ++r) out.push_back(layout.controller_addr(r));
+  return fmt::format("{}", fmt::join(out, ","));
+}
+
 std::string DescribeLab(const LabState& state, const std::string& dir) {
   const LabLayout& layout = state.layout;
   std::map<std::string, const ProcessRecord*> process_of;  // by node name; "" = controller
@@ -616,7 +623,7 @@ absl::StatusOr<std::vector<std::string>> Lab::CtlArgv(const std::string& darctl,
                                    "exec",
                                    state.layout.ctl_netns,
                                    "env",
-                                   fmt::format("DAR_CONTROLLER={}", state.layout.controller_addr()),
+                                   fmt::format("DAR_CONTROLLER={}", ControllerAddrs(state.layout)),
                                    fmt::format("DAR_TLS_DIR={}/{}", dir_, kLabCertDir),
                                    fmt::format("DAR_ADMIN={}", kLabAdminName),
                                    darctl};

@@ -217,6 +217,36 @@ TEST_F(ReplicasTest, KillingTheLeaderUnderTrafficLosesNothing) {
   RecordProperty("failover_max_ms", static_cast<int>(sorted_all.back()));
 }
 
+// darctl through the lab, which names every replica: the leader answers, and after the leader
+// changes, the new one does.
+TEST_F(ReplicasTest, DarctlFindsTheLeader) {
+  const auto nodes = [&] {
+    const CommandResult r = Cli({"ctl", "--dir", dir_, "show", "nodes", "-j"});
+    return r.exit_code == 0 && r.out.find("\"fallbacks\"") != std::string::npos &&
+           std::count(r.out.begin(), r.out.end(), '{') >= 5;
+  };
+  ASSERT_TRUE(nodes());
+  int leader = -1;
+  ASSERT_TRUE(WaitFor([&] { return (leader = Leader()) >= 0; }, std::chrono::seconds(10)));
+  const std::string metrics = HttpGet(Netns("ctl"), "10.255.255.1", 9090 + leader, "/metrics");
+  EXPECT_NE(metrics.find("dar_controller_replica_leading 1"), std::string::npos);
+  const uint64_t term = NewestTerm();
+  Lab lab(runner_, dir_);
+  ASSERT_TRUE(lab.StopService(fmt::format("ctl{}", leader + 1), Duration(0)).ok());
+  ASSERT_TRUE(WaitFor([&] { return AllOnTerm(term + 1); }, std::chrono::seconds(20)));
+  EXPECT_TRUE(nodes());
+  // A follower says who leads instead of answering.
+  const int follower = (Leader() + 1) % kReplicas == leader ? (Leader() + 2) % kReplicas
+                                                            : (Leader() + 1) % kReplicas;
+  const CommandResult refused = Cli({"exec", "--dir", dir_, "ctl", "--",
+                                     BinaryPath("darctl"), "show", "nodes", "--controller",
+                                     fmt::format("10.255.255.1:{}", 50051 + follower),
+                                     "--tls-dir", dir_ + "/certs"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("the leading replica is at 10.255.255.1:"), std::string::npos)
+      << refused.err;
+}
+
 TEST_F(ReplicasTest, APausedLeaderStepsDownAndItsTermIsOver) {
   int leader = -1;
   ASSERT_TRUE(WaitFor([&] { return (leader = Leader()) >= 0; }, std::chrono::seconds(10)));
