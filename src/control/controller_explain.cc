@@ -104,7 +104,7 @@ ControllerCore::LinkInputs ControllerCore::GatherLinksLocked(
 
 ControllerCore::LinkPlan ControllerCore::PlanLinks(const LinkInputs& in,
                                                    const RouteSnapshot* snapshot,
-                                                   int64_t unix_now) {
+                                                   int64_t unix_now, PlanDetail detail) {
   const Topology& topo = in.overlay->topology;
   const auto links = static_cast<size_t>(topo.num_links());
   LinkPlan plan;
@@ -150,12 +150,15 @@ ControllerCore::LinkPlan ControllerCore::PlanLinks(const LinkInputs& in,
     plan.marginal_cost = terms.first;
   }
 
-  // Each link's share of its tail's rows, averaged over the destinations.
+  if (detail == PlanDetail::kHistory) return plan;
+
+  // Each link's share of its tail's rows, averaged over the destinations. Destination by
+  // destination: the tables are kept so, and the rows of one destination are read together.
   if (snapshot != nullptr && topo.num_nodes() > 1) {
     const double per_row = 1.0 / (topo.num_nodes() - 1);
     for (int cls = 0; cls < kTrafficClasses; ++cls) {
-      for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-        for (NodeId d = 0; d < topo.num_nodes(); ++d) {
+      for (NodeId d = 0; d < topo.num_nodes(); ++d) {
+        for (NodeId v = 0; v < topo.num_nodes(); ++v) {
           if (d == v) continue;
           for (const NextHop& h : snapshot->tables[cls]->Lookup(v, d)) {
             plan.share[cls][h.link] += h.weight * per_row;
@@ -412,7 +415,7 @@ void ControllerCore::RecordHistoryLocked(const RouteSnapshot* snapshot, Time now
   if (history_at_ && now - *history_at_ < Seconds(1)) return;
   history_at_ = now;
   const LinkInputs in = GatherLinksLocked(/*snapshot=*/nullptr);
-  const LinkPlan plan = PlanLinks(in, snapshot, unix_now);
+  const LinkPlan plan = PlanLinks(in, snapshot, unix_now, PlanDetail::kHistory);
   for (LinkId l = 0; l < static_cast<LinkId>(history_.size()); ++l) {
     std::deque<LinkPoint>& points = history_[l];
     if (points.size() >= kLinkHistory) points.pop_front();
