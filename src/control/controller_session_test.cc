@@ -171,13 +171,20 @@ TEST_F(SessionTest, RankedSnapshotsRankOnceAndKeepWhatTheLastSnapshotHas) {
   EXPECT_EQ(first->Potential(1, 0, 2), 2);
   // A last snapshot with other potentials for the same table objects: they are kept.
   auto marked = std::make_shared<RouteSnapshot>(*first);
-  for (std::vector<double>& p : marked->potentials) {
-    for (double& x : p) x += 10;
+  for (std::vector<RouteSnapshot::PotentialRow>& rows : marked->potentials) {
+    for (RouteSnapshot::PotentialRow& row : rows) {
+      auto shifted = std::make_shared<std::vector<double>>(*row);
+      for (double& x : *shifted) x += 10;
+      row = std::move(shifted);
+    }
   }
   const std::shared_ptr<const RouteSnapshot> kept =
       MakeRankedSnapshot(overlay_, tables, 2, 2000, marked.get());
   EXPECT_EQ(kept->Potential(0, 0, 2), 12);
   EXPECT_EQ(kept->Potential(1, 0, 2), 12);
+  // Shared, not copied: the same row objects.
+  EXPECT_EQ(kept->potentials[0][0], marked->potentials[0][0]);
+  EXPECT_EQ(kept->potentials[1][0], kept->potentials[0][0]);
   // New table objects (the same contents) are ranked afresh.
   const auto copy = std::make_shared<const RoutingTables>(ComputeEcmpTables(overlay_->topology));
   const std::shared_ptr<const RouteSnapshot> fresh =

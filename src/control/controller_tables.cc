@@ -73,12 +73,11 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
   s->tables = cycle.tables;
   const int n = overlay->topology.num_nodes();
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
-    std::vector<double>& p = s->potentials[cls];
-    p.resize(static_cast<size_t>(n) * n);
+    s->potentials[cls].resize(static_cast<size_t>(n));
     for (NodeId d = 0; d < n; ++d) {
-      for (NodeId v = 0; v < n; ++v) {
-        p[static_cast<size_t>(d) * n + v] = computer.Potential(cls, d, v);
-      }
+      auto row = std::make_shared<std::vector<double>>(static_cast<size_t>(n));
+      for (NodeId v = 0; v < n; ++v) (*row)[v] = computer.Potential(cls, d, v);
+      s->potentials[cls][d] = std::move(row);
     }
   }
   s->overlay = std::move(overlay);
@@ -99,23 +98,26 @@ std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
   constexpr double kUnranked = -1;
   std::vector<std::pair<NodeId, size_t>> stack;
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
-    std::vector<double>& p = s->potentials[cls];
-    p.assign(static_cast<size_t>(n) * n, kUnranked);
+    std::vector<RouteSnapshot::PotentialRow>& rows = s->potentials[cls];
+    rows.resize(static_cast<size_t>(n));
     for (NodeId d = 0; d < n; ++d) {
-      double* rank = &p[static_cast<size_t>(d) * n];
-      // A table the classes share (the marginal layer's) has the same ranks.
+      // A table the classes share (the marginal layer's) has the same ranks, and so has the
+      // same table in the previous snapshot: the row is shared, not copied.
       const auto table_of = [d](const RoutingTables& t) {
         return t.IsDestination(d) ? t.Table(d) : nullptr;
       };
       const DestinationTable* table = table_of(*tables[cls]);
       if (cls > 0 && table != nullptr && table == table_of(*tables[0])) {
-        std::copy_n(&s->potentials[0][static_cast<size_t>(d) * n], n, rank);
+        rows[d] = s->potentials[0][d];
         continue;
       }
       if (previous != nullptr && table != nullptr && table == table_of(*previous->tables[cls])) {
-        std::copy_n(&previous->potentials[cls][static_cast<size_t>(d) * n], n, rank);
+        rows[d] = previous->potentials[cls][d];
         continue;
       }
+      auto row = std::make_shared<std::vector<double>>(static_cast<size_t>(n), kUnranked);
+      rows[d] = row;
+      double* rank = row->data();
       rank[d] = 0;
       // Depth-first, next hops before the node; a node on the stack has rank -2 (a loop,
       // which the tables cannot have, would leave +infinity).

@@ -49,13 +49,14 @@ struct RouteSnapshot {
   int64_t computed_unix_ns = 0;
   std::shared_ptr<const Overlay> overlay;
   std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> tables;
-  // By class: potentials[cls][d * num_nodes + v] = phi of v toward d (every node is a
-  // destination).
-  std::array<std::vector<double>, kTrafficClasses> potentials;
+  // By class and destination: (*potentials[cls][d])[v] = phi of v toward d (every node is a
+  // destination). A row is shared, with the previous snapshot and between the classes, where
+  // its destination's table is the same (MakeRankedSnapshot): a cycle that holds its tables
+  // copies nothing.
+  using PotentialRow = std::shared_ptr<const std::vector<double>>;
+  std::array<std::vector<PotentialRow>, kTrafficClasses> potentials;
 
-  double Potential(int cls, NodeId d, NodeId v) const {
-    return potentials[cls][static_cast<size_t>(d) * overlay->topology.num_nodes() + v];
-  }
+  double Potential(int cls, NodeId d, NodeId v) const { return (*potentials[cls][d])[v]; }
 };
 
 // The snapshot of the route computer's newest tables (`cycle`).
