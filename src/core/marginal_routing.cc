@@ -225,10 +225,12 @@ class Problem {
       ASSIGN_OR_RETURN(f.dag, Order(w));
     }
     f.aligned = aligned;
-    const double* by_position = aligned != nullptr ? aligned->data() : nullptr;
-    for (const auto& [v, amount] : injected_[t]) through[v] = amount;
     f.through.clear();
     f.links.clear();
+    // A destination nobody sends to carries nothing: no walk over its graph.
+    if (!HasTraffic(t)) return absl::OkStatus();
+    const double* by_position = aligned != nullptr ? aligned->data() : nullptr;
+    for (const auto& [v, amount] : injected_[t]) through[v] = amount;
     absl::Status status;
     const Dag& g = *f.dag;
     for (size_t i = 0; i < g.order.size(); ++i) {
