@@ -13,7 +13,7 @@
 //                    [--topology random|fattree|leafspine [--k 8] [--leaves 16 --spines 4
 //                     --hosts_per_leaf 16]]
 //                    [--decision diffusion|marginal [--cycle_iterations N] [--max_link_scans N]]
-//                    [--destinations 4]
+//                    [--destinations 4] [--replica]
 //                    [--policy_model models/dar-policy.json [--precision int8|float]
 //                     [--policy_refresh_cycles 4]]
 #include <algorithm>
@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "control/controller.h"
 #include "control/controller_test_util.h"
+#include "control/etcd_test_util.h"
 #include "core/random.h"
 #include "core/topology_gen.h"
 #include "fmt/format.h"
@@ -76,6 +77,10 @@ struct Flags {
   // Node 1 floods: besides its samples at rate_hz, it sends valid samples of its own links
   // (4,096 a message) as fast as its stream takes them.
   bool flood = false;
+  // The controller as the one replica of a set coordinated through a real etcd that the bench
+  // starts (control/leadership.h): the cycle with leadership checks and the lease kept beside
+  // it, to compare with the single controller's.
+  bool replica = false;
 };
 
 // A ring (connected) plus random chords until the mean degree is reached; no parallel links.
@@ -166,12 +171,35 @@ int Run(const Flags& flags) {
                                          ? learn::LearnedPolicy::Precision::kFloat
                                          : learn::LearnedPolicy::Precision::kInt8;
   }
+  std::unique_ptr<testing::EtcdProcess> etcd;
+  if (flags.replica) {
+    absl::StatusOr<std::unique_ptr<testing::EtcdProcess>> started = testing::EtcdProcess::Start();
+    if (!started.ok()) {
+      std::fprintf(stderr, "etcd: %s\n", std::string(started.status().message()).c_str());
+      return 1;
+    }
+    etcd = *std::move(started);
+    config.replicas = ControllerConfig::Replicas{};
+    config.replicas->etcd = etcd->endpoint();
+    config.replicas->advertise = "127.0.0.1:1";  // nobody is sent there: one replica
+    config.replicas->lease = Seconds(1);
+  }
   absl::StatusOr<std::unique_ptr<Controller>> controller = Controller::Start(config);
   if (!controller.ok()) {
     std::fprintf(stderr, "controller: %s\n", std::string(controller.status().message()).c_str());
     return 1;
   }
   Controller& c = **controller;
+  if (flags.replica) {
+    const auto lead_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!c.core().NotLeading().empty() && std::chrono::steady_clock::now() < lead_deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!c.core().NotLeading().empty()) {
+      std::fprintf(stderr, "the replica did not come to lead within 20 s\n");
+      return 1;
+    }
+  }
 
   std::atomic<int64_t> tables{0};
   std::vector<std::unique_ptr<TestAgent>> agents;
@@ -363,7 +391,10 @@ int Run(const Flags& flags) {
       "controller_bench: %s, %d nodes (%d sending), %zu links (%zu directed), %d agent "
       "streams%s, %.0f Hz, drift %.3f, noise %.2f, %.1f s\n",
       flags.topology.c_str(), nodes, overlay.senders, links.size(), 2 * links.size(),
-      flags.direct ? 0 : nodes, flags.direct ? " (samples straight into the core)" : "",
+      flags.direct ? 0 : nodes,
+      flags.direct    ? " (samples straight into the core)"
+      : flags.replica ? " (the controller a replica leading through etcd)"
+                      : "",
       flags.rate_hz, flags.drift, flags.noise, elapsed);
   const double logged = std::max<double>(1, static_cast<double>(decision.size()));
   std::printf(
@@ -439,6 +470,8 @@ int main(int argc, char** argv) {
                  "Each row weighed at least every this many cycles (policy.policy_refresh_cycles)")
       ->check(CLI::Range(1, 1000));
   app.add_flag("--direct", flags.direct, "Samples straight into the core: no agents, no gRPC");
+  app.add_flag("--replica", flags.replica,
+               "The controller as a replica leading through a real etcd the bench starts");
   app.add_flag("--flood", flags.flood,
                "Node 1 also sends valid samples of its links as fast as its stream takes them");
   app.add_option("--decision", flags.decision, "The decision layer")

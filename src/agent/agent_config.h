@@ -110,7 +110,7 @@ struct AgentConfig {
   std::string management_interface;
   std::string management_address;
   std::string management_gateway;
-  std::string controller;       // host:port (the first of `controllers`)
+  std::string controller;  // host:port (the first of `controllers`)
   // Every replica of the controller (`controllers: [...]` in the file), or just `controller`:
   // the agent streams to the one that leads (agent/control_client.h).
   std::vector<std::string> controllers;

@@ -225,8 +225,8 @@ bool ControlClient::RunSession() {
   v1::AgentMessage hello;
   *hello.mutable_hello() = MakeHello();
   v1::TableStatus status_sent = hello.hello().table_status();
-  log_.Debug("hello", {{"controller", Target()},
-                       {"installed_version", hello.hello().installed_version()}});
+  log_.Debug("hello",
+             {{"controller", Target()}, {"installed_version", hello.hello().installed_version()}});
   bool healthy = Send(*stream, hello);
 
   std::thread reader;
@@ -242,9 +242,10 @@ bool ControlClient::RunSession() {
   }
 
   std::string why;
-  const Duration silence = config_.controllers.size() > 1
-                               ? std::min(options_.silence_timeout, options_.replica_silence_timeout)
-                               : options_.silence_timeout;
+  const Duration silence =
+      config_.controllers.size() > 1
+          ? std::min(options_.silence_timeout, options_.replica_silence_timeout)
+          : options_.silence_timeout;
   const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       Duration(probe_interval_ns_.load()));
   auto next = std::chrono::steady_clock::now() + period;
@@ -295,11 +296,9 @@ bool ControlClient::RunSession() {
   }
   if (why != "stopped") {
     if (answered) {
-      log_.Warn("disconnected from the controller",
-                {{"controller", Target()}, {"reason", why}});
+      log_.Warn("disconnected from the controller", {{"controller", Target()}, {"reason", why}});
     } else {
-      log_.Warn("cannot connect to the controller",
-                {{"controller", Target()}, {"reason", why}});
+      log_.Warn("cannot connect to the controller", {{"controller", Target()}, {"reason", why}});
     }
   }
   Fail(why, answered);
@@ -369,8 +368,8 @@ void ControlClient::ReadLoop(Stream& stream) {
         MutexLock lock(&mu_);
         status_.connected = true;
       }
-      log_.Info("connected to the controller", {{"controller", Target()},
-                                                {"installed_version", store_.installed_version()}});
+      log_.Info("connected to the controller",
+                {{"controller", Target()}, {"installed_version", store_.installed_version()}});
     }
     switch (message.kind_case()) {
       case v1::ControllerMessage::kConfig:

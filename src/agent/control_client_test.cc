@@ -3,8 +3,8 @@
 #include "agent/control_client.h"
 
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -80,8 +80,7 @@ void AddWatchFlag(CLI::App* cmd, Connection& c) {
       ->check(CLI::Range(0.1, 86400.0));
 }
 
-std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c,
-                                                  const std::string& address) {
+std::unique_ptr<dar::v1::AdminService::Stub> Dial(const Connection& c, const std::string& address) {
   security::ChannelTlsOptions options;
   if (!c.tls_dir.empty()) {
     // Admin files are named like every other identity's (security/certs.h).
@@ -147,10 +146,9 @@ Response Call(const Connection& c, Method method, const Request& request) {
     }
     tried += fmt::format("\n  {}: {}", address, message);
     const size_t at = message.find(kHint);
-    const auto hinted = at == std::string::npos
-                            ? addresses.end()
-                            : std::find(addresses.begin(), addresses.end(),
-                                        message.substr(at + kHint.size()));
+    const auto hinted = at == std::string::npos ? addresses.end()
+                                                : std::find(addresses.begin(), addresses.end(),
+                                                            message.substr(at + kHint.size()));
     i = hinted != addresses.end() && hinted != addresses.begin() + static_cast<ptrdiff_t>(i)
             ? static_cast<size_t>(hinted - addresses.begin())
             : i + 1;

@@ -107,7 +107,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Start(ControllerConfig c
   ASSIGN_OR_RETURN(security::KeyRing keys,
                    KeyRingFor(config, c->clock_->UnixNanos(), config.replicas ? nullptr : state));
   c->log_->Info("data-plane keys",
-                {{"ring", config.replicas      ? state->Where("overlay-keys.json")
+                {{"ring", config.replicas    ? state->Where("overlay-keys.json")
                           : state == nullptr ? std::string("in memory: a restart makes new keys")
                                              : state->Where("overlay-keys.json")},
                  {"active", keys.active_id()},
@@ -247,8 +247,9 @@ absl::Status Controller::StartLeadership(const ControllerConfig& config) {
   etcd.timeout = std::min<Duration>(Milliseconds(500), r.lease / 4);
   absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(etcd);
   if (!client.ok()) {
-    return absl::Status(client.status().code(), fmt::format("{}: replicas.etcd_tls: {}", config.file,
-                                                            std::string(client.status().message())));
+    return absl::Status(client.status().code(),
+                        fmt::format("{}: replicas.etcd_tls: {}", config.file,
+                                    std::string(client.status().message())));
   }
   LeadershipOptions options;
   options.prefix = r.prefix.empty() ? fmt::format("/dar/{}/", trust_domain_) : r.prefix;
@@ -274,8 +275,8 @@ absl::Status Controller::StartLeadership(const ControllerConfig& config) {
   };
   leadership_ =
       std::make_unique<Leadership>(std::move(options), *std::move(client), *log_, callbacks);
-  log_->Info("replica", {{"etcd", r.etcd}, {"advertise", r.advertise},
-                         {"lease_ms", ToMillis(r.lease)}});
+  log_->Info("replica",
+             {{"etcd", r.etcd}, {"advertise", r.advertise}, {"lease_ms", ToMillis(r.lease)}});
   return absl::OkStatus();
 }
 

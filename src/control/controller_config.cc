@@ -424,9 +424,9 @@ absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string&
     }
     const YAML::Node etcd_tls_node = Located::KeyNode(replicas_node, "etcd_tls");
     ASSIGN_OR_RETURN(YamlReader etcd_tls, loc.At(etcd_tls_node, r.OptionalMap("etcd_tls")));
-    for (const auto& [key, field] : {std::pair{"ca", &replicas.etcd_ca},
-                                     std::pair{"cert", &replicas.etcd_cert},
-                                     std::pair{"key", &replicas.etcd_key}}) {
+    for (const auto& [key, field] :
+         {std::pair{"ca", &replicas.etcd_ca}, std::pair{"cert", &replicas.etcd_cert},
+          std::pair{"key", &replicas.etcd_key}}) {
       ASSIGN_OR_RETURN(*field,
                        loc.Key(etcd_tls_node, key, etcd_tls.Optional<std::string>(key, "")));
       if (!field->empty()) *field = Resolve(*field, file);
@@ -435,8 +435,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string&
       return loc.Key(etcd_tls_node, "ca", etcd_tls.Error("ca", "a client certificate needs a CA"));
     }
     if (replicas.etcd_cert.empty() != replicas.etcd_key.empty()) {
-      return loc.Key(etcd_tls_node, "key",
-                     etcd_tls.Error("key", "cert and key go together"));
+      return loc.Key(etcd_tls_node, "key", etcd_tls.Error("key", "cert and key go together"));
     }
     RETURN_IF_ERROR(loc.CheckKeys(etcd_tls, etcd_tls_node));
     RETURN_IF_ERROR(loc.CheckKeys(r, replicas_node));

@@ -162,7 +162,7 @@ struct ControllerConfig {
     std::string etcd;       // host:port
     std::string advertise;  // host:port
     Duration lease = Seconds(2);
-    std::string prefix;  // ends in '/'; default "/dar/<trust domain>/"
+    std::string prefix;                        // ends in '/'; default "/dar/<trust domain>/"
     std::string etcd_ca, etcd_cert, etcd_key;  // empty: plaintext
     bool operator==(const Replicas&) const = default;
   };

@@ -151,10 +151,11 @@ TEST(ControllerConfigTest, ReplicasAreOptional) {
   absl::StatusOr<ControllerConfig> single = ParseControllerConfig(kGood, "/etc/dar/ctl.yaml");
   ASSERT_TRUE(single.ok()) << single.status();
   EXPECT_FALSE(single->replicas.has_value());
-  absl::StatusOr<ControllerConfig> c = ParseControllerConfig(
-      With("events_kept: 10", "events_kept: 10\nreplicas: {etcd: 127.0.0.1:2379, advertise: "
-                              "10.0.0.1:50051, lease_ms: 1000, etcd_tls: {ca: etcd/ca.crt}}"),
-      "/etc/dar/ctl.yaml");
+  absl::StatusOr<ControllerConfig> c =
+      ParseControllerConfig(With("events_kept: 10",
+                                 "events_kept: 10\nreplicas: {etcd: 127.0.0.1:2379, advertise: "
+                                 "10.0.0.1:50051, lease_ms: 1000, etcd_tls: {ca: etcd/ca.crt}}"),
+                            "/etc/dar/ctl.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_TRUE(c->replicas.has_value());
   EXPECT_EQ(c->replicas->etcd, "127.0.0.1:2379");
@@ -225,8 +226,9 @@ TEST(ControllerConfigTest, ErrorsNameFileLineAndField) {
       {With("events_kept: 10",
             "events_kept: 10\nreplicas: {etcd: 127.0.0.1:2379, advertise: a:1, prefix: dar}"),
        "ctl.yaml:12: replicas.prefix: must begin and end with '/'"},
-      {With("events_kept: 10", "events_kept: 10\nreplicas: {etcd: 127.0.0.1:2379, advertise: "
-                               "a:1, etcd_tls: {cert: c.crt, key: c.key}}"),
+      {With("events_kept: 10",
+            "events_kept: 10\nreplicas: {etcd: 127.0.0.1:2379, advertise: "
+            "a:1, etcd_tls: {cert: c.crt, key: c.key}}"),
        "replicas.etcd_tls.ca: a client certificate needs a CA"},
       {With("cycle_threads: 1", "cycle_threads: 0"), "ctl.yaml:28: policy.cycle_threads"},
       {With("cycle_threads: 1", "cycle_threads: 65"), "ctl.yaml:28: policy.cycle_threads"},

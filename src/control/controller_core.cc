@@ -441,9 +441,9 @@ void ControllerCore::CloseAll(const absl::Status& status) {
 std::string ControllerCore::NotLeading() const {
   if (!replica_.leading || replica_.leading()) return "";
   const std::string leader = replica_.leader ? replica_.leader() : "";
-  return leader.empty() ? std::string("this replica does not lead, and no replica leads now")
-                        : fmt::format("this replica does not lead; the leading replica is at {}",
-                                      leader);
+  return leader.empty()
+             ? std::string("this replica does not lead, and no replica leads now")
+             : fmt::format("this replica does not lead; the leading replica is at {}", leader);
 }
 
 absl::Status ControllerCore::Lead(uint64_t term) {

@@ -4,8 +4,8 @@
 // spread that fixture over several files.
 #include "control/controller_core.h"
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -730,7 +730,8 @@ TEST_F(CoreTest, ReplicasActOnlyWhileLeadingAndTakeOverTheSharedState) {
   a_leads = true;
   ASSERT_TRUE(a.Lead(1).ok());
   auto link_a = std::make_shared<FakeLink>();
-  const absl::StatusOr<ControllerCore::Admission> admitted = a.Admit(Node(1), Hello(1, {2, 3}), link_a);
+  const absl::StatusOr<ControllerCore::Admission> admitted =
+      a.Admit(Node(1), Hello(1, {2, 3}), link_a);
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   const absl::StatusOr<ControllerCore::Admission> refused =
       b.Admit(Node(1), Hello(1, {2, 3}), std::make_shared<FakeLink>());

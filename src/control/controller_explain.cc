@@ -103,8 +103,8 @@ ControllerCore::LinkInputs ControllerCore::GatherLinksLocked(
 }
 
 ControllerCore::LinkPlan ControllerCore::PlanLinks(const LinkInputs& in,
-                                                   const RouteSnapshot* snapshot,
-                                                   int64_t unix_now, PlanDetail detail) {
+                                                   const RouteSnapshot* snapshot, int64_t unix_now,
+                                                   PlanDetail detail) {
   const Topology& topo = in.overlay->topology;
   const auto links = static_cast<size_t>(topo.num_links());
   LinkPlan plan;

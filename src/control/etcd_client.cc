@@ -46,9 +46,9 @@ std::unique_ptr<grpc::ClientContext> EtcdClient::Context(Duration timeout) const
 }
 
 absl::Status EtcdClient::Error(const char* what, const grpc::Status& status) const {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      fmt::format("etcd {}: {}: {}", options_.endpoint, what,
-                                  status.error_message()));
+  return absl::Status(
+      static_cast<absl::StatusCode>(status.error_code()),
+      fmt::format("etcd {}: {}: {}", options_.endpoint, what, status.error_message()));
 }
 
 absl::StatusOr<std::pair<int64_t, Duration>> EtcdClient::GrantLease(Duration ttl) {
@@ -75,7 +75,7 @@ absl::StatusOr<Duration> EtcdClient::KeepAlive(int64_t lease) {
   const grpc::Status s = stream->Finish();
   if (!ok || !s.ok()) {
     return Error("lease keep-alive", s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                                          "the stream closed without an answer")
+                                                           "the stream closed without an answer")
                                             : s);
   }
   if (response.ttl() <= 0) {
@@ -157,8 +157,7 @@ absl::StatusOr<std::optional<EtcdClient::Value>> EtcdClient::Get(const std::stri
   const grpc::Status s = kv_->Range(Context(options_.timeout).get(), request, &response);
   if (!s.ok()) return Error("get", s);
   if (response.kvs_size() == 0) return std::nullopt;
-  return std::optional<Value>(
-      Value{response.kvs(0).value(), response.kvs(0).mod_revision()});
+  return std::optional<Value>(Value{response.kvs(0).value(), response.kvs(0).mod_revision()});
 }
 
 absl::StatusOr<bool> EtcdClient::PutIf(const EtcdLeaderKey& leader, const std::string& key,

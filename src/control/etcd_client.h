@@ -74,7 +74,8 @@ class EtcdClient {
   // `expect`, if key's mod revision is `*expect` (0: key absent). False, with nothing written,
   // if not.
   absl::StatusOr<bool> PutIf(const EtcdLeaderKey& leader, const std::string& key,
-                             const std::string& value, std::optional<int64_t> expect = std::nullopt);
+                             const std::string& value,
+                             std::optional<int64_t> expect = std::nullopt);
 
   const std::string& endpoint() const { return options_.endpoint; }
 

@@ -36,8 +36,8 @@ class Leadership::EtcdStateStore final : public StateStore {
   }
   absl::Status Write(const std::string& name, std::string_view text) override {
     if (text.size() > kMaxDocumentBytes) {
-      return absl::InvalidArgumentError(fmt::format("{}: {} bytes is more than {}", Where(name),
-                                                    text.size(), kMaxDocumentBytes));
+      return absl::InvalidArgumentError(
+          fmt::format("{}: {} bytes is more than {}", Where(name), text.size(), kMaxDocumentBytes));
     }
     EtcdLeaderKey key;
     {
@@ -61,7 +61,9 @@ class Leadership::EtcdStateStore final : public StateStore {
   }
 
  private:
-  std::string Key(const std::string& name) const { return owner_.options_.prefix + "state/" + name; }
+  std::string Key(const std::string& name) const {
+    return owner_.options_.prefix + "state/" + name;
+  }
   absl::Status Named(const std::string& name, const absl::Status& s) const {
     return absl::Status(s.code(), fmt::format("{}: {}", Where(name), std::string(s.message())));
   }
@@ -204,9 +206,9 @@ void Leadership::KeepLease() {
       expired = lease_ == lease && steady_clock::now() >= valid_until_;
     }
     if (expired) {
-      Lose(fmt::format("the lease was not renewed in time: {}",
-                       left.ok() ? std::string("keep-alives came late")
-                                 : std::string(left.status().message())));
+      Lose(fmt::format(
+          "the lease was not renewed in time: {}",
+          left.ok() ? std::string("keep-alives came late") : std::string(left.status().message())));
       continue;
     }
     if (!SleepUntil(sent + Steady(KeepAliveEvery(ttl)))) return;
@@ -277,11 +279,11 @@ void Leadership::Campaign() {
       (void)etcd_->Resign(*key);
       continue;
     }
-    log_.Info("leading replica", {{"term", *term},
-                                  {"advertise", options_.advertise},
-                                  {"campaign_ms", std::chrono::duration<double, std::milli>(
-                                                      steady_clock::now() - started)
-                                                      .count()}});
+    log_.Info("leading replica",
+              {{"term", *term},
+               {"advertise", options_.advertise},
+               {"campaign_ms",
+                std::chrono::duration<double, std::milli>(steady_clock::now() - started).count()}});
     if (callbacks_.elected) callbacks_.elected(*term);
     MutexLock lock(&mu_);
     cv_.Wait(&mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !leading_; });

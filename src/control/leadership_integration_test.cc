@@ -1,8 +1,6 @@
 // Leadership against a real etcd (etcd_test_util.h): one leader among three replicas, terms that
 // only grow, a quick handover when the leader stops, a leader cut off from etcd stepping down
 // before its lease can end, and writes to the shared state that hold only for the leader.
-#include "control/leadership.h"
-
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -11,6 +9,7 @@
 
 #include "base/test_support.h"
 #include "control/etcd_test_util.h"
+#include "control/leadership.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -18,8 +17,8 @@
 namespace dar::control {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::EtcdProcess;
+using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
 class LeadershipTest : public ::testing::Test {
@@ -140,8 +139,8 @@ TEST_F(LeadershipTest, ALeaderCutOffFromEtcdStepsDownBeforeItsLeaseCanEnd) {
   // the last one. The leader must have stopped leading by then, on its own clock.
   const auto paused = Clock::now();
   etcd_->Pause();
-  ASSERT_TRUE(test::WaitFor([&] { return !leader->leadership->Leading(); },
-                            std::chrono::seconds(3), std::chrono::milliseconds(2)));
+  ASSERT_TRUE(test::WaitFor([&] { return !leader->leadership->Leading(); }, std::chrono::seconds(3),
+                            std::chrono::milliseconds(2)));
   EXPECT_LT(Clock::now() - paused, std::chrono::milliseconds(1000));
   EXPECT_TRUE(test::WaitFor([&] { return leader->lost.load() == 1; }, std::chrono::seconds(3)));
   EXPECT_EQ(CountLeading(), 0);

@@ -327,8 +327,8 @@ absl::Status Lab::Build(const LabConfig& config, const UpOptions& options, LabSt
   // Credentials and config files.
   RETURN_IF_ERROR(CreateLabCredentials(layout, dir_, absl::Now()));
   for (int r = 0; r < layout.controller_replicas; ++r) {
-    RETURN_IF_ERROR(WriteFile(ConfigPath(dir_, layout.controller_name(r)),
-                              ControllerConfigYaml(layout, r)));
+    RETURN_IF_ERROR(
+        WriteFile(ConfigPath(dir_, layout.controller_name(r)), ControllerConfigYaml(layout, r)));
   }
   for (size_t i = 0; i < layout.nodes.size(); ++i) {
     RETURN_IF_ERROR(WriteFile(ConfigPath(dir_, layout.nodes[i].name),
@@ -599,8 +599,8 @@ absl::StatusOr<std::vector<std::string>> Lab::ExecArgv(
   if (command.empty()) return absl::InvalidArgumentError("exec: no command given");
   ASSIGN_OR_RETURN(const LabState state, LoadUpState());
   std::string netns;
-  const bool ctl_service = std::any_of(
-      state.processes.begin(), state.processes.end(), [&](const ProcessRecord& p) {
+  const bool ctl_service =
+      std::any_of(state.processes.begin(), state.processes.end(), [&](const ProcessRecord& p) {
         return p.role != "agent" && !p.node.empty() && p.node == node;
       });
   if (node == "ctl" || node == "controller" || ctl_service) {
@@ -613,7 +613,6 @@ absl::StatusOr<std::vector<std::string>> Lab::ExecArgv(
   argv.insert(argv.end(), command.begin(), command.end());
   return argv;
 }
-
 
 absl::StatusOr<std::vector<std::string>> Lab::CtlArgv(const std::string& darctl,
                                                       const std::vector<std::string>& args) const {

@@ -5,8 +5,8 @@
 #define DAR_LAB_LAB_FILES_H_
 
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"

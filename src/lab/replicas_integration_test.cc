@@ -79,8 +79,7 @@ class ReplicasTest : public LabTest {
                     BinaryPath("dar-controller"), kReplicas, BinaryPath("dar-agent")));
     const CommandResult up = Cli({"up", file, "--dir", dir_});
     ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
-    ASSERT_TRUE(WaitFor([&] { return AllOnTerm(1); }, std::chrono::seconds(30)))
-        << Logs();
+    ASSERT_TRUE(WaitFor([&] { return AllOnTerm(1); }, std::chrono::seconds(30))) << Logs();
   }
 
   // Agent metric `name` of every node (by id 1..4); a node whose metrics cannot be read is left
@@ -107,8 +106,8 @@ class ReplicasTest : public LabTest {
   }
   bool AllOnTerm(uint64_t at_least) {
     const std::map<int, uint64_t> t = Terms();
-    return t.size() == 4 && std::all_of(t.begin(), t.end(),
-                                        [&](const auto& e) { return e.second >= at_least; });
+    return t.size() == 4 &&
+           std::all_of(t.begin(), t.end(), [&](const auto& e) { return e.second >= at_least; });
   }
   uint64_t NewestTerm() {
     uint64_t newest = 0;
@@ -169,7 +168,8 @@ TEST_F(ReplicasTest, KillingTheLeaderUnderTrafficLosesNothing) {
   for (int run = 0; run < kRuns; ++run) {
     int leader = -1;
     ASSERT_TRUE(WaitFor([&] { return (leader = Leader()) >= 0; }, std::chrono::seconds(10)))
-        << "run " << run << ": no single ready replica\n" << Logs();
+        << "run " << run << ": no single ready replica\n"
+        << Logs();
     const uint64_t term = NewestTerm();
     ASSERT_TRUE(AllOnTerm(term)) << "run " << run;
     const std::string name = fmt::format("ctl{}", leader + 1);
@@ -179,14 +179,15 @@ TEST_F(ReplicasTest, KillingTheLeaderUnderTrafficLosesNothing) {
     ASSERT_TRUE(WaitFor(
         [&] {
           const std::map<int, uint64_t> t = Terms();
-          const bool any = std::any_of(t.begin(), t.end(),
-                                       [&](const auto& e) { return e.second > term; });
+          const bool any =
+              std::any_of(t.begin(), t.end(), [&](const auto& e) { return e.second > term; });
           if (any && !first_new) first_new = Ms(Clock::now() - killed);
-          return t.size() == 4 && std::all_of(t.begin(), t.end(),
-                                              [&](const auto& e) { return e.second > term; });
+          return t.size() == 4 &&
+                 std::all_of(t.begin(), t.end(), [&](const auto& e) { return e.second > term; });
         },
         std::chrono::seconds(20)))
-        << "run " << run << ": the agents did not move to a new leader\n" << Logs();
+        << "run " << run << ": the agents did not move to a new leader\n"
+        << Logs();
     all_ms.push_back(Ms(Clock::now() - killed));
     first_ms.push_back(first_new.value_or(all_ms.back()));
     // The killed replica comes back as a follower.
@@ -238,10 +239,9 @@ TEST_F(ReplicasTest, DarctlFindsTheLeader) {
   // A follower says who leads instead of answering.
   const int follower = (Leader() + 1) % kReplicas == leader ? (Leader() + 2) % kReplicas
                                                             : (Leader() + 1) % kReplicas;
-  const CommandResult refused = Cli({"exec", "--dir", dir_, "ctl", "--",
-                                     BinaryPath("darctl"), "show", "nodes", "--controller",
-                                     fmt::format("10.255.255.1:{}", 50051 + follower),
-                                     "--tls-dir", dir_ + "/certs"});
+  const CommandResult refused = Cli(
+      {"exec", "--dir", dir_, "ctl", "--", BinaryPath("darctl"), "show", "nodes", "--controller",
+       fmt::format("10.255.255.1:{}", 50051 + follower), "--tls-dir", dir_ + "/certs"});
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.err.find("the leading replica is at 10.255.255.1:"), std::string::npos)
       << refused.err;
@@ -257,8 +257,7 @@ TEST_F(ReplicasTest, APausedLeaderStepsDownAndItsTermIsOver) {
   // Frozen past its lease: another replica leads, and the agents, hearing nothing from the
   // frozen one, go there.
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
-  const bool moved =
-      WaitFor([&] { return AllOnTerm(term + 1); }, std::chrono::seconds(20));
+  const bool moved = WaitFor([&] { return AllOnTerm(term + 1); }, std::chrono::seconds(20));
   ASSERT_EQ(::kill(pid, SIGCONT), 0);
   ASSERT_TRUE(moved) << Logs();
   const uint64_t new_term = NewestTerm();
@@ -270,8 +269,8 @@ TEST_F(ReplicasTest, APausedLeaderStepsDownAndItsTermIsOver) {
       },
       std::chrono::seconds(10)))
       << Logs();
-  EXPECT_TRUE(WaitFor([&] { return Leader() >= 0 && Leader() != leader; },
-                      std::chrono::seconds(10)));
+  EXPECT_TRUE(
+      WaitFor([&] { return Leader() >= 0 && Leader() != leader; }, std::chrono::seconds(10)));
   // For a while, every agent stays on the new term's tables: nothing of the old term was
   // installed after them (agents install only newer versions, and the old term's are older).
   const auto until = Clock::now() + std::chrono::seconds(2);
