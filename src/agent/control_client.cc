@@ -206,6 +206,31 @@ bool ControlClient::RunSession() {
     Fail(error, false);
     return false;
   }
+  const Duration silence = Silence();
+  // A frozen replica accepts the TCP connection but never finishes the TLS handshake, and a
+  // stream would wait in gRPC's connect for 20 s: with replicas, one not connected within the
+  // silence timeout is given up for the next.
+  if (config_.controllers.size() > 1) {
+    const auto deadline =
+        std::chrono::system_clock::now() + std::chrono::nanoseconds(silence.count());
+    bool up = false;
+    while (!up && std::chrono::system_clock::now() < deadline) {
+      {
+        MutexLock lock(&mu_);
+        if (stop_) return false;
+      }
+      up = (*channel)->WaitForConnected(
+          std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(100)));
+    }
+    if (!up) {
+      const std::string error =
+          fmt::format("{}: not connected within {:.0f} ms", Target(), ToMillis(silence));
+      log_.Warn("cannot connect to the controller", {{"controller", Target()}, {"reason", error}});
+      Fail(error, false);
+      NextTarget(grpc::Status(grpc::StatusCode::UNAVAILABLE, error));
+      return false;
+    }
+  }
   std::unique_ptr<v1::AgentService::Stub> stub = v1::AgentService::NewStub(*channel);
   auto context = std::make_shared<grpc::ClientContext>();
   {
@@ -242,10 +267,6 @@ bool ControlClient::RunSession() {
   }
 
   std::string why;
-  const Duration silence =
-      config_.controllers.size() > 1
-          ? std::min(options_.silence_timeout, options_.replica_silence_timeout)
-          : options_.silence_timeout;
   const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       Duration(probe_interval_ns_.load()));
   auto next = std::chrono::steady_clock::now() + period;
@@ -304,6 +325,13 @@ bool ControlClient::RunSession() {
   Fail(why, answered);
   NextTarget(status);
   return answered;
+}
+
+Duration ControlClient::Silence() const {
+  if (config_.controllers.size() < 2) return options_.silence_timeout;
+  return std::clamp(store_.stale_after() / 3,
+                    std::min(options_.replica_silence_timeout, options_.silence_timeout),
+                    options_.silence_timeout);
 }
 
 void ControlClient::NextTarget(const grpc::Status& status) {

@@ -96,9 +96,11 @@ struct ControlClientOptions {
   // A stream on which the controller sends nothing for this long is given up (the controller
   // sends a table every cycle, 100 ms by default). REQUIRES: > 0.
   Duration silence_timeout = Seconds(15);
-  // With several replicas (AgentConfig::controllers), a stream silent this long is given up
-  // for the next replica: a leader that was paused, or lost its lease, sends nothing, and
-  // another may lead already. Well inside the tables' staleness timeout. REQUIRES: > 0.
+  // With several replicas (AgentConfig::controllers), a stream silent for a third of the
+  // tables' staleness timeout, but at least this long (and at most silence_timeout), is given
+  // up for the next replica: a leader that was paused, or lost its lease, sends nothing, and
+  // another may lead already. (The controller sends tables every cycle, and a staleness
+  // timeout shorter than a few cycles would make agents fall back anyway.) REQUIRES: > 0.
   Duration replica_silence_timeout = Seconds(1);
   // The forwarding settings the data plane started with; AgentConfig changes only the mode.
   ForwardingConfig forwarding;
@@ -181,6 +183,8 @@ class ControlClient {
   // After a stream ended with `status`: the replica it names as leading, if it is one of ours
   // and not this one; else the next one. One controller: stays.
   void NextTarget(const grpc::Status& status);
+  // How long a stream may stay silent (ControlClientOptions::replica_silence_timeout).
+  Duration Silence() const;
 
   const AgentConfig& config_;
   TableStore& store_;

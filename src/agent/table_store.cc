@@ -371,6 +371,11 @@ void TableStore::set_stale_after(Duration stale_after) {
   chain_.set_stale_after(stale_after);
 }
 
+Duration TableStore::stale_after() const {
+  MutexLock lock(&mu_);
+  return chain_.stale_after();
+}
+
 TableSource TableStore::SourceLocked(Time now) {
   const TableSource before = chain_.source();
   const int64_t recoveries = chain_.counters().recoveries_from_static;

@@ -97,6 +97,7 @@ class TableStore {
 
   // A new staleness timeout (AgentConfig.table_stale_ms from the controller). REQUIRES: > 0.
   void set_stale_after(Duration stale_after);
+  Duration stale_after() const;
 
   // The table to forward with at `now`; never null.
   std::shared_ptr<const AgentTables> Active(Time now);

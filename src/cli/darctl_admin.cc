@@ -128,7 +128,9 @@ Response Call(const Connection& c, Method method, const Request& request) {
   if (addresses.empty()) Fail("--controller: no address");
   constexpr std::string_view kHint = "the leading replica is at ";
   std::string tried;
-  for (size_t i = 0, asked = 0; i < addresses.size() && asked <= addresses.size(); ++asked) {
+  std::vector<bool> asked(addresses.size(), false);
+  for (size_t i = 0; !asked[i];) {
+    asked[i] = true;
     const std::string& address = addresses[i];
     auto stub = Dial(c, address);
     grpc::ClientContext ctx;
@@ -139,7 +141,8 @@ Response Call(const Connection& c, Method method, const Request& request) {
     const std::string& message = status.error_message();
     const bool follower = status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
                           message.find("does not lead") != std::string::npos;
-    const bool away = status.error_code() == grpc::StatusCode::UNAVAILABLE;
+    const bool away = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (addresses.size() == 1 || (!follower && !away)) {
       Fail(fmt::format("controller {}: {} ({})", address, message,
                        static_cast<int>(status.error_code())));
@@ -149,9 +152,17 @@ Response Call(const Connection& c, Method method, const Request& request) {
     const auto hinted = at == std::string::npos ? addresses.end()
                                                 : std::find(addresses.begin(), addresses.end(),
                                                             message.substr(at + kHint.size()));
-    i = hinted != addresses.end() && hinted != addresses.begin() + static_cast<ptrdiff_t>(i)
-            ? static_cast<size_t>(hinted - addresses.begin())
-            : i + 1;
+    if (hinted != addresses.end() && !asked[hinted - addresses.begin()]) {
+      i = static_cast<size_t>(hinted - addresses.begin());
+    } else {
+      // The next one not asked yet, round the list; none left ends the loop.
+      for (size_t step = 1; step < addresses.size(); ++step) {
+        if (!asked[(i + step) % addresses.size()]) {
+          i = (i + step) % addresses.size();
+          break;
+        }
+      }
+    }
   }
   Fail(fmt::format("no replica of the controller leads:{}", tried));
 }

@@ -256,13 +256,14 @@ absl::Status Controller::StartLeadership(const ControllerConfig& config) {
   options.advertise = r.advertise;
   options.lease_ttl = r.lease;
   Leadership::Callbacks callbacks;
-  callbacks.elected = [this](uint64_t term) {
-    metrics_->replica_leading->Set(1);
+  callbacks.elected = [this](uint64_t term) -> absl::Status {
+    // Without the shared key ring and drains it must not lead: agents would get other keys.
+    RETURN_IF_ERROR(core_->Lead(term));
     metrics_->replica_term->Set(static_cast<double>(term));
-    if (absl::Status s = core_->Lead(term); !s.ok()) {
-      log_->Error("leading without the shared state: it could not be read",
-                  {{"term", term}, {"error", std::string(s.message())}});
-    }
+    return absl::OkStatus();
+  };
+  callbacks.leading = [this] {
+    metrics_->replica_leading->Set(1);
     {
       MutexLock lock(&thread_mu_);
       wake_ = true;  // the first tables of the term at once

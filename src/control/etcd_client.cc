@@ -103,6 +103,9 @@ absl::StatusOr<EtcdLeaderKey> EtcdClient::Campaign(const std::string& name, int6
   std::unique_ptr<grpc::ClientContext> context = Context(max_wait);
   {
     MutexLock lock(&mu_);
+    if (std::exchange(cancelled_, false)) {
+      return absl::CancelledError(fmt::format("etcd {}: campaign: cancelled", options_.endpoint));
+    }
     campaign_ = context.get();
   }
   const grpc::Status s = election_->Campaign(context.get(), request, &response);
@@ -121,7 +124,11 @@ absl::StatusOr<EtcdLeaderKey> EtcdClient::Campaign(const std::string& name, int6
 
 void EtcdClient::Cancel() {
   MutexLock lock(&mu_);
-  if (campaign_ != nullptr) campaign_->TryCancel();
+  if (campaign_ != nullptr) {
+    campaign_->TryCancel();
+  } else {
+    cancelled_ = true;
+  }
 }
 
 absl::StatusOr<std::optional<std::string>> EtcdClient::Leader(const std::string& name) {

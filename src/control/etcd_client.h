@@ -58,7 +58,8 @@ class EtcdClient {
   // the candidates already waiting.
   absl::StatusOr<EtcdLeaderKey> Campaign(const std::string& name, int64_t lease,
                                          const std::string& value, Duration max_wait);
-  // Cancels a Campaign under way (a replica stopping, or its lease lost).
+  // Cancels the Campaign under way, or the next one to start if none is (a replica stopping,
+  // or its lease lost, just as its campaign begins).
   void Cancel();
   // The value the leader of `name` campaigned with, or nullopt if nobody leads.
   absl::StatusOr<std::optional<std::string>> Leader(const std::string& name);
@@ -92,6 +93,7 @@ class EtcdClient {
   std::unique_ptr<v3electionpb::Election::Stub> election_;
   Mutex mu_;
   grpc::ClientContext* campaign_ ABSL_GUARDED_BY(mu_) = nullptr;  // the call under way
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // Cancel() with no call under way
 };
 
 }  // namespace dar::control

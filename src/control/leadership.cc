@@ -40,11 +40,16 @@ class Leadership::EtcdStateStore final : public StateStore {
           fmt::format("{}: {} bytes is more than {}", Where(name), text.size(), kMaxDocumentBytes));
     }
     EtcdLeaderKey key;
+    bool may_write = false;
     {
       MutexLock lock(&owner_.mu_);
       key = owner_.key_;
+      // The leader, or the replica etcd just elected getting ready (it may make the first key
+      // ring); etcd checks the key in any case.
+      may_write = (owner_.leading_ || owner_.preparing_) &&
+                  std::chrono::steady_clock::now() < owner_.valid_until_;
     }
-    if (!owner_.Leading()) {
+    if (!may_write) {
       return absl::FailedPreconditionError(
           fmt::format("{}: only the leading replica writes it", Where(name)));
     }
@@ -123,7 +128,7 @@ uint64_t Leadership::term() const {
 std::string Leadership::LeaderAddress() {
   {
     MutexLock lock(&mu_);
-    if (leading_) return options_.advertise;
+    if (leading_ && steady_clock::now() < valid_until_) return options_.advertise;
     if (steady_clock::now() - leader_asked_ < kLeaderCacheFor) return leader_address_;
     leader_asked_ = steady_clock::now();
   }
@@ -182,11 +187,19 @@ void Leadership::KeepLease() {
         continue;
       }
       last_error.clear();
+      bool stopping = false;
       {
         MutexLock lock(&mu_);
-        lease_ = granted->first;
-        ttl_ = granted->second;
-        valid_until_ = sent + Steady(ttl_ - Margin(ttl_));
+        stopping = stop_;
+        if (!stopping) {
+          lease_ = granted->first;
+          ttl_ = granted->second;
+          valid_until_ = sent + Steady(ttl_ - Margin(ttl_));
+        }
+      }
+      if (stopping) {  // Stop ran meanwhile and revoked what it saw: this one too
+        (void)etcd_->RevokeLease(granted->first);
+        return;
       }
       cv_.NotifyAll();
       if (!SleepUntil(sent + Steady(KeepAliveEvery(granted->second)))) return;
@@ -259,10 +272,23 @@ void Leadership::Campaign() {
       continue;
     }
     absl::StatusOr<uint64_t> term = NextTerm(*key);
-    if (!term.ok()) {
-      log_.Warn("elected, but the term could not be taken: campaigning again",
-                {{"error", std::string(term.status().message())}});
+    // Ready before leading: the owner reads the shared state while nothing acts yet.
+    absl::Status ready = term.status();
+    if (ready.ok()) {
+      MutexLock lock(&mu_);
+      preparing_ = true;
+      key_ = *key;
+    }
+    if (ready.ok() && callbacks_.elected) ready = callbacks_.elected(*term);
+    {
+      MutexLock lock(&mu_);
+      preparing_ = false;
+    }
+    if (!ready.ok()) {
+      log_.Warn("elected, but not ready to lead: resigned, campaigning again",
+                {{"error", std::string(ready.message())}});
       (void)etcd_->Resign(*key);
+      if (!SleepUntil(steady_clock::now() + Steady(kRetry))) return;
       continue;
     }
     bool lost_meanwhile = false;
@@ -277,6 +303,7 @@ void Leadership::Campaign() {
     }
     if (lost_meanwhile) {
       (void)etcd_->Resign(*key);
+      if (callbacks_.lost) callbacks_.lost("the lease ended while getting ready to lead");
       continue;
     }
     log_.Info("leading replica",
@@ -284,7 +311,7 @@ void Leadership::Campaign() {
                {"advertise", options_.advertise},
                {"campaign_ms",
                 std::chrono::duration<double, std::milli>(steady_clock::now() - started).count()}});
-    if (callbacks_.elected) callbacks_.elected(*term);
+    if (callbacks_.leading) callbacks_.leading();
     MutexLock lock(&mu_);
     cv_.Wait(&mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !leading_; });
     if (stop_) return;

@@ -46,11 +46,14 @@ struct LeadershipOptions {
 class Leadership {
  public:
   struct Callbacks {
-    // This replica leads from now on, in `term`. Called on the campaign's thread, with
-    // Leading() already true.
-    std::function<void(uint64_t term)> elected;
-    // It does not any more (`why`); called once per elected, on either thread, Leading()
-    // already false.
+    // etcd made this replica leader, in `term`: it gets ready to act (reads the shared state).
+    // Called on the campaign's thread, before Leading() turns true; an error gives the lead
+    // back (resigned, another campaign after a pause).
+    std::function<absl::Status(uint64_t term)> elected;
+    // Leading() has just turned true (after elected returned OK). Optional.
+    std::function<void()> leading;
+    // It does not lead any more (`why`): called once after each elected that returned OK, on
+    // either thread, with Leading() already false.
     std::function<void(const std::string& why)> lost;
   };
 
@@ -100,6 +103,8 @@ class Leadership {
   Duration ttl_ ABSL_GUARDED_BY(mu_){0};
   SteadyTime valid_until_ ABSL_GUARDED_BY(mu_);  // of the lease, with the margin
   bool leading_ ABSL_GUARDED_BY(mu_) = false;
+  // Elected, and getting ready (Callbacks::elected runs): it may write the shared state.
+  bool preparing_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t term_ ABSL_GUARDED_BY(mu_) = 0;
   EtcdLeaderKey key_ ABSL_GUARDED_BY(mu_);
   std::string leader_address_ ABSL_GUARDED_BY(mu_);

@@ -55,7 +55,10 @@ class LeadershipTest : public ::testing::Test {
       o.lease_ttl = Seconds(1);
       Leadership::Callbacks callbacks;
       Replica* raw = r.get();
-      callbacks.elected = [raw](uint64_t term) { raw->elected_term = term; };
+      callbacks.elected = [raw](uint64_t term) {
+        raw->elected_term = term;
+        return absl::OkStatus();
+      };
       callbacks.lost = [raw](const std::string&) { ++raw->lost; };
       r->leadership = std::make_unique<Leadership>(o, Client(), log_, callbacks);
       r->leadership->Start();
@@ -128,6 +131,35 @@ TEST_F(LeadershipTest, OneOfThreeLeadsAndAStoppedLeaderHandsOverAtOnce) {
   ASSERT_NE(second, first);
   EXPECT_LT(Clock::now() - stopped, std::chrono::milliseconds(900));
   EXPECT_GT(second->leadership->term(), term);
+}
+
+// A replica that cannot get ready (its shared state unreadable) gives the lead back and tries
+// again later; it leads once it is ready, in a later term, and never counted as leading before.
+TEST_F(LeadershipTest, AReplicaNotReadyGivesTheLeadBack) {
+  std::atomic<int> refusals{0};
+  std::atomic<bool> led_while_refusing{false};
+  LeadershipOptions o;
+  o.prefix = "/dar/test.dar/";
+  o.advertise = "r:1";
+  o.lease_ttl = Seconds(1);
+  Leadership::Callbacks callbacks;
+  std::unique_ptr<Leadership>* self = nullptr;
+  callbacks.elected = [&](uint64_t) -> absl::Status {
+    if (self != nullptr && *self != nullptr && (*self)->Leading()) led_while_refusing = true;
+    if (refusals.load() < 2) {
+      ++refusals;
+      return absl::UnavailableError("the key ring cannot be read");
+    }
+    return absl::OkStatus();
+  };
+  auto leadership = std::make_unique<Leadership>(o, Client(), log_, callbacks);
+  self = &leadership;
+  leadership->Start();
+  ASSERT_TRUE(test::WaitFor([&] { return leadership->Leading(); }, std::chrono::seconds(10)));
+  EXPECT_EQ(refusals.load(), 2);
+  EXPECT_FALSE(led_while_refusing.load());
+  EXPECT_EQ(leadership->term(), 3u);  // each election took a term
+  leadership.reset();
 }
 
 TEST_F(LeadershipTest, ALeaderCutOffFromEtcdStepsDownBeforeItsLeaseCanEnd) {
