@@ -8,12 +8,14 @@ function(dar_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# dar_test(NAME SRCS ... DEPS ... [LABELS ...]): one GoogleTest binary, registered with ctest.
-# Tests run with the repository root as working directory so they find scenarios/ and data/.
-# LABELS defaults to `unit` (run again under ASan + UBSan by `make test`); `integration` tests
-# (real processes, namespaces) run once, in the Release build.
+# dar_test(NAME SRCS ... DEPS ... [LABELS ...] [RUN_SERIAL]): one GoogleTest binary, registered
+# with ctest. Tests run with the repository root as working directory so they find scenarios/
+# and data/. LABELS defaults to `unit` (run again under ASan + UBSan by `make test`);
+# `integration` tests (real processes, namespaces) run once, in the Release build. RUN_SERIAL:
+# ctest runs them alone (their timing is what they exercise: a failover within the agents'
+# staleness timeout, which another test on the same two cores would stretch).
 function(dar_test name)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "RUN_SERIAL" "" "SRCS;DEPS;LABELS" ${ARGN})
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)
   endif()
@@ -23,8 +25,12 @@ function(dar_test name)
   target_compile_definitions(${name} PRIVATE DAR_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
                                              DAR_BINARY_DIR="${CMAKE_BINARY_DIR}")
   include(GoogleTest)
+  set(serial FALSE)
+  if(ARG_RUN_SERIAL)
+    set(serial TRUE)
+  endif()
   gtest_discover_tests(${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR} DISCOVERY_TIMEOUT 60
-                       PROPERTIES TIMEOUT 900 LABELS "${ARG_LABELS}")
+                       PROPERTIES TIMEOUT 900 LABELS "${ARG_LABELS}" RUN_SERIAL ${serial})
 endfunction()
 
 # dar_binary(NAME SRCS ... DEPS ...): a command-line program; main() stays thin.
