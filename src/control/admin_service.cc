@@ -36,7 +36,7 @@ absl::Status AdminServiceImpl::Authorize(grpc::CallbackServerContext& context, c
   // change made there would be lost: the leader is named instead.
   if (status.ok()) {
     if (std::string not_leading = core_.NotLeading(); !not_leading.empty()) {
-      return absl::FailedPreconditionError(std::move(not_leading));
+      return absl::FailedPreconditionError(not_leading);
     }
   }
   if (!status.ok()) {

@@ -61,7 +61,7 @@ absl::StatusOr<std::pair<int64_t, Duration>> EtcdClient::GrantLease(Duration ttl
     return absl::UnavailableError(
         fmt::format("etcd {}: lease grant: {}", options_.endpoint, response.error()));
   }
-  return std::make_pair(response.id(), Seconds(static_cast<double>(response.ttl())));
+  return std::make_pair(response.id(), Seconds(response.ttl()));
 }
 
 absl::StatusOr<Duration> EtcdClient::KeepAlive(int64_t lease) {
@@ -82,7 +82,7 @@ absl::StatusOr<Duration> EtcdClient::KeepAlive(int64_t lease) {
     return absl::NotFoundError(
         fmt::format("etcd {}: lease {:x} has expired", options_.endpoint, lease));
   }
-  return Seconds(static_cast<double>(response.ttl()));
+  return Seconds(response.ttl());
 }
 
 absl::Status EtcdClient::RevokeLease(int64_t lease) {

@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start() {
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const int err = posix_spawn(&e->pid_, kEtcd, &actions, nullptr, args.data(), environ);

@@ -86,6 +86,7 @@ std::vector<std::string> TbfCommand(const std::string& netns, const std::string&
 // Every replica's address, comma-separated (darctl asks them in turn for the leader).
 std::string ControllerAddrs(const LabLayout& layout) {
   std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(layout.controller_replicas));
   for (int r = 0; r < layout.controller_replicas; ++r) out.push_back(layout.controller_addr(r));
   return fmt::format("{}", fmt::join(out, ","));
 }

@@ -259,7 +259,7 @@ absl::Status KeyRing::Save() const {
   j["since_unix_ns"] = since_unix_ns_;
   j["keys"] = KeysToJson(keys_);
   if (!exposed_.empty()) j["exposed"] = exposed_;
-  const absl::Status s = options_.store->Write(options_.name, j.dump(1) + "\n");
+  absl::Status s = options_.store->Write(options_.name, j.dump(1) + "\n");
   if (s.ok()) return s;
   return absl::Status(s.code(), fmt::format("key ring: {}", std::string(s.message())));
 }
