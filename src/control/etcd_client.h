@@ -93,7 +93,7 @@ class EtcdClient {
   std::unique_ptr<v3electionpb::Election::Stub> election_;
   Mutex mu_;
   grpc::ClientContext* campaign_ ABSL_GUARDED_BY(mu_) = nullptr;  // the call under way
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // Cancel() with no call under way
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;                   // Cancel() with no call under way
 };
 
 }  // namespace dar::control
