@@ -81,7 +81,7 @@ Duration ControllerCore::OfferToAll(const std::shared_ptr<const RouteSnapshot>& 
   const auto start = std::chrono::steady_clock::now();
   // A replica that lost the lead since the cycle offers nothing (its tables would be refused
   // where a newer leader's arrived, but need not go out at all).
-  if (!NotLeading().empty()) return Duration(0);
+  if (!Acts()) return Duration(0);
   std::vector<std::shared_ptr<AgentLink>> links;
   {
     MutexLock lock(&mu_);
@@ -439,7 +439,7 @@ void ControllerCore::CloseAll(const absl::Status& status) {
 }
 
 std::string ControllerCore::NotLeading() const {
-  if (!replica_.leading || replica_.leading()) return "";
+  if (Acts()) return "";
   const std::string leader = replica_.leader ? replica_.leader() : "";
   return leader.empty()
              ? std::string("this replica does not lead, and no replica leads now")

@@ -184,8 +184,11 @@ class ControllerCore {
   // It no longer does (`why`): every agent's stream is closed (UNAVAILABLE), so that the agents
   // go to the replica that leads now.
   void StepDown(const std::string& why);
-  // Empty while this core may act (a single controller, or the leading replica); else why not.
+  // Empty while this core may act (a single controller, or the leading replica); else why not,
+  // naming the leader (which may ask etcd).
   std::string NotLeading() const;
+  // Whether it may act: NotLeading() is empty, without asking who leads.
+  bool Acts() const { return !replica_.leading || replica_.leading(); }
 
   // --- Admin API ---
 

@@ -66,7 +66,7 @@ std::vector<bool> ControllerCore::DrainedLinks(
 
 CycleReport ControllerCore::RunCycle() {
   // A replica that does not lead decides nothing (no agent is connected to it).
-  if (!NotLeading().empty()) return CycleReport{};
+  if (!Acts()) return CycleReport{};
   MutexLock cycle_lock(&cycle_mu_);
   const Time now = clock_.Now();
   const int64_t unix_now = clock_.UnixNanos();
@@ -274,7 +274,7 @@ CycleReport ControllerCore::RunCycle() {
 
 std::string ControllerCore::HealthProblem() const {
   // A replica waiting to lead is healthy, and not ready (ReadinessProblem).
-  if (replica_.leading && !replica_.leading()) return "";
+  if (!Acts()) return "";
   MutexLock lock(&mu_);
   if (!cycled_) return "no decision cycle has run yet";
   const Duration limit = std::max<Duration>(3 * policy_.cycle, Seconds(1));
