@@ -3,7 +3,6 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
-FUZZ_BUILD ?= build-fuzz
 SCENARIO ?= scenarios/default.yaml
 OUT ?= out/default
 
@@ -22,21 +21,25 @@ run: build
 	./$(BUILD)/src/cli/dar-sim run $(SCENARIO) --out $(OUT)
 
 # The layers of src/ (no include runs back up), a build without a warning (-Werror), unit and
-# integration tests (Release), clang's thread-safety analysis of the code that locks,
-# clang-tidy's bugprone and performance checks, the unit tests again under ASan + UBSan,
-# those of threaded code under TSan, and the fuzz targets.
-test: build
-	./scripts/check-layers.py src
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	$(MAKE) check-thread-safety
-	$(MAKE) check-tidy
-	$(MAKE) test-asan
-	$(MAKE) test-tsan
-	$(MAKE) fuzz
+# integration tests (Release), clang-tidy's bugprone and performance checks, the unit tests
+# again under ASan + UBSan in a clang build that also checks the locking annotations
+# (-Wthread-safety) and holds the fuzz targets, those of threaded code under TSan, and the fuzz
+# targets. Each stage says how long it took (scripts/stage.sh).
+STAGE = ./scripts/stage.sh
+test:
+	$(STAGE) build $(MAKE) --no-print-directory build
+	$(STAGE) layers ./scripts/check-layers.py src
+	$(STAGE) ctest sh -c 'cd $(BUILD) && ctest --output-on-failure -j $(JOBS)'
+	$(STAGE) tidy $(MAKE) --no-print-directory check-tidy
+	$(STAGE) asan $(MAKE) --no-print-directory test-asan
+	$(STAGE) tsan $(MAKE) --no-print-directory test-tsan
+	$(STAGE) fuzz $(MAKE) --no-print-directory fuzz
 
+# The unit tests under ASan + UBSan; the build is scripts/configure-sanitize.sh's (clang), of
+# what the unit tests and the fuzz targets need.
 test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDAR_SANITIZE=ON -DDAR_BENCHMARKS=OFF -DDAR_TRAINING=OFF
-	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	./scripts/configure-sanitize.sh $(ASAN_BUILD)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests fuzz_targets
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L unit
 
 # The test binaries whose code runs on threads (the executor; the engine's cycle and the
@@ -52,16 +55,17 @@ test-tsan: deps
 	for t in $(TSAN_TESTS); do \
 	  TSAN_OPTIONS=halt_on_error=1 ./$(TSAN_BUILD)/$$t --gtest_brief=1 || exit 1; done
 
-# libFuzzer (clang) over the scenario, overlay-header and configuration parsers, a fixed number
-# of inputs from a fixed seed (scripts/run-fuzz.sh).
+# libFuzzer (clang) over the scenario, overlay-header, configuration and state parsers, a fixed
+# number of inputs from a fixed seed (scripts/run-fuzz.sh), in the sanitizer build.
 fuzz: deps
-	./scripts/run-fuzz.sh $(FUZZ_BUILD)
+	./scripts/run-fuzz.sh $(ASAN_BUILD)
 
 check-layers:
 	./scripts/check-layers.py src
 
 # clang's -Wthread-safety over every file that takes a lock (includes base/mutex.h): a member
-# read or written without the mutex that guards it (ABSL_GUARDED_BY) fails the build.
+# read or written without the mutex that guards it (ABSL_GUARDED_BY) fails the build. Without
+# building: `make test` gets the same check from its clang build (test-asan).
 check-thread-safety: configure
 	./scripts/check-thread-safety.py $(BUILD)
 
@@ -100,4 +104,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) out
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) out

@@ -31,6 +31,9 @@ function(dar_test name)
   endif()
   gtest_discover_tests(${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR} DISCOVERY_TIMEOUT 60
                        PROPERTIES TIMEOUT 900 LABELS "${ARG_LABELS}" RUN_SERIAL ${serial})
+  if("unit" IN_LIST ARG_LABELS)
+    set_property(GLOBAL APPEND PROPERTY DAR_UNIT_TESTS ${name})
+  endif()
 endfunction()
 
 # dar_binary(NAME SRCS ... DEPS ...): a command-line program; main() stays thin.

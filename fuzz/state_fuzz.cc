@@ -26,6 +26,7 @@
 #include "agent/table_store.h"
 #include "base/files.h"
 #include "base/json_log.h"
+#include "base/state_store.h"
 #include "control/table_versions.h"
 #include "learn/policy_model.h"
 #include "security/key_ring.h"
@@ -99,7 +100,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 3: {
       dar::security::KeyRingOptions o;
-      o.file = write("overlay-keys.json");
+      o.store = std::make_shared<dar::DirectoryStateStore>(f->dir);
+      write(o.name);
       (void)dar::security::KeyRing::Load(o, 1'700'000'000'000'000'000);
       break;
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# make fuzz: builds the libFuzzer targets (fuzz/) with clang, ASan and UBSan in BUILD_DIR
-# (default build-fuzz) and runs each from its seed corpus for a fixed number of inputs from a
-# fixed seed: about 50 s of fuzzing on two cores, after a clang build of a few minutes.
+# make fuzz: builds the libFuzzer targets (fuzz/) in the sanitizer build BUILD_DIR (default
+# build-asan, configured by scripts/configure-sanitize.sh: clang, ASan and UBSan; after
+# `make test-asan` only the targets' own files are left to build) and runs each from its seed
+# corpus for a fixed number of inputs from a fixed seed.
 # The run is not bit-for-bit the same on every machine (libFuzzer reads a corpus directory in
 # the file system's order), but it is small and seeded. A crash, a leak, a timeout or an
 # out-of-memory fails it: the whole report is printed and the input kept in
@@ -9,12 +10,10 @@
 # tries first, and add a test for it.
 #   scripts/run-fuzz.sh [BUILD_DIR]            FUZZ_RUNS_SCALE=10 for ten times the inputs
 set -euo pipefail
-dir=${1:-build-fuzz}
+dir=${1:-build-asan}
 scale=${FUZZ_RUNS_SCALE:-1}
-cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDAR_FUZZ=ON -DDAR_WERROR=OFF -DDAR_BENCHMARKS=OFF \
-  -DDAR_TRAINING=OFF > /dev/null
-cmake --build "$dir" -j "$(nproc)" --target scenario_fuzz overlay_fuzz config_fuzz state_fuzz
+"$(dirname "$0")/configure-sanitize.sh" "$dir"
+cmake --build "$dir" -j "$(nproc)" --target fuzz_targets
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$dir/fuzz-artifacts"

@@ -294,7 +294,10 @@ absl::Status TableStore::LoadFromDisk(Time now) {
   }
 
   MutexLock lock(&mu_);
-  absl::StatusOr<Rows> rows = Check(table, CheckMode::kDisk);
+  // A table already held (read before, or sent since) is newer or the same: the file changes
+  // nothing.
+  const absl::Status newer = chain_.CheckVersion(table.version());
+  absl::StatusOr<Rows> rows = newer.ok() ? Check(table, CheckMode::kDisk) : newer;
   if (!rows.ok()) {
     ++counters_.disk_ignored;
     const std::string why = std::string(rows.status().message());

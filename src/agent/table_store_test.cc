@@ -415,6 +415,11 @@ TEST_F(TableStoreTest, SavesEveryAcceptedTableAndLoadsItBack) {
   ASSERT_EQ(t->Lookup(0, kNodeC).size(), 1u);
   EXPECT_EQ(t->Lookup(0, kNodeC)[0].link, kLinkToD);
   EXPECT_EQ(t->Lookup(1, kNodeC).size(), 2u);
+  // Read again, the file holds nothing newer: it is ignored, and the table stays.
+  const absl::Status again = restarted->LoadFromDisk(Seconds(100));
+  EXPECT_THAT(std::string(again.message()), HasSubstr("version 7 is not newer"));
+  EXPECT_EQ(restarted->installed_version(), 7u);
+  EXPECT_EQ(restarted->counters().loaded_from_disk, 1);
   // Older versions are still refused; a delta against the loaded version applies.
   EXPECT_THAT(std::string(restarted->Offer(FullTable(6), Seconds(100)).message()),
               HasSubstr("version 6 is not newer than the installed version 7"));
