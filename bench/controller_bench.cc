@@ -13,7 +13,7 @@
 //                    [--topology random|fattree|leafspine [--k 8] [--leaves 16 --spines 4
 //                     --hosts_per_leaf 16]]
 //                    [--decision diffusion|marginal [--cycle_iterations N] [--max_link_scans N]]
-//                    [--destinations 4] [--replica]
+//                    [--destinations 4] [--replica] [--stub_hosts] [--direct]
 //                    [--policy_model models/dar-policy.json [--precision int8|float]
 //                     [--policy_refresh_cycles 4]]
 #include <algorithm>
@@ -66,6 +66,8 @@ struct Flags {
   // Hand the samples to the controller's core directly, without agents or gRPC: the decision
   // time without the agents' load on the same cores.
   bool direct = false;
+  // The controller's stub_hosts: hosts are decided through their switch.
+  bool stub_hosts = false;
   // The learned policy's model (policy.policy_model); empty: the analytic engine alone.
   std::string policy_model;
   std::string precision = "int8";
@@ -156,6 +158,7 @@ int Run(const Flags& flags) {
   ControllerConfig config =
       testing::MakeTestConfig(**pki, nodes, links, dir.File("controller.jsonl"));
   config.log_level = "debug";  // a line per cycle, with its decision time
+  config.stub_hosts = flags.stub_hosts;
   config.policy.marginal = flags.decision == "marginal";
   if (flags.cycle_iterations > 0) {
     config.policy.marginal_config.routing.max_iterations = flags.cycle_iterations;
@@ -470,6 +473,8 @@ int main(int argc, char** argv) {
                  "Each row weighed at least every this many cycles (policy.policy_refresh_cycles)")
       ->check(CLI::Range(1, 1000));
   app.add_flag("--direct", flags.direct, "Samples straight into the core: no agents, no gRPC");
+  app.add_flag("--stub_hosts", flags.stub_hosts,
+               "Hosts (a single link) reached through their switch (stub_hosts)");
   app.add_flag("--replica", flags.replica,
                "The controller as a replica leading through a real etcd the bench starts");
   app.add_flag("--flood", flags.flood,

@@ -94,7 +94,8 @@ struct ControlClientOptions {
   Duration backoff_min = Milliseconds(100);
   Duration backoff_max = Milliseconds(500);
   // A stream on which the controller sends nothing for this long is given up (the controller
-  // sends a table every cycle, 100 ms by default). REQUIRES: > 0.
+  // sends a table every cycle that changes this node's rows, and a refresh at least every
+  // sixth of table_stale_ms: 500 ms by default). REQUIRES: > 0.
   Duration silence_timeout = Seconds(15);
   // With several replicas (AgentConfig::controllers), a stream silent for a third of the
   // tables' staleness timeout, but at least this long (and at most silence_timeout), is given

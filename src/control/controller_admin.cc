@@ -111,7 +111,7 @@ absl::StatusOr<v1::GetRoutesResponse> ControllerCore::GetRoutes(
     if (only_node != kNoNode && v != only_node) continue;
     for (NodeId d = 0; d < n; ++d) {
       if (d == v || (only_dest != kNoNode && d != only_dest)) continue;
-      const absl::Span<const NextHop> hops = snapshot->tables[cls]->Lookup(v, d);
+      const absl::Span<const NextHop> hops = snapshot->Row(cls, v, d);
       v1::RouteView* r = out.add_routes();
       r->set_node(o.name(v));
       r->set_destination(o.name(d));

@@ -362,6 +362,8 @@ absl::StatusOr<ControllerConfig> ParseControllerConfigOrThrow(const std::string&
       c.forecast_horizon,
       loc.Key(root, "forecast_horizon",
               top.OptionalDuration("forecast_horizon", c.forecast_horizon, Bounds::Positive())));
+  ASSIGN_OR_RETURN(c.stub_hosts,
+                   loc.Key(root, "stub_hosts", top.Optional<bool>("stub_hosts", c.stub_hosts)));
   ASSIGN_OR_RETURN(c.events_kept, loc.Key(root, "events_kept",
                                           top.Optional<int>("events_kept", c.events_kept,
                                                             Bounds::InRange(1, 1000000))));
@@ -542,6 +544,19 @@ Topology BuildTopology(const ControllerConfig& config) {
     p.capacity = l.capacity;
     p.delay = l.delay.value_or(Microseconds(1));
     topo.AddDuplexLink(by_name.at(l.a), by_name.at(l.b), p);
+  }
+  // Every node runs an agent and has an overlay address: every node is a destination, but the
+  // stubs, whose switch stands for them.
+  topo.set_every_node_an_endpoint(true);
+  if (config.stub_hosts) {
+    std::vector<NodeId> stubs;
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      const std::vector<LinkId>& out = topo.node(v).out_links;
+      if (out.size() == 1 && topo.node(topo.link(out[0]).dst).out_links.size() > 1) {
+        stubs.push_back(v);
+      }
+    }
+    for (NodeId v : stubs) topo.mutable_node(v).kind = NodeKind::kHost;
   }
   return topo;
 }

@@ -30,6 +30,8 @@
 //     lease_ms: 2000                 # a killed leader is replaced after about this long
 //     prefix: /dar/<trust domain>/   # optional: its keys in etcd
 //     etcd_tls: {ca: etcd-ca.crt, cert: etcd.crt, key: etcd.key}   # optional; none: plaintext
+//   stub_hosts: false                # true: a node on a single link is reached through its
+//                                    # neighbour, and decided with it (ControllerConfig)
 //   nodes:
 //     - {id: 1, name: A, overlay: 10.77.0.1}    # id > 0: the certificate's node/<id>
 //   links:
@@ -169,6 +171,10 @@ struct ControllerConfig {
   std::optional<Replicas> replicas;
   std::vector<ControllerNodeConfig> nodes;
   std::vector<ControllerLinkConfig> links;
+  // A node with a single link, to a node with more (a host under its switch), is reached
+  // through that node: the engines compute no field toward it and no row at it, and its rows
+  // are derived (RouteSnapshot), so that the cycle's work follows the switches.
+  bool stub_hosts = false;
   ControllerPolicy policy;
 };
 

@@ -292,6 +292,33 @@ TEST(ControllerConfigTest, TopologyHasEveryNodeAsRouterAndDestination) {
   EXPECT_EQ(topo.link(topo.link(ac).reverse).src, *topo.FindNode("C"));
 }
 
+// stub_hosts: a node on a single link to a node with more is a host its switch stands for; a
+// pair of nodes joined by a lone link stays two destinations.
+TEST(ControllerConfigTest, StubHostsAreTheNodesOnASingleLinkToASwitch) {
+  const std::string yaml = With("events_kept: 10", "events_kept: 10\nstub_hosts: true");
+  absl::StatusOr<ControllerConfig> c = ParseControllerConfig(yaml, "ctl.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->stub_hosts);
+  c->nodes.push_back({5, "H", "10.77.0.5"});
+  c->links.push_back({"D", "H", DataRate::Gbps(1), std::nullopt});
+  c->nodes.push_back({6, "X", "10.77.0.6"});
+  c->nodes.push_back({7, "Y", "10.77.0.7"});
+  c->links.push_back({"X", "Y", DataRate::Gbps(1), std::nullopt});
+  const Topology topo = BuildTopology(*c);
+  const NodeId h = *topo.FindNode("H");
+  EXPECT_EQ(topo.node(h).kind, NodeKind::kHost);
+  EXPECT_EQ(topo.RouteTarget(h), *topo.FindNode("D"));
+  EXPECT_EQ(topo.node(*topo.FindNode("X")).kind, NodeKind::kSwitch);
+  EXPECT_EQ(topo.Destinations(), (std::vector<NodeId>{0, 1, 2, 3, 5, 6}));
+  c->stub_hosts = false;
+  EXPECT_EQ(BuildTopology(*c).Destinations().size(), 7u);
+
+  const absl::Status bad =
+      ParseControllerConfig(With("events_kept: 10", "events_kept: 10\nstub_hosts: 3"), "ctl.yaml")
+          .status();
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("stub_hosts"));
+}
+
 // The model checked in with the repository (dar-train's default config).
 std::string GoodModel() { return std::string(DAR_SOURCE_DIR) + "/models/dar-policy.json"; }
 

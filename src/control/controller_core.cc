@@ -264,6 +264,7 @@ absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const security::
       admission.config = agent_config_;
       admission.snapshot = latest_;
       admission.ack_timeout = config_.table_stale / 2;
+      admission.refresh = TableRefresh(config_.table_stale);
       const std::string mode(ForwardingModeName(policy_.forwarding_mode));
       const auto& modes = hello.capabilities().forwarding_modes();
       if (!modes.empty() && std::find(modes.begin(), modes.end(), mode) == modes.end()) {

@@ -118,6 +118,8 @@ class ControllerCore {
     std::shared_ptr<const v1::AgentConfig> config;
     std::shared_ptr<const RouteSnapshot> snapshot;  // null before the first cycle
     Duration ack_timeout{0};
+    // The longest the agent goes without a table while its rows stay the same (AgentSession).
+    Duration refresh{0};
   };
   // Checks a Hello from the authenticated `peer` and registers `link` as the node's stream.
   // An older stream of the same node is closed (ABORTED). Table versions continue above the

@@ -197,7 +197,8 @@ CycleReport ControllerCore::RunCycle() {
       cycle.tables[cls] = std::move(tables);
     }
     cycle.route_changes = marginal_->stats().route_changes - changes;
-    snapshot = MakeRankedSnapshot(overlay, cycle.tables, report.version, unix_now, previous.get());
+    snapshot =
+        MakeRankedSnapshot(overlay, known, cycle.tables, report.version, unix_now, previous.get());
   } else {
     cycle = computer_->Cycle(/*force_full=*/false);
     CountPolicy(cycle, now);

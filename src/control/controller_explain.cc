@@ -160,7 +160,7 @@ ControllerCore::LinkPlan ControllerCore::PlanLinks(const LinkInputs& in,
       for (NodeId d = 0; d < topo.num_nodes(); ++d) {
         for (NodeId v = 0; v < topo.num_nodes(); ++v) {
           if (d == v) continue;
-          for (const NextHop& h : snapshot->tables[cls]->Lookup(v, d)) {
+          for (const NextHop& h : snapshot->Row(cls, v, d)) {
             plan.share[cls][h.link] += h.weight * per_row;
           }
         }
@@ -292,7 +292,6 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
   }
   const int cls = static_cast<int>(request.traffic_class());
   const LinkPlan plan = PlanLinks(*in, snapshot.get(), clock_.UnixNanos());
-  const RoutingTables& tables = *snapshot->tables[cls];
   const auto link_cost = [&](LinkId l) {
     return in->marginal ? plan.marginal_cost[l] : in->cost[cls][l];
   };
@@ -316,7 +315,7 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
     // Marked before the next hops are solved, so that tables with a loop (which the
     // validator refuses) end here instead of recursing without end.
     distance[v] = std::numeric_limits<double>::infinity();
-    const absl::Span<const NextHop> hops = tables.Lookup(v, dest);
+    const absl::Span<const NextHop> hops = snapshot->Row(cls, v, dest);
     double sum = hops.empty() ? std::numeric_limits<double>::infinity() : 0;
     LinkId worst = kNoLink;
     for (const NextHop& h : hops) {
@@ -340,7 +339,7 @@ absl::StatusOr<v1::RouteExplanation> ControllerCore::ExplainRoute(
   for (const Demand& d : in->demand) {
     if (d.src == node && d.dst == dest) out.set_demand_bps(d.amount * 8);
   }
-  const absl::Span<const NextHop> hops = tables.Lookup(node, dest);
+  const absl::Span<const NextHop> hops = snapshot->Row(cls, node, dest);
   double least = std::numeric_limits<double>::infinity(), most = 0;
   for (const NextHop& h : hops) {
     const NodeId next = topo.link(h.link).dst;

@@ -162,6 +162,9 @@ TEST_F(ControllerGrpcTest, AgentGetsConfigAndFullTableThenDeltasAfterAcks) {
   ASSERT_TRUE(WaitUntil([&] {
     return controller_->core().ListNodes()[0].acked_version() == full->table().version();
   }));
+  // Nothing changed: the next table is the refresh, once it is due.
+  clock_.Advance(Seconds(1));
+  controller_->RunCycleNow();
   std::optional<v1::ControllerMessage> delta = agent->WaitFor(IsTable, &cursor);
   ASSERT_TRUE(delta.has_value());
   EXPECT_EQ(delta->table().base_version(), full->table().version());
@@ -218,6 +221,7 @@ TEST_F(ControllerGrpcTest, RefusedTableGivesAnEventAndAFullTable) {
   ASSERT_TRUE(first.has_value());
   agent->SendAck(first->table().version(), true);
   ASSERT_TRUE(WaitUntil([&] { return controller_->core().ListNodes()[3].acked_version() > 0; }));
+  clock_.Advance(Seconds(1));  // nothing changed: the refresh is due
   controller_->RunCycleNow();
   std::optional<v1::ControllerMessage> delta = agent->WaitFor(IsTable, &cursor);
   ASSERT_TRUE(delta.has_value());
@@ -232,6 +236,56 @@ TEST_F(ControllerGrpcTest, RefusedTableGivesAnEventAndAFullTable) {
   HeldRoutes held;
   ASSERT_TRUE(testing::ApplyTable(again->table(), 0, held).ok());
   EXPECT_EQ(held.size(), 6u);
+}
+
+// stub_hosts: n5 hangs off n4. Its table is its uplink toward every node; the other nodes reach
+// it as they reach n4, and a step further. Both tables are what agents accept.
+TEST_F(ControllerGrpcTest, AStubHostIsReachedThroughItsSwitch) {
+  std::vector<std::pair<int, int>> links = kDiamond;
+  links.emplace_back(3, 4);
+  ControllerConfig config = testing::MakeTestConfig(*pki_, 5, links);
+  config.stub_hosts = true;
+  absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(config, ManualOptions());
+  ASSERT_TRUE(c.ok()) << c.status();
+  controller_ = std::move(*c);
+  auto host = Agent(Node(5), AcceptEvery);
+  host->SendHello(5, {4}, /*delta_tables=*/false);
+  auto n1 = Agent(Node(1), AcceptEvery);
+  n1->SendHello(1, {2, 3}, /*delta_tables=*/false);
+  ASSERT_TRUE(WaitUntil([&] { return controller_->core().ListNodes()[0].connected(); }));
+  controller_->RunCycleNow();
+
+  size_t cursor = 0;
+  std::optional<v1::ControllerMessage> t = host->WaitFor(IsTable, &cursor);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->table().routes_size(), 4 * 2);
+  for (const v1::Route& r : t->table().routes()) {
+    ASSERT_EQ(r.next_hops_size(), 1) << r.destination_id();
+    EXPECT_EQ(r.next_hops(0).neighbor_id(), 4u);
+    EXPECT_EQ(r.next_hops(0).weight(), 1.0);
+    EXPECT_LT(r.next_hops(0).potential(), r.potential());
+  }
+
+  cursor = 0;
+  t = n1->WaitFor(IsTable, &cursor);
+  ASSERT_TRUE(t.has_value());
+  std::map<std::pair<uint32_t, uint32_t>, v1::Route> rows;
+  for (const v1::Route& r : t->table().routes()) {
+    rows[{r.destination_id(), r.traffic_class()}] = r;
+  }
+  ASSERT_EQ(rows.size(), 4u * 2);
+  for (uint32_t cls : {0u, 1u}) {
+    const v1::Route& to4 = rows[{4, cls}];
+    const v1::Route& to5 = rows[{5, cls}];
+    ASSERT_EQ(to5.next_hops_size(), to4.next_hops_size());
+    ASSERT_GT(to5.next_hops_size(), 0);
+    for (int i = 0; i < to5.next_hops_size(); ++i) {
+      EXPECT_EQ(to5.next_hops(i).neighbor_id(), to4.next_hops(i).neighbor_id());
+      EXPECT_EQ(to5.next_hops(i).weight(), to4.next_hops(i).weight());
+      EXPECT_LT(to5.next_hops(i).potential(), to5.potential());
+    }
+    EXPECT_GT(to5.potential(), to4.potential());
+  }
 }
 
 TEST_F(ControllerGrpcTest, HelloWithAnotherNodesIdIsRefused) {

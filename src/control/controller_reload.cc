@@ -17,7 +17,10 @@ namespace dar::control {
 namespace {
 
 bool SameOverlay(const ControllerConfig& a, const ControllerConfig& b) {
-  if (a.nodes.size() != b.nodes.size() || a.links.size() != b.links.size()) return false;
+  if (a.nodes.size() != b.nodes.size() || a.links.size() != b.links.size() ||
+      a.stub_hosts != b.stub_hosts) {
+    return false;
+  }
   for (size_t i = 0; i < a.nodes.size(); ++i) {
     const ControllerNodeConfig &x = a.nodes[i], &y = b.nodes[i];
     if (x.id != y.id || x.name != y.name || x.overlay_address != y.overlay_address) return false;

@@ -186,7 +186,7 @@ class AgentStream final : public Reactor,
     MutexLock lock(&mu_);
     wire_id_ = hello.node_id();
     session_.emplace(hello.node_id(), hello.capabilities().delta_tables(),
-                     hello.installed_version(), admission->ack_timeout);
+                     hello.installed_version(), admission->ack_timeout, admission->refresh);
     // What was offered after the admission is newer than what it carried.
     session_->SetConfig(pending_config_ != nullptr ? std::move(pending_config_)
                                                    : std::move(admission->config));

@@ -8,15 +8,24 @@
 namespace dar::control {
 
 AgentSession::AgentSession(uint32_t wire_id, bool delta_tables, uint64_t installed_version,
-                           Duration ack_timeout)
+                           Duration ack_timeout, Duration refresh)
     : wire_id_(wire_id),
       delta_tables_(delta_tables),
       floor_(installed_version),
-      ack_timeout_(ack_timeout) {}
+      ack_timeout_(ack_timeout),
+      refresh_(refresh) {}
 
 void AgentSession::SetConfig(std::shared_ptr<const v1::AgentConfig> config) {
   config_ = std::move(config);
   config_pending_ = config_ != nullptr;
+  if (config_ != nullptr && config_->table_stale_ms() > 0) {
+    SetTableStale(Milliseconds(config_->table_stale_ms()));
+  }
+}
+
+void AgentSession::SetTableStale(Duration table_stale) {
+  ack_timeout_ = table_stale / 2;
+  refresh_ = TableRefresh(table_stale);
 }
 
 void AgentSession::SetSnapshot(std::shared_ptr<const RouteSnapshot> snapshot) {
@@ -54,6 +63,11 @@ bool AgentSession::Next(Time now, v1::ControllerMessage& out) {
     return true;
   }
   if (latest_ == nullptr || latest_->version <= floor_) return false;
+  if (latest_->version != seen_version_) {
+    snapshot_gap_ = seen_version_ == 0 ? Duration::max() : now - seen_at_;
+    seen_version_ = latest_->version;
+    seen_at_ = now;
+  }
   if (in_flight_ != nullptr) {
     if (now - in_flight_since_ < ack_timeout_) return false;
     // No answer: what the agent holds is unknown, so only a full table is safe.
@@ -64,6 +78,14 @@ bool AgentSession::Next(Time now, v1::ControllerMessage& out) {
   if (node == kNoNode) return false;  // no longer configured; the stream is being closed
   const RouteSnapshot* base = need_full_ || !delta_tables_ ? nullptr : acked_.get();
   BuildRouteTable(*latest_, node, base, *out.mutable_table());
+  if (base != nullptr && out.table().routes_size() == 0 && out.table().removed_size() == 0 &&
+      snapshot_gap_ < refresh_ && now - in_flight_since_ < refresh_ - snapshot_gap_) {
+    // Nothing of the node's changed, and the next snapshot is soon enough for the refresh: the
+    // agent's table is this one. The next snapshot replaces this one and is compared with the
+    // same acked table.
+    ++unchanged_held_;
+    return false;
+  }
   if (out.table().base_version() == 0) {
     ++full_sent_;
   } else {

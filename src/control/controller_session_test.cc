@@ -1,5 +1,7 @@
 #include "control/controller_session.h"
 
+#include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -8,6 +10,8 @@
 #include "control/controller_tables.h"
 #include "control/controller_test_util.h"
 #include "core/routing.h"
+#include "core/topology_gen.h"
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "security/key_ring.h"
 
@@ -41,6 +45,9 @@ class SessionTest : public ::testing::Test {
   std::unique_ptr<RouteComputer> computer_;
   uint64_t version_ = 0;
 };
+
+// A refresh of zero: every snapshot is sent, changed or not.
+constexpr Duration kEverySnapshot{0};
 
 // A route's next hops and weights, for comparing rows without their potentials.
 std::vector<std::pair<uint32_t, double>> Hops(const v1::Route& r) {
@@ -163,7 +170,8 @@ TEST_F(SessionTest, PotentialsMovingAloneAreNotResent) {
 TEST_F(SessionTest, RankedSnapshotsRankOnceAndKeepWhatTheLastSnapshotHas) {
   const auto ecmp = std::make_shared<const RoutingTables>(ComputeEcmpTables(overlay_->topology));
   const std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> tables = {ecmp, ecmp};
-  const std::shared_ptr<const RouteSnapshot> first = MakeRankedSnapshot(overlay_, tables, 1, 1000);
+  const std::shared_ptr<const RouteSnapshot> first =
+      MakeRankedSnapshot(overlay_, overlay_->topology, tables, 1, 1000);
   // Toward n1: n2 and n4 one hop, n3 two (both ways are two hops).
   EXPECT_EQ(first->Potential(0, 0, 0), 0);
   EXPECT_EQ(first->Potential(0, 0, 1), 1);
@@ -179,7 +187,7 @@ TEST_F(SessionTest, RankedSnapshotsRankOnceAndKeepWhatTheLastSnapshotHas) {
     }
   }
   const std::shared_ptr<const RouteSnapshot> kept =
-      MakeRankedSnapshot(overlay_, tables, 2, 2000, marked.get());
+      MakeRankedSnapshot(overlay_, overlay_->topology, tables, 2, 2000, marked.get());
   EXPECT_EQ(kept->Potential(0, 0, 2), 12);
   EXPECT_EQ(kept->Potential(1, 0, 2), 12);
   // Shared, not copied: the same row objects.
@@ -188,12 +196,13 @@ TEST_F(SessionTest, RankedSnapshotsRankOnceAndKeepWhatTheLastSnapshotHas) {
   // New table objects (the same contents) are ranked afresh.
   const auto copy = std::make_shared<const RoutingTables>(ComputeEcmpTables(overlay_->topology));
   const std::shared_ptr<const RouteSnapshot> fresh =
-      MakeRankedSnapshot(overlay_, {{copy, copy}}, 3, 3000, marked.get());
+      MakeRankedSnapshot(overlay_, overlay_->topology, {{copy, copy}}, 3, 3000, marked.get());
   EXPECT_EQ(fresh->Potential(0, 0, 2), 2);
 }
 
 TEST_F(SessionTest, ConfigFirstThenStopAndWaitTables) {
-  AgentSession s(/*wire_id=*/1, /*delta_tables=*/true, /*installed_version=*/0, Seconds(1));
+  AgentSession s(/*wire_id=*/1, /*delta_tables=*/true, /*installed_version=*/0, Seconds(1),
+                 kEverySnapshot);
   v1::ControllerMessage m;
   EXPECT_FALSE(s.Next(Time(0), m));
   s.SetConfig(std::make_shared<v1::AgentConfig>());
@@ -244,7 +253,7 @@ TEST_F(SessionTest, TheConfigCarriesTheNodesRowNotTheSecrets) {
   k->set_key_id(5);
   k->set_key(std::string(32, '\x07'));
   k->set_active(true);
-  AgentSession s(/*wire_id=*/2, true, 0, Seconds(1));
+  AgentSession s(/*wire_id=*/2, true, 0, Seconds(1), kEverySnapshot);
   s.SetConfig(config);
   v1::ControllerMessage first;
   ASSERT_TRUE(s.Next(Time(0), first));
@@ -275,7 +284,7 @@ TEST_F(SessionTest, TheConfigCarriesTheNodesRowNotTheSecrets) {
 }
 
 TEST_F(SessionTest, NoAckWithinTheTimeoutSendsAFullTable) {
-  AgentSession s(1, true, 0, Seconds(1));
+  AgentSession s(1, true, 0, Seconds(1), kEverySnapshot);
   v1::ControllerMessage m;
   s.SetSnapshot(Cycle());
   ASSERT_TRUE(s.Next(Time(0), m));
@@ -294,7 +303,7 @@ TEST_F(SessionTest, NoAckWithinTheTimeoutSendsAFullTable) {
 }
 
 TEST_F(SessionTest, VersionsStayAboveTheInstalledOneAndAgentsWithoutDeltasGetFullTables) {
-  AgentSession s(2, /*delta_tables=*/false, /*installed_version=*/2, Seconds(1));
+  AgentSession s(2, /*delta_tables=*/false, /*installed_version=*/2, Seconds(1), kEverySnapshot);
   v1::ControllerMessage m;
   s.SetSnapshot(Cycle());  // v1
   s.SetSnapshot(Cycle());  // v2
@@ -321,8 +330,219 @@ TEST_F(SessionTest, VersionsStayAboveTheInstalledOneAndAgentsWithoutDeltasGetFul
   EXPECT_FALSE(s.Next(Time(0), m));
 }
 
+// A snapshot that changes none of the node's rows is held while the refresh can wait for the
+// next one; one that changes a row goes at once, as a delta against the acked table. A
+// configuration's staleness timeout (a reload) sets the refresh.
+TEST_F(SessionTest, UnchangedRowsAreSentOnlyAsARefresh) {
+  AgentSession s(/*wire_id=*/1, /*delta_tables=*/true, 0, Seconds(1), Milliseconds(500));
+  v1::ControllerMessage m;
+  const auto ack = [&](uint64_t version) {
+    v1::TableAck a;
+    a.set_version(version);
+    a.set_accepted(true);
+    return s.OnAck(a);
+  };
+  s.SetSnapshot(Cycle());
+  ASSERT_TRUE(s.Next(Time(0), m));  // the first table is full and always goes
+  ASSERT_EQ(ack(1), AckOutcome::kAccepted);
+
+  // Snapshots 100 ms apart that change nothing (v2..v4) are held...
+  for (int t = 100; t <= 300; t += 100) {
+    s.SetSnapshot(Cycle());
+    EXPECT_FALSE(s.Next(Milliseconds(t), m)) << t;
+  }
+  EXPECT_EQ(s.unchanged_tables_held(), 3);
+  EXPECT_EQ(s.in_flight_version(), 0u);
+  // ...until the next would come 500 ms after the last table: v5 goes, an empty delta against
+  // what the agent holds.
+  s.SetSnapshot(Cycle());
+  ASSERT_TRUE(s.Next(Milliseconds(400), m));
+  EXPECT_EQ(m.table().version(), 5u);
+  EXPECT_EQ(m.table().base_version(), 1u);
+  EXPECT_EQ(m.table().routes_size(), 0);
+  ASSERT_EQ(ack(5), AckOutcome::kAccepted);
+
+  // The link n1-n2 goes down: n1's rows change, and the delta goes before the next refresh.
+  computer_->SetKnownDown(Link(1, 2), true);
+  computer_->SetKnownDown(Link(2, 1), true);
+  s.SetSnapshot(Cycle());  // v6
+  ASSERT_TRUE(s.Next(Milliseconds(500), m));
+  EXPECT_EQ(m.table().version(), 6u);
+  EXPECT_EQ(m.table().base_version(), 5u);
+  EXPECT_GT(m.table().routes_size(), 0);
+  EXPECT_EQ(s.unchanged_tables_held(), 3);
+  ASSERT_EQ(ack(6), AckOutcome::kAccepted);
+
+  // A reload to a 30 s staleness timeout: the refresh is 5 s.
+  auto config = std::make_shared<v1::AgentConfig>();
+  config->set_table_stale_ms(30000);
+  s.SetConfig(config);
+  ASSERT_TRUE(s.Next(Milliseconds(550), m));
+  EXPECT_TRUE(m.has_config());
+  for (int t = 600; t <= 5300; t += 100) {
+    s.SetSnapshot(Cycle());
+    EXPECT_FALSE(s.Next(Milliseconds(t), m)) << t;
+  }
+  s.SetSnapshot(Cycle());
+  EXPECT_TRUE(s.Next(Milliseconds(5400), m));
+}
+
+// A k=4 fat-tree overlay (16 hosts, 20 switches) for the controller, hosts decided through
+// their switch or each on its own.
+ControllerConfig FatTreeConfig(bool stub_hosts) {
+  const Topology topo = FatTree(FatTreeParams{.k = 4});
+  ControllerConfig c;
+  c.stub_hosts = stub_hosts;
+  for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+    c.nodes.push_back(
+        {static_cast<uint32_t>(v + 1), topo.node(v).name, fmt::format("10.77.0.{}", v + 1)});
+  }
+  for (const Link& l : topo.links()) {
+    if (l.src < l.dst) {
+      c.links.push_back(
+          {c.nodes[l.src].name, c.nodes[l.dst].name, DataRate::Gbps(1), std::nullopt});
+    }
+  }
+  return c;
+}
+
+// A route's next hops by wire id, with weights.
+std::vector<std::pair<uint32_t, double>> WireHops(const Overlay& o,
+                                                  absl::Span<const NextHop> hops) {
+  std::vector<std::pair<uint32_t, double>> out;
+  for (const NextHop& h : hops) out.push_back({o.wire_id[o.topology.link(h.link).dst], h.weight});
+  return out;
+}
+
+// Every node's full table from `s` is what agents accept: a route toward every other node
+// in both classes, weights summing to one, every next hop strictly downhill, and the rows,
+// followed from any node, reach the destination without a loop.
+void ExpectAcceptableTables(const RouteSnapshot& s) {
+  const Overlay& o = *s.overlay;
+  const int n = o.topology.num_nodes();
+  for (NodeId v = 0; v < n; ++v) {
+    v1::RouteTable t;
+    BuildRouteTable(s, v, nullptr, t);
+    ASSERT_EQ(t.routes_size(), (n - 1) * kTrafficClasses) << o.name(v);
+    for (const v1::Route& r : t.routes()) {
+      double sum = 0;
+      if (r.next_hops_size() > 0) {
+        EXPECT_TRUE(std::isfinite(r.potential()));
+      }
+      for (const v1::NextHop& h : r.next_hops()) {
+        EXPECT_LT(h.potential(), r.potential()) << o.name(v) << " -> " << r.destination_id();
+        sum += h.weight();
+      }
+      if (r.next_hops_size() > 0) {
+        EXPECT_NEAR(sum, 1, 1e-9);
+      }
+    }
+  }
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    for (NodeId d = 0; d < n; ++d) {
+      // 0 unseen, 1 on the walk, 2 reaches d.
+      std::vector<int> state(static_cast<size_t>(n), 0);
+      state[d] = 2;
+      const std::function<void(NodeId)> walk = [&](NodeId v) {
+        state[v] = 1;
+        const absl::Span<const NextHop> hops = s.Row(cls, v, d);
+        ASSERT_FALSE(hops.empty()) << o.name(v) << " has no way to " << o.name(d);
+        for (const NextHop& h : hops) {
+          const NodeId u = o.topology.link(h.link).dst;
+          ASSERT_NE(state[u], 1) << "a loop toward " << o.name(d) << " at " << o.name(u);
+          if (state[u] == 0) walk(u);
+        }
+        state[v] = 2;
+      };
+      for (NodeId v = 0; v < n; ++v) {
+        if (state[v] == 0) walk(v);
+      }
+    }
+  }
+}
+
+// Hosts decided through their switch get the tables the engine gives when every host is a
+// destination of its own: the same next hops and weights, the same potentials.
+TEST(StubHostsTest, DerivedRowsMatchTheEngineOverEveryNode) {
+  const auto flat = MakeOverlay(FatTreeConfig(false));
+  const auto stub = MakeOverlay(FatTreeConfig(true));
+  EXPECT_EQ(flat->topology.Destinations().size(), 36u);
+  EXPECT_EQ(stub->topology.Destinations().size(), 20u);  // the switches
+  RouteComputer flat_computer(flat->topology, DefaultControllerRoutes());
+  RouteComputer stub_computer(stub->topology, DefaultControllerRoutes());
+  const auto a = MakeSnapshot(flat, flat_computer, flat_computer.Cycle(false), 1, 0);
+  const auto b = MakeSnapshot(stub, stub_computer, stub_computer.Cycle(false), 1, 0);
+  const int n = flat->topology.num_nodes();
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    for (NodeId v = 0; v < n; ++v) {
+      for (NodeId d = 0; d < n; ++d) {
+        if (v == d) continue;
+        const auto x = WireHops(*flat, a->Row(cls, v, d));
+        const auto y = WireHops(*stub, b->Row(cls, v, d));
+        ASSERT_EQ(x.size(), y.size()) << flat->name(v) << " -> " << flat->name(d);
+        for (size_t i = 0; i < x.size(); ++i) {
+          EXPECT_EQ(x[i].first, y[i].first);
+          EXPECT_NEAR(x[i].second, y[i].second, 1e-9);
+        }
+        EXPECT_NEAR(a->Potential(cls, d, v), b->Potential(cls, d, v),
+                    1e-9 * std::abs(a->Potential(cls, d, v)))
+            << flat->name(v) << " -> " << flat->name(d);
+      }
+    }
+  }
+  ExpectAcceptableTables(*b);
+}
+
+// The marginal layer's tables, ranked: a host is one hop above its switch, and every table is
+// acceptable.
+TEST(StubHostsTest, RankedSnapshotsOfStubHostsAreAcceptable) {
+  const auto stub = MakeOverlay(FatTreeConfig(true));
+  RouteComputer computer(stub->topology, DefaultControllerRoutes());
+  const RouteCycle c = computer.Cycle(false);
+  const auto s = MakeRankedSnapshot(stub, stub->topology, c.tables, 1, 0);
+  ExpectAcceptableTables(*s);
+  const Topology& topo = stub->topology;
+  const NodeId h0 = *topo.FindNode("h0"), h1 = *topo.FindNode("h1");
+  const NodeId e0 = topo.RouteTarget(h0);
+  ASSERT_NE(e0, h0);
+  EXPECT_EQ(s->Potential(0, h1, e0), 1);  // its switch, one hop
+  EXPECT_EQ(s->Potential(0, h1, h0), 2);  // its rack neighbour: up and down
+  EXPECT_EQ(s->Potential(0, e0, h0), 1);
+}
+
+// A host's cable down: the rows toward it and its own rows say it cannot be reached, and a
+// delta to any other node carries only the rows toward it.
+TEST(StubHostsTest, AHostCableDownEmptiesOnlyItsRows) {
+  const auto stub = MakeOverlay(FatTreeConfig(true));
+  const Topology& topo = stub->topology;
+  RouteComputer computer(topo, DefaultControllerRoutes());
+  const auto before = MakeSnapshot(stub, computer, computer.Cycle(false), 1, 0);
+  const NodeId h0 = *topo.FindNode("h0");
+  const LinkId up = topo.StubUplink(h0);
+  ASSERT_NE(up, kNoLink);
+  computer.SetKnownDown(up, true);
+  computer.SetKnownDown(topo.link(up).reverse, true);
+  const auto after = MakeSnapshot(stub, computer, computer.Cycle(false), 2, 0);
+  for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+    if (v == h0) continue;
+    for (int cls = 0; cls < kTrafficClasses; ++cls) {
+      EXPECT_TRUE(after->Row(cls, v, h0).empty()) << topo.node(v).name;
+      EXPECT_TRUE(std::isinf(after->Potential(cls, h0, v)));
+      EXPECT_TRUE(after->Row(cls, h0, v).empty());
+    }
+    v1::RouteTable delta;
+    BuildRouteTable(*after, v, before.get(), delta);
+    ASSERT_EQ(delta.routes_size(), kTrafficClasses) << topo.node(v).name;
+    for (const v1::Route& r : delta.routes()) {
+      EXPECT_EQ(r.destination_id(), stub->wire_id[h0]);
+      EXPECT_EQ(r.next_hops_size(), 0);
+      EXPECT_TRUE(std::isinf(r.potential()));
+    }
+  }
+}
+
 TEST_F(SessionTest, ANodeMissingFromTheOverlayGetsNothing) {
-  AgentSession s(/*wire_id=*/99, true, 0, Seconds(1));
+  AgentSession s(/*wire_id=*/99, true, 0, Seconds(1), kEverySnapshot);
   v1::ControllerMessage m;
   s.SetSnapshot(Cycle());
   EXPECT_FALSE(s.Next(Time(0), m));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <limits>
 
 namespace dar::control {
@@ -37,7 +38,59 @@ bool SameRow(absl::Span<const NextHop> a, absl::Span<const NextHop> b) {
   return true;
 }
 
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// What a step over each link adds to a potential, by class: `cost(cls, l)`, or +infinity where
+// the link carries nothing. Only the links of stubs are read (RouteSnapshot::hop_cost).
+template <typename Cost>
+void SetHopCosts(const Topology& topo, RouteSnapshot& s, const Cost& cost) {
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    s.hop_cost[cls].assign(static_cast<size_t>(topo.num_links()), kInfinity);
+    for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+      const LinkId up = topo.StubUplink(v);
+      if (up == kNoLink) continue;
+      s.hop_cost[cls][up] = cost(cls, up);
+      if (const LinkId down = topo.link(up).reverse; down != kNoLink) {
+        s.hop_cost[cls][down] = cost(cls, down);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+absl::Span<const NextHop> RouteSnapshot::Row(int cls, NodeId v, NodeId d) const {
+  if (v == d) return {};
+  const Topology& topo = overlay->topology;
+  if (const LinkId up = topo.StubUplink(v); up != kNoLink) {
+    // A stub sends everything up, where its switch has a way on.
+    if (std::isinf(hop_cost[cls][up]) || std::isinf(Potential(cls, d, topo.link(up).dst)))
+      return {};
+    return absl::MakeConstSpan(&overlay->whole_link[up], 1);
+  }
+  if (const LinkId up = topo.StubUplink(d); up != kNoLink) {
+    const LinkId down = topo.link(up).reverse;
+    if (down == kNoLink || std::isinf(hop_cost[cls][down])) return {};
+    const NodeId t = topo.link(down).src;
+    if (v == t) return absl::MakeConstSpan(&overlay->whole_link[down], 1);
+    return tables[cls]->Lookup(v, t);
+  }
+  return tables[cls]->Lookup(v, d);
+}
+
+double RouteSnapshot::Potential(int cls, NodeId d, NodeId v) const {
+  if (v == d) return 0;
+  const Topology& topo = overlay->topology;
+  if (const LinkId up = topo.StubUplink(v); up != kNoLink) {
+    return hop_cost[cls][up] + Potential(cls, d, topo.link(up).dst);
+  }
+  if (const LinkId up = topo.StubUplink(d); up != kNoLink) {
+    const LinkId down = topo.link(up).reverse;
+    if (down == kNoLink) return kInfinity;
+    return (*potentials[cls][topo.link(down).src])[v] + hop_cost[cls][down];
+  }
+  return (*potentials[cls][d])[v];
+}
 
 NodeId Overlay::FindByNameOrId(const std::string& text) const {
   if (absl::StatusOr<NodeId> n = topology.FindNode(text); n.ok()) return *n;
@@ -50,6 +103,8 @@ NodeId Overlay::FindByNameOrId(const std::string& text) const {
 std::shared_ptr<const Overlay> MakeOverlay(const ControllerConfig& config) {
   auto o = std::make_shared<Overlay>();
   o->topology = BuildTopology(config);
+  o->whole_link.reserve(static_cast<size_t>(o->topology.num_links()));
+  for (LinkId l = 0; l < o->topology.num_links(); ++l) o->whole_link.push_back({l, 1.0});
   for (NodeId n = 0; n < static_cast<NodeId>(config.nodes.size()); ++n) {
     o->wire_id.push_back(config.nodes[n].id);
     o->overlay_address.push_back(config.nodes[n].overlay_address);
@@ -71,10 +126,15 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
   s->version = version;
   s->computed_unix_ns = computed_unix_ns;
   s->tables = cycle.tables;
-  const int n = overlay->topology.num_nodes();
+  const Topology& topo = overlay->topology;
+  const int n = topo.num_nodes();
+  SetHopCosts(topo, *s, [&](int cls, LinkId l) {
+    return computer.known_down(l) || computer.drained(l) ? kInfinity : computer.Cost(cls, l);
+  });
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
     s->potentials[cls].resize(static_cast<size_t>(n));
     for (NodeId d = 0; d < n; ++d) {
+      if (topo.StubUplink(d) != kNoLink) continue;  // derived from its switch's
       auto row = std::make_shared<std::vector<double>>(static_cast<size_t>(n));
       for (NodeId v = 0; v < n; ++v) (*row)[v] = computer.Potential(cls, d, v);
       s->potentials[cls][d] = std::move(row);
@@ -85,7 +145,7 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
 }
 
 std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
-    std::shared_ptr<const Overlay> overlay,
+    std::shared_ptr<const Overlay> overlay, const Topology& known,
     const std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses>& tables,
     uint64_t version, int64_t computed_unix_ns, const RouteSnapshot* previous) {
   if (previous != nullptr && previous->overlay != overlay) previous = nullptr;
@@ -95,12 +155,15 @@ std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
   s->tables = tables;
   const Topology& topo = overlay->topology;
   const int n = topo.num_nodes();
+  // A rank counts hops: a stub is one above its switch.
+  SetHopCosts(topo, *s, [&](int, LinkId l) { return known.link(l).up ? 1.0 : kInfinity; });
   constexpr double kUnranked = -1;
   std::vector<std::pair<NodeId, size_t>> stack;
   for (int cls = 0; cls < kTrafficClasses; ++cls) {
     std::vector<RouteSnapshot::PotentialRow>& rows = s->potentials[cls];
     rows.resize(static_cast<size_t>(n));
     for (NodeId d = 0; d < n; ++d) {
+      if (topo.StubUplink(d) != kNoLink) continue;  // derived from its switch's
       // A table the classes share (the marginal layer's) has the same ranks, and so has the
       // same table in the previous snapshot: the row is shared, not copied.
       const auto table_of = [d](const RoutingTables& t) {
@@ -122,7 +185,7 @@ std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
       // Depth-first, next hops before the node; a node on the stack has rank -2 (a loop,
       // which the tables cannot have, would leave +infinity).
       for (NodeId start = 0; start < n; ++start) {
-        if (rank[start] != kUnranked) continue;
+        if (rank[start] != kUnranked || topo.StubUplink(start) != kNoLink) continue;
         stack.assign(1, {start, 0});
         rank[start] = -2;
         while (!stack.empty()) {
@@ -162,12 +225,12 @@ void BuildRouteTable(const RouteSnapshot& snapshot, NodeId node, const RouteSnap
   for (NodeId d = 0; d < n; ++d) {
     if (d == node) continue;
     for (int cls = 0; cls < kTrafficClasses; ++cls) {
-      const absl::Span<const NextHop> hops = snapshot.tables[cls]->Lookup(node, d);
+      const absl::Span<const NextHop> hops = snapshot.Row(cls, node, d);
       if (base == nullptr) {
         AddRoute(snapshot, cls, d, node, hops, out);
         continue;
       }
-      const absl::Span<const NextHop> old = base->tables[cls]->Lookup(node, d);
+      const absl::Span<const NextHop> old = base->Row(cls, node, d);
       if (SameRow(hops, old)) continue;
       AddRoute(snapshot, cls, d, node, hops, out);
     }

@@ -30,6 +30,7 @@ struct Overlay {
   std::vector<std::string> overlay_address;  // by NodeId
   absl::flat_hash_map<uint32_t, NodeId> by_wire;
   std::vector<bool> delay_configured;  // by LinkId: the link's delay is fixed, not measured
+  std::vector<NextHop> whole_link;     // by LinkId: a row of that one link (a stub's rows)
 
   // The node with wire id `id`, or kNoNode.
   NodeId Find(uint32_t id) const {
@@ -44,19 +45,32 @@ struct Overlay {
 std::shared_ptr<const Overlay> MakeOverlay(const ControllerConfig& config);
 
 // One cycle's tables of every node, both classes, with the potentials they were cut from.
+//
+// The tables cover the topology's destinations: every node but the stubs (a host on a single
+// link, with stub_hosts), which the engines leave out (core/topology.h). A stub's rows are its
+// uplink, toward every destination its switch reaches; the rows toward a stub are those
+// toward its switch, and at the switch the link down to it. Its potentials follow: its
+// switch's plus the cost of the link between them. Row() and Potential() answer for every
+// pair of nodes.
 struct RouteSnapshot {
   uint64_t version = 0;
   int64_t computed_unix_ns = 0;
   std::shared_ptr<const Overlay> overlay;
   std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses> tables;
-  // By class and destination: (*potentials[cls][d])[v] = phi of v toward d (every node is a
-  // destination). A row is shared, with the previous snapshot and between the classes, where
-  // its destination's table is the same (MakeRankedSnapshot): a cycle that holds its tables
-  // copies nothing.
+  // By class and destination: (*potentials[cls][d])[v] = phi of v toward d, for every
+  // destination d of the tables (null for a stub). A row is shared, with the previous snapshot
+  // and between the classes, where its destination's table is the same (MakeRankedSnapshot):
+  // a cycle that holds its tables copies nothing.
   using PotentialRow = std::shared_ptr<const std::vector<double>>;
   std::array<std::vector<PotentialRow>, kTrafficClasses> potentials;
+  // By class and LinkId: what a step over the link adds to a potential; +infinity where the
+  // link carries nothing (down or drained). Read on the links of stubs only.
+  std::array<std::vector<double>, kTrafficClasses> hop_cost;
 
-  double Potential(int cls, NodeId d, NodeId v) const { return (*potentials[cls][d])[v]; }
+  // The next hops at v toward d (v != d); empty where v cannot reach d.
+  absl::Span<const NextHop> Row(int cls, NodeId v, NodeId d) const;
+  // phi of v toward d; +infinity where v cannot reach d.
+  double Potential(int cls, NodeId d, NodeId v) const;
 };
 
 // The snapshot of the route computer's newest tables (`cycle`).
@@ -66,7 +80,8 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
                                                   const RouteCycle& cycle, uint64_t version,
                                                   int64_t computed_unix_ns);
 
-// The snapshot of tables no route computer cut (the marginal decision layer's), with each
+// The snapshot of tables no route computer cut (the marginal decision layer's), over the links
+// `known` has up (the known state, drained links down), with each
 // node's potential toward a destination its rank in that destination's next-hop graph: the
 // most hops any of its paths takes, 0 at the destination, +infinity without next hops. Every
 // next hop is then strictly downhill, as agents require. A destination table that
@@ -74,7 +89,7 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
 // keeps its potentials from there: a cycle that holds its tables ranks nothing. REQUIRES: the
 // tables are loop-free and of overlay->topology.
 std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
-    std::shared_ptr<const Overlay> overlay,
+    std::shared_ptr<const Overlay> overlay, const Topology& known,
     const std::array<std::shared_ptr<const RoutingTables>, kTrafficClasses>& tables,
     uint64_t version, int64_t computed_unix_ns, const RouteSnapshot* previous = nullptr);
 

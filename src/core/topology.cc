@@ -59,8 +59,10 @@ std::vector<NodeId> Topology::Hosts() const {
 }
 
 std::vector<NodeId> Topology::Endpoints() const {
-  std::vector<NodeId> hosts = Hosts();
-  if (!hosts.empty()) return hosts;
+  if (!every_node_an_endpoint_) {
+    std::vector<NodeId> hosts = Hosts();
+    if (!hosts.empty()) return hosts;
+  }
   std::vector<NodeId> all(num_nodes());
   for (NodeId i = 0; i < num_nodes(); ++i) all[i] = i;
   return all;

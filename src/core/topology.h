@@ -93,8 +93,12 @@ class Topology {
   // Hosts, in id order.
   std::vector<NodeId> Hosts() const;
   // Nodes that send and receive traffic: the hosts, or every node if there are none (a WAN
-  // file of routers).
+  // file of routers) or if every node is one (set_every_node_an_endpoint).
   std::vector<NodeId> Endpoints() const;
+  // Every node sends and receives, switches too: the controller's overlay, where every node
+  // runs an agent with an overlay address. Destinations() is then every node but the stubs,
+  // which are reached through their switch.
+  void set_every_node_an_endpoint(bool on) { every_node_an_endpoint_ = on; }
 
   // A stub is a host with exactly one link: it sends everything on that link (its default
   // route), so routing tables hold no rows for it. Returns that link, or kNoLink for any
@@ -114,6 +118,7 @@ class Topology {
  private:
   std::vector<Node> nodes_;
   std::vector<Link> links_;
+  bool every_node_an_endpoint_ = false;
 };
 
 }  // namespace dar
