@@ -27,15 +27,34 @@ void AddRoute(const RouteSnapshot& s, int cls, NodeId d, NodeId v, absl::Span<co
   }
 }
 
-// Whether v's row toward d reads the same in both snapshots: the same next hops with the same
-// weights. Potentials are left out: they move with every cost, and the old ones still prove
-// the old row downhill.
+// Whether two rows read the same: the same next hops with the same weights. Potentials are
+// left out: they move with every cost, and the old ones still prove the old row downhill.
 bool SameRow(absl::Span<const NextHop> a, absl::Span<const NextHop> b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].link != b[i].link || a[i].weight != b[i].weight) return false;
   }
   return true;
+}
+
+// Whether v's rows from sources `a` and `b` (RouteSnapshot::SourceOfRow) read the same; by
+// their sources alone where it can: the same link, the same table, or the same block of rows.
+bool SameRowAt(const RouteSnapshot::RowSource& a, const RouteSnapshot::RowSource& b, NodeId v) {
+  if (a.link != kNoLink || b.link != kNoLink) return a.link == b.link;
+  if (a.table == b.table) return true;
+  const absl::Span<const NextHop> none;
+  if (a.table == nullptr || b.table == nullptr) {
+    return (a.table == nullptr ? none : a.table->At(v)).empty() &&
+           (b.table == nullptr ? none : b.table->At(v)).empty();
+  }
+  if (a.table->SameLayoutAs(*b.table)) {
+    const DestinationTable::RowMap* map = a.table->row_map().get();
+    const int32_t row = map == nullptr ? v : (*map)[v];
+    if (row < 0) return true;  // neither table has a row for v
+    const auto block = static_cast<size_t>(row) / DestinationTable::kRowsPerBlock;
+    if (a.table->blocks()[block] == b.table->blocks()[block]) return true;
+  }
+  return SameRow(a.table->At(v), b.table->At(v));
 }
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
@@ -59,23 +78,30 @@ void SetHopCosts(const Topology& topo, RouteSnapshot& s, const Cost& cost) {
 
 }  // namespace
 
-absl::Span<const NextHop> RouteSnapshot::Row(int cls, NodeId v, NodeId d) const {
+RouteSnapshot::RowSource RouteSnapshot::SourceOfRow(int cls, NodeId v, NodeId d) const {
   if (v == d) return {};
   const Topology& topo = overlay->topology;
   if (const LinkId up = topo.StubUplink(v); up != kNoLink) {
     // A stub sends everything up, where its switch has a way on.
     if (std::isinf(hop_cost[cls][up]) || std::isinf(Potential(cls, d, topo.link(up).dst)))
       return {};
-    return absl::MakeConstSpan(&overlay->whole_link[up], 1);
+    return {.link = up};
   }
   if (const LinkId up = topo.StubUplink(d); up != kNoLink) {
     const LinkId down = topo.link(up).reverse;
     if (down == kNoLink || std::isinf(hop_cost[cls][down])) return {};
     const NodeId t = topo.link(down).src;
-    if (v == t) return absl::MakeConstSpan(&overlay->whole_link[down], 1);
-    return tables[cls]->Lookup(v, t);
+    if (v == t) return {.link = down};
+    d = t;
   }
-  return tables[cls]->Lookup(v, d);
+  const RoutingTables& t = *tables[cls];
+  return {.table = t.IsDestination(d) ? t.Table(d) : nullptr};
+}
+
+absl::Span<const NextHop> RouteSnapshot::Row(int cls, NodeId v, NodeId d) const {
+  const RowSource s = SourceOfRow(cls, v, d);
+  if (s.link != kNoLink) return absl::MakeConstSpan(&overlay->whole_link[s.link], 1);
+  return s.table == nullptr ? absl::Span<const NextHop>() : s.table->At(v);
 }
 
 double RouteSnapshot::Potential(int cls, NodeId d, NodeId v) const {
@@ -225,14 +251,11 @@ void BuildRouteTable(const RouteSnapshot& snapshot, NodeId node, const RouteSnap
   for (NodeId d = 0; d < n; ++d) {
     if (d == node) continue;
     for (int cls = 0; cls < kTrafficClasses; ++cls) {
-      const absl::Span<const NextHop> hops = snapshot.Row(cls, node, d);
-      if (base == nullptr) {
-        AddRoute(snapshot, cls, d, node, hops, out);
+      if (base != nullptr &&
+          SameRowAt(snapshot.SourceOfRow(cls, node, d), base->SourceOfRow(cls, node, d), node)) {
         continue;
       }
-      const absl::Span<const NextHop> old = base->Row(cls, node, d);
-      if (SameRow(hops, old)) continue;
-      AddRoute(snapshot, cls, d, node, hops, out);
+      AddRoute(snapshot, cls, d, node, snapshot.Row(cls, node, d), out);
     }
   }
 }

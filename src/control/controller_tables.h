@@ -67,6 +67,16 @@ struct RouteSnapshot {
   // link carries nothing (down or drained). Read on the links of stubs only.
   std::array<std::vector<double>, kTrafficClasses> hop_cost;
 
+  // Where v's row toward d comes from: one link (a stub's uplink, or the link from its switch
+  // down to it), v's row of a destination table, or neither (no row: v == d, or v cannot
+  // reach d). Two snapshots' rows are the same where their sources are: the same link, or
+  // the same table (tables and their blocks of rows are shared from cycle to cycle where
+  // nothing changed), which decides most of a delta without reading a row.
+  struct RowSource {
+    LinkId link = kNoLink;
+    const DestinationTable* table = nullptr;
+  };
+  RowSource SourceOfRow(int cls, NodeId v, NodeId d) const;
   // The next hops at v toward d (v != d); empty where v cannot reach d.
   absl::Span<const NextHop> Row(int cls, NodeId v, NodeId d) const;
   // phi of v toward d; +infinity where v cannot reach d.
