@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "agent/relay.h"
 #include "agent/saved_keys.h"
 #include "fmt/format.h"
 #include "grpcpp/client_context.h"
@@ -335,20 +336,7 @@ Duration ControlClient::Silence() const {
 }
 
 void ControlClient::NextTarget(const grpc::Status& status) {
-  const std::vector<std::string>& all = config_.controllers;
-  if (all.size() < 2) return;
-  // A replica that does not lead says which one does (ControllerCore::NotLeading).
-  constexpr std::string_view kHint = "the leading replica is at ";
-  const std::string& message = status.error_message();
-  if (const size_t at = message.find(kHint); at != std::string::npos) {
-    const std::string leader = message.substr(at + kHint.size());
-    const auto it = std::find(all.begin(), all.end(), leader);
-    if (it != all.end() && static_cast<size_t>(it - all.begin()) != target_) {
-      target_ = static_cast<size_t>(it - all.begin());
-      return;
-    }
-  }
-  target_ = (target_ + 1) % all.size();
+  target_ = NextReplica(config_.controllers, target_, status.error_message());
 }
 
 bool ControlClient::Send(Stream& stream, const v1::AgentMessage& message) {

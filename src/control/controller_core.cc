@@ -198,6 +198,31 @@ void ControllerCore::RecordEvent(const std::string& kind, const std::string& nod
 
 // --- Agents ---
 
+absl::Status ControllerCore::CheckRelay(const security::SpiffeId& relay, uint32_t member) const {
+  if (relay.kind != security::PeerKind::kNode || relay.trust_domain != config_.trust_domain) {
+    return absl::PermissionDeniedError(
+        fmt::format("relay for node {}: the relay is {}, not a node of trust domain {}", member,
+                    relay.ToString(), config_.trust_domain));
+  }
+  MutexLock lock(&mu_);
+  const Topology& topo = overlay_->topology;
+  const NodeId m = overlay_->Find(member);
+  if (m == kNoNode) {
+    return absl::NotFoundError(
+        fmt::format("node {} is not in the controller's configuration", member));
+  }
+  const std::vector<LinkId>& links = topo.node(m).out_links;
+  // A node's certificate names its wire id (Admit).
+  if (links.size() != 1 ||
+      std::to_string(overlay_->wire_id[topo.link(links[0]).dst]) != relay.name) {
+    return absl::PermissionDeniedError(fmt::format(
+        "{} may not relay for node {} ({}): a relay carries only the nodes whose one link goes "
+        "to it",
+        relay.ToString(), member, overlay_->name(m)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ControllerCore::Admission> ControllerCore::Admit(const security::SpiffeId& peer,
                                                                 const v1::Hello& hello,
                                                                 std::shared_ptr<AgentLink> link) {

@@ -129,6 +129,11 @@ class ControllerCore {
   // configuration does not have.
   absl::StatusOr<Admission> Admit(const security::SpiffeId& peer, const v1::Hello& hello,
                                   std::shared_ptr<AgentLink> link);
+  // Whether the relay `relay` (its certificate's identity) may carry the stream of node
+  // `member`: both nodes of this trust domain, and the member's one configured link goes to
+  // the relay (a host of the relay's rack). PermissionDenied says why not; NotFound for a
+  // member not in the configuration.
+  absl::Status CheckRelay(const security::SpiffeId& relay, uint32_t member) const;
   // The stream `link` of node `wire_id` ended.
   void Detach(uint32_t wire_id, const AgentLink* link);
   // Samples from node `wire_id`, queued for the next cycle. All or nothing. A link end newly

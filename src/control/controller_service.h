@@ -1,5 +1,6 @@
 // The agents' gRPC service (proto/dar/v1/agent.proto): one long-lived bidirectional stream
-// per agent, on gRPC's callback API. Each stream is one AgentLink of the ControllerCore.
+// per agent, on gRPC's callback API. Each stream is one AgentLink of the ControllerCore; a
+// relay's stream carries several, one per member.
 //
 // A stream reads Hello first (the core checks it against the client's certificate), then
 // samples and acks in any order. It writes configuration and tables from an AgentSession:
@@ -43,6 +44,10 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
       : core_(core), clock_(clock), log_(log), hello_timeout_(hello_timeout) {}
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* Connect(
+      grpc::CallbackServerContext* context) override;
+  // A relay's stream (controller_relay.cc): refused at once unless the client is a node and
+  // this replica leads; each member is then admitted by its own hello.
+  grpc::ServerBidiReactor<v1::RelayUp, v1::RelayDown>* Relay(
       grpc::CallbackServerContext* context) override;
 
   // Closes (DeadlineExceeded) every stream older than the hello timeout that has not been
