@@ -13,7 +13,7 @@
 //                    [--topology random|fattree|leafspine [--k 8] [--leaves 16 --spines 4
 //                     --hosts_per_leaf 16]]
 //                    [--decision diffusion|marginal [--cycle_iterations N] [--max_link_scans N]]
-//                    [--destinations 4] [--replica] [--stub_hosts] [--direct]
+//                    [--destinations 4] [--replica] [--stub_hosts] [--direct] [--relays]
 //                    [--policy_model models/dar-policy.json [--precision int8|float]
 //                     [--policy_refresh_cycles 4]]
 #include <algorithm>
@@ -31,6 +31,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
+#include "agent/relay.h"
 #include "control/controller.h"
 #include "control/controller_test_util.h"
 #include "control/etcd_test_util.h"
@@ -68,6 +69,9 @@ struct Flags {
   bool direct = false;
   // The controller's stub_hosts: hosts are decided through their switch.
   bool stub_hosts = false;
+  // Every switch with hosts runs a relay (agent/relay.h), and its hosts' agents connect to it
+  // over mutual TLS instead of to the controller: the controller holds a stream per switch.
+  bool relays = false;
   // The learned policy's model (policy.policy_model); empty: the analytic engine alone.
   std::string policy_model;
   std::string precision = "int8";
@@ -204,12 +208,58 @@ int Run(const Flags& flags) {
     }
   }
 
+  // Relays: the switch of every node on a single link (its rack's), and where it listens.
+  JsonLog relay_log([](std::string_view) {}, LogLevel::kError);
+  std::map<uint32_t, std::unique_ptr<agent::Relay>> relays;
+  std::map<uint32_t, uint32_t> relay_of;
+  if (flags.relays && !flags.direct) {
+    for (const auto& [node, list] : neighbours) {
+      if (list.size() == 1 && neighbours[list[0]].size() > 1) relay_of[node] = list[0];
+    }
+    for (const auto& [host, sw] : relay_of) {
+      if (relays.count(sw) != 0) continue;
+      absl::StatusOr<security::TlsFiles> files = (*pki)->NodeFiles(sw);
+      if (!files.ok()) {
+        std::fprintf(stderr, "relay: %s\n", std::string(files.status().message()).c_str());
+        return 1;
+      }
+      agent::RelayOptions o;
+      o.listen = "127.0.0.1:0";
+      o.tls = *files;
+      o.controllers = {fmt::format("127.0.0.1:{}", c.port())};
+      o.controller_name = "localhost";
+      o.seed = sw;
+      absl::StatusOr<std::unique_ptr<agent::Relay>> r = agent::Relay::Start(o, relay_log);
+      if (!r.ok()) {
+        std::fprintf(stderr, "relay: %s\n", std::string(r.status().message()).c_str());
+        return 1;
+      }
+      relays[sw] = *std::move(r);
+    }
+    std::fprintf(stderr, "%zu relays for %zu hosts\n", relays.size(), relay_of.size());
+  }
+
   std::atomic<int64_t> tables{0};
   std::vector<std::unique_ptr<TestAgent>> agents;
   if (!flags.direct) std::fprintf(stderr, "issuing %d certificates and connecting...\n", nodes);
   for (int i = 1; i <= nodes && !flags.direct; ++i) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = (*pki)->Channel(
-        security::SpiffeId::Node(testing::kTestDomain, std::to_string(i)), c.port());
+    const auto id = static_cast<uint32_t>(i);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel;
+    if (auto r = relay_of.find(id); r != relay_of.end()) {
+      absl::StatusOr<security::TlsFiles> files = (*pki)->NodeFiles(id);
+      if (!files.ok()) {
+        std::fprintf(stderr, "member: %s\n", std::string(files.status().message()).c_str());
+        return 1;
+      }
+      security::ChannelTlsOptions tls{*files};
+      tls.server_identity =
+          security::SpiffeId::Node(testing::kTestDomain, std::to_string(r->second));
+      channel = security::CreateSecureChannel(
+          fmt::format("127.0.0.1:{}", relays[r->second]->port()), tls, absl::Now());
+    } else {
+      channel = (*pki)->Channel(security::SpiffeId::Node(testing::kTestDomain, std::to_string(i)),
+                                c.port());
+    }
     if (!channel.ok()) {
       std::fprintf(stderr, "channel: %s\n", std::string(channel.status().message()).c_str());
       return 1;
@@ -366,8 +416,20 @@ int Run(const Flags& flags) {
     links_ms.push_back(time_ms([&] { c.core().ListLinks(); }));
     explain_ms.push_back(time_ms([&] { c.core().ExplainRoute(why).IgnoreError(); }));
   }
-  agents.clear();
+  // What the relays carried.
+  int64_t relay_up = 0, relay_batches = 0, relay_dropped = 0;
+  for (const auto& [sw, r] : relays) {
+    const agent::RelayStatus st = r->status();
+    relay_up += st.messages_up;
+    relay_batches += st.batches_up;
+    relay_dropped += st.dropped_up;
+  }
+  const size_t relay_count = relays.size();
+  // The controller first: agents that leave one by one would be links going silent, and cycles
+  // at full cost for each.
   c.Shutdown();
+  agents.clear();
+  relays.clear();
 
   // Decision and publish times of the cycles in the window, from the log.
   std::vector<double> decision, publish;
@@ -394,7 +456,7 @@ int Run(const Flags& flags) {
       "controller_bench: %s, %d nodes (%d sending), %zu links (%zu directed), %d agent "
       "streams%s, %.0f Hz, drift %.3f, noise %.2f, %.1f s\n",
       flags.topology.c_str(), nodes, overlay.senders, links.size(), 2 * links.size(),
-      flags.direct ? 0 : nodes,
+      flags.direct ? 0 : nodes - static_cast<int>(relay_of.size()) + static_cast<int>(relay_count),
       flags.direct    ? " (samples straight into the core)"
       : flags.replica ? " (the controller a replica leading through etcd)"
                       : "",
@@ -421,6 +483,15 @@ int Run(const Flags& flags) {
               ingested / elapsed, messages / elapsed, static_cast<double>(sent) / elapsed);
   std::printf("  tables received by agents: %.0f/s\n",
               static_cast<double>(tables_received) / elapsed);
+  if (!relay_of.empty()) {
+    std::printf(
+        "  relays: %zu hosts' streams carried by %zu relays; %lld messages up in %lld batches "
+        "(%.1f a batch), %lld dropped\n",
+        relay_of.size(), relay_count, static_cast<long long>(relay_up),
+        static_cast<long long>(relay_batches),
+        static_cast<double>(relay_up) / std::max<double>(1, static_cast<double>(relay_batches)),
+        static_cast<long long>(relay_dropped));
+  }
   if (flooding.load() || flooded.load() > 0) {
     std::printf("  flooding node 1: sent %.0f samples/s more\n",
                 static_cast<double>(flooded.load()) / elapsed);
@@ -475,6 +546,8 @@ int main(int argc, char** argv) {
   app.add_flag("--direct", flags.direct, "Samples straight into the core: no agents, no gRPC");
   app.add_flag("--stub_hosts", flags.stub_hosts,
                "Hosts (a single link) reached through their switch (stub_hosts)");
+  app.add_flag("--relays", flags.relays,
+               "Every switch with hosts relays their streams (fattree, leafspine)");
   app.add_flag("--replica", flags.replica,
                "The controller as a replica leading through a real etcd the bench starts");
   app.add_flag("--flood", flags.flood,

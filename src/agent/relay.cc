@@ -71,7 +71,8 @@ class Relay::Impl final : public v1::AgentService::CallbackService {
   // From the members' streams.
   void OnHello(const std::shared_ptr<MemberStream>& stream, const v1::AgentMessage& hello,
                const std::string& identity, const std::string& serial) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnMessage(uint32_t id, const MemberStream* stream, const v1::AgentMessage& m)
+  // Takes `m` (leaves it cleared).
+  void OnMessage(uint32_t id, const MemberStream* stream, v1::AgentMessage& m)
       ABSL_LOCKS_EXCLUDED(mu_);
   void OnGone(uint32_t id, const MemberStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -89,9 +90,11 @@ class Relay::Impl final : public v1::AgentService::CallbackService {
   // One stream to the controller, from connecting to its end. True if the controller sent
   // anything on it.
   bool RunStream(const std::string& target);
-  void Deliver(const v1::RelayDown& down) ABSL_LOCKS_EXCLUDED(mu_);
-  // Queues a member's message for the controller, if a stream is open.
-  void QueueLocked(uint32_t id, const v1::AgentMessage* m, bool urgent)
+  // Takes the messages of `down`.
+  void Deliver(v1::RelayDown& down) ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues a member's message (taken, or none: the member is gone) for the controller, if a
+  // stream is open.
+  void QueueLocked(uint32_t id, v1::AgentMessage* m, bool urgent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::RelayedAgentMessage HelloOf(uint32_t id, const Member& m) const;
   Duration NextBackoff(int attempt);
@@ -130,10 +133,10 @@ class MemberStream final : public MemberReactor, public std::enable_shared_from_
     StartRead(&in_);
   }
 
-  void Deliver(const v1::ControllerMessage& m) ABSL_LOCKS_EXCLUDED(mu_) {
+  void Deliver(v1::ControllerMessage m) ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     if (finishing_) return;
-    outbox_.push_back(m);
+    outbox_.push_back(std::move(m));
     TryWriteLocked();
   }
 
@@ -282,7 +285,7 @@ v1::RelayedAgentMessage Relay::Impl::HelloOf(uint32_t id, const Member& m) const
   return r;
 }
 
-void Relay::Impl::QueueLocked(uint32_t id, const v1::AgentMessage* m, bool urgent) {
+void Relay::Impl::QueueLocked(uint32_t id, v1::AgentMessage* m, bool urgent) {
   if (!connected_) {
     ++status_.dropped_up;
     return;
@@ -293,7 +296,7 @@ void Relay::Impl::QueueLocked(uint32_t id, const v1::AgentMessage* m, bool urgen
   if (m == nullptr) {
     r->set_ended(true);
   } else {
-    *r->mutable_message() = *m;
+    r->mutable_message()->Swap(m);
   }
   urgent_ = urgent_ || urgent;
   if (urgent_ || pending_.messages_size() == 1) cv_.NotifyAll();
@@ -324,7 +327,7 @@ void Relay::Impl::OnHello(const std::shared_ptr<MemberStream>& stream,
   log_.Debug("relay member hello", {{"node", id}, {"identity", identity}});
 }
 
-void Relay::Impl::OnMessage(uint32_t id, const MemberStream* stream, const v1::AgentMessage& m) {
+void Relay::Impl::OnMessage(uint32_t id, const MemberStream* stream, v1::AgentMessage& m) {
   MutexLock lock(&mu_);
   auto it = members_.find(id);
   if (it == members_.end() || it->second.stream.get() != stream) return;
@@ -332,7 +335,8 @@ void Relay::Impl::OnMessage(uint32_t id, const MemberStream* stream, const v1::A
     it->second.accepted = std::max(it->second.accepted, m.ack().version());
   }
   if (m.has_status()) *it->second.hello.mutable_table_status() = m.status();
-  QueueLocked(id, &m, !CanWait(m));
+  const bool urgent = !CanWait(m);
+  QueueLocked(id, &m, urgent);
 }
 
 void Relay::Impl::OnGone(uint32_t id, const MemberStream* stream) {
@@ -343,13 +347,13 @@ void Relay::Impl::OnGone(uint32_t id, const MemberStream* stream) {
   QueueLocked(id, nullptr, true);
 }
 
-void Relay::Impl::Deliver(const v1::RelayDown& down) {
-  std::vector<std::pair<std::shared_ptr<MemberStream>, const v1::RelayedControllerMessage*>> to;
+void Relay::Impl::Deliver(v1::RelayDown& down) {
+  std::vector<std::pair<std::shared_ptr<MemberStream>, v1::RelayedControllerMessage*>> to;
   {
     MutexLock lock(&mu_);
     ++status_.batches_down;
     status_.messages_down += down.messages_size();
-    for (const v1::RelayedControllerMessage& x : down.messages()) {
+    for (v1::RelayedControllerMessage& x : *down.mutable_messages()) {
       auto it = members_.find(x.node_id());
       if (it == members_.end()) continue;  // gone; the controller hears of it
       to.emplace_back(it->second.stream, &x);
@@ -360,7 +364,7 @@ void Relay::Impl::Deliver(const v1::RelayDown& down) {
     if (x->end()) {
       stream->End(grpc::Status(static_cast<grpc::StatusCode>(x->end_code()), x->end_message()));
     } else {
-      stream->Deliver(x->message());
+      stream->Deliver(std::move(*x->mutable_message()));
     }
   }
 }
