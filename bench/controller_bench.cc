@@ -417,12 +417,13 @@ int Run(const Flags& flags) {
     explain_ms.push_back(time_ms([&] { c.core().ExplainRoute(why).IgnoreError(); }));
   }
   // What the relays carried.
-  int64_t relay_up = 0, relay_batches = 0, relay_dropped = 0;
+  int64_t relay_up = 0, relay_batches = 0, relay_dropped = 0, relay_streams = 0;
   for (const auto& [sw, r] : relays) {
     const agent::RelayStatus st = r->status();
     relay_up += st.messages_up;
     relay_batches += st.batches_up;
     relay_dropped += st.dropped_up;
+    relay_streams += st.streams;
   }
   const size_t relay_count = relays.size();
   // The controller first: agents that leave one by one would be links going silent, and cycles
@@ -486,11 +487,11 @@ int Run(const Flags& flags) {
   if (!relay_of.empty()) {
     std::printf(
         "  relays: %zu hosts' streams carried by %zu relays; %lld messages up in %lld batches "
-        "(%.1f a batch), %lld dropped\n",
+        "(%.1f a batch), %lld dropped; %lld streams to the controller opened\n",
         relay_of.size(), relay_count, static_cast<long long>(relay_up),
         static_cast<long long>(relay_batches),
         static_cast<double>(relay_up) / std::max<double>(1, static_cast<double>(relay_batches)),
-        static_cast<long long>(relay_dropped));
+        static_cast<long long>(relay_dropped), static_cast<long long>(relay_streams));
   }
   if (flooding.load() || flooded.load() > 0) {
     std::printf("  flooding node 1: sent %.0f samples/s more\n",

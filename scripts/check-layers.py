@@ -3,8 +3,9 @@
 
 Each directory of src/ is a layer; a file may include headers of its own layer and of the
 layers listed for it below (generated protos, "dar/v1/...", belong to wire). Tests may also
-include what their LAYERS_FOR_TESTS entry adds (a lab test drives a real agent). Anything
-else fails with the file, the line and the include. Usage: check-layers.py [SRC_DIR]
+include what their LAYERS_FOR_TESTS entry adds (a lab test drives a real agent, a controller
+test a real relay). Anything else fails with the file, the line and the include.
+Usage: check-layers.py [SRC_DIR]
 """
 import os
 import re
@@ -25,7 +26,7 @@ LAYERS = {
     "cli": {"base", "core", "net", "wire", "learn", "sim", "security", "agent", "control", "lab",
             "train"},
 }
-LAYERS_FOR_TESTS = {"lab": {"agent"}}
+LAYERS_FOR_TESTS = {"lab": {"agent"}, "control": {"agent"}}
 INCLUDE = re.compile(r'^#include "([^"/]+)/', re.M)
 
 

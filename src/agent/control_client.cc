@@ -208,29 +208,22 @@ bool ControlClient::RunSession() {
     return false;
   }
   const Duration silence = Silence();
-  // A frozen replica accepts the TCP connection but never finishes the TLS handshake, and a
-  // stream would wait in gRPC's connect for 20 s: with replicas, one not connected within the
-  // silence timeout is given up for the next.
-  if (config_.controllers.size() > 1) {
-    const auto deadline =
-        std::chrono::system_clock::now() + std::chrono::nanoseconds(silence.count());
-    bool up = false;
-    while (!up && std::chrono::system_clock::now() < deadline) {
-      {
+  // With replicas, one not connected within the silence timeout is given up for the next.
+  if (config_.controllers.size() > 1 &&
+      !ConnectWithin(**channel, silence, [this]() ABSL_LOCKS_EXCLUDED(mu_) {
         MutexLock lock(&mu_);
-        if (stop_) return false;
-      }
-      up = (*channel)->WaitForConnected(
-          std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(100)));
+        return stop_;
+      })) {
+    {
+      MutexLock lock(&mu_);
+      if (stop_) return false;
     }
-    if (!up) {
-      const std::string error =
-          fmt::format("{}: not connected within {:.0f} ms", Target(), ToMillis(silence));
-      log_.Warn("cannot connect to the controller", {{"controller", Target()}, {"reason", error}});
-      Fail(error, false);
-      NextTarget(grpc::Status(grpc::StatusCode::UNAVAILABLE, error));
-      return false;
-    }
+    const std::string error =
+        fmt::format("{}: not connected within {:.0f} ms", Target(), ToMillis(silence));
+    log_.Warn("cannot connect to the controller", {{"controller", Target()}, {"reason", error}});
+    Fail(error, false);
+    NextTarget(grpc::Status(grpc::StatusCode::UNAVAILABLE, error));
+    return false;
   }
   std::unique_ptr<v1::AgentService::Stub> stub = v1::AgentService::NewStub(*channel);
   auto context = std::make_shared<grpc::ClientContext>();

@@ -32,7 +32,25 @@ size_t NextReplica(const std::vector<std::string>& replicas, size_t current,
   return (current + 1) % replicas.size();
 }
 
+bool ConnectWithin(grpc::Channel& channel, Duration timeout,
+                   const std::function<bool()>& stopping) {
+  const auto deadline =
+      std::chrono::system_clock::now() + std::chrono::nanoseconds(timeout.count());
+  while (std::chrono::system_clock::now() < deadline) {
+    if (stopping()) return false;
+    if (channel.WaitForConnected(std::min(
+            deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(100)))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 namespace {
+
+constexpr int kMaxBatchDown = 16 * 1024 * 1024;
+// Members' messages waiting for the controller's stream, beyond which samples are dropped.
+constexpr int kMaxWaiting = 1024;
 
 using MemberReactor = grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>;
 
@@ -81,7 +99,8 @@ class Relay::Impl final : public v1::AgentService::CallbackService {
 
   struct Member {
     std::shared_ptr<MemberStream> stream;
-    v1::Hello hello;  // as it came; sent again on every new stream to the controller
+    uint64_t number = 0;  // the stream's number (RelayedAgentMessage.stream)
+    v1::Hello hello;      // as it came; sent again on every new stream to the controller
     std::string identity, serial;
     uint64_t accepted = 0;  // the newest table version it accepted
   };
@@ -94,7 +113,7 @@ class Relay::Impl final : public v1::AgentService::CallbackService {
   void Deliver(v1::RelayDown& down) ABSL_LOCKS_EXCLUDED(mu_);
   // Queues a member's message (taken, or none: the member is gone) for the controller, if a
   // stream is open.
-  void QueueLocked(uint32_t id, v1::AgentMessage* m, bool urgent)
+  void QueueLocked(uint32_t id, uint64_t number, v1::AgentMessage* m, bool urgent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::RelayedAgentMessage HelloOf(uint32_t id, const Member& m) const;
   Duration NextBackoff(int attempt);
@@ -114,6 +133,7 @@ class Relay::Impl final : public v1::AgentService::CallbackService {
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, Member> members_ ABSL_GUARDED_BY(mu_);
+  uint64_t streams_ ABSL_GUARDED_BY(mu_) = 0;  // members' streams numbered so far
   v1::RelayUp pending_ ABSL_GUARDED_BY(mu_);
   bool urgent_ ABSL_GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point first_pending_ ABSL_GUARDED_BY(mu_);
@@ -160,6 +180,15 @@ class MemberStream final : public MemberReactor, public std::enable_shared_from_
                                fmt::format("no usable client certificate: {}",
                                            std::string(!peer_.ok() ? peer_.status().message()
                                                                    : serial_.status().message())));
+      }
+      // The controller decides who the member may be; the relay refuses at once a certificate
+      // that does not name the node the hello speaks for, so that nobody can displace a
+      // member's stream here, even for the moment before the controller refuses.
+      if (refusal.ok() && (peer_->kind != security::PeerKind::kNode ||
+                           peer_->name != std::to_string(in_.hello().node_id()))) {
+        refusal = grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                               fmt::format("hello says node {} but the client's certificate is {}",
+                                           in_.hello().node_id(), peer_->ToString()));
       }
       if (!refusal.ok()) {
         End(refusal);
@@ -282,17 +311,22 @@ v1::RelayedAgentMessage Relay::Impl::HelloOf(uint32_t id, const Member& m) const
   h->set_installed_version(std::max(m.hello.installed_version(), m.accepted));
   r.set_peer_identity(m.identity);
   r.set_certificate_serial(m.serial);
+  r.set_stream(m.number);
   return r;
 }
 
-void Relay::Impl::QueueLocked(uint32_t id, v1::AgentMessage* m, bool urgent) {
-  if (!connected_) {
+void Relay::Impl::QueueLocked(uint32_t id, uint64_t number, v1::AgentMessage* m, bool urgent) {
+  // Samples are of the moment: while the controller's stream is down, or backed up past
+  // kMaxWaiting messages, they are dropped rather than held.
+  if (!connected_ ||
+      (m != nullptr && m->has_samples() && pending_.messages_size() >= kMaxWaiting)) {
     ++status_.dropped_up;
     return;
   }
   if (pending_.messages_size() == 0) first_pending_ = std::chrono::steady_clock::now();
   v1::RelayedAgentMessage* r = pending_.add_messages();
   r->set_node_id(id);
+  r->set_stream(number);
   if (m == nullptr) {
     r->set_ended(true);
   } else {
@@ -311,7 +345,10 @@ void Relay::Impl::OnHello(const std::shared_ptr<MemberStream>& stream,
     MutexLock lock(&mu_);
     Member& m = members_[id];
     replaced = std::move(m.stream);
-    m = Member{stream, hello.hello(), identity, serial, hello.hello().installed_version()};
+    // The controller forgets the stream replaced before it hears the new one.
+    if (replaced != nullptr) QueueLocked(id, m.number, nullptr, true);
+    m = Member{stream,   ++streams_, hello.hello(),
+               identity, serial,     hello.hello().installed_version()};
     if (connected_) {
       if (pending_.messages_size() == 0) first_pending_ = std::chrono::steady_clock::now();
       *pending_.add_messages() = HelloOf(id, m);
@@ -336,15 +373,16 @@ void Relay::Impl::OnMessage(uint32_t id, const MemberStream* stream, v1::AgentMe
   }
   if (m.has_status()) *it->second.hello.mutable_table_status() = m.status();
   const bool urgent = !CanWait(m);
-  QueueLocked(id, &m, urgent);
+  QueueLocked(id, it->second.number, &m, urgent);
 }
 
 void Relay::Impl::OnGone(uint32_t id, const MemberStream* stream) {
   MutexLock lock(&mu_);
   auto it = members_.find(id);
   if (it == members_.end() || it->second.stream.get() != stream) return;
+  const uint64_t number = it->second.number;
   members_.erase(it);
-  QueueLocked(id, nullptr, true);
+  QueueLocked(id, number, nullptr, true);
 }
 
 void Relay::Impl::Deliver(v1::RelayDown& down) {
@@ -355,7 +393,8 @@ void Relay::Impl::Deliver(v1::RelayDown& down) {
     status_.messages_down += down.messages_size();
     for (v1::RelayedControllerMessage& x : *down.mutable_messages()) {
       auto it = members_.find(x.node_id());
-      if (it == members_.end()) continue;  // gone; the controller hears of it
+      // Gone (the controller hears of it), or meant for an earlier stream of the member.
+      if (it == members_.end() || it->second.number != x.stream()) continue;
       to.emplace_back(it->second.stream, &x);
       if (x.end()) members_.erase(it);
     }
@@ -407,34 +446,30 @@ bool Relay::Impl::RunStream(const std::string& target) {
   tls.server_name = options_.controller_name;
   tls.server_identity = options_.controller_id;
   tls.server_is_own_controller = true;
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      security::CreateSecureChannel(target, tls, absl::FromUnixNanos(clock_.UnixNanos()));
-  if (!channel.ok()) {
+  absl::StatusOr<security::ChannelSecurity> security =
+      security::MakeChannelSecurity(tls, absl::FromUnixNanos(clock_.UnixNanos()));
+  if (!security.ok()) {
     MutexLock lock(&mu_);
-    status_.last_error = std::string(channel.status().message());
+    status_.last_error = std::string(security.status().message());
     return false;
   }
-  // A controller that accepts the TCP connection and never finishes the handshake (frozen, or
-  // not yet serving) would hold a stream in gRPC's connect for 20 s: one not connected within
-  // `connect_timeout` is given up for the next attempt.
-  const auto deadline =
-      std::chrono::system_clock::now() + std::chrono::nanoseconds(options_.connect_timeout.count());
-  bool up = false;
-  while (!up && std::chrono::system_clock::now() < deadline) {
-    {
-      MutexLock lock(&mu_);
-      if (stop_) return false;
-    }
-    up = (*channel)->WaitForConnected(
-        std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(100)));
-  }
+  // A batch down holds several members' messages; the controller keeps it near half a MB
+  // beyond its last message, which may be a whole table (the direct limit, 4 MB).
+  security->arguments.SetMaxReceiveMessageSize(kMaxBatchDown);
+  const std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, security->credentials, security->arguments);
+  const bool up =
+      ConnectWithin(*channel, options_.connect_timeout, [this]() ABSL_LOCKS_EXCLUDED(mu_) {
+        MutexLock lock(&mu_);
+        return stop_;
+      });
   if (!up) {
     MutexLock lock(&mu_);
     status_.last_error = fmt::format("{}: not connected within {:.0f} ms", target,
                                      ToMillis(options_.connect_timeout));
     return false;
   }
-  std::unique_ptr<v1::AgentService::Stub> stub = v1::AgentService::NewStub(*channel);
+  std::unique_ptr<v1::AgentService::Stub> stub = v1::AgentService::NewStub(channel);
   auto context = std::make_shared<grpc::ClientContext>();
   {
     MutexLock lock(&mu_);

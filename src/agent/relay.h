@@ -25,6 +25,7 @@
 #define DAR_AGENT_RELAY_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,7 @@
 #include "base/clock.h"
 #include "base/json_log.h"
 #include "core/units.h"
+#include "grpcpp/channel.h"
 #include "security/identity.h"
 #include "security/tls.h"
 
@@ -100,6 +102,12 @@ class Relay {
 // another of `replicas`; else the next one. One replica: stays.
 size_t NextReplica(const std::vector<std::string>& replicas, size_t current,
                    const std::string& status_message);
+
+// Waits up to `timeout` for `channel` to connect (TCP and TLS), looking at `stopping` every
+// 100 ms. False if it did not, or `stopping` said so. A frozen controller accepts the TCP
+// connection and never finishes the handshake, and a stream would wait in gRPC's connect for
+// 20 s; a client that gives up instead can try another replica.
+bool ConnectWithin(grpc::Channel& channel, Duration timeout, const std::function<bool()>& stopping);
 
 }  // namespace dar::agent
 

@@ -199,12 +199,12 @@ void ControllerCore::RecordEvent(const std::string& kind, const std::string& nod
 // --- Agents ---
 
 absl::Status ControllerCore::CheckRelay(const security::SpiffeId& relay, uint32_t member) const {
+  MutexLock lock(&mu_);  // a reload replaces the configuration and the overlay
   if (relay.kind != security::PeerKind::kNode || relay.trust_domain != config_.trust_domain) {
     return absl::PermissionDeniedError(
         fmt::format("relay for node {}: the relay is {}, not a node of trust domain {}", member,
                     relay.ToString(), config_.trust_domain));
   }
-  MutexLock lock(&mu_);
   const Topology& topo = overlay_->topology;
   const NodeId m = overlay_->Find(member);
   if (m == kNoNode) {

@@ -6,13 +6,13 @@
 // differs is the transport: the members' messages come in the relay's batches, and theirs
 // leave in one batch per write, at most one write outstanding, holding whatever each
 // member's session has ready when the previous write completes.
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "base/mutex.h"
 #include "control/controller_service.h"
 #include "control/controller_session.h"
@@ -24,6 +24,11 @@ namespace dar::control {
 namespace {
 
 using RelayReactor = grpc::ServerBidiReactor<v1::RelayUp, v1::RelayDown>;
+
+// A batch down stops taking members once it holds this much: a rack's full tables (a host's is
+// about 140 kB at k=16) would otherwise make one message of several MB, past what a gRPC
+// client takes by default, and hold every member's table until the whole batch is through.
+constexpr size_t kRelayBatchBytes = 512 * 1024;
 
 class RelayStream;
 
@@ -84,7 +89,7 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
   // members with it, their own streams to the relay kept open.
   void CloseMember(uint32_t id, const RelayedAgent* link, const absl::Status& status)
       ABSL_LOCKS_EXCLUDED(mu_) {
-    std::shared_ptr<AgentLink> gone;
+    uint64_t stream = 0;
     {
       MutexLock lock(&mu_);
       auto it = members_.find(id);
@@ -93,9 +98,9 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
         FinishLocked(ToGrpcStatus(status));
         return;
       }
-      gone = EndMemberLocked(id, status);
+      stream = it->second.stream;
     }
-    if (gone != nullptr) core_.Detach(id, gone.get());
+    Drop(id, stream, status, /*tell_relay=*/true);
   }
 
   void OnReadDone(bool ok) override {
@@ -104,11 +109,14 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
       FinishLocked(grpc::Status::OK);
       return;
     }
-    // Checked on every batch, so that revoking the relay's certificate ends its stream.
+    // Checked on every batch: revoking the relay's certificate ends its stream, and so does
+    // this replica no longer leading (the relay moves on with all its members, even before
+    // any of them is admitted).
     absl::Status status = serial_.ok()
                               ? core_.CheckNotRevoked(*serial_, peer_->ToString())
                               : absl::UnauthenticatedError(fmt::format(
                                     "{}: {}", who(), std::string(serial_.status().message())));
+    if (status.ok() && !core_.Acts()) status = absl::FailedPreconditionError(core_.NotLeading());
     for (int i = 0; status.ok() && i < in_.messages_size(); ++i) Handle(in_.messages(i));
     if (!status.ok()) core_.OnStreamRefused("relay_refused", peer_->name, status);
     MutexLock lock(&mu_);
@@ -134,7 +142,7 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
   }
 
   void OnDone() override {
-    absl::flat_hash_map<uint32_t, Member> members;
+    std::map<uint32_t, Member> members;
     {
       MutexLock lock(&mu_);
       members.swap(members_);
@@ -146,6 +154,8 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
 
  private:
   struct Member {
+    uint64_t stream = 0;  // which of the member's streams to the relay (RelayedAgentMessage)
+    std::string identity, serial;  // of its certificate, as the relay saw it
     std::shared_ptr<RelayedAgent> link;
     std::optional<AgentSession> session;  // once admitted
     // Offers before admission.
@@ -172,72 +182,100 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
     return absl::OkStatus();
   }
 
-  // One member's message. A bad one ends that member's stream, not the relay's.
+  // One member's message. A bad one ends that member's stream, not the relay's. Messages of
+  // a stream the controller no longer holds (it ended the member, or a newer stream of the
+  // member replaced it) are dropped: the relay hears of the end, or already has.
   void Handle(const v1::RelayedAgentMessage& r) ABSL_LOCKS_EXCLUDED(mu_) {
     const uint32_t id = r.node_id();
-    if (r.ended()) {
-      std::shared_ptr<AgentLink> gone;
-      {
-        MutexLock lock(&mu_);
-        auto it = members_.find(id);
-        if (it == members_.end()) return;
-        gone = std::move(it->second.link);
-        members_.erase(it);
-      }
-      core_.Detach(id, gone.get());
-      return;
-    }
     const v1::AgentMessage& m = r.message();
+    std::string identity, serial;
+    bool current = false;
     bool admitted = false;
     {
       MutexLock lock(&mu_);
       auto it = members_.find(id);
-      admitted = it != members_.end() && it->second.session.has_value();
-    }
-    absl::Status status;
-    switch (m.kind_case()) {
-      case v1::AgentMessage::kHello:
-        status = admitted ? Protocol(id, "a second hello") : OnHello(r);
-        break;
-      case v1::AgentMessage::kSamples:
-        if (!admitted) {
-          status = Protocol(id, "samples before hello");
-        } else if (status = core_.OnSamples(id, m.samples()); !status.ok()) {
-          core_.OnStreamRefused("samples_refused", std::to_string(id), status);
-        }
-        break;
-      case v1::AgentMessage::kAck: {
-        if (!admitted) {
-          status = Protocol(id, "an ack before hello");
-          break;
-        }
-        AckOutcome outcome = AckOutcome::kStale;
-        {
-          MutexLock lock(&mu_);
-          auto it = members_.find(id);
-          if (it == members_.end() || !it->second.session) break;  // ended meanwhile
-          outcome = it->second.session->OnAck(m.ack());
-          TryWriteLocked();
-        }
-        core_.OnAck(id, m.ack(), outcome);
-        break;
+      current = it != members_.end() && it->second.stream == r.stream();
+      if (current) {
+        identity = it->second.identity;
+        serial = it->second.serial;
+        admitted = it->second.session.has_value();
       }
-      case v1::AgentMessage::kStatus:
-        if (!admitted) {
-          status = Protocol(id, "a table status before hello");
-        } else {
-          core_.OnTableStatus(id, m.status());
-        }
-        break;
-      case v1::AgentMessage::KIND_NOT_SET:
-        status = Protocol(id, "an empty message (no hello, samples, ack or table status)");
-        break;
     }
-    if (status.ok()) return;
+    if (r.ended()) {
+      if (current) Drop(id, r.stream(), absl::OkStatus(), /*tell_relay=*/false);
+      return;
+    }
+    if (m.has_hello()) {
+      if (current) {
+        Drop(id, r.stream(), Protocol(id, "a second hello"), /*tell_relay=*/true);
+      } else if (absl::Status s = OnHello(r); !s.ok()) {
+        Drop(id, r.stream(), s, /*tell_relay=*/true);
+      }
+      return;
+    }
+    if (!current) return;
+    // Checked on every message, as for a direct agent: a revocation ends a stream already open.
+    absl::Status status = core_.CheckNotRevoked(serial, identity);
+    if (!status.ok()) {
+      core_.OnStreamRefused("stream_refused", std::to_string(id), status);
+    } else {
+      switch (m.kind_case()) {
+        case v1::AgentMessage::kSamples:
+          if (!admitted) {
+            status = Protocol(id, "samples before hello");
+          } else if (status = core_.OnSamples(id, m.samples()); !status.ok()) {
+            core_.OnStreamRefused("samples_refused", std::to_string(id), status);
+          }
+          break;
+        case v1::AgentMessage::kAck:
+          if (!admitted) {
+            status = Protocol(id, "an ack before hello");
+          } else {
+            OnAck(id, r.stream(), m.ack());
+          }
+          break;
+        case v1::AgentMessage::kStatus:
+          if (!admitted) {
+            status = Protocol(id, "a table status before hello");
+          } else {
+            core_.OnTableStatus(id, m.status());
+          }
+          break;
+        case v1::AgentMessage::kHello:  // handled above
+          break;
+        case v1::AgentMessage::KIND_NOT_SET:
+          status = Protocol(id, "an empty message (no hello, samples, ack or table status)");
+          break;
+      }
+    }
+    if (!status.ok()) Drop(id, r.stream(), status, /*tell_relay=*/true);
+  }
+
+  void OnAck(uint32_t id, uint64_t stream, const v1::TableAck& ack) ABSL_LOCKS_EXCLUDED(mu_) {
+    AckOutcome outcome = AckOutcome::kStale;
+    {
+      MutexLock lock(&mu_);
+      auto it = members_.find(id);
+      if (it == members_.end() || it->second.stream != stream || !it->second.session) return;
+      outcome = it->second.session->OnAck(ack);
+      TryWriteLocked();
+    }
+    core_.OnAck(id, ack, outcome);
+  }
+
+  // Forgets stream `stream` of member `id`, if it is the one held, and detaches it from the
+  // core; with `tell_relay`, sends the relay an end of that stream with `status`.
+  void Drop(uint32_t id, uint64_t stream, const absl::Status& status, bool tell_relay)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<AgentLink> gone;
     {
       MutexLock lock(&mu_);
-      gone = EndMemberLocked(id, status);
+      auto it = members_.find(id);
+      if (it != members_.end() && it->second.stream == stream) {
+        gone = std::move(it->second.link);
+        members_.erase(it);
+      }
+      if (tell_relay) QueueEndLocked(id, stream, status);
     }
     if (gone != nullptr) core_.Detach(id, gone.get());
   }
@@ -251,6 +289,8 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
     return s;
   }
 
+  // Admits a new stream of a member: a hello not of the stream held (if any), which it
+  // replaces.
   absl::Status OnHello(const v1::RelayedAgentMessage& r) ABSL_LOCKS_EXCLUDED(mu_) {
     const uint32_t id = r.node_id();
     const v1::Hello& hello = r.message().hello();
@@ -278,8 +318,11 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
     {
       MutexLock lock(&mu_);
       Member& m = members_[id];
-      replaced = std::move(m.link);  // an earlier, unadmitted hello of the same member
-      m = Member{.link = link};
+      replaced = std::move(m.link);  // an earlier stream of the same member
+      m = Member{.stream = r.stream(),
+                 .identity = member->ToString(),
+                 .serial = r.certificate_serial(),
+                 .link = link};
     }
     if (replaced != nullptr) core_.Detach(id, replaced.get());
     absl::StatusOr<ControllerCore::Admission> admission = core_.Admit(*member, hello, link);
@@ -299,22 +342,16 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
     return absl::OkStatus();
   }
 
-  // Drops member `id` and tells the relay to end its stream with `status`; returns its link,
-  // for the caller to detach from the core outside the lock.
-  std::shared_ptr<AgentLink> EndMemberLocked(uint32_t id, const absl::Status& status)
+  // Tells the relay to end stream `stream` of member `id` with `status`.
+  void QueueEndLocked(uint32_t id, uint64_t stream, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::shared_ptr<AgentLink> gone;
-    if (auto it = members_.find(id); it != members_.end()) {
-      gone = std::move(it->second.link);
-      members_.erase(it);
-    }
     v1::RelayedControllerMessage& end = ends_.emplace_back();
     end.set_node_id(id);
+    end.set_stream(stream);
     end.set_end(true);
     end.set_end_code(static_cast<int32_t>(status.code()));
     end.set_end_message(std::string(status.message()));
     TryWriteLocked();
-    return gone;
   }
 
   void TryWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -323,13 +360,22 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
     for (v1::RelayedControllerMessage& end : ends_) *out_.add_messages() = std::move(end);
     ends_.clear();
     const Time now = clock_.Now();
-    for (auto& [id, m] : members_) {
+    // A batch of about kRelayBatchBytes: what more is ready goes in the next one, which starts
+    // after the last member served, so that no member waits behind the others every time.
+    size_t bytes = 0;
+    auto it = members_.upper_bound(last_served_);
+    for (size_t n = 0; n < members_.size() && bytes < kRelayBatchBytes; ++n, ++it) {
+      if (it == members_.end()) it = members_.begin();
+      auto& [id, m] = *it;
       if (!m.session) continue;
       while (m.session->Next(now, next_)) {
         if (next_.has_table()) core_.OnTableSent(id, next_.table());
         v1::RelayedControllerMessage* x = out_.add_messages();
         x->set_node_id(id);
+        x->set_stream(m.stream);
         x->mutable_message()->Swap(&next_);
+        bytes += x->ByteSizeLong();
+        last_served_ = id;
       }
     }
     if (out_.messages_size() == 0) return;
@@ -356,7 +402,8 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
   v1::RelayUp in_;  // only the read path touches it
 
   Mutex mu_;
-  absl::flat_hash_map<uint32_t, Member> members_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, Member> members_ ABSL_GUARDED_BY(mu_);
+  uint32_t last_served_ ABSL_GUARDED_BY(mu_) = 0;  // the member whose message went down last
   std::vector<v1::RelayedControllerMessage> ends_ ABSL_GUARDED_BY(mu_);
   v1::RelayDown out_ ABSL_GUARDED_BY(mu_);
   v1::ControllerMessage next_ ABSL_GUARDED_BY(mu_);

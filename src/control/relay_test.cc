@@ -118,6 +118,14 @@ class RelayTest : public ::testing::Test {
     return out;
   }
 
+  // The table version node `id` acknowledged, as the controller knows it.
+  uint64_t Acked(uint32_t id) {
+    for (const v1::NodeView& v : controller_->core().ListNodes()) {
+      if (v.node_id() == id) return v.acked_version();
+    }
+    return 0;
+  }
+
   double Connected() { return controller_->metrics().agents_connected->Value(); }
 
   static TestPki* pki_;
@@ -148,7 +156,8 @@ TEST_F(RelayTest, MembersAreAdmittedAndServedThroughTheirSwitchsRelay) {
     ASSERT_EQ(r.next_hops_size(), 1);
     EXPECT_EQ(r.next_hops(0).neighbor_id(), 1u);
   }
-  ASSERT_TRUE(n3->WaitFor(IsTable, &c3).has_value());
+  std::optional<v1::ControllerMessage> t3 = n3->WaitFor(IsTable, &c3);
+  ASSERT_TRUE(t3.has_value());
 
   // The members' samples and acks reach the controller.
   const double samples = controller_->metrics().samples->Value();
@@ -161,12 +170,8 @@ TEST_F(RelayTest, MembersAreAdmittedAndServedThroughTheirSwitchsRelay) {
   ASSERT_TRUE(WaitUntil([&] { return controller_->metrics().samples->Value() == samples + 1; }))
       << controller_->metrics().samples->Value() - samples << " up " << relay->status().messages_up
       << " in " << relay->status().batches_up << " dropped " << relay->status().dropped_up;
-  ASSERT_TRUE(WaitUntil([&] {
-    for (const v1::NodeView& v : controller_->core().ListNodes()) {
-      if (v.node_id() == 2) return v.acked_version() == t2->table().version();
-    }
-    return false;
-  }));
+  ASSERT_TRUE(WaitUntil([&] { return Acked(2) == t2->table().version(); }));
+  ASSERT_TRUE(WaitUntil([&] { return Acked(3) == t3->table().version(); }));
   // Batched: fewer writes to the controller than messages.
   const RelayStatus st = relay->status();
   EXPECT_TRUE(st.connected);
@@ -203,6 +208,8 @@ TEST_F(RelayTest, ARelayCarriesOnlyItsRack) {
 TEST_F(RelayTest, AMemberMayOnlySpeakForItsOwnCertificate) {
   std::unique_ptr<Relay> relay = StartRelay(1);
   ASSERT_NE(relay, nullptr);
+  std::unique_ptr<TestAgent> n2 = Member(2, *relay, 1);
+  ASSERT_TRUE(WaitUntil([&] { return Connected() == 1; }));
   // n3's certificate, n2's hello.
   absl::StatusOr<security::TlsFiles> files = pki_->NodeFiles(3);
   ASSERT_TRUE(files.ok());
@@ -217,7 +224,32 @@ TEST_F(RelayTest, AMemberMayOnlySpeakForItsOwnCertificate) {
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(done->error_message(), HasSubstr("hello says node 2"));
-  EXPECT_EQ(Connected(), 0);
+  // The real n2 keeps its stream, and is still served.
+  EXPECT_FALSE(n2->WaitDone(std::chrono::milliseconds(200)).has_value());
+  EXPECT_EQ(Connected(), 1);
+  size_t c = 0;
+  controller_->RunCycleNow();
+  EXPECT_TRUE(n2->WaitFor(IsTable, &c).has_value());
+}
+
+TEST_F(RelayTest, AMemberThatReconnectsReplacesItsOldStream) {
+  std::unique_ptr<Relay> relay = StartRelay(1);
+  ASSERT_NE(relay, nullptr);
+  std::unique_ptr<TestAgent> old = Member(2, *relay, 1);
+  ASSERT_TRUE(WaitUntil([&] { return Connected() == 1; }));
+  // n2 again, its first stream still open (as after a reboot, before keepalive notices).
+  std::unique_ptr<TestAgent> fresh = Member(2, *relay, 1);
+  std::optional<grpc::Status> done = old->WaitDone();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->error_code(), grpc::StatusCode::ABORTED);
+  size_t c = 0;
+  ASSERT_TRUE(fresh->WaitFor(IsConfig, &c).has_value());
+  controller_->RunCycleNow();
+  std::optional<v1::ControllerMessage> t = fresh->WaitFor(IsTable, &c);
+  ASSERT_TRUE(t.has_value());
+  ASSERT_TRUE(WaitUntil([&] { return Acked(2) == t->table().version(); }));
+  EXPECT_EQ(Connected(), 1);
+  EXPECT_FALSE(fresh->WaitDone(std::chrono::milliseconds(200)).has_value());
 }
 
 TEST_F(RelayTest, OnlyANodeMayRelay) {
@@ -248,12 +280,7 @@ TEST_F(RelayTest, MembersStayConnectedAcrossARestartedController) {
   controller_->RunCycleNow();
   std::optional<v1::ControllerMessage> first = n2->WaitFor(IsTable, &c);
   ASSERT_TRUE(first.has_value());
-  ASSERT_TRUE(WaitUntil([&] {
-    for (const v1::NodeView& v : controller_->core().ListNodes()) {
-      if (v.node_id() == 2) return v.acked_version() == first->table().version();
-    }
-    return false;
-  }));
+  ASSERT_TRUE(WaitUntil([&] { return Acked(2) == first->table().version(); }));
   // A new controller on the same address, with no memory of the versions it sent: the relay
   // opens a stream to it and says n2's hello again, with the version n2 accepted since.
   const int port = controller_->port();
