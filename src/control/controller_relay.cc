@@ -28,7 +28,7 @@ using RelayReactor = grpc::ServerBidiReactor<v1::RelayUp, v1::RelayDown>;
 // A batch down stops taking members once it holds this much: a rack's full tables (a host's is
 // about 140 kB at k=16) would otherwise make one message of several MB, past what a gRPC
 // client takes by default, and hold every member's table until the whole batch is through.
-constexpr size_t kRelayBatchBytes = 512 * 1024;
+constexpr size_t kRelayBatchBytes = size_t{512} * 1024;
 
 class RelayStream;
 
