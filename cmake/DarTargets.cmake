@@ -72,6 +72,8 @@ function(dar_proto_library name)
       DEPENDS ${abs} VERBATIM)
   endforeach()
   add_library(${name} STATIC ${srcs})
+  # protoc gives every generated file the same internal names: one compiler run per file.
+  set_target_properties(${name} PROPERTIES UNITY_BUILD OFF)
   # Generated code is not ours to warn about.
   target_compile_options(${name} PRIVATE -w)
   target_include_directories(${name} SYSTEM PUBLIC ${gen_dir})

@@ -4,6 +4,9 @@
 Every non-generated source under src/ and bench/ in BUILD/compile_commands.json but the tests
 (*_test.cc; the test helpers are checked) is checked with the build's own flags, and the DAR
 headers it includes with it (HeaderFilterRegex in .clang-tidy); any finding fails the check.
+In a unity build (DAR_UNITY_BUILD) the database names each batch of a target's sources
+(Unity/unity_N_cxx.cxx, which includes them): a batch is checked whole, parsed once as the
+compiler does, if one of its sources is to be checked, and findings in tests are dropped.
 Tests are left out: they are as many files again, mostly GoogleTest macros, and would double
 the time for little. So is what builds against LibTorch (src/train and dar-train's main):
 Debian's LibTorch headers do not compile with clang 14. A finding that is wrong is
@@ -19,6 +22,16 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 FINDING = re.compile(r"^(/[^:]+):(\d+):(\d+): (warning|error): (.*)$", re.M)
+UNITY_BATCH = re.compile(r"/Unity/unity_\d+_cxx\.cxx$")
+UNITY_INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
+
+
+def sources_of(path):
+    """The sources a translation unit compiles: a unity batch's includes, or the file itself."""
+    if not UNITY_BATCH.search(path):
+        return [path]
+    with open(path) as f:
+        return [os.path.realpath(p) for p in UNITY_INCLUDE.findall(f.read())]
 
 
 def main():
@@ -39,8 +52,12 @@ def main():
         os.path.realpath(os.path.join(e["directory"], e["file"])) for e in db
         if "/torch/" not in e.get("command", " ".join(e.get("arguments", [])))
     })
-    files = [f for f in files
-             if f.startswith((root + "/src/", root + "/bench/")) and not f.endswith("_test.cc")]
+
+    def checked(source):
+        return source.startswith((root + "/src/", root + "/bench/")) and \
+            not source.endswith("_test.cc")
+
+    files = [f for f in files if any(checked(s) for s in sources_of(f))]
 
     def check(path):
         # -Wno-error: g++ builds without a warning (-Werror); clang's own warnings are not
@@ -54,6 +71,8 @@ def main():
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         for path, rc, out in pool.map(check, files):
             for m in FINDING.finditer(out):
+                if m.group(1).endswith("_test.cc"):
+                    continue  # a test batched with a checked source
                 # A header's finding is reported by every file that includes it: once is enough.
                 findings.setdefault((m.group(1), int(m.group(2)), int(m.group(3))), m.group(0))
             if rc != 0 and not FINDING.search(out):

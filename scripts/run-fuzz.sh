@@ -34,7 +34,7 @@ run() {
   fi
   grep -E '^(Done|stat::(average_exec_per_sec|peak_rss_mb))' "$log"
 }
-run scenario_fuzz 40000 fuzz/corpus/scenario scenarios
+run scenario_fuzz 15000 fuzz/corpus/scenario scenarios
 run overlay_fuzz 2000000 fuzz/corpus/overlay
-run config_fuzz 100000 fuzz/corpus/config
-run state_fuzz 20000 fuzz/corpus/state -max_len=65536
+run config_fuzz 40000 fuzz/corpus/config
+run state_fuzz 10000 fuzz/corpus/state -max_len=65536

@@ -17,7 +17,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // Node B of a diamond A-B, A-C, B-D, C-D, as dar-lab writes it.
-constexpr char kNodeB[] = R"(lab: dmd
+constexpr char kConfigNodeB[] = R"(lab: dmd
 node: {id: 2, name: B}
 netns: dmd-B
 controller: 10.255.255.1:50051
@@ -57,7 +57,7 @@ std::string ErrorOf(const std::string& text) {
 }
 
 TEST(AgentConfigTest, ParsesANodeConfig) {
-  absl::StatusOr<AgentConfig> c = ParseAgentConfig(kNodeB, "/etc/dar/B.yaml");
+  absl::StatusOr<AgentConfig> c = ParseAgentConfig(kConfigNodeB, "/etc/dar/B.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->lab, "dmd");
   EXPECT_EQ(c->self, 1);
@@ -102,7 +102,7 @@ TEST(AgentConfigTest, ParsesANodeConfig) {
 }
 
 TEST(AgentConfigTest, TopologyMatchesTheLinkNumbering) {
-  absl::StatusOr<AgentConfig> c = ParseAgentConfig(kNodeB, "B.yaml");
+  absl::StatusOr<AgentConfig> c = ParseAgentConfig(kConfigNodeB, "B.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   const Topology topo = BuildAgentTopology(*c);
   ASSERT_EQ(topo.num_nodes(), 4);
@@ -121,95 +121,103 @@ TEST(AgentConfigTest, TopologyMatchesTheLinkNumbering) {
 }
 
 TEST(AgentConfigTest, ErrorsNameFileAndField) {
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "node: {id: 2, name: B}", "node: {id: 9, name: B}")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "node: {id: 2, name: B}", "node: {id: 9, name: B}")),
               HasSubstr("/etc/dar/B.yaml: node.id: no node with id 9"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "node: {id: 2, name: B}", "node: {id: 2, name: X}")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "node: {id: 2, name: B}", "node: {id: 2, name: X}")),
               HasSubstr("node.name: 'X' but node 2 is named 'B'"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "10.255.255.1:50051", "10.255.255.1")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "10.255.255.1:50051", "10.255.255.1")),
               HasSubstr("controller: must be host:port"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "10.255.255.1:50051", "ctl:99999")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "10.255.255.1:50051", "ctl:99999")),
               HasSubstr("controller: bad port"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "per_packet", "per_byte")), HasSubstr("forwarding_mode"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "line_rate_mbps: 100", "line_rate_mbps: -1")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "per_packet", "per_byte")),
+              HasSubstr("forwarding_mode"));
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "line_rate_mbps: 100", "line_rate_mbps: -1")),
               HasSubstr("line_rate_mbps"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "missed_probes: 4", "missed_probes: 0")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "missed_probes: 4", "missed_probes: 0")),
               HasSubstr("missed_probes"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "overlay: 10.77.0.3", "overlay: 10.77.0.300")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "overlay: 10.77.0.3", "overlay: 10.77.0.300")),
               HasSubstr("nodes[2].overlay: not an IPv4 address: '10.77.0.300'"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "overlay: 10.77.0.3", "overlay: 10.77.0.1")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "overlay: 10.77.0.3", "overlay: 10.77.0.1")),
               HasSubstr("nodes[2].overlay: duplicate address 10.77.0.1"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "{id: 3, name: C,", "{id: 1, name: C,")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "{id: 3, name: C,", "{id: 1, name: C,")),
               HasSubstr("nodes[2].id: duplicate id 1"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "{a: B, b: D,", "{a: B, b: E,")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "{a: B, b: D,", "{a: B, b: E,")),
               HasSubstr("links[2].b: unknown node 'E'"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "capacity_gbps: 2.5", "capacity_gbps: 2.5, capacity_bps: 1")),
-              HasSubstr("links[2].capacity_gbps: give only one of capacity_{bps,kbps,mbps,gbps}"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "capacity_gbps: 2.5", "capacity_mbps: -1")),
+  EXPECT_THAT(
+      ErrorOf(Replace(kConfigNodeB, "capacity_gbps: 2.5", "capacity_gbps: 2.5, capacity_bps: 1")),
+      HasSubstr("links[2].capacity_gbps: give only one of capacity_{bps,kbps,mbps,gbps}"));
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "capacity_gbps: 2.5", "capacity_mbps: -1")),
               HasSubstr("links[2].capacity_mbps"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "address: 10.1.0.2/30", "address: 10.1.0.2/33")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "address: 10.1.0.2/30", "address: 10.1.0.2/33")),
               HasSubstr("neighbours[0].address: bad prefix length"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "{id: 4, name: D, link: 2", "{id: 4, name: D, link: 3")),
-              HasSubstr("neighbours[1].link: link 3 joins C and D, not this node and D"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "{id: 4, name: D, link: 2", "{id: 4, name: D, link: 9")),
-              HasSubstr("neighbours[1].link: no link 9"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "{id: 4, name: D, link: 2", "{id: 4, name: C, link: 2")),
-              HasSubstr("neighbours[1].name: 'C' but node 4 is named 'D'"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "{id: 4, name: D, link: 2", "{id: 2, link: 2")),
+  EXPECT_THAT(
+      ErrorOf(Replace(kConfigNodeB, "{id: 4, name: D, link: 2", "{id: 4, name: D, link: 3")),
+      HasSubstr("neighbours[1].link: link 3 joins C and D, not this node and D"));
+  EXPECT_THAT(
+      ErrorOf(Replace(kConfigNodeB, "{id: 4, name: D, link: 2", "{id: 4, name: D, link: 9")),
+      HasSubstr("neighbours[1].link: no link 9"));
+  EXPECT_THAT(
+      ErrorOf(Replace(kConfigNodeB, "{id: 4, name: D, link: 2", "{id: 4, name: C, link: 2")),
+      HasSubstr("neighbours[1].name: 'C' but node 4 is named 'D'"));
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "{id: 4, name: D, link: 2", "{id: 2, link: 2")),
               HasSubstr("neighbours[1].id: is this node's own id"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB,
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB,
                               "  - {id: 4, name: D, link: 2, interface: dmd-2a, "
                               "address: 10.1.2.1/30, peer_address: 10.1.2.2}\n",
                               "")),
               HasSubstr("neighbours: link 2 (B-D) of this node has no entry"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "state_dir: state/B\n", "")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "state_dir: state/B\n", "")),
               HasSubstr("state_dir: required"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "tls: {cert: node-2.crt,", "tls: {crt: node-2.crt,")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "tls: {cert: node-2.crt,", "tls: {crt: node-2.crt,")),
               HasSubstr("tls"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "lab: dmd", "lab: dmd\nprobe_intervall_ms: 5")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "lab: dmd", "lab: dmd\nprobe_intervall_ms: 5")),
               HasSubstr("probe_intervall_ms"));
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "lab: dmd",
+                              "lab: dmd\ncontroller_id: spiffe://dmd.dar/node/1")),
+              HasSubstr("controller_id: spiffe://dmd.dar/node/1 is the identity of"));
   EXPECT_THAT(
-      ErrorOf(Replace(kNodeB, "lab: dmd", "lab: dmd\ncontroller_id: spiffe://dmd.dar/node/1")),
-      HasSubstr("controller_id: spiffe://dmd.dar/node/1 is the identity of"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "lab: dmd", "lab: dmd\ncontroller_id: https://x/controller")),
-              HasSubstr("controller_id"));
+      ErrorOf(Replace(kConfigNodeB, "lab: dmd", "lab: dmd\ncontroller_id: https://x/controller")),
+      HasSubstr("controller_id"));
   EXPECT_THAT(ErrorOf("- just a list"), HasSubstr("/etc/dar/B.yaml: must be a map"));
   EXPECT_THAT(ErrorOf("node: {id: [1"), HasSubstr("/etc/dar/B.yaml"));
 }
 
 TEST(AgentConfigTest, ListsTheControllersReplicas) {
-  absl::StatusOr<AgentConfig> one = ParseAgentConfig(kNodeB, "B.yaml");
+  absl::StatusOr<AgentConfig> one = ParseAgentConfig(kConfigNodeB, "B.yaml");
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->controllers, std::vector<std::string>{"10.255.255.1:50051"});
   absl::StatusOr<AgentConfig> three = ParseAgentConfig(
-      Replace(kNodeB, "controller: 10.255.255.1:50051",
+      Replace(kConfigNodeB, "controller: 10.255.255.1:50051",
               "controllers: [10.255.255.1:50051, 10.255.255.1:50052, 10.255.255.1:50053]"),
       "B.yaml");
   ASSERT_TRUE(three.ok()) << three.status();
   EXPECT_EQ(three->controller, "10.255.255.1:50051");
   EXPECT_EQ(three->controllers.size(), 3u);
   EXPECT_EQ(three->controllers[2], "10.255.255.1:50053");
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "controller: 10.255.255.1:50051",
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "controller: 10.255.255.1:50051",
                               "controller: 10.255.255.1:50051\ncontrollers: [10.255.255.1:50052]")),
               HasSubstr("controllers: give controller (one) or controllers (replicas), not both"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "controller: 10.255.255.1:50051", "controllers: []")),
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "controller: 10.255.255.1:50051", "controllers: []")),
               HasSubstr("controllers: must list at least one host:port"));
-  EXPECT_THAT(ErrorOf(Replace(kNodeB, "controller: 10.255.255.1:50051",
+  EXPECT_THAT(ErrorOf(Replace(kConfigNodeB, "controller: 10.255.255.1:50051",
                               "controllers: [10.255.255.1:50051, nowhere]")),
               HasSubstr("controllers: must be host:port"));
 }
 
 TEST(AgentConfigTest, TheControllersIdentityIsOptional) {
-  absl::StatusOr<AgentConfig> c = ParseAgentConfig(kNodeB, "B.yaml");
+  absl::StatusOr<AgentConfig> c = ParseAgentConfig(kConfigNodeB, "B.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->controller_id.has_value());  // the controller of the certificate's domain
   c = ParseAgentConfig(
-      Replace(kNodeB, "lab: dmd", "lab: dmd\ncontroller_id: spiffe://x.dar/controller"), "B.yaml");
+      Replace(kConfigNodeB, "lab: dmd", "lab: dmd\ncontroller_id: spiffe://x.dar/controller"),
+      "B.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->controller_id, security::SpiffeId::Controller("x.dar"));
 }
 
 TEST(AgentConfigTest, ParallelLinksToOneNeighbourAreRefused) {
-  std::string text = Replace(kNodeB, "  - {a: C, b: D}\n", "  - {a: C, b: D}\n  - {a: B, b: A}\n");
+  std::string text =
+      Replace(kConfigNodeB, "  - {a: C, b: D}\n", "  - {a: C, b: D}\n  - {a: B, b: A}\n");
   text += "  - {id: 1, link: 4, interface: dmd-4a, address: 10.1.4.1/30, peer_address: 10.1.4.2}\n";
   EXPECT_THAT(ErrorOf(text), HasSubstr("neighbours[2].id: a second link to node 1"));
 }
@@ -223,7 +231,7 @@ TEST(AgentConfigTest, MakesTheDataplaneConfig) {
     ~Remove() { std::filesystem::remove(path); }
   } remove{key_path};
   std::ofstream(key_path) << std::string(64, 'f');
-  std::string text = Replace(kNodeB, "file: overlay.key", "file: " + key_path);
+  std::string text = Replace(kConfigNodeB, "file: overlay.key", "file: " + key_path);
   text = Replace(text, "lab: dmd", "lab: dmd\ndata_port: 7100\noverlay: {tun: t0, mtu: 1300}");
   absl::StatusOr<AgentConfig> c = ParseAgentConfig(text, "B.yaml");
   ASSERT_TRUE(c.ok()) << c.status();

@@ -210,8 +210,8 @@ class FakeDataplane final : public DataplaneControl {
   std::vector<std::pair<Duration, int>> probes_;
 };
 
-v1::Route MakeRoute(uint32_t dest, uint32_t cls, double phi,
-                    std::vector<std::pair<uint32_t, double>> hops) {
+v1::Route ClientRoute(uint32_t dest, uint32_t cls, double phi,
+                      std::vector<std::pair<uint32_t, double>> hops) {
   v1::Route r;
   r.set_destination_id(dest);
   r.set_traffic_class(cls);
@@ -226,13 +226,13 @@ v1::Route MakeRoute(uint32_t dest, uint32_t cls, double phi,
 }
 
 // A valid full table for B (neighbours A = 1 and D = 4; C = 3 over both).
-v1::RouteTable FullTable(uint64_t version) {
+v1::RouteTable ClientTable(uint64_t version) {
   v1::RouteTable t;
   t.set_version(version);
   for (uint32_t cls = 0; cls < 2; ++cls) {
-    *t.add_routes() = MakeRoute(1, cls, 1, {{1, 1}});
-    *t.add_routes() = MakeRoute(4, cls, 1, {{4, 1}});
-    *t.add_routes() = MakeRoute(3, cls, 2, {{1, 0.5}, {4, 0.5}});
+    *t.add_routes() = ClientRoute(1, cls, 1, {{1, 1}});
+    *t.add_routes() = ClientRoute(4, cls, 1, {{4, 1}});
+    *t.add_routes() = ClientRoute(3, cls, 2, {{1, 0.5}, {4, 0.5}});
   }
   return t;
 }
@@ -452,7 +452,7 @@ TEST_F(ControlClientTest, FollowsTheReplicasToTheLeader) {
   const ControlClientStatus status = client_->status();
   EXPECT_GE(status.connect_failures, 2);  // the dead one and the follower
   // The leader answers: the agent stays with it.
-  ASSERT_TRUE(controller_->SendTable(FullTable(5)));
+  ASSERT_TRUE(controller_->SendTable(ClientTable(5)));
   EXPECT_EQ(controller_->NextAck(cursor).version(), 5u);
   EXPECT_TRUE(client_->status().connected);
   EXPECT_EQ(follower.peers().size(), 1u);
@@ -463,7 +463,7 @@ TEST_F(ControlClientTest, AcksAcceptedTablesAndRefusesBadOnesWithTheReason) {
   StartClient();
   size_t cursor = 0;
   controller_->NextHello(cursor);
-  ASSERT_TRUE(controller_->SendTable(FullTable(5)));
+  ASSERT_TRUE(controller_->SendTable(ClientTable(5)));
   v1::TableAck ack = controller_->NextAck(cursor);
   EXPECT_EQ(ack.version(), 5u);
   EXPECT_TRUE(ack.accepted());
@@ -472,13 +472,13 @@ TEST_F(ControlClientTest, AcksAcceptedTablesAndRefusesBadOnesWithTheReason) {
   ASSERT_NE(dataplane_.tables(), nullptr);
   EXPECT_EQ(dataplane_.tables()->version, 5u);
 
-  ASSERT_TRUE(controller_->SendTable(FullTable(5)));
+  ASSERT_TRUE(controller_->SendTable(ClientTable(5)));
   ack = controller_->NextAck(cursor);
   EXPECT_FALSE(ack.accepted());
   EXPECT_EQ(ack.reason(), "version 5 is not newer than the installed version 5");
 
-  v1::RouteTable bad = FullTable(6);
-  *bad.add_routes() = MakeRoute(3, 0, 2, {{3, 1}});
+  v1::RouteTable bad = ClientTable(6);
+  *bad.add_routes() = ClientRoute(3, 0, 2, {{3, 1}});
   ASSERT_TRUE(controller_->SendTable(bad));
   ack = controller_->NextAck(cursor);
   EXPECT_EQ(ack.version(), 6u);
@@ -488,7 +488,7 @@ TEST_F(ControlClientTest, AcksAcceptedTablesAndRefusesBadOnesWithTheReason) {
   v1::RouteTable delta;
   delta.set_version(7);
   delta.set_base_version(5);
-  *delta.add_routes() = MakeRoute(3, 0, 2, {{4, 1}});
+  *delta.add_routes() = ClientRoute(3, 0, 2, {{4, 1}});
   ASSERT_TRUE(controller_->SendTable(delta));
   ack = controller_->NextAck(cursor);
   EXPECT_TRUE(ack.accepted()) << ack.reason();
@@ -543,7 +543,7 @@ TEST_F(ControlClientTest, AppliesTheControllersConfig) {
 
   // The short staleness timeout applies: a table that is not refreshed for longer gives way
   // to the static one, installed by the client on its own.
-  ASSERT_TRUE(controller_->SendTable(FullTable(3)));
+  ASSERT_TRUE(controller_->SendTable(ClientTable(3)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
   ASSERT_TRUE(Eventually([&] { return !dataplane_.tables()->is_static; }));
   clock_.Advance(Milliseconds(250));
@@ -580,7 +580,7 @@ TEST_F(ControlClientTest, ReportsItsTableAndEveryFallbackToStatic) {
         .status();
   };
 
-  ASSERT_TRUE(controller_->SendTable(FullTable(3)));
+  ASSERT_TRUE(controller_->SendTable(ClientTable(3)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
   v1::TableStatus status = next_status();
   EXPECT_FALSE(status.static_table());
@@ -598,7 +598,7 @@ TEST_F(ControlClientTest, ReportsItsTableAndEveryFallbackToStatic) {
   EXPECT_EQ(status.last_fallback_unix_ns(), clock_.UnixNanos());
 
   // A new table replaces the static one; the clock stands still, so it stays fresh.
-  ASSERT_TRUE(controller_->SendTable(FullTable(4)));
+  ASSERT_TRUE(controller_->SendTable(ClientTable(4)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
   status = next_status();
   EXPECT_FALSE(status.static_table());
@@ -632,7 +632,7 @@ TEST_F(ControlClientTest, AFallbackWhileDisconnectedIsInTheNextHello) {
   v1::ControllerMessage m;
   m.mutable_config()->set_table_stale_ms(2000);
   ASSERT_TRUE(controller_->Send(m));
-  ASSERT_TRUE(controller_->SendTable(FullTable(5)));
+  ASSERT_TRUE(controller_->SendTable(ClientTable(5)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
   const int port = port_;
   StopServer();
@@ -660,7 +660,7 @@ TEST_F(ControlClientTest, ReconnectsAfterTheControllerRestarts) {
   StartClient();
   size_t cursor = 0;
   controller_->NextHello(cursor);
-  ASSERT_TRUE(controller_->SendTable(FullTable(5)));
+  ASSERT_TRUE(controller_->SendTable(ClientTable(5)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
 
   const int port = port_;
@@ -675,7 +675,7 @@ TEST_F(ControlClientTest, ReconnectsAfterTheControllerRestarts) {
   cursor = 0;
   const v1::Hello hello = controller_->NextHello(cursor);
   EXPECT_EQ(hello.installed_version(), 5u);  // continues above what it forwards with
-  ASSERT_TRUE(controller_->SendTable(FullTable(6)));
+  ASSERT_TRUE(controller_->SendTable(ClientTable(6)));
   EXPECT_TRUE(controller_->NextAck(cursor).accepted());
   EXPECT_TRUE(client_->status().connected);
   EXPECT_TRUE(Logged("disconnected from the controller"));

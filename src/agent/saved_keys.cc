@@ -13,7 +13,7 @@
 namespace dar::agent {
 namespace {
 
-constexpr char kFormat[] = "dar-agent-keys/1";
+constexpr char kSavedKeysFormat[] = "dar-agent-keys/1";
 // Two rows of pair keys for a cluster of many thousand nodes.
 constexpr size_t kMaxFileBytes = size_t{16} << 20;
 
@@ -73,7 +73,7 @@ absl::Status SaveKeys(const std::string& state_dir,
         fmt::format("{}: cannot create {}: {}", path, state_dir, ec.message()));
   }
   const nlohmann::json j = {
-      {"format", kFormat},
+      {"format", kSavedKeysFormat},
       {"keys", security::KeysToJson(std::vector<v1::OverlayKey>(keys.begin(), keys.end()))}};
   return WriteFileAtomically(path, j.dump(1) + "\n", 0600);
 }
@@ -83,9 +83,9 @@ absl::StatusOr<std::vector<KeyUpdate>> LoadKeys(const std::string& state_dir) {
   ASSIGN_OR_RETURN(const std::string text, ReadFile(path, kMaxFileBytes));
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
-      j["format"].get<std::string>() != kFormat) {
-    return absl::InvalidArgumentError(
-        fmt::format("{}: not a key file (a JSON object with format \"{}\")", path, kFormat));
+      j["format"].get<std::string>() != kSavedKeysFormat) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: not a key file (a JSON object with format \"{}\")", path, kSavedKeysFormat));
   }
   absl::StatusOr<std::vector<v1::OverlayKey>> keys =
       security::KeysFromJson(j.value("keys", nlohmann::json()));

@@ -12,7 +12,7 @@
 namespace dar::agent {
 namespace {
 
-constexpr char kFormat[] = "dar-agent-sequence/1";
+constexpr char kSequenceFloorFormat[] = "dar-agent-sequence/1";
 // Far above any clock in milliseconds, far below where a shift by 20 overflows.
 constexpr uint64_t kMaxMs = uint64_t{1} << 43;
 
@@ -23,7 +23,7 @@ absl::StatusOr<SequenceFloor> SequenceFloor::Start(const std::string& state_dir,
   const std::string path = (std::filesystem::path(state_dir) / kSequenceFileName).string();
   uint64_t start = static_cast<uint64_t>(std::max<int64_t>(now_unix_ns / 1'000'000, 0));
   absl::StatusOr<std::optional<uint64_t>> reserved =
-      ReadCounterFile(path, kFormat, "reserved_ms", kMaxMs);
+      ReadCounterFile(path, kSequenceFloorFormat, "reserved_ms", kMaxMs);
   if (!reserved.ok()) {
     return absl::Status(reserved.status().code(),
                         fmt::format("{} (fix or remove it; without it sequence numbers start "
@@ -44,7 +44,7 @@ absl::Status SequenceFloor::Keep(uint64_t highest_sequence) {
 
 absl::Status SequenceFloor::Reserve(uint64_t ms) {
   ms = std::min(ms, kMaxMs - 1);  // what Start reads back
-  RETURN_IF_ERROR(WriteCounterFile(path_, kFormat, "reserved_ms", ms, 0644));
+  RETURN_IF_ERROR(WriteCounterFile(path_, kSequenceFloorFormat, "reserved_ms", ms, 0644));
   reserved_ms_ = ms;
   return absl::OkStatus();
 }

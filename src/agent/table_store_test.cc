@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/units.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -19,7 +20,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Node B of the diamond A-B, A-C, B-D, C-D: neighbours A (1) over link 0 and D (4) over link 2.
@@ -255,7 +255,7 @@ TEST_F(TableStoreTest, RefusesANextHopOverALinkThatIsDown) {
 }
 
 TEST_F(TableStoreTest, RefusesBadWeights) {
-  for (const double w : {kNaN, kInf, 0.0, -0.5}) {
+  for (const double w : {kNaN, kInfinity, 0.0, -0.5}) {
     v1::RouteTable t = FullTable(6);
     RouteOf(t, kC, 1)->mutable_next_hops(0)->set_weight(w);
     EXPECT_THAT(RefusalOf(t),
@@ -273,7 +273,7 @@ TEST_F(TableStoreTest, RefusesBadWeights) {
 }
 
 TEST_F(TableStoreTest, RefusesNextHopsThatAreNotDownhill) {
-  for (const double p : {2.0, 2.5, kNaN, kInf}) {
+  for (const double p : {2.0, 2.5, kNaN, kInfinity}) {
     v1::RouteTable t = FullTable(6);
     RouteOf(t, kC, 0)->mutable_next_hops(1)->set_potential(p);
     EXPECT_THAT(
@@ -293,7 +293,7 @@ TEST_F(TableStoreTest, RefusesABlackHole) {
   t = FullTable(6);
   RouteOf(t, kC, 1)->clear_next_hops();
   EXPECT_THAT(RefusalOf(t), HasSubstr("no next hops"));
-  RouteOf(t, kC, 1)->set_potential(kInf);
+  RouteOf(t, kC, 1)->set_potential(kInfinity);
   std::unique_ptr<TableStore> store = NewStore();
   ASSERT_TRUE(store->Offer(t, Time(0)).ok());
   EXPECT_TRUE(store->Active(Time(0))->Lookup(1, kNodeC).empty());

@@ -320,7 +320,7 @@ TEST(ControllerConfigTest, StubHostsAreTheNodesOnASingleLinkToASwitch) {
 }
 
 // The model checked in with the repository (dar-train's default config).
-std::string GoodModel() { return std::string(DAR_SOURCE_DIR) + "/models/dar-policy.json"; }
+std::string ShippedModel() { return std::string(DAR_SOURCE_DIR) + "/models/dar-policy.json"; }
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -361,8 +361,8 @@ TEST(ControllerConfigTest, PolicyModelKeys) {
 TEST(ControllerConfigTest, LoadLearnedPolicyRefusesBadModelsNamingThem) {
   testing::TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const std::string good = ReadAll(GoodModel());
-  ASSERT_FALSE(good.empty()) << GoodModel();
+  const std::string good = ReadAll(ShippedModel());
+  ASSERT_FALSE(good.empty()) << ShippedModel();
   std::ofstream(dir.File("model.json")) << good;
   {
     std::ofstream out(dir.File("ctl.yaml"));

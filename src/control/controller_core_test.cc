@@ -67,7 +67,7 @@ v1::LinkSamples Samples(std::vector<std::pair<uint32_t, bool>> links, double uti
   return s;
 }
 
-security::SpiffeId Node(uint32_t id) {
+security::SpiffeId NodeIdentity(uint32_t id) {
   return security::SpiffeId::Node(kTestDomain, std::to_string(id));
 }
 
@@ -164,14 +164,14 @@ TEST_F(CoreTest, HelloMustComeFromTheNodeItNames) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {Node(2), Hello(1, {2}), absl::StatusCode::kPermissionDenied,
+      {NodeIdentity(2), Hello(1, {2}), absl::StatusCode::kPermissionDenied,
        "hello says node 1 but the client's certificate is spiffe://dar.test/node/2"},
       {security::SpiffeId::Admin(kTestDomain, "alice"), Hello(1, {2}),
        absl::StatusCode::kPermissionDenied, "not a node"},
       {security::SpiffeId::Node("other.test", "1"), Hello(1, {2}),
        absl::StatusCode::kPermissionDenied, "outside trust domain dar.test"},
-      {Node(7), Hello(7, {}), absl::StatusCode::kNotFound, "node 7 is not in"},
-      {Node(1), Hello(1, {2, 4}), absl::StatusCode::kFailedPrecondition,
+      {NodeIdentity(7), Hello(7, {}), absl::StatusCode::kNotFound, "node 7 is not in"},
+      {NodeIdentity(1), Hello(1, {2, 4}), absl::StatusCode::kFailedPrecondition,
        "links[1] to node 4 is not a configured link"},
   };
   for (const Case& c : cases) {
@@ -191,7 +191,7 @@ TEST_F(CoreTest, AdmissionCarriesConfigKeysAndTablesAndReplacesAnOlderStream) {
   core_->RunCycle();
   auto first = std::make_shared<FakeLink>();
   absl::StatusOr<ControllerCore::Admission> a =
-      core_->Admit(Node(1), Hello(1, {2, 3}, first_version + 41), first);
+      core_->Admit(NodeIdentity(1), Hello(1, {2, 3}, first_version + 41), first);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_NE(a->config, nullptr);
   EXPECT_EQ(a->config->probe_interval_ms(), 100u);
@@ -219,7 +219,7 @@ TEST_F(CoreTest, AdmissionCarriesConfigKeysAndTablesAndReplacesAnOlderStream) {
   EXPECT_EQ(first->snapshots[0]->version, first_version + 42);
 
   auto second = std::make_shared<FakeLink>();
-  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), second).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(1), Hello(1, {2, 3}), second).ok());
   ASSERT_TRUE(first->closed.has_value());
   EXPECT_EQ(first->closed->code(), absl::StatusCode::kAborted);
   core_->Detach(1, first.get());  // the old stream ending does not disconnect the node
@@ -235,14 +235,15 @@ TEST_F(CoreTest, AHelloClaimingAVersionFarAboveTheControllersIsRefusedAndChanges
   // A version near 2^64, as one that once wrapped the counter and made every agent refuse
   // every table.
   absl::StatusOr<ControllerCore::Admission> a =
-      core_->Admit(Node(1), Hello(1, {2, 3}, ~uint64_t{0} - 7), link);
+      core_->Admit(NodeIdentity(1), Hello(1, {2, 3}, ~uint64_t{0} - 7), link);
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(a.status().message()), HasSubstr("not taken"));
   EXPECT_TRUE(HasEvent("hello_refused", "installed table version 18446744073709551608"));
   EXPECT_FALSE(core_->ListNodes()[0].connected());
   // The other agents' versions go on from where they were.
-  ASSERT_TRUE(core_->Admit(Node(2), Hello(2, {1, 4}, before), std::make_shared<FakeLink>()).ok());
+  ASSERT_TRUE(
+      core_->Admit(NodeIdentity(2), Hello(2, {1, 4}, before), std::make_shared<FakeLink>()).ok());
   EXPECT_EQ(core_->RunCycle().version, before + 1);
 }
 
@@ -319,7 +320,7 @@ TEST_F(CoreTest, LinkIsDownWhenBothEndsSaySoNotWhenOneDoes) {
 }
 
 TEST_F(CoreTest, AFloodingNodeLosesItsOwnSamplesNotOthers) {
-  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), std::make_shared<FakeLink>()).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(1), Hello(1, {2, 3}), std::make_shared<FakeLink>()).ok());
   core_->RunCycle();
   // n1 (two links) floods between two cycles: its share is 64 a link end and 64 more, 192.
   for (int i = 0; i < 1000; ++i) {
@@ -450,7 +451,7 @@ TEST_F(CoreTest, MarginalDecisionSplitsByTheDemandAgentsReport) {
   }
   core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
   const auto link = std::make_shared<FakeLink>();
-  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), link).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(1), Hello(1, {2, 3}), link).ok());
   for (int cycle = 0; cycle < 10; ++cycle) {
     ReportAll();
     ReportSentToN4(1, 10'000'000);  // 800 Mb/s over the 100 ms cycle
@@ -499,7 +500,7 @@ TEST_F(CoreTest, MarginalDecisionRoutesAtWhatALinkDelivers) {
   config_.policy.marginal = true;
   core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
   const auto link = std::make_shared<FakeLink>();
-  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), link).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(1), Hello(1, {2, 3}), link).ok());
   for (int cycle = 0; cycle < 12; ++cycle) {
     ASSERT_TRUE(core_->OnSamples(1, Samples({{2, true}, {3, true}})).ok());
     ASSERT_TRUE(core_->OnSamples(3, Samples({{1, true}, {4, true}})).ok());
@@ -577,7 +578,7 @@ TEST_F(CoreTest, ReloadSwitchesTheDecisionLayer) {
   core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
   ASSERT_TRUE(config_.policy.marginal);  // the default
   const auto link = std::make_shared<FakeLink>();
-  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), link).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(1), Hello(1, {2, 3}), link).ok());
   uint64_t version = 0;
   const auto cycles = [&](int n) {
     for (int i = 0; i < n; ++i) {
@@ -617,7 +618,7 @@ TEST_F(CoreTest, PolicyIsValidatedAndAppliedAndTellsAgentsOfANewMode) {
   config_.policy.marginal = false;  // the diffusion engine, whose cycles can be full
   core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
   auto link = std::make_shared<FakeLink>();
-  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2}), link).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(1), Hello(1, {2}), link).ok());
   v1::PolicySettings p = core_->GetPolicy();
   EXPECT_EQ(p.temperature(), 0.5);
   EXPECT_EQ(p.cycle_ms(), 100u);
@@ -646,8 +647,8 @@ TEST_F(CoreTest, ReloadAppliesANewOverlayAndKeepsWhatNeedsARestart) {
   core_->RunCycle();
   auto n4 = std::make_shared<FakeLink>();
   auto n1 = std::make_shared<FakeLink>();
-  ASSERT_TRUE(core_->Admit(Node(4), Hello(4, {2, 3}), n4).ok());
-  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), n1).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(4), Hello(4, {2, 3}), n4).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(1), Hello(1, {2, 3}), n1).ok());
   ASSERT_TRUE(*core_->Drain("n1", "n2", true));
   ASSERT_TRUE(*core_->Drain("n3", "n4", true));
 
@@ -685,7 +686,7 @@ TEST_F(CoreTest, ReloadAppliesANewOverlayAndKeepsWhatNeedsARestart) {
 // A rotation step is pushed to every connected agent as a new config with the new key set.
 TEST_F(CoreTest, KeyRotationIsPushedToEveryAgent) {
   auto link = std::make_shared<FakeLink>();
-  ASSERT_TRUE(core_->Admit(Node(1), Hello(1, {2, 3}), link).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(1), Hello(1, {2, 3}), link).ok());
   const v1::KeyRingView before = core_->GetKeys();
   ASSERT_EQ(before.keys_size(), 1);
   EXPECT_EQ(before.phase(), "steady");
@@ -731,10 +732,10 @@ TEST_F(CoreTest, ReplicasActOnlyWhileLeadingAndTakeOverTheSharedState) {
   ASSERT_TRUE(a.Lead(1).ok());
   auto link_a = std::make_shared<FakeLink>();
   const absl::StatusOr<ControllerCore::Admission> admitted =
-      a.Admit(Node(1), Hello(1, {2, 3}), link_a);
+      a.Admit(NodeIdentity(1), Hello(1, {2, 3}), link_a);
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   const absl::StatusOr<ControllerCore::Admission> refused =
-      b.Admit(Node(1), Hello(1, {2, 3}), std::make_shared<FakeLink>());
+      b.Admit(NodeIdentity(1), Hello(1, {2, 3}), std::make_shared<FakeLink>());
   ASSERT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr("the leading replica is at 10.0.0.1:50051"));
@@ -782,7 +783,7 @@ TEST_F(CoreTest, ReplicasActOnlyWhileLeadingAndTakeOverTheSharedState) {
   EXPECT_EQ(link_a->snapshots.size(), offered);
   // A node whose table is of term 2 is not B's to claim back: B's next versions stay above.
   const absl::StatusOr<ControllerCore::Admission> again =
-      b.Admit(Node(1), Hello(1, {2, 3}, second.version), std::make_shared<FakeLink>());
+      b.Admit(NodeIdentity(1), Hello(1, {2, 3}, second.version), std::make_shared<FakeLink>());
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_EQ(again->config->keys_size(), admitted->config->keys_size());
   EXPECT_EQ(again->config->keys(0).key(), admitted->config->keys(0).key());
@@ -825,7 +826,7 @@ TEST_F(CoreTest, DrainsAndPolicySurviveARestart) {
 
 TEST_F(CoreTest, AcksAreRecorded) {
   auto link = std::make_shared<FakeLink>();
-  ASSERT_TRUE(core_->Admit(Node(2), Hello(2, {1, 4}), link).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(2), Hello(2, {1, 4}), link).ok());
   v1::TableAck ack;
   ack.set_version(7);
   ack.set_accepted(true);
@@ -882,7 +883,7 @@ TEST_F(CoreTest, AgentFallbacksToStaticAreShownAndEachIsAnEvent) {
   hello.mutable_table_status()->set_fallbacks(1);
   hello.mutable_table_status()->set_last_fallback_unix_ns(clock_.UnixNanos() - 2'000'000'000);
   auto link = std::make_shared<FakeLink>();
-  ASSERT_TRUE(core_->Admit(Node(2), hello, link).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(2), hello, link).ok());
   v1::NodeView v = core_->ListNodes()[1];
   EXPECT_TRUE(v.static_table());
   EXPECT_EQ(v.fallbacks(), 1u);
@@ -915,7 +916,7 @@ TEST_F(CoreTest, AgentFallbacksToStaticAreShownAndEachIsAnEvent) {
   auto link3 = std::make_shared<FakeLink>();
   v1::Hello fresh = Hello(3, {1, 4});
   fresh.mutable_table_status()->set_static_table(true);
-  ASSERT_TRUE(core_->Admit(Node(3), fresh, link3).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(3), fresh, link3).ok());
   core_->OnTableStatus(3, v1::TableStatus());
   for (const v1::Event& e : core_->ListEvents(0)) {
     EXPECT_FALSE(e.node() == "n3" && e.kind().starts_with("fallback")) << e.ShortDebugString();
@@ -941,14 +942,14 @@ TEST_F(CoreTest, AFallbackHeardOfIsNotAnEventAgainAfterARestart) {
   const int64_t first = clock_.UnixNanos() - 1'000'000'000;
   core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
   ASSERT_TRUE(core_->RestoreOperatorState().ok());
-  ASSERT_TRUE(core_->Admit(Node(2), hello(first), std::make_shared<FakeLink>()).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(2), hello(first), std::make_shared<FakeLink>()).ok());
   EXPECT_EQ(fallbacks(), 1);
 
   core_ = std::make_unique<ControllerCore>(config_, clock_, *log_, metrics_);
   ASSERT_TRUE(core_->RestoreOperatorState().ok());
-  ASSERT_TRUE(core_->Admit(Node(2), hello(first), std::make_shared<FakeLink>()).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(2), hello(first), std::make_shared<FakeLink>()).ok());
   EXPECT_EQ(fallbacks(), 0);
-  ASSERT_TRUE(core_->Admit(Node(2), hello(first + 1), std::make_shared<FakeLink>()).ok());
+  ASSERT_TRUE(core_->Admit(NodeIdentity(2), hello(first + 1), std::make_shared<FakeLink>()).ok());
   EXPECT_EQ(fallbacks(), 1);
 
   // A malformed entry is refused, naming the file and the key.

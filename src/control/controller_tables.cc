@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/units.h"
+
 namespace dar::control {
 namespace {
 
@@ -56,8 +58,6 @@ bool SameRowAt(const RouteSnapshot::RowSource& a, const RouteSnapshot::RowSource
   }
   return SameRow(a.table->At(v), b.table->At(v));
 }
-
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // What a step over each link adds to a potential, by class: `cost(cls, l)`, or +infinity where
 // the link carries nothing. Only the links of stubs are read (RouteSnapshot::hop_cost).

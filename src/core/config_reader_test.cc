@@ -17,14 +17,14 @@ YamlReader Reader(const std::string& text) {
   return *std::move(r);
 }
 
-std::string ErrorOf(const absl::Status& s) {
+std::string ReaderErrorOf(const absl::Status& s) {
   EXPECT_FALSE(s.ok());
   return std::string(s.message());
 }
 
 template <typename T>
-std::string ErrorOf(const absl::StatusOr<T>& s) {
-  return ErrorOf(s.status());
+std::string ReaderErrorOf(const absl::StatusOr<T>& s) {
+  return ReaderErrorOf(s.status());
 }
 
 TEST(YamlReaderTest, ReadsTypedValuesAndDefaults) {
@@ -43,17 +43,18 @@ TEST(YamlReaderTest, ReadsTypedValuesAndDefaults) {
 
 TEST(YamlReaderTest, ErrorsNameWhereAndKey) {
   YamlReader r = Reader("n: -1\nx: abc\ny: 1.5\nxs: [1, -2]\nf: .nan\n");
-  EXPECT_EQ(ErrorOf(r.Required<int>("n", Bounds::AtLeast(0))),
+  EXPECT_EQ(ReaderErrorOf(r.Required<int>("n", Bounds::AtLeast(0))),
             "s.yaml: block.n: must be >= 0, got -1");
-  EXPECT_EQ(ErrorOf(r.Required<double>("x")), "s.yaml: block.x: must be a number, got 'abc'");
-  EXPECT_EQ(ErrorOf(r.Required<int>("y")), "s.yaml: block.y: must be an integer, got '1.5'");
-  EXPECT_EQ(ErrorOf(r.Required<double>("y", Bounds::Fraction())),
+  EXPECT_EQ(ReaderErrorOf(r.Required<double>("x")), "s.yaml: block.x: must be a number, got 'abc'");
+  EXPECT_EQ(ReaderErrorOf(r.Required<int>("y")), "s.yaml: block.y: must be an integer, got '1.5'");
+  EXPECT_EQ(ReaderErrorOf(r.Required<double>("y", Bounds::Fraction())),
             "s.yaml: block.y: must be >= 0 and <= 1, got 1.5");
-  EXPECT_EQ(ErrorOf(r.Required<std::vector<double>>("xs", Bounds::Positive())),
+  EXPECT_EQ(ReaderErrorOf(r.Required<std::vector<double>>("xs", Bounds::Positive())),
             "s.yaml: block.xs[1]: must be > 0, got -2");
-  EXPECT_THAT(ErrorOf(r.Required<double>("f")), HasSubstr("block.f: must be a finite number"));
-  EXPECT_EQ(ErrorOf(r.Required<int>("missing")), "s.yaml: block.missing: required");
-  EXPECT_EQ(ErrorOf(r.Required<std::string>("xs")),
+  EXPECT_THAT(ReaderErrorOf(r.Required<double>("f")),
+              HasSubstr("block.f: must be a finite number"));
+  EXPECT_EQ(ReaderErrorOf(r.Required<int>("missing")), "s.yaml: block.missing: required");
+  EXPECT_EQ(ReaderErrorOf(r.Required<std::string>("xs")),
             "s.yaml: block.xs: must be a string, got a list");
 }
 
@@ -61,7 +62,7 @@ TEST(YamlReaderTest, UnknownKeysAreRejected) {
   YamlReader r = Reader("iterations: 3\niteratons: 4\n");
   ASSERT_TRUE(r.Optional<int>("iterations", 1).ok());
   ASSERT_TRUE(r.OptionalDuration("compute", Duration(0)).ok());
-  EXPECT_EQ(ErrorOf(r.CheckNoUnknownKeys()),
+  EXPECT_EQ(ReaderErrorOf(r.CheckNoUnknownKeys()),
             "s.yaml: block.iteratons: unknown key (known: iterations, compute_{s,ms,us,ns})");
 }
 
@@ -73,9 +74,10 @@ TEST(YamlReaderTest, DurationsCarryTheirUnitInTheKey) {
   EXPECT_EQ(*r.RequiredDuration("c"), Seconds(2));
   EXPECT_EQ(*r.OptionalDuration("d", Seconds(1)), Nanoseconds(7));
   EXPECT_EQ(*r.OptionalDuration("e", Seconds(1)), Seconds(1));
-  EXPECT_THAT(ErrorOf(r.RequiredDuration("both")), HasSubstr("block.both_us: give only one of"));
-  EXPECT_EQ(ErrorOf(r.RequiredDuration("neg")), "s.yaml: block.neg_ms: must be >= 0, got -1");
-  EXPECT_THAT(ErrorOf(r.RequiredDuration("gone")), HasSubstr("block.gone_ms: required"));
+  EXPECT_THAT(ReaderErrorOf(r.RequiredDuration("both")),
+              HasSubstr("block.both_us: give only one of"));
+  EXPECT_EQ(ReaderErrorOf(r.RequiredDuration("neg")), "s.yaml: block.neg_ms: must be >= 0, got -1");
+  EXPECT_THAT(ReaderErrorOf(r.RequiredDuration("gone")), HasSubstr("block.gone_ms: required"));
   EXPECT_TRUE(r.CheckNoUnknownKeys().ok());
 }
 
@@ -85,8 +87,8 @@ TEST(YamlReaderTest, SizesAreBinaryUnits) {
   EXPECT_EQ(*r.RequiredSize("b"), 1536);
   EXPECT_EQ(*r.RequiredSize("c"), 10);
   EXPECT_EQ(*r.RequiredSize(""), 64 << 10);
-  EXPECT_EQ(ErrorOf(r.RequiredSize("neg")), "s.yaml: block.neg_mb: must be > 0, got -1");
-  EXPECT_THAT(ErrorOf(r.RequiredSize("gone")), HasSubstr("block.gone_mb: required"));
+  EXPECT_EQ(ReaderErrorOf(r.RequiredSize("neg")), "s.yaml: block.neg_mb: must be > 0, got -1");
+  EXPECT_THAT(ReaderErrorOf(r.RequiredSize("gone")), HasSubstr("block.gone_mb: required"));
   EXPECT_TRUE(r.CheckNoUnknownKeys().ok());
 }
 
@@ -99,11 +101,12 @@ TEST(YamlReaderTest, HostsAreNodeNames) {
   t.AddDuplexLink(h1, s0, LinkParams());
   YamlReader r = Reader("a: [h1, h0]\nb: [h0, nope]\nc: [h0, s0]\nd: [h0, h0]\none: h1\nsw: s0\n");
   EXPECT_EQ(*r.RequiredHosts("a", t), (std::vector<NodeId>{h1, h0}));
-  EXPECT_EQ(ErrorOf(r.RequiredHosts("b", t)), "s.yaml: block.b[1]: unknown node 'nope'");
-  EXPECT_THAT(ErrorOf(r.RequiredHosts("c", t)), HasSubstr("block.c[1]: 's0' is not a host"));
-  EXPECT_THAT(ErrorOf(r.RequiredHosts("d", t)), HasSubstr("block.d[1]: 'h0' is listed twice"));
+  EXPECT_EQ(ReaderErrorOf(r.RequiredHosts("b", t)), "s.yaml: block.b[1]: unknown node 'nope'");
+  EXPECT_THAT(ReaderErrorOf(r.RequiredHosts("c", t)), HasSubstr("block.c[1]: 's0' is not a host"));
+  EXPECT_THAT(ReaderErrorOf(r.RequiredHosts("d", t)),
+              HasSubstr("block.d[1]: 'h0' is listed twice"));
   EXPECT_EQ(*r.RequiredHost("one", t), h1);
-  EXPECT_THAT(ErrorOf(r.RequiredHost("sw", t)), HasSubstr("block.sw: 's0' is not a host"));
+  EXPECT_THAT(ReaderErrorOf(r.RequiredHost("sw", t)), HasSubstr("block.sw: 's0' is not a host"));
   EXPECT_EQ(*r.OptionalHosts("absent", t, {h0}), std::vector<NodeId>{h0});
 }
 
@@ -112,13 +115,15 @@ TEST(YamlReaderTest, NestedMapsAndListsKnowTheirPath) {
   absl::StatusOr<YamlReader> m = r.RequiredMap("m");
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(*m->Required<int>("x"), 1);
-  EXPECT_THAT(ErrorOf(m->CheckNoUnknownKeys()), HasSubstr("s.yaml: block.m.bad: unknown key"));
+  EXPECT_THAT(ReaderErrorOf(m->CheckNoUnknownKeys()),
+              HasSubstr("s.yaml: block.m.bad: unknown key"));
   absl::StatusOr<std::vector<YamlReader>> l = r.RequiredMapList("l");
   ASSERT_TRUE(l.ok());
   ASSERT_EQ(l->size(), 2u);
   EXPECT_EQ(*(*l)[1].Required<std::string>("src"), "b");
-  EXPECT_THAT(ErrorOf((*l)[1].CheckNoUnknownKeys()), HasSubstr("block.l[1].typo: unknown key"));
-  EXPECT_THAT(ErrorOf(r.RequiredMap("not_map")), HasSubstr("block.not_map: must be a map"));
+  EXPECT_THAT(ReaderErrorOf((*l)[1].CheckNoUnknownKeys()),
+              HasSubstr("block.l[1].typo: unknown key"));
+  EXPECT_THAT(ReaderErrorOf(r.RequiredMap("not_map")), HasSubstr("block.not_map: must be a map"));
   absl::StatusOr<YamlReader> empty = r.OptionalMap("absent");
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(*empty->Optional<int>("x", 4), 4);
@@ -126,7 +131,7 @@ TEST(YamlReaderTest, NestedMapsAndListsKnowTheirPath) {
 
 TEST(YamlReaderTest, ChoicesAndStatusCauses) {
   YamlReader r = Reader("mode: fast\n");
-  EXPECT_EQ(ErrorOf(r.RequiredChoice("mode", {"slow", "medium"})),
+  EXPECT_EQ(ReaderErrorOf(r.RequiredChoice("mode", {"slow", "medium"})),
             "s.yaml: block.mode: must be one of slow, medium, got 'fast'");
   EXPECT_EQ(*r.OptionalChoice("other", "slow", {"slow"}), "slow");
   const absl::Status cause = absl::NotFoundError("x.cdf: cannot open");
@@ -138,17 +143,18 @@ TEST(YamlReaderTest, ChoicesAndStatusCauses) {
 TEST(YamlReaderTest, TopLevelOfAFile) {
   absl::StatusOr<YamlReader> r = YamlReader::Create(YAML::Load("network: {ecn_kb: -1}"), "s.yaml:");
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(ErrorOf(r->Required<int>("seed")), "s.yaml: seed: required");
+  EXPECT_EQ(ReaderErrorOf(r->Required<int>("seed")), "s.yaml: seed: required");
   absl::StatusOr<YamlReader> network = r->RequiredMap("network");
   ASSERT_TRUE(network.ok());
-  EXPECT_EQ(ErrorOf(network->RequiredSize("ecn")), "s.yaml: network.ecn_kb: must be > 0, got -1");
+  EXPECT_EQ(ReaderErrorOf(network->RequiredSize("ecn")),
+            "s.yaml: network.ecn_kb: must be > 0, got -1");
 }
 
 TEST(YamlReaderTest, NonMapsAndBadYamlAreErrors) {
-  EXPECT_THAT(ErrorOf(YamlReader::Create(YAML::Load("[1, 2]"), "w")),
+  EXPECT_THAT(ReaderErrorOf(YamlReader::Create(YAML::Load("[1, 2]"), "w")),
               HasSubstr("w: must be a map"));
   EXPECT_TRUE(YamlReader::Create(YAML::Node(), "w").ok());
-  EXPECT_THAT(ErrorOf(ParseYaml("a: [1, 2", "bad.yaml")), HasSubstr("bad.yaml"));
+  EXPECT_THAT(ReaderErrorOf(ParseYaml("a: [1, 2", "bad.yaml")), HasSubstr("bad.yaml"));
   EXPECT_EQ(LoadYamlFile("/nonexistent.yaml").status().code(), absl::StatusCode::kNotFound);
 }
 

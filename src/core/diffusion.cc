@@ -11,12 +11,12 @@
 #include <cstring>
 #include <limits>
 
+#include "core/units.h"
 #include "core/vector_exp.h"
 
 namespace dar {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Strictly above `phi` by a relative hair, so that "downhill" survives rounding.
@@ -180,10 +180,10 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
     s.node = d;
     s.core = core_of_[d];
     s.rank.assign(cores, -1);
-    s.dist.assign(cores, kInf);
-    s.dist_floor.assign(cores, kInf);
-    s.phi.assign(cores, kInf);
-    s.psi.assign(cores, kInf);
+    s.dist.assign(cores, kInfinity);
+    s.dist_floor.assign(cores, kInfinity);
+    s.phi.assign(cores, kInfinity);
+    s.psi.assign(cores, kInfinity);
     s.boltz.assign(cores, kNaN);
     s.downhill.assign((out_.size() + 63) / 64, 0);
     s.mirrored.assign(cores, 0);
@@ -207,8 +207,8 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
       }
     }
   }
-  arc_cost_.assign(out_.size(), kInf);
-  arc_twin_cost_.assign(out_.size(), kInf);
+  arc_cost_.assign(out_.size(), kInfinity);
+  arc_twin_cost_.assign(out_.size(), kInfinity);
   has_unusable_.assign(cores, 1);
   usable_.assign(out_.size(), 0);
   hop_link_.resize(max_degree);
@@ -224,8 +224,8 @@ DiffusionEngine::DiffusionEngine(const Topology& topo, const DiffusionConfig& co
 void DiffusionEngine::LoadArc(uint32_t slot, absl::Span<const double> costs) {
   const Arc& a = out_[slot];
   arc_cost_[slot] = costs[a.link];
-  arc_twin_cost_[slot] = a.twin == kNoLink ? kInf : costs[a.twin];
-  const bool usable = arc_cost_[slot] < kInf;
+  arc_twin_cost_[slot] = a.twin == kNoLink ? kInfinity : costs[a.twin];
+  const bool usable = arc_cost_[slot] < kInfinity;
   if (usable != usable_[slot]) {  // the tail's usable downhill arcs may differ from its mirror
     usable_[slot] = usable;
     const int32_t v = core_of_[topo_.link(a.link).src];
@@ -273,11 +273,11 @@ void DiffusionEngine::LoadCosts(absl::Span<const double> costs, absl::Span<const
 }
 
 struct DiffusionEngine::Gathered {
-  uint32_t n = 0;        // downhill arcs, in hop_link_ (and hop_x_ or hop_share_)
-  double m = kInf;       // the least cost + psi: the cheapest way on (direct gather only)
-  double dist = kInf;    // cheapest-path cost through them
-  double top = -kInf;    // the highest potential at their far ends
-  double slack = -kInf;  // with twin checks: the order is broken if dist < slack
+  uint32_t n = 0;             // downhill arcs, in hop_link_ (and hop_x_ or hop_share_)
+  double m = kInfinity;       // the least cost + psi: the cheapest way on (direct gather only)
+  double dist = kInfinity;    // cheapest-path cost through them
+  double top = -kInfinity;    // the highest potential at their far ends
+  double slack = -kInfinity;  // with twin checks: the order is broken if dist < slack
 };
 
 // The engine's innermost loop: once per downhill arc, destination and cycle.
@@ -294,7 +294,7 @@ void DiffusionEngine::Gather(const DestState& d, int32_t v, Gathered& g) {
   const double* dist_floor = d.dist_floor.data();
   uint32_t n = 0;
   // std::min(new, old) and std::max(new, old) are what minsd and maxsd compute in place.
-  double m = kInf, best = kInf, top = -kInf, slack = -kInf;
+  double m = kInfinity, best = kInfinity, top = -kInfinity, slack = -kInfinity;
   // The set bits of d.downhill over v's out-arc slots [begin, end).
   const size_t begin = out_begin_[v], end = out_begin_[v + 1];
   const size_t first = begin / 64, last = end == begin ? first : (end - 1) / 64;
@@ -348,7 +348,7 @@ DiffusionEngine::RelaxResult DiffusionEngine::RelaxRun(const DestState& d, int32
   double* w = hop_weight_.data();
   const RunResult run =
       kernels_.run_weights(in, r, config_.min_weight, installed, w, hop_link_.data());
-  if (!(run.best < kInf)) return RelaxResult::kNoNextHop;
+  if (!(run.best < kInfinity)) return RelaxResult::kNoNextHop;
   if (twins && run.best < run.slack) return RelaxResult::kReordered;
   dist = run.best;
   const double t = config_.temperature;
@@ -358,7 +358,7 @@ DiffusionEngine::RelaxResult DiffusionEngine::RelaxRun(const DestState& d, int32
     hop_diff_ = installed != nullptr ? run.diff : kNaN;
   } else {  // the direct way, as Relax takes it
     double* x = hop_x_.data();
-    double m = kInf;
+    double m = kInfinity;
     for (uint32_t i = 0; i < r; ++i) {
       x[i] = arc_cost_[s + i] + d.psi[u + i];
       m = std::min(x[i], m);
@@ -392,7 +392,7 @@ DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t 
   } else {
     twins ? Gather<true, false>(d, v, g) : Gather<false, false>(d, v, g);
   }
-  if (!((factored_ ? g.dist : g.m) < kInf)) return RelaxResult::kNoNextHop;
+  if (!((factored_ ? g.dist : g.m) < kInfinity)) return RelaxResult::kNoNextHop;
   if (g.dist < g.slack) return RelaxResult::kReordered;
   dist = g.dist;
   LinkId* link = hop_link_.data();
@@ -402,7 +402,7 @@ DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t 
   if (has_unusable_[v]) {  // drop the unusable links
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; ++i) {
-      if (factored_ ? arc_cost_[slot_of_link_[link[i]]] < kInf : x[i] < kInf) {
+      if (factored_ ? arc_cost_[slot_of_link_[link[i]]] < kInfinity : x[i] < kInfinity) {
         link[k] = link[i];
         share[k] = share[i];
         x[k++] = x[i];
@@ -480,7 +480,7 @@ DiffusionEngine::RelaxResult DiffusionEngine::Relax(const DestState& d, int32_t 
   hop_all_ = kept == n;
   hop_top_ = g.top;
   if (kept < g.n) {  // g.top was over every downhill arc: take it over the next hops only
-    hop_top_ = -kInf;
+    hop_top_ = -kInfinity;
     for (uint32_t i = 0; i < kept; ++i) {
       hop_top_ = std::max(hop_top_, d.phi[link_dst_core_[link[i]]]);
     }
@@ -494,7 +494,7 @@ bool DiffusionEngine::OrderBrokenOutsideTwins(const DestState& d,
     const int32_t u = a.node;
     if (v == d.core || d.rank[u] < 0 || (d.rank[v] >= 0 && d.rank[u] < d.rank[v])) return false;
     if (!forwards_[u] && u != d.core) return false;
-    const double dv = d.rank[v] < 0 ? kInf : d.dist[v];
+    const double dv = d.rank[v] < 0 ? kInfinity : d.dist[v];
     return costs[a.link] + d.dist[u] < dv - 1e-9 * std::max(1.0, std::isfinite(dv) ? dv : 1.0);
   };
   for (const auto& [v, a] : irregular_) {
@@ -585,7 +585,7 @@ double DiffusionEngine::Commit(DestState& d, int32_t v, double psi,
     const absl::Span<const NextHop> prev = d.table->Row(static_cast<uint32_t>(v));
     keep = KeepsOldRow(d, v, prev, costs, changed, same_hops);
     if (keep && !same_hops) {
-      top = -kInf;
+      top = -kInfinity;
       for (const NextHop& h : prev) top = std::max(top, d.phi[link_dst_core_[h.link]]);
     }
     d.mirrored[v] = keep && same_hops && hop_all_;
@@ -612,7 +612,7 @@ double DiffusionEngine::Commit(DestState& d, int32_t v, double psi,
 void DiffusionEngine::Settle(DestState& d, absl::Span<const double> costs) {
   std::fill(d.mirrored.begin(), d.mirrored.end(), 0);  // the downhill arcs change
   std::fill(d.rank.begin(), d.rank.end(), -1);
-  std::fill(d.dist.begin(), d.dist.end(), kInf);
+  std::fill(d.dist.begin(), d.dist.end(), kInfinity);
   d.order.clear();
   d.dist[d.core] = 0;
   heap_->Push(d.core, 0);
@@ -671,8 +671,8 @@ __attribute__((flatten)) bool DiffusionEngine::SoftPass(DestState& d,
   // Every node in the order is written below before anything reads it; only the others must
   // be reset (they cannot reach d).
   if (d.order.size() < node_of_.size()) {
-    std::fill(d.psi.begin(), d.psi.end(), kInf);
-    std::fill(d.phi.begin(), d.phi.end(), kInf);
+    std::fill(d.psi.begin(), d.psi.end(), kInfinity);
+    std::fill(d.phi.begin(), d.phi.end(), kInfinity);
     if (factored_) std::fill(d.boltz.begin(), d.boltz.end(), kNaN);
   }
   d.psi[d.core] = 0;
@@ -892,10 +892,10 @@ RoutingTables DiffusionEngine::Tables(uint64_t version) const {
 
 double DiffusionEngine::Potential(NodeId dest, NodeId node) const {
   const int32_t di = dest_index_[dest];
-  if (di < 0) return kInf;
+  if (di < 0) return kInfinity;
   int32_t v = core_of_[node];
   if (v < 0) v = core_of_[topo_.link(topo_.StubUplink(node)).dst];
-  return v < 0 ? kInf : dests_[di].phi[v];
+  return v < 0 ? kInfinity : dests_[di].phi[v];
 }
 
 }  // namespace dar

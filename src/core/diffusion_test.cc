@@ -63,8 +63,8 @@ void ExpectSameTablesAndPotentials(const Topology& topo, const DiffusionEngine& 
 }
 
 // s -> {a, b} -> t, plus hosts on s and t.
-struct Diamond {
-  Diamond() {
+struct DiffusionDiamond {
+  DiffusionDiamond() {
     hs = topo.AddNode("hs", NodeKind::kHost);
     s = topo.AddNode("s", NodeKind::kSwitch);
     a = topo.AddNode("a", NodeKind::kSwitch);
@@ -115,7 +115,7 @@ TEST(DiffusionTest, ZeroTemperatureIsEcmp) {
 }
 
 TEST(DiffusionTest, SoftMinSpreadsOverNearEqualPathsOnly) {
-  Diamond g;
+  DiffusionDiamond g;
   DiffusionConfig config;
   config.temperature = 0.5;
   config.min_weight = 0.05;
@@ -154,7 +154,7 @@ TEST(DiffusionTest, SoftMinSpreadsOverNearEqualPathsOnly) {
 }
 
 TEST(DiffusionTest, UnusableLinksAreNeverNextHops) {
-  Diamond g;
+  DiffusionDiamond g;
   DiffusionEngine engine(g.topo, DiffusionConfig());
   std::vector<double> costs = UniformCosts(g.topo);
   costs[g.at] = kUnusable;
@@ -169,7 +169,7 @@ TEST(DiffusionTest, UnusableLinksAreNeverNextHops) {
 }
 
 TEST(DiffusionTest, HysteresisKeepsRoutesUnderNoiseAndMovesOnRealChange) {
-  Diamond g;
+  DiffusionDiamond g;
   DiffusionConfig config;
   config.temperature = 0.5;
   config.hysteresis = 0.1;
@@ -197,7 +197,7 @@ TEST(DiffusionTest, HysteresisKeepsRoutesUnderNoiseAndMovesOnRealChange) {
 // The engine decides hysteresis from a float copy of the installed weights where that is
 // unambiguous; at the threshold itself it must still decide exactly as on the table's doubles.
 TEST(DiffusionTest, HysteresisIsExactAtTheThreshold) {
-  Diamond g;
+  DiffusionDiamond g;
   std::vector<double> before = UniformCosts(g.topo), after = before;
   after[g.at] = 1.3;
   DiffusionConfig config;
@@ -387,7 +387,7 @@ TEST(DiffusionTest, IncrementalUpdateReordersWhenACostDrops) {
 
 // min_weight 0: a share that underflows to 0 is dropped, never emitted as a 0 weight.
 TEST(DiffusionTest, ZeroMinWeightNeverEmitsZeroWeights) {
-  Diamond g;
+  DiffusionDiamond g;
   DiffusionConfig config;
   config.min_weight = 0;
   config.temperature = 0.01;

@@ -4,10 +4,10 @@
 #include <cassert>
 #include <cmath>
 
+#include "core/units.h"
+
 namespace dar {
 namespace {
-
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 double Clamp(double v, const ForecastBounds& bounds) {
   return std::clamp(v, bounds.lower, bounds.upper);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/random.h"
+#include "core/units.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,8 +14,6 @@ namespace dar {
 namespace {
 
 using ::testing::HasSubstr;
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 TEST(HorizonStepsTest, RoundsUp) {
   EXPECT_EQ(HorizonSteps(Seconds(30), Milliseconds(100)), 300);
@@ -49,7 +48,7 @@ TEST(HoltForecasterTest, NothingObserved) {
   HoltForecaster f(With([](HoltConfig& c) { c.bounds = {.lower = 1, .upper = 2}; }));
   const Forecast fc = f.Predict(10);
   EXPECT_EQ(fc.mean, 1);
-  EXPECT_EQ(fc.stddev, kInf);
+  EXPECT_EQ(fc.stddev, kInfinity);
   EXPECT_EQ(f.observations(), 0);
 }
 
@@ -66,7 +65,7 @@ TEST(HoltForecasterTest, NonFiniteValuesAreIgnored) {
   HoltForecaster f;
   f.Observe(3);
   f.Observe(std::nan(""));
-  f.Observe(kInf);
+  f.Observe(kInfinity);
   EXPECT_EQ(f.observations(), 1);
   EXPECT_EQ(f.Predict(1).mean, 3);
 }
@@ -139,7 +138,7 @@ TEST(HoltForecasterTest, BoundsClampTheMean) {
 
 TEST(NaiveForecasterTest, LastValueAndRandomWalkSpread) {
   NaiveForecaster f(ForecastBounds{.lower = 0, .upper = 10}, /*residual_gain=*/1);
-  EXPECT_EQ(f.Predict(5).stddev, kInf);
+  EXPECT_EQ(f.Predict(5).stddev, kInfinity);
   f.Observe(4);
   EXPECT_EQ(f.Predict(5).mean, 4);
   EXPECT_EQ(f.Predict(5).stddev, 0);

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "core/routing.h"
+#include "core/units.h"
 
 namespace dar {
 namespace {
 
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // Relative tolerance under which two costs count as equal (as in routing.cc).
 constexpr double kRelEps = 1e-9;
 // Absolute slack on load comparisons, so that loads equal up to rounding count as ties.

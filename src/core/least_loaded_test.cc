@@ -11,6 +11,7 @@
 #include "core/random.h"
 #include "core/routing.h"
 #include "core/topology_gen.h"
+#include "core/units.h"
 #include "core/validator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -18,10 +19,8 @@
 namespace dar {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-LeastLoadedConfig Config(double tolerance, double cost_slack,
-                         std::optional<double> max_stretch = std::nullopt) {
+LeastLoadedConfig LeastLoaded(double tolerance, double cost_slack,
+                              std::optional<double> max_stretch = std::nullopt) {
   LeastLoadedConfig c;
   c.tolerance = tolerance;
   c.cost_slack = cost_slack;
@@ -36,8 +35,8 @@ std::vector<LinkId> Links(absl::Span<const NextHop> hops) {
 }
 
 // A diamond h0 - s0 - {a, b} - s1 - h1 of unit-cost links.
-struct Diamond {
-  Diamond() {
+struct LeastLoadedDiamond {
+  LeastLoadedDiamond() {
     h0 = topo.AddNode("h0", NodeKind::kHost);
     h1 = topo.AddNode("h1", NodeKind::kHost);
     s0 = topo.AddNode("s0", NodeKind::kSwitch);
@@ -66,7 +65,7 @@ struct Diamond {
 };
 
 TEST(LeastLoadedTest, EqualBranchesSplitEvenly) {
-  Diamond d;
+  LeastLoadedDiamond d;
   const RoutingTables t = d.Compute();
   ASSERT_EQ(t.destinations(), (std::vector<NodeId>{d.s0, d.s1}));
   const auto hops = t.Lookup(d.s0, d.s1);
@@ -79,7 +78,7 @@ TEST(LeastLoadedTest, EqualBranchesSplitEvenly) {
 }
 
 TEST(LeastLoadedTest, LoadedBranchGetsNoTraffic) {
-  Diamond d;
+  LeastLoadedDiamond d;
   d.util[d.s0a] = 0.7;
   RoutingTables t = d.Compute();
   EXPECT_THAT(Links(t.Lookup(d.s0, d.s1)), ::testing::ElementsAre(d.s0b));
@@ -92,23 +91,23 @@ TEST(LeastLoadedTest, LoadedBranchGetsNoTraffic) {
 }
 
 TEST(LeastLoadedTest, NearEqualLoadsShareWithinTolerance) {
-  Diamond d;
+  LeastLoadedDiamond d;
   d.util[d.s0a] = 0.53;
   d.util[d.s0b] = 0.50;
   EXPECT_THAT(Links(d.Compute().Lookup(d.s0, d.s1)), ::testing::ElementsAre(d.s0a, d.s0b));
-  EXPECT_THAT(Links(d.Compute(Config(0.01, 0.1)).Lookup(d.s0, d.s1)),
+  EXPECT_THAT(Links(d.Compute(LeastLoaded(0.01, 0.1)).Lookup(d.s0, d.s1)),
               ::testing::ElementsAre(d.s0b));
   // Path load is the bottleneck, not the sum: 0.5 then 0.3 is a 0.5 path, not worse than 0.52.
   d.util[d.s0a] = 0.3;
   d.util[d.as1] = 0.5;
   d.util[d.s0b] = 0.52;
-  EXPECT_THAT(Links(d.Compute(Config(0.01, 0.1)).Lookup(d.s0, d.s1)),
+  EXPECT_THAT(Links(d.Compute(LeastLoaded(0.01, 0.1)).Lookup(d.s0, d.s1)),
               ::testing::ElementsAre(d.s0a));
 }
 
 TEST(LeastLoadedTest, UnusableLinksAreNeverNextHops) {
-  Diamond d;
-  d.cost[d.s0b] = kInf;  // drained
+  LeastLoadedDiamond d;
+  d.cost[d.s0b] = kInfinity;  // drained
   d.util[d.s0a] = 0.9;
   RoutingTables t = ComputeLeastLoadedTables(d.topo, d.cost, d.util, {});
   EXPECT_THAT(Links(t.Lookup(d.s0, d.s1)), ::testing::ElementsAre(d.s0a));
@@ -147,7 +146,7 @@ TEST(LeastLoadedTest, LongerIdlePathBeatsShortCongestedOne) {
   RoutingTables t = ComputeLeastLoadedTables(r.topo, r.cost, r.util, {});
   EXPECT_THAT(Links(t.Lookup(0, 2)), ::testing::ElementsAre(r.r01));
   // With no cost preference an idle network spreads over both.
-  t = ComputeLeastLoadedTables(r.topo, r.cost, r.util, Config(0.05, kInf));
+  t = ComputeLeastLoadedTables(r.topo, r.cost, r.util, LeastLoaded(0.05, kInfinity));
   EXPECT_THAT(Links(t.Lookup(0, 2)), ::testing::ElementsAre(r.r01, r04));
   // The short path congested (on its second link): the long one takes everything.
   r.util[r.r12] = 0.8;
@@ -157,7 +156,7 @@ TEST(LeastLoadedTest, LongerIdlePathBeatsShortCongestedOne) {
   // r1 itself has no way around: r0 is further from r2 than r1 is.
   EXPECT_THAT(Links(t.Lookup(1, 2)), ::testing::ElementsAre(r.r12));
   // A stretch limit below 1.25 rules the detour out.
-  t = ComputeLeastLoadedTables(r.topo, r.cost, r.util, Config(0.05, 0.1, 1.2));
+  t = ComputeLeastLoadedTables(r.topo, r.cost, r.util, LeastLoaded(0.05, 0.1, 1.2));
   EXPECT_THAT(Links(t.Lookup(0, 2)), ::testing::ElementsAre(r.r01));
 }
 
@@ -178,7 +177,7 @@ TEST(LeastLoadedTest, HostsNeverTransit) {
   topo.AddDuplexLink(h1, s1, LinkParams());
   std::vector<double> cost(topo.num_links(), 1.0), util(topo.num_links(), 0.0);
   util[s0m] = 1.0;
-  const RoutingTables t = ComputeLeastLoadedTables(topo, cost, util, Config(0.05, kInf));
+  const RoutingTables t = ComputeLeastLoadedTables(topo, cost, util, LeastLoaded(0.05, kInfinity));
   EXPECT_TRUE(ValidateTables(topo, t).ok()) << ValidateTables(topo, t).ToStatus();
   EXPECT_THAT(Links(t.Lookup(s0, s1)), ::testing::ElementsAre(s0m));
   // The dual-homed host is a destination and a source with rows of its own.
@@ -242,10 +241,10 @@ RandomCase MakeRandomCase(Random& rng) {
     if (u < 0.08)
       topo.mutable_link(l).up = false;
     else if (u < 0.16)
-      c.cost.back() = kInf;
+      c.cost.back() = kInfinity;
   }
   c.config.tolerance = rng.Below(3) == 0 ? 0 : 0.2 * rng.Uniform();
-  c.config.cost_slack = rng.Below(3) == 0 ? kInf : 0.5 * rng.Uniform();
+  c.config.cost_slack = rng.Below(3) == 0 ? kInfinity : 0.5 * rng.Uniform();
   if (rng.Below(3) == 0) c.config.max_stretch = 1 + rng.Uniform();
   return c;
 }
@@ -295,7 +294,7 @@ TEST(LeastLoadedPropertyTest, ZeroToleranceFollowsMinimaxPaths) {
   Random rng(77);
   for (int trial = 0; trial < 200; ++trial) {
     RandomCase c = MakeRandomCase(rng);
-    c.config = Config(0, kInf);
+    c.config = LeastLoaded(0, kInfinity);
     const RoutingTables t = ComputeLeastLoadedTables(c.topo, c.cost, c.util, c.config);
     const Topology believed = Believed(c);
     std::vector<double> levels = c.util;
@@ -324,7 +323,7 @@ TEST(LeastLoadedPropertyTest, ZeroToleranceFollowsMinimaxPaths) {
         }
         return reach;
       };
-      std::vector<double> minimax(believed.num_nodes(), kInf);
+      std::vector<double> minimax(believed.num_nodes(), kInfinity);
       for (double level : levels) {
         const std::vector<bool> reach = reaches(level);
         for (NodeId v = 0; v < believed.num_nodes(); ++v) {

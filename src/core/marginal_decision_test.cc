@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/route_computer_test_util.h"
 #include "core/routing.h"
 #include "core/topology_gen.h"
 #include "core/validator.h"
@@ -10,7 +11,7 @@
 namespace dar {
 namespace {
 
-LinkParams Params(double gbps) {
+LinkParams FabricLink(double gbps) {
   LinkParams p;
   p.capacity = DataRate::Gbps(gbps);
   p.delay = Microseconds(1);
@@ -21,15 +22,8 @@ Topology Fabric() {
   return LeafSpine({.leaves = 2,
                     .spines = 2,
                     .hosts_per_leaf = 2,
-                    .host_link = Params(10),
-                    .fabric_link = Params(10)});
-}
-
-double Weight(const RoutingTables& t, NodeId node, NodeId dest, LinkId link) {
-  for (const NextHop& hop : t.Lookup(node, dest)) {
-    if (hop.link == link) return hop.weight;
-  }
-  return 0;
+                    .host_link = FabricLink(10),
+                    .fabric_link = FabricLink(10)});
 }
 
 // The layer's defaults, cycling every millisecond (the tests' period).
@@ -95,7 +89,7 @@ TEST(MarginalDecisionTest, MovesOffASlowLinkAndOffADownOne) {
   SendAcross(topo, d, 500'000);
   auto tables = d.Decide(Time(Milliseconds(6)), topo);
   EXPECT_EQ(d.stats().publishes, 2);
-  EXPECT_LT(Weight(*tables, leaf0, leaf1, slow), 0.2);
+  EXPECT_LT(test::WeightOf(*tables, leaf0, leaf1, slow), 0.2);
   EXPECT_GT(d.stats().route_changes, 0);
 
   const LinkId other = topo.FindLink(leaf0, *topo.FindNode("spine1"));
@@ -103,7 +97,7 @@ TEST(MarginalDecisionTest, MovesOffASlowLinkAndOffADownOne) {
   SendAcross(topo, d, 500'000);
   tables = d.Decide(Time(Milliseconds(7)), topo);
   EXPECT_EQ(d.stats().forced, 1);
-  EXPECT_EQ(Weight(*tables, leaf0, leaf1, other), 0);
+  EXPECT_EQ(test::WeightOf(*tables, leaf0, leaf1, other), 0);
   EXPECT_TRUE(ValidateTables(topo, *tables).ok());
 }
 
@@ -131,7 +125,7 @@ TEST(MarginalDecisionTest, ARampingOtherLoadIsForecast) {
       }
       tables = d.Decide(Time(Milliseconds(i)), topo);
     }
-    return Weight(*tables, leaf0, leaf1, via_busy);
+    return test::WeightOf(*tables, leaf0, leaf1, via_busy);
   };
   const double now = weight_after_ramp(0), ahead = weight_after_ramp(10);
   EXPECT_LT(ahead, now - 0.05) << "without a horizon " << now << ", with " << ahead;
@@ -143,8 +137,8 @@ TEST(MarginalDecisionTest, ALinkBackUpIsUsedAgainWithOrWithoutTraffic) {
   const Topology base = LeafSpine({.leaves = 3,
                                    .spines = 2,
                                    .hosts_per_leaf = 1,
-                                   .host_link = Params(10),
-                                   .fabric_link = Params(10)});
+                                   .host_link = FabricLink(10),
+                                   .fabric_link = FabricLink(10)});
   Topology topo = base;
   MarginalDecisionConfig config = EveryMillisecond();
   MarginalDecision d(base, config);
@@ -155,14 +149,14 @@ TEST(MarginalDecisionTest, ALinkBackUpIsUsedAgainWithOrWithoutTraffic) {
   d.Decide(Time(0), topo);
   topo.mutable_link(link).up = false;
   auto tables = d.Decide(Time(Milliseconds(1)), topo);
-  EXPECT_EQ(Weight(*tables, leaf0, leaf1, link), 0);
+  EXPECT_EQ(test::WeightOf(*tables, leaf0, leaf1, link), 0);
   topo.mutable_link(link).up = true;
   for (int i = 2; i <= 4; ++i) {
     d.CountSent(h0, h1, 500'000);  // only toward leaf1 is there traffic
     tables = d.Decide(Time(Milliseconds(i)), topo);
   }
-  EXPECT_NEAR(Weight(*tables, leaf0, leaf1, link), 0.5, 1e-6);
-  EXPECT_NEAR(Weight(*tables, leaf0, leaf2, link), 0.5, 1e-6);
+  EXPECT_NEAR(test::WeightOf(*tables, leaf0, leaf1, link), 0.5, 1e-6);
+  EXPECT_NEAR(test::WeightOf(*tables, leaf0, leaf2, link), 0.5, 1e-6);
   EXPECT_EQ(d.stats().forced, 2);  // the link down, then up
   EXPECT_TRUE(ValidateTables(topo, *tables).ok());
 }
@@ -186,7 +180,7 @@ TEST(MarginalDecisionTest, UnexplainedLoadIsRoutedAround) {
   }
   const LinkId via_busy = topo.FindLink(leaf0, *topo.FindNode("spine0"));
   auto tables = d.Decide(Time(Milliseconds(11)), topo);
-  EXPECT_LT(Weight(*tables, leaf0, leaf1, via_busy), 0.3);
+  EXPECT_LT(test::WeightOf(*tables, leaf0, leaf1, via_busy), 0.3);
 }
 
 // A host cut off (its only link down) while others keep sending to it: its pairs are left

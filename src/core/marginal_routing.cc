@@ -16,11 +16,10 @@
 #include "absl/types/span.h"
 #include "base/status_macros.h"
 #include "core/routing.h"
+#include "core/units.h"
 
 namespace dar {
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Next-hop weights of every destination: weights[t][l] is the share of node src(l)'s traffic
 // toward targets[t] that leaves on link l.
@@ -463,7 +462,7 @@ struct Marginals {
 void ComputeMarginals(const Problem& p, size_t t, const std::vector<double>& w, const Dag& dag,
                       const ObjectiveTerms& terms, Marginals& m) {
   const int n = p.topo().num_nodes();
-  m.delta.assign(n, kInf);
+  m.delta.assign(n, kInfinity);
   m.curvature.assign(n, 0.0);
   m.tainted.assign(n, false);
   const NodeId target = p.targets()[t];
@@ -499,12 +498,12 @@ void StepToward(const Problem& p, size_t t, const DestinationFlow& flow, const M
   // A node without traffic keeps its weights: they steer only what may come, and moving them
   // would churn tables for nothing.
   for (const auto& [v, traffic] : flow.through) {
-    if (v == target || m.delta[v] == kInf || !(traffic > 0)) continue;
+    if (v == target || m.delta[v] == kInfinity || !(traffic > 0)) continue;
     const absl::Span<const Out> out = p.OutOf(v);
     // The next hop of least marginal cost: a current one, or a neighbour v may start using.
     LinkId best = kNoLink;
     NodeId best_k = kNoNode;
-    double best_cost = kInf;
+    double best_cost = kInfinity;
     for (const auto [l, k] : out) {
       const bool allowed = w[l] > 0 || (p.Usable(t, l) && !m.tainted[k] && m.delta[k] < m.delta[v]);
       if (!allowed) continue;
@@ -541,7 +540,7 @@ double LowerBound(const Problem& p, const std::vector<DestinationFlow>& flows,
   for (size_t t = 0; t < p.targets().size(); ++t) {
     if (!p.HasTraffic(t)) continue;
 
-    std::vector<double> lengths(topo.num_links(), kInf);
+    std::vector<double> lengths(topo.num_links(), kInfinity);
     for (LinkId l = 0; l < topo.num_links(); ++l) {
       if (p.Usable(t, l)) lengths[l] = std::max(terms.first[l], 1e-300);
     }

@@ -6,6 +6,7 @@
 
 #include "core/demand.h"
 #include "core/fluid_test_util.h"
+#include "core/route_computer_test_util.h"
 #include "core/routing.h"
 #include "core/te_lp.h"
 #include "core/topology_gen.h"
@@ -25,13 +26,6 @@ using fluid_test::Params;
 double MaxUtil(const Topology& topo, const RoutingTables& tables,
                const std::vector<Demand>& demand) {
   return fluid_test::MaxUtilizationUnder(topo, tables, demand);
-}
-
-double Weight(const RoutingTables& tables, NodeId node, NodeId dest, LinkId link) {
-  for (const NextHop& hop : tables.Lookup(node, dest)) {
-    if (hop.link == link) return hop.weight;
-  }
-  return 0;
 }
 
 Topology Wan(const std::string& name) {
@@ -55,7 +49,7 @@ TEST(MarginalRoutingTest, SplitsTwoPathsByCapacity) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->settled);
   EXPECT_NEAR(MaxUtil(topo, r->tables, demand), 0.5, 0.01);
-  EXPECT_NEAR(Weight(r->tables, a, b, topo.FindLink(a, m2)), 0.75, 0.01);
+  EXPECT_NEAR(test::WeightOf(r->tables, a, b, topo.FindLink(a, m2)), 0.75, 0.01);
   EXPECT_LE(r->lower_bound, r->objective);
   EXPECT_GE(r->lower_bound, r->objective * (1 - MarginalRoutingConfig().gap_tolerance) - 1e-12);
 }
@@ -70,7 +64,7 @@ TEST(MarginalRoutingTest, OpensTheDetourOfATriangle) {
   absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_NEAR(MaxUtil(topo, r->tables, demand), 1.5, 0.02);
-  EXPECT_NEAR(Weight(r->tables, a, b, topo.FindLink(a, c)), 0.5, 0.01);
+  EXPECT_NEAR(test::WeightOf(r->tables, a, b, topo.FindLink(a, c)), 0.5, 0.01);
   EXPECT_TRUE(ValidateTables(topo, r->tables).ok()) << ValidateTables(topo, r->tables).ToStatus();
 }
 
@@ -174,10 +168,11 @@ TEST(MarginalRoutingTest, ScaledDemandGivesTheSameTables) {
     for (NodeId d : topo.Destinations()) {
       for (NodeId v = 0; v < topo.num_nodes(); ++v) {
         for (const NextHop& hop : base->tables.Lookup(v, d)) {
-          worst = std::max(worst, std::abs(hop.weight - Weight(r->tables, v, d, hop.link)));
+          worst = std::max(worst, std::abs(hop.weight - test::WeightOf(r->tables, v, d, hop.link)));
         }
         for (const NextHop& hop : r->tables.Lookup(v, d)) {
-          worst = std::max(worst, std::abs(hop.weight - Weight(base->tables, v, d, hop.link)));
+          worst =
+              std::max(worst, std::abs(hop.weight - test::WeightOf(base->tables, v, d, hop.link)));
         }
       }
     }
@@ -410,7 +405,7 @@ TEST(MarginalRoutingTest, OtherLoadsAreRoutedAround) {
   absl::StatusOr<MarginalRoutingResult> r =
       MinimiseRoutingObjective(topo, demand, kUnit, MarginalRoutingConfig(), nullptr, &other);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_NEAR(Weight(r->tables, a, b, topo.FindLink(a, m2)), 0.75, 0.01);
+  EXPECT_NEAR(test::WeightOf(r->tables, a, b, topo.FindLink(a, m2)), 0.75, 0.01);
 }
 
 // A down link carries nothing; a destination cut off is an error that names it; a bad demand
@@ -427,7 +422,7 @@ TEST(MarginalRoutingTest, DownLinksAndBadDemands) {
   const std::vector<Demand> demand = {{a, b, 0.5}};
   absl::StatusOr<MarginalRoutingResult> r = MinimiseRoutingObjective(topo, demand, kUnit);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_DOUBLE_EQ(Weight(r->tables, a, b, ab), 0);
+  EXPECT_DOUBLE_EQ(test::WeightOf(r->tables, a, b, ab), 0);
   EXPECT_NEAR(MaxUtil(topo, r->tables, demand), 0.5, 1e-9);
 
   topo.mutable_link(topo.FindLink(c, b)).up = false;

@@ -26,13 +26,6 @@ using test::Sample;
 using test::TestPolicy;
 
 // The weight `tables` gives `link` out of `node` toward `dest`; 0 if it is not a next hop.
-double WeightOf(const RoutingTables& tables, NodeId node, NodeId dest, LinkId link) {
-  for (const NextHop& h : tables.Lookup(node, dest)) {
-    if (h.link == link) return h.weight;
-  }
-  return 0;
-}
-
 TEST(RouteComputerTest, WeightPolicyWeighsEveryRowWithAChoice) {
   // s -> t: over a (fast) or b (10x the delay and a quarter of the capacity, lossy).
   Diamond g;
@@ -89,7 +82,7 @@ TEST(RouteComputerTest, WeightPolicyWeighsEveryRowWithAChoice) {
   ASSERT_EQ(b.rewards.size(), b.candidates.size());
   ASSERT_EQ(a.link, g.sa);
   ASSERT_EQ(bb.link, g.sb);
-  const double w_sa = WeightOf(*engine.tables[0], g.s, g.t, g.sa);
+  const double w_sa = test::WeightOf(*engine.tables[0], g.s, g.t, g.sa);
   EXPECT_EQ(a.analytic_weight, w_sa);
   EXPECT_FLOAT_EQ(a.features[kFeatAnalyticLogit], std::log(w_sa));
   // Via a: 10 us + 10 us; via b: 100 us + 10 us, and 2% lost on the way.
@@ -306,13 +299,13 @@ TEST(RouteComputerTest, BadWeightInOneClassLeavesEveryClassTheEngines) {
     EXPECT_THAT(c.policy_error, ::testing::HasSubstr("not finite or not > 0"));
     EXPECT_EQ(rc.stats().policy_failures, 1);
     for (int cls = 0; cls < kTrafficClasses; ++cls) {
-      EXPECT_EQ(WeightOf(*c.tables[cls], g.s, g.t, g.sa),
-                WeightOf(*engine.tables[cls], g.s, g.t, g.sa))
+      EXPECT_EQ(test::WeightOf(*c.tables[cls], g.s, g.t, g.sa),
+                test::WeightOf(*engine.tables[cls], g.s, g.t, g.sa))
           << "class " << cls << ", " << threads << " threads";
     }
     // The engine's weight is not the policy's 0.9 or 0.1: the check is not vacuous.
-    EXPECT_NE(WeightOf(*c.tables[0], g.s, g.t, g.sa), 0.9);
-    EXPECT_NE(WeightOf(*c.tables[0], g.s, g.t, g.sa), 0.1);
+    EXPECT_NE(test::WeightOf(*c.tables[0], g.s, g.t, g.sa), 0.9);
+    EXPECT_NE(test::WeightOf(*c.tables[0], g.s, g.t, g.sa), 0.1);
   }
 }
 
@@ -329,13 +322,13 @@ TEST(RouteComputerTest, WeightPolicyHysteresisKeepsSmallMoves) {
   };
   RouteCycle c = split(0.5);
   const LinkId first = c.tables[0]->Lookup(g.s, g.t)[0].link;
-  EXPECT_DOUBLE_EQ(WeightOf(*c.tables[0], g.s, g.t, first), 0.5);
+  EXPECT_DOUBLE_EQ(test::WeightOf(*c.tables[0], g.s, g.t, first), 0.5);
   c = split(0.6);  // moves 0.2 in all: kept
-  EXPECT_DOUBLE_EQ(WeightOf(*c.tables[0], g.s, g.t, first), 0.5);
+  EXPECT_DOUBLE_EQ(test::WeightOf(*c.tables[0], g.s, g.t, first), 0.5);
   c = split(0.7);  // 0.4 from what is installed: taken
-  EXPECT_DOUBLE_EQ(WeightOf(*c.tables[0], g.s, g.t, first), 0.7);
+  EXPECT_DOUBLE_EQ(test::WeightOf(*c.tables[0], g.s, g.t, first), 0.7);
   c = split(0.6);
-  EXPECT_DOUBLE_EQ(WeightOf(*c.tables[0], g.s, g.t, first), 0.7);
+  EXPECT_DOUBLE_EQ(test::WeightOf(*c.tables[0], g.s, g.t, first), 0.7);
 }
 
 // A fat-tree's links, all moving: cycle i's sample of every link.

@@ -15,6 +15,14 @@
 
 namespace dar::test {
 
+// The weight `tables` give `link` among `node`'s next hops towards `dest`; 0 if it is not one.
+inline double WeightOf(const RoutingTables& tables, NodeId node, NodeId dest, LinkId link) {
+  for (const NextHop& hop : tables.Lookup(node, dest)) {
+    if (hop.link == link) return hop.weight;
+  }
+  return 0;
+}
+
 // Four routers: s reaches t over a or over b.
 struct Diamond {
   explicit Diamond(DataRate capacity = DataRate::Gbps(10), Duration delay = Microseconds(10)) {

@@ -8,11 +8,10 @@
 #include <utility>
 
 #include "core/registry.h"
+#include "core/units.h"
 
 namespace dar {
 namespace {
-
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 bool EqualCost(double a, double b) {
   return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)});

@@ -13,8 +13,8 @@ namespace dar {
 namespace {
 
 // A diamond: s -> {a, b} -> t, plus a direct s - t link of metric 3.
-struct Diamond {
-  Diamond() {
+struct RoutingDiamond {
+  RoutingDiamond() {
     s = topo.AddNode("s", NodeKind::kSwitch);
     a = topo.AddNode("a", NodeKind::kSwitch);
     b = topo.AddNode("b", NodeKind::kSwitch);
@@ -31,7 +31,7 @@ struct Diamond {
 };
 
 TEST(RoutingTest, ShortestDistancesUseMetricsAndUpLinks) {
-  Diamond d;
+  RoutingDiamond d;
   std::vector<double> dist = ShortestDistances(d.topo, d.t);
   EXPECT_EQ(dist, (std::vector<double>{2, 1, 1, 0}));
   d.topo.mutable_link(d.topo.FindLink(d.a, d.t)).up = false;
@@ -45,7 +45,7 @@ TEST(RoutingTest, ShortestDistancesUseMetricsAndUpLinks) {
 }
 
 TEST(RoutingTest, ReachesDestinationIsWhereShortestDistancesAreFinite) {
-  Diamond d;
+  RoutingDiamond d;
   // A host hanging off a and b: it reaches t, but nothing reaches t through it.
   const NodeId h = d.topo.AddNode("h", NodeKind::kHost);
   d.topo.AddDuplexLink(h, d.a, LinkParams());
@@ -71,7 +71,7 @@ TEST(RoutingTest, ReachesDestinationIsWhereShortestDistancesAreFinite) {
 }
 
 TEST(RoutingTest, EcmpSplitsEquallyAndStaticPicksOnePerDestination) {
-  Diamond d;
+  RoutingDiamond d;
   const RoutingTables ecmp = ComputeEcmpTables(d.topo);
   ASSERT_EQ(ecmp.destinations(), (std::vector<NodeId>{0, 1, 2, 3}));
   auto hops = ecmp.Lookup(d.s, d.t);
@@ -120,7 +120,7 @@ TEST(RoutingTest, StaticBreaksParallelLinkTiesByLinkIdPerDestination) {
 }
 
 TEST(RoutingTest, MetricsAndFailuresChangeThePath) {
-  Diamond d;
+  RoutingDiamond d;
   d.topo.mutable_link(d.topo.FindLink(d.a, d.t)).params.metric = 2.5;
   RoutingTables tables = ComputeEcmpTables(d.topo);
   auto hops = tables.Lookup(d.s, d.t);
@@ -181,7 +181,7 @@ TEST(RoutingTest, FatTreeEcmpFansOut) {
 // WCMP weighs each ECMP next hop by the capacity behind it: the narrowest link of every
 // downstream stage counts, so a degraded link two hops away shifts traffic at the first hop.
 TEST(RoutingTest, WcmpWeighsNextHopsByTheCapacityTheyLeadTo) {
-  Diamond d;
+  RoutingDiamond d;
   const auto set_capacity = [&](NodeId x, NodeId y, double gbps) {
     d.topo.mutable_link(d.topo.FindLink(x, y)).params.capacity = DataRate::Gbps(gbps);
   };
@@ -199,7 +199,7 @@ TEST(RoutingTest, WcmpWeighsNextHopsByTheCapacityTheyLeadTo) {
   hops = narrower.Lookup(d.s, d.t);
   EXPECT_DOUBLE_EQ(hops[0].weight, 5 / 7.5);
   // Equal capacities: ECMP's weights.
-  Diamond even;
+  RoutingDiamond even;
   const RoutingTables equal = ComputeWcmpTables(even.topo);
   EXPECT_DOUBLE_EQ(equal.Lookup(even.s, even.t)[0].weight, 0.5);
 

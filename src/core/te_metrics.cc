@@ -9,11 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "core/units.h"
 
 namespace dar {
 namespace {
-
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // Propagation delay (ns) of the fastest path from `src` to every node over up links, never
 // through a host. Delays may be 0.

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "core/demand.h"
+#include "core/fluid_test_util.h"
 #include "core/routing.h"
 #include "core/topology_json.h"
 #include "gmock/gmock.h"
@@ -13,14 +14,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr double kUnit = 1e9;  // one demand unit is 1 Gb/s
-
-LinkParams Params(double gbps, int delay_ms) {
-  LinkParams p;
-  p.capacity = DataRate::Gbps(gbps);
-  p.delay = Milliseconds(delay_ms);
-  return p;
-}
+using fluid_test::kUnit;
+using fluid_test::Params;
 
 // A and B joined by two disjoint two-hop paths, through M1 (capacity `c1`) and M2 (`c2`).
 Topology TwoPaths(double c1, double c2, int delay1_ms = 1, int delay2_ms = 1) {

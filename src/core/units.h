@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 
 namespace dar {
 
@@ -28,6 +29,10 @@ inline constexpr Duration SecondsF(double s) {
 }
 inline constexpr double ToSeconds(Duration d) { return static_cast<double>(d.count()) * 1e-9; }
 inline constexpr double ToMillis(Duration d) { return static_cast<double>(d.count()) * 1e-6; }
+
+// A distance, cost, rate or bound with no finite value (an unreachable node, an unlimited
+// link).
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // A data rate in bits per second.
 class DataRate {

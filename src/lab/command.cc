@@ -20,10 +20,12 @@
 extern char** environ;
 
 namespace dar::lab {
-namespace {
 
-// glibc 2.36 declares the pidfd functions without C linkage; call the kernel directly.
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+std::string Errno(int err) { return std::strerror(err); }
+
+namespace {
 
 // Closes a file descriptor when it goes out of scope.
 class Fd {
@@ -43,8 +45,6 @@ class Fd {
  private:
   int fd_ = -1;
 };
-
-std::string Errno(int err) { return std::strerror(err); }
 
 bool NeedsQuotes(const std::string& arg) {
   if (arg.empty()) return true;

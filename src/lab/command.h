@@ -6,6 +6,8 @@
 #ifndef DAR_LAB_COMMAND_H_
 #define DAR_LAB_COMMAND_H_
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -14,6 +16,13 @@
 #include "core/units.h"
 
 namespace dar::lab {
+
+// pidfd_open(2). glibc 2.36 declares the pidfd functions without C linkage, so the lab calls the
+// kernel directly.
+int PidfdOpen(pid_t pid);
+
+// strerror(err), for an error message.
+std::string Errno(int err);
 
 // What a finished command left behind.
 struct CommandResult {

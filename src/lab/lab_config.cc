@@ -25,8 +25,6 @@ constexpr std::string_view kNameChars =
 constexpr std::string_view kNetemKeys[] = {"delay",   "jitter",    "latency", "loss",
                                            "corrupt", "duplicate", "reorder"};
 
-std::string Msg(const absl::Status& s) { return std::string(s.message()); }
-
 // The child `key` of a map node; an undefined node if `map` is not a map or has no such key.
 YAML::Node Child(const YAML::Node& map, std::string_view key) {
   if (!map.IsDefined() || !map.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
@@ -103,7 +101,7 @@ class Locator : public YamlLocator {
       for (const auto& entry : map) {
         if (!entry.first.IsScalar()) continue;
         const std::string expected = r.Path(entry.first.Scalar()) + ": unknown key";
-        if (Msg(s).rfind(expected, 0) == 0) return At(entry.first, s);
+        if (s.message().rfind(expected, 0) == 0) return At(entry.first, s);
       }
     }
     return At(map, s);

@@ -34,7 +34,7 @@ LabState SampleState() {
   return state;
 }
 
-std::string ErrorOf(const std::string& text) {
+std::string StateErrorOf(const std::string& text) {
   absl::StatusOr<LabState> s = ParseLabState(text, "s.json");
   EXPECT_FALSE(s.ok());
   return std::string(s.status().message());
@@ -102,22 +102,23 @@ TEST(LabStateTest, SaveAndLoadAFile) {
 }
 
 TEST(LabStateTest, MalformedFilesNameTheField) {
-  EXPECT_THAT(ErrorOf("{not json"), HasSubstr("s.json: not valid JSON"));
-  EXPECT_EQ(ErrorOf("[]"), "s.json: not an object");
-  EXPECT_EQ(ErrorOf(Edited([](auto& j) { j["version"] = 2; })),
+  EXPECT_THAT(StateErrorOf("{not json"), HasSubstr("s.json: not valid JSON"));
+  EXPECT_EQ(StateErrorOf("[]"), "s.json: not an object");
+  EXPECT_EQ(StateErrorOf(Edited([](auto& j) { j["version"] = 2; })),
             "s.json: version: 2 is not supported (this dar-lab writes 1)");
-  EXPECT_EQ(ErrorOf(Edited([](auto& j) { j["phase"] = "sideways"; })),
+  EXPECT_EQ(StateErrorOf(Edited([](auto& j) { j["phase"] = "sideways"; })),
             "s.json: phase: 'sideways' is not creating, up or down");
-  EXPECT_EQ(ErrorOf(Edited([](auto& j) { j.erase("namespaces"); })), "s.json: namespaces: missing");
-  EXPECT_EQ(ErrorOf(Edited([](auto& j) { j["namespaces"][1] = 7; })),
+  EXPECT_EQ(StateErrorOf(Edited([](auto& j) { j.erase("namespaces"); })),
+            "s.json: namespaces: missing");
+  EXPECT_EQ(StateErrorOf(Edited([](auto& j) { j["namespaces"][1] = 7; })),
             "s.json: namespaces[1]: must be a string");
-  EXPECT_EQ(ErrorOf(Edited([](auto& j) { j["layout"]["links"][0]["rate_bps"] = "fast"; })),
+  EXPECT_EQ(StateErrorOf(Edited([](auto& j) { j["layout"]["links"][0]["rate_bps"] = "fast"; })),
             "s.json: layout.links[0].rate_bps: must be an integer");
-  EXPECT_EQ(ErrorOf(Edited([](auto& j) { j["layout"]["links"][0]["a"]["node"] = 5; })),
+  EXPECT_EQ(StateErrorOf(Edited([](auto& j) { j["layout"]["links"][0]["a"]["node"] = 5; })),
             "s.json: layout.links[0].a.node: 5 is not a node index");
-  EXPECT_EQ(ErrorOf(Edited([](auto& j) { j["processes"][0]["pid"] = -4; })),
+  EXPECT_EQ(StateErrorOf(Edited([](auto& j) { j["processes"][0]["pid"] = -4; })),
             "s.json: processes[0].pid: -4 is not a pid");
-  EXPECT_EQ(ErrorOf(Edited([](auto& j) { j["layout"]["nodes"][1] = "B"; })),
+  EXPECT_EQ(StateErrorOf(Edited([](auto& j) { j["layout"]["nodes"][1] = "B"; })),
             "s.json: layout.nodes[1]: must be an object");
 }
 

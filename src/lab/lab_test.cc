@@ -28,7 +28,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-constexpr char kDiamond[] = R"(name: dmd
+constexpr char kLabDiamond[] = R"(name: dmd
 nodes:
   - {id: 1, name: A}
   - {id: 2, name: B}
@@ -120,7 +120,7 @@ class LabTest : public ::testing::Test {
   ~LabTest() override { std::filesystem::remove_all(dir_); }
 
   static LabConfig Diamond() {
-    absl::StatusOr<LabConfig> c = ParseLabConfig(kDiamond, "diamond.yaml");
+    absl::StatusOr<LabConfig> c = ParseLabConfig(kLabDiamond, "diamond.yaml");
     EXPECT_TRUE(c.ok()) << c.status();
     return *c;
   }

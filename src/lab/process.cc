@@ -27,12 +27,9 @@ namespace dar::lab {
 namespace {
 
 // glibc 2.36 declares the pidfd functions without C linkage; call the kernel directly.
-int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 int PidfdSendSignal(int pidfd, int sig) {
   return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
 }
-
-std::string Errno(int err) { return std::strerror(err); }
 
 // The state letter (field 3) and start time (field 22) of /proc/<pid>/stat.
 struct StatFields {

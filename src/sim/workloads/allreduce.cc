@@ -76,7 +76,7 @@ struct AllReduceConfig {
 };
 
 // What one job reports.
-struct JobReport {
+struct AllReduceReport {
   int iterations_completed = 0;
   std::vector<double> iteration_times;
   std::vector<double> comm_times;
@@ -123,8 +123,8 @@ class AllReduceJob {
 
   bool Done() const { return completed_ == config_.iterations; }
 
-  JobReport Report() const {
-    JobReport r;
+  AllReduceReport Report() const {
+    AllReduceReport r;
     r.iterations_completed = completed_;
     const Iteration* last = nullptr;
     for (const Iteration& it : iterations_) {
@@ -291,10 +291,10 @@ class AllReduce : public JobsWorkload<AllReduceConfig, AllReduceJob> {
   using JobsWorkload::JobsWorkload;
 
   void Report(nlohmann::json& metrics) const override {
-    std::vector<JobReport> reports;
+    std::vector<AllReduceReport> reports;
     for (const auto& job : jobs()) reports.push_back(job->Report());
     if (!config().jobs.multi) {
-      const JobReport r = reports.empty() ? JobReport() : reports.front();
+      const AllReduceReport r = reports.empty() ? AllReduceReport() : reports.front();
       metrics["iterations_completed"] = r.iterations_completed;
       metrics["iteration_time_s"] = MeanOrNull(r.iteration_times);
       metrics["comm_time_s"] = MeanOrNull(r.comm_times);
@@ -307,7 +307,7 @@ class AllReduce : public JobsWorkload<AllReduceConfig, AllReduceJob> {
     std::vector<int> completed_by_job;
     std::vector<nlohmann::json> comm_by_job, iteration_by_job;
     std::vector<double> comm_means, iteration_means, steps;
-    for (const JobReport& r : reports) {
+    for (const AllReduceReport& r : reports) {
       completed += r.iterations_completed;
       completed_by_job.push_back(r.iterations_completed);
       comm_by_job.push_back(MeanOrNull(r.comm_times));

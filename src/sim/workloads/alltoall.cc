@@ -58,7 +58,7 @@ struct AllToAllConfig {
   Duration start{0};
 };
 
-struct JobReport {
+struct AllToAllReport {
   int iterations_completed = 0;
   std::vector<double> phase_times;  // every phase of every completed iteration
   std::vector<double> comm_times;   // per completed iteration
@@ -99,8 +99,8 @@ class AllToAllJob {
 
   bool Done() const { return completed_ == config_.iterations; }
 
-  JobReport Report() const {
-    JobReport r;
+  AllToAllReport Report() const {
+    AllToAllReport r;
     r.iterations_completed = completed_;
     for (const Iteration& it : iterations_) {
       if (it.hosts_done < size_) continue;
@@ -238,7 +238,7 @@ class AllToAll : public JobsWorkload<AllToAllConfig, AllToAllJob> {
     std::vector<double> phases, comm_means, iteration_means;
     std::vector<nlohmann::json> comm_by_job, iteration_by_job;
     for (const auto& job : jobs()) {
-      const JobReport r = job->Report();
+      const AllToAllReport r = job->Report();
       completed += r.iterations_completed;
       phases.insert(phases.end(), r.phase_times.begin(), r.phase_times.end());
       if (!r.comm_times.empty()) comm_means.push_back(Mean(r.comm_times));
