@@ -17,6 +17,9 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from unity_batches import sources_of  # noqa: E402
+
 INCLUDES = re.compile(r'^#include "base/(mutex|executor)\.h"', re.M)
 DAR_HEADER = re.compile(r'^#include "([a-z_]+/[a-z_0-9]+\.h)"', re.M)
 # g++ options clang does not know, and -Werror (g++ must build without a warning; clang warns
@@ -46,6 +49,20 @@ def check(entry):
     return entry["file"], r.returncode, r.stderr
 
 
+def locks(path):
+    """Whether the source at `path`, or (not a test) a DAR header it includes, locks."""
+    src = path[: path.rfind("/src/") + 5] if "/src/" in path else None
+    with open(path, errors="replace") as f:
+        text = f.read()
+    texts = [text]
+    # A test is checked if it locks itself; through its headers it would be most of them.
+    for h in (DAR_HEADER.findall(text) if src and not path.endswith("_test.cc") else []):
+        if os.path.exists(src + h):
+            with open(src + h, errors="replace") as f:
+                texts.append(f.read())
+    return any(INCLUDES.search(t) for t in texts)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: check-thread-safety.py BUILD_DIR")
@@ -61,16 +78,7 @@ def main():
         if path in seen or "/proto/" in path:
             continue
         seen.add(path)
-        src = path[: path.rfind("/src/") + 5] if "/src/" in path else None
-        with open(path, errors="replace") as f:
-            text = f.read()
-        sources = [text]
-        # A test is checked if it locks itself; through its headers it would be most of them.
-        for h in (DAR_HEADER.findall(text) if src and not path.endswith("_test.cc") else []):
-            if os.path.exists(src + h):
-                with open(src + h, errors="replace") as f:
-                    sources.append(f.read())
-        if any(INCLUDES.search(t) for t in sources):
+        if any(locks(source) for source in sources_of(path)):
             entries.append(e)
     failed = 0
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

@@ -21,17 +21,10 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from unity_batches import UNITY_BATCH, sources_of  # noqa: E402
+
 FINDING = re.compile(r"^(/[^:]+):(\d+):(\d+): (warning|error): (.*)$", re.M)
-UNITY_BATCH = re.compile(r"/Unity/unity_\d+_cxx\.cxx$")
-UNITY_INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
-
-
-def sources_of(path):
-    """The sources a translation unit compiles: a unity batch's includes, or the file itself."""
-    if not UNITY_BATCH.search(path):
-        return [path]
-    with open(path) as f:
-        return [os.path.realpath(p) for p in UNITY_INCLUDE.findall(f.read())]
 
 
 def main():
@@ -73,6 +66,8 @@ def main():
             for m in FINDING.finditer(out):
                 if m.group(1).endswith("_test.cc"):
                     continue  # a test batched with a checked source
+                if UNITY_BATCH.search(m.group(1)):
+                    continue  # a batch is made of includes of .cc files (suspicious-include)
                 # A header's finding is reported by every file that includes it: once is enough.
                 findings.setdefault((m.group(1), int(m.group(2)), int(m.group(3))), m.group(0))
             if rc != 0 and not FINDING.search(out):

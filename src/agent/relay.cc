@@ -76,13 +76,7 @@ class Relay::Impl final : public v1::AgentService::CallbackService {
 
   absl::Status Start();
   int port() const { return port_; }
-  RelayStatus status() const ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    RelayStatus s = status_;
-    s.connected = connected_;
-    s.members = static_cast<int>(members_.size());
-    return s;
-  }
+  RelayStatus status() const ABSL_LOCKS_EXCLUDED(mu_);
 
   MemberReactor* Connect(grpc::CallbackServerContext* context) override;
 
@@ -133,6 +127,8 @@ class Relay::Impl final : public v1::AgentService::CallbackService {
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, Member> members_ ABSL_GUARDED_BY(mu_);
+  // Members' streams without their hello yet, by when they opened (Connect).
+  std::deque<std::pair<Time, std::weak_ptr<MemberStream>>> waiting_ ABSL_GUARDED_BY(mu_);
   uint64_t streams_ ABSL_GUARDED_BY(mu_) = 0;  // members' streams numbered so far
   v1::RelayUp pending_ ABSL_GUARDED_BY(mu_);
   bool urgent_ ABSL_GUARDED_BY(mu_) = false;
@@ -165,6 +161,9 @@ class MemberStream final : public MemberReactor, public std::enable_shared_from_
     FinishLocked(std::move(status));
   }
 
+  // Whether the stream has brought its hello (and the relay taken it).
+  bool greeted() const { return greeted_.load(std::memory_order_acquire); }
+
   void OnReadDone(bool ok) override {
     if (!ok) {
       End(grpc::Status::OK);
@@ -195,6 +194,7 @@ class MemberStream final : public MemberReactor, public std::enable_shared_from_
         return;
       }
       id_ = in_.hello().node_id();
+      greeted_.store(true, std::memory_order_release);
       relay_.OnHello(shared_from_this(), in_, peer_->ToString(), *serial_);
     } else {
       relay_.OnMessage(*id_, this, in_);
@@ -245,6 +245,7 @@ class MemberStream final : public MemberReactor, public std::enable_shared_from_
   const absl::StatusOr<std::string> serial_;
   v1::AgentMessage in_;         // the read path's
   std::optional<uint32_t> id_;  // the read path's, then OnDone's
+  std::atomic<bool> greeted_{false};
   Mutex mu_;
   std::deque<v1::ControllerMessage> outbox_ ABSL_GUARDED_BY(mu_);  // front: being written
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -254,15 +255,65 @@ class MemberStream final : public MemberReactor, public std::enable_shared_from_
   std::shared_ptr<MemberStream> self_;
 };
 
+RelayStatus Relay::Impl::status() const {
+  MutexLock lock(&mu_);
+  RelayStatus s = status_;
+  s.connected = connected_;
+  s.members = static_cast<int>(members_.size());
+  for (const auto& [opened, stream] : waiting_) {
+    const std::shared_ptr<MemberStream> open = stream.lock();
+    s.without_hello += open != nullptr && !open->greeted();
+  }
+  return s;
+}
+
 MemberReactor* Relay::Impl::Connect(grpc::CallbackServerContext* context) {
   auto stream = std::make_shared<MemberStream>(context, *this);
   stream->Begin();
+  // Streams still without their hello: those past the timeout are closed, and a stream past
+  // the cap is refused. Judged as streams open, which is when room is needed.
+  std::vector<std::shared_ptr<MemberStream>> silent;
+  bool full = false;
+  {
+    MutexLock lock(&mu_);
+    const Time now = clock_.Now();
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      std::shared_ptr<MemberStream> s = it->second.lock();
+      if (s == nullptr || s->greeted()) {
+        it = waiting_.erase(it);
+      } else if (now - it->first >= options_.hello_timeout) {
+        silent.push_back(std::move(s));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    full = static_cast<int>(waiting_.size()) >= options_.max_without_hello;
+    if (!full) waiting_.emplace_back(now, stream);
+    status_.refused_streams += full;
+    status_.silent_streams += static_cast<int64_t>(silent.size());
+  }
+  for (const auto& s : silent) {
+    s->End(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        fmt::format("relay: no hello within {} ms of opening the stream",
+                                    ToMillis(options_.hello_timeout))));
+  }
+  if (full) {
+    stream->End(
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     fmt::format("relay: {} streams are waiting for their hello; try again later",
+                                 options_.max_without_hello)));
+  }
   return stream.get();
 }
 
 absl::Status Relay::Impl::Start() {
   if (options_.controllers.empty()) {
     return absl::InvalidArgumentError("relay: no controller to relay to");
+  }
+  if (options_.hello_timeout <= Duration(0) || options_.max_without_hello < 1) {
+    return absl::InvalidArgumentError(
+        "relay: hello_timeout must be positive and max_without_hello at least 1");
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       security::MakeServerCredentials(options_.tls, absl::FromUnixNanos(clock_.UnixNanos()));

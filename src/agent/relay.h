@@ -54,6 +54,11 @@ struct RelayOptions {
   std::optional<security::SpiffeId> controller_id;
   // How long samples wait for others before going up.
   Duration batch_window = Milliseconds(10);
+  // A member's stream must bring its hello within `hello_timeout` of opening, and at most
+  // `max_without_hello` streams wait for theirs; one past that is refused (RESOURCE_EXHAUSTED),
+  // and a silent one is closed (DEADLINE_EXCEEDED) when the next stream opens.
+  Duration hello_timeout = Seconds(10);
+  int max_without_hello = 64;
   // A controller not connected to within this long (TCP and TLS) is given up for the next
   // attempt.
   Duration connect_timeout = Seconds(1);
@@ -73,8 +78,11 @@ struct RelayStatus {
   int64_t messages_up = 0;
   int64_t batches_down = 0;
   int64_t messages_down = 0;
-  int64_t dropped_up = 0;  // members' messages dropped while no stream was open
-  std::string last_error;  // why the last stream to the controller ended or failed
+  int64_t dropped_up = 0;       // members' messages dropped while no stream was open
+  int64_t silent_streams = 0;   // members' streams closed for want of a hello in time
+  int64_t refused_streams = 0;  // refused: too many waiting for their hello
+  int without_hello = 0;        // members' streams open and waiting for their hello
+  std::string last_error;       // why the last stream to the controller ended or failed
 };
 
 class Relay {

@@ -24,6 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::kTestDomain;
+using testing::NodeIdentity;
 
 // What the core offered one agent.
 class FakeLink final : public AgentLink {
@@ -65,10 +66,6 @@ v1::LinkSamples Samples(std::vector<std::pair<uint32_t, bool>> links, double uti
     x->set_utilisation(utilisation);
   }
   return s;
-}
-
-security::SpiffeId NodeIdentity(uint32_t id) {
-  return security::SpiffeId::Node(kTestDomain, std::to_string(id));
 }
 
 // The diamond n1 - {n2, n3} - n4, in a core driven by a manual clock.

@@ -25,9 +25,13 @@
 namespace dar::control {
 namespace {
 
+using testing::AcceptEvery;
 using ::testing::HasSubstr;
 using testing::HeldRoutes;
+using testing::IsConfig;
+using testing::IsTable;
 using testing::kTestDomain;
+using testing::NodeIdentity;
 using testing::TestAgent;
 using testing::TestPki;
 
@@ -38,20 +42,6 @@ bool WaitUntil(const std::function<bool()>& cond, std::chrono::milliseconds time
   return test::WaitFor(cond, timeout);
 }
 
-// An agent's table handler that accepts every table.
-std::optional<v1::TableAck> AcceptEvery(const v1::RouteTable& t) {
-  v1::TableAck ack;
-  ack.set_version(t.version());
-  ack.set_accepted(true);
-  return ack;
-}
-
-bool IsConfig(const v1::ControllerMessage& m) { return m.has_config(); }
-bool IsTable(const v1::ControllerMessage& m) { return m.has_table(); }
-
-security::SpiffeId Node(uint32_t id) {
-  return security::SpiffeId::Node(kTestDomain, std::to_string(id));
-}
 security::SpiffeId Admin() { return security::SpiffeId::Admin(kTestDomain, "alice"); }
 
 // n1 - {n2, n3} - n4: neighbours by node.
@@ -136,7 +126,7 @@ void ExpectCompleteAndDownhill(uint32_t self, const HeldRoutes& held) {
 
 TEST_F(ControllerGrpcTest, AgentGetsConfigAndFullTableThenDeltasAfterAcks) {
   StartController();
-  auto agent = Agent(Node(1));
+  auto agent = Agent(NodeIdentity(1));
   agent->SendHello(1, {2, 3}, /*delta_tables=*/true);
   size_t cursor = 0;
   std::optional<v1::ControllerMessage> config = agent->WaitFor(IsConfig, &cursor);
@@ -178,7 +168,7 @@ TEST_F(ControllerGrpcTest, SamplesSayingALinkIsDownMoveRoutesOffIt) {
   StartController();
   std::map<uint32_t, std::unique_ptr<TestAgent>> agents;
   for (uint32_t id : {1u, 2u}) {
-    agents[id] = Agent(Node(id), AcceptEvery);
+    agents[id] = Agent(NodeIdentity(id), AcceptEvery);
     agents[id]->SendHello(id, kNeighbours.at(id), /*delta_tables=*/false);
   }
   size_t cursor = 0;
@@ -214,7 +204,7 @@ TEST_F(ControllerGrpcTest, SamplesSayingALinkIsDownMoveRoutesOffIt) {
 
 TEST_F(ControllerGrpcTest, RefusedTableGivesAnEventAndAFullTable) {
   StartController();
-  auto agent = Agent(Node(4));
+  auto agent = Agent(NodeIdentity(4));
   agent->SendHello(4, {2, 3}, true);
   size_t cursor = 0;
   std::optional<v1::ControllerMessage> first = agent->WaitFor(IsTable, &cursor);
@@ -248,9 +238,9 @@ TEST_F(ControllerGrpcTest, AStubHostIsReachedThroughItsSwitch) {
   absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(config, ManualOptions());
   ASSERT_TRUE(c.ok()) << c.status();
   controller_ = std::move(*c);
-  auto host = Agent(Node(5), AcceptEvery);
+  auto host = Agent(NodeIdentity(5), AcceptEvery);
   host->SendHello(5, {4}, /*delta_tables=*/false);
-  auto n1 = Agent(Node(1), AcceptEvery);
+  auto n1 = Agent(NodeIdentity(1), AcceptEvery);
   n1->SendHello(1, {2, 3}, /*delta_tables=*/false);
   ASSERT_TRUE(WaitUntil([&] { return controller_->core().ListNodes()[0].connected(); }));
   controller_->RunCycleNow();
@@ -290,7 +280,7 @@ TEST_F(ControllerGrpcTest, AStubHostIsReachedThroughItsSwitch) {
 
 TEST_F(ControllerGrpcTest, HelloWithAnotherNodesIdIsRefused) {
   StartController();
-  auto agent = Agent(Node(2));
+  auto agent = Agent(NodeIdentity(2));
   agent->SendHello(1, {2, 3}, true);
   std::optional<grpc::Status> done = agent->WaitDone();
   ASSERT_TRUE(done.has_value());
@@ -301,7 +291,7 @@ TEST_F(ControllerGrpcTest, HelloWithAnotherNodesIdIsRefused) {
 
 TEST_F(ControllerGrpcTest, SamplesForAForeignLinkAreRefused) {
   StartController();
-  auto agent = Agent(Node(1));
+  auto agent = Agent(NodeIdentity(1));
   agent->SendHello(1, {2, 3}, true);
   size_t cursor = 0;
   ASSERT_TRUE(agent->WaitFor(IsTable, &cursor).has_value());
@@ -319,7 +309,7 @@ TEST_F(ControllerGrpcTest, SamplesForAForeignLinkAreRefused) {
 
 TEST_F(ControllerGrpcTest, MessagesBeforeHelloAreRefused) {
   StartController();
-  auto agent = Agent(Node(1));
+  auto agent = Agent(NodeIdentity(1));
   agent->SendAck(1, true);
   std::optional<grpc::Status> done = agent->WaitDone();
   ASSERT_TRUE(done.has_value());
@@ -330,7 +320,7 @@ TEST_F(ControllerGrpcTest, MessagesBeforeHelloAreRefused) {
 TEST_F(ControllerGrpcTest, AdminApiNeedsAnAdminIdentity) {
   StartController();
   {
-    auto stub = AdminStub(Node(1));
+    auto stub = AdminStub(NodeIdentity(1));
     grpc::ClientContext ctx;
     v1::ListNodesResponse r;
     const grpc::Status s = stub->ListNodes(&ctx, v1::ListNodesRequest(), &r);
@@ -421,7 +411,7 @@ TEST_F(ControllerGrpcTest, BadConfigOnReloadKeepsTheRunningOne) {
   absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(*config, ManualOptions());
   ASSERT_TRUE(c.ok()) << c.status();
   controller_ = std::move(*c);
-  auto agent = Agent(Node(1));
+  auto agent = Agent(NodeIdentity(1));
   agent->SendHello(1, {2, 3}, true);
   size_t cursor = 0;
   ASSERT_TRUE(agent->WaitFor(IsConfig, &cursor).has_value());
@@ -504,7 +494,7 @@ TEST_F(ControllerGrpcTest, CycleThreadPushesTablesAndHttpServesMetricsAndHealth)
   controller_ = std::move(*c);
   ASSERT_GT(controller_->http_port(), 0);
 
-  auto agent = Agent(Node(3), AcceptEvery);
+  auto agent = Agent(NodeIdentity(3), AcceptEvery);
   agent->SendHello(3, {1, 4}, true);
   uint64_t last = 0;
   size_t cursor = 0;
@@ -656,7 +646,7 @@ TEST_F(ControllerGrpcTest, StalledClientsAreBoundedAndHealthIsServedApart) {
   EXPECT_EQ(metrics->status, 200);
 
   // A stream that never says hello is closed after the hello timeout.
-  auto silent = Agent(Node(2));
+  auto silent = Agent(NodeIdentity(2));
   std::optional<grpc::Status> done = silent->WaitDone(std::chrono::seconds(10));
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
@@ -664,7 +654,7 @@ TEST_F(ControllerGrpcTest, StalledClientsAreBoundedAndHealthIsServedApart) {
   EXPECT_EQ(controller_->agent_service().streams_without_hello(), 0u);
 
   // An agent that says hello is kept, and the controller is ready.
-  auto agent = Agent(Node(3), AcceptEvery);
+  auto agent = Agent(NodeIdentity(3), AcceptEvery);
   agent->SendHello(3, {1, 4}, true);
   ASSERT_TRUE(WaitUntil([&] {
     httplib::Result r = health.Get("/readyz");
@@ -695,7 +685,7 @@ TEST_F(ControllerGrpcTest, ALinkReportedDownGetsACycleAtOnce) {
   absl::StatusOr<std::unique_ptr<Controller>> c = Controller::Start(config);
   ASSERT_TRUE(c.ok()) << c.status();
   controller_ = std::move(*c);
-  auto agent = Agent(Node(1), AcceptEvery);
+  auto agent = Agent(NodeIdentity(1), AcceptEvery);
   agent->SendHello(1, {2, 3}, /*delta_tables=*/false);
   size_t cursor = 0;
   std::optional<v1::ControllerMessage> first = agent->WaitFor(IsTable, &cursor);

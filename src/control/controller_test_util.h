@@ -31,6 +31,22 @@ inline constexpr char kTestDomain[] = "dar.test";
 // A directory under /tmp removed with its contents on destruction (base/test_support.h).
 using TempDir = ::dar::test::TempDir;
 
+// The identity of node `id` in kTestDomain.
+inline security::SpiffeId NodeIdentity(uint32_t id) {
+  return security::SpiffeId::Node(kTestDomain, std::to_string(id));
+}
+
+// An agent's table handler (TestAgent::Options::on_table) that accepts every table.
+inline std::optional<v1::TableAck> AcceptEvery(const v1::RouteTable& t) {
+  v1::TableAck ack;
+  ack.set_version(t.version());
+  ack.set_accepted(true);
+  return ack;
+}
+
+inline bool IsConfig(const v1::ControllerMessage& m) { return m.has_config(); }
+inline bool IsTable(const v1::ControllerMessage& m) { return m.has_table(); }
+
 // A CA with a controller certificate (for localhost and 127.0.0.1), in a TempDir.
 class TestPki {
  public:

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/test_support.h"
@@ -19,7 +20,11 @@
 namespace dar::agent {
 namespace {
 
+using control::testing::AcceptEvery;
+using control::testing::IsConfig;
+using control::testing::IsTable;
 using control::testing::kTestDomain;
+using control::testing::NodeIdentity;
 using control::testing::TestAgent;
 using control::testing::TestPki;
 using ::testing::HasSubstr;
@@ -27,20 +32,6 @@ using ::testing::HasSubstr;
 constexpr auto kWait = std::chrono::seconds(10);
 
 bool WaitUntil(const std::function<bool()>& cond) { return test::WaitFor(cond, kWait); }
-
-std::optional<v1::TableAck> AcceptEvery(const v1::RouteTable& t) {
-  v1::TableAck ack;
-  ack.set_version(t.version());
-  ack.set_accepted(true);
-  return ack;
-}
-
-bool IsConfig(const v1::ControllerMessage& m) { return m.has_config(); }
-bool IsTable(const v1::ControllerMessage& m) { return m.has_table(); }
-
-security::SpiffeId Node(uint32_t id) {
-  return security::SpiffeId::Node(kTestDomain, std::to_string(id));
-}
 
 // Two racks: switch n1 with hosts n2 and n3, switch n4 with host n5; n1 - n4.
 const std::vector<std::pair<int, int>> kRacks = {{0, 1}, {0, 2}, {0, 3}, {3, 4}};
@@ -72,8 +63,9 @@ class RelayTest : public ::testing::Test {
     controller_ = std::move(*c);
   }
 
-  // The relay of node `id`, to the controller.
-  std::unique_ptr<Relay> StartRelay(uint32_t id) {
+  // The relay of node `id`, to the controller; `adjust` changes its options.
+  std::unique_ptr<Relay> StartRelay(uint32_t id,
+                                    const std::function<void(RelayOptions&)>& adjust = {}) {
     RelayOptions o;
     o.listen = "127.0.0.1:0";
     absl::StatusOr<security::TlsFiles> files = pki_->NodeFiles(id);
@@ -81,29 +73,35 @@ class RelayTest : public ::testing::Test {
     o.tls = *files;
     o.controllers = {fmt::format("127.0.0.1:{}", controller_->port())};
     o.controller_name = "localhost";
+    if (adjust) adjust(o);
     absl::StatusOr<std::unique_ptr<Relay>> r = Relay::Start(o, log_);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(*r) : nullptr;
   }
 
-  // Member `id`'s stream to the relay of node `relay_id`, which must present that node's
+  // Member `id`'s channel to the relay of node `relay_id`, which must present that node's
   // certificate.
-  std::unique_ptr<TestAgent> Member(uint32_t id, const Relay& relay, uint32_t relay_id) {
+  std::shared_ptr<grpc::Channel> MemberChannel(uint32_t id, const Relay& relay, uint32_t relay_id) {
     absl::StatusOr<security::TlsFiles> files = pki_->NodeFiles(id);
     EXPECT_TRUE(files.ok()) << files.status();
     security::ChannelTlsOptions tls{*files};
-    tls.server_identity = Node(relay_id);
+    tls.server_identity = NodeIdentity(relay_id);
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
         security::CreateSecureChannel(fmt::format("127.0.0.1:{}", relay.port()), tls, absl::Now());
     EXPECT_TRUE(channel.ok()) << channel.status();
-    auto agent = std::make_unique<TestAgent>(*channel, AcceptEvery);
+    return channel.ok() ? *channel : nullptr;
+  }
+
+  // Member `id`'s stream to the relay of node `relay_id`, its hello sent.
+  std::unique_ptr<TestAgent> Member(uint32_t id, const Relay& relay, uint32_t relay_id) {
+    auto agent = std::make_unique<TestAgent>(MemberChannel(id, relay, relay_id), AcceptEvery);
     agent->SendHello(id, kNeighbours.at(id), /*delta_tables=*/true);
     return agent;
   }
 
   std::unique_ptr<TestAgent> Direct(uint32_t id) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        pki_->Channel(Node(id), controller_->port());
+        pki_->Channel(NodeIdentity(id), controller_->port());
     EXPECT_TRUE(channel.ok()) << channel.status();
     auto agent = std::make_unique<TestAgent>(*channel, AcceptEvery);
     agent->SendHello(id, kNeighbours.at(id), /*delta_tables=*/true);
@@ -214,7 +212,7 @@ TEST_F(RelayTest, AMemberMayOnlySpeakForItsOwnCertificate) {
   absl::StatusOr<security::TlsFiles> files = pki_->NodeFiles(3);
   ASSERT_TRUE(files.ok());
   security::ChannelTlsOptions tls{*files};
-  tls.server_identity = Node(1);
+  tls.server_identity = NodeIdentity(1);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       security::CreateSecureChannel(fmt::format("127.0.0.1:{}", relay->port()), tls, absl::Now());
   ASSERT_TRUE(channel.ok());
@@ -295,6 +293,48 @@ TEST_F(RelayTest, MembersStayConnectedAcrossARestartedController) {
   EXPECT_EQ(next->table().base_version(), 0u);  // a new session: full
   // n2's own stream never ended.
   EXPECT_FALSE(n2->WaitDone(std::chrono::milliseconds(100)).has_value());
+}
+
+TEST_F(RelayTest, AStreamWithoutAHelloIsClosedAndSuchStreamsAreBounded) {
+  std::unique_ptr<Relay> relay = StartRelay(1, [](RelayOptions& o) {
+    o.hello_timeout = Milliseconds(300);
+    o.max_without_hello = 1;
+  });
+  ASSERT_NE(relay, nullptr);
+  std::unique_ptr<v1::AgentService::Stub> stub =
+      v1::AgentService::NewStub(MemberChannel(2, *relay, 1));
+  // Deadlines, so that a relay that never ends the streams fails the test rather than hangs it.
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(5);
+  grpc::ClientContext silent_context;
+  silent_context.set_deadline(deadline);
+  auto silent = stub->Connect(&silent_context);
+  ASSERT_TRUE(WaitUntil([&] { return relay->status().without_hello == 1; }));
+
+  // One more stream saying nothing is one too many while the first still has time.
+  grpc::ClientContext refused_context;
+  refused_context.set_deadline(deadline);
+  auto refused = stub->Connect(&refused_context);
+  v1::ControllerMessage m;
+  EXPECT_FALSE(refused->Read(&m));
+  const grpc::Status r = refused->Finish();
+  EXPECT_EQ(r.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << r.error_message();
+  EXPECT_THAT(r.error_message(), HasSubstr("waiting for their hello"));
+
+  // Past its time, the silent stream is closed when the next one opens, and that one, a
+  // member with its hello, is carried.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  std::unique_ptr<TestAgent> n3 = Member(3, *relay, 1);
+  EXPECT_FALSE(silent->Read(&m));
+  const grpc::Status s = silent->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("no hello within 300 ms"));
+  ASSERT_TRUE(WaitUntil([&] { return relay->status().members == 1; }));
+  size_t cursor = 0;
+  EXPECT_TRUE(n3->WaitFor(IsConfig, &cursor).has_value());
+  const RelayStatus status = relay->status();
+  EXPECT_EQ(status.silent_streams, 1);
+  EXPECT_EQ(status.refused_streams, 1);
+  EXPECT_EQ(status.without_hello, 0);
 }
 
 }  // namespace
