@@ -57,7 +57,7 @@ struct RelayOptions {
   // A member's stream must bring its hello within `hello_timeout` of opening, and at most
   // `max_without_hello` streams wait for theirs; one past that is refused (RESOURCE_EXHAUSTED),
   // and a silent one is closed (DEADLINE_EXCEEDED) when the next stream opens.
-  Duration hello_timeout = Seconds(10);
+  Duration hello_timeout = Seconds(5);  // as the controller's hello_timeout_ms
   int max_without_hello = 64;
   // A controller not connected to within this long (TCP and TLS) is given up for the next
   // attempt.
