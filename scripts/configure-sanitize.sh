@@ -5,11 +5,12 @@
 # share one build), and clang's thread-safety analysis an error (CMakeLists.txt). -O0 with line
 # tables only: the reports name file and line, and the build takes about a quarter less time
 # than at -O1, which costs the fuzzers and the tests less than it saves.
-# UNITY=ON (as `make test` passes) compiles each target's sources in batches (DAR_UNITY_BUILD).
+# Each target's sources are compiled in batches (DAR_UNITY_BUILD), as `make test` does; UNITY=OFF
+# compiles file by file.
 #   scripts/configure-sanitize.sh [BUILD_DIR]
 set -euo pipefail
 dir=${1:-build-asan}
-unity=${UNITY:-OFF}
+unity=${UNITY:-ON}
 cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -gline-tables-only" \
   "-DCMAKE_C_FLAGS_DEBUG=-O0 -gline-tables-only" -DDAR_FUZZ=ON -DDAR_WERROR=OFF \

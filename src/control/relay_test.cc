@@ -7,9 +7,9 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/test_support.h"
 #include "control/controller.h"
 #include "control/controller_test_util.h"
@@ -296,7 +296,11 @@ TEST_F(RelayTest, MembersStayConnectedAcrossARestartedController) {
 }
 
 TEST_F(RelayTest, AStreamWithoutAHelloIsClosedAndSuchStreamsAreBounded) {
-  std::unique_ptr<Relay> relay = StartRelay(1, [](RelayOptions& o) {
+  // The relay's clock moves only when the test says, so that the first stream's time runs
+  // out only then, however slowly the streams open.
+  ManualClock clock(absl::ToUnixNanos(absl::Now()));
+  std::unique_ptr<Relay> relay = StartRelay(1, [&](RelayOptions& o) {
+    o.clock = &clock;
     o.hello_timeout = Milliseconds(300);
     o.max_without_hello = 1;
   });
@@ -322,7 +326,7 @@ TEST_F(RelayTest, AStreamWithoutAHelloIsClosedAndSuchStreamsAreBounded) {
 
   // Past its time, the silent stream is closed when the next one opens, and that one, a
   // member with its hello, is carried.
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  clock.Advance(Milliseconds(300));
   std::unique_ptr<TestAgent> n3 = Member(3, *relay, 1);
   EXPECT_FALSE(silent->Read(&m));
   const grpc::Status s = silent->Finish();
