@@ -5,8 +5,8 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 SCENARIO ?= scenarios/default.yaml
 OUT ?= out/default
-# Each target's sources compiled in batches (CMakeLists.txt, DAR_UNITY_BUILD): about half the
-# time of a clean build. UNITY=OFF for a tree edited file by file.
+# Each target's sources compiled in batches (CMakeLists.txt, DAR_UNITY_BUILD): about 30% off
+# a clean build (docs/engine.md). UNITY=OFF for a tree edited file by file.
 UNITY ?= ON
 
 .PHONY: deps configure build run test test-asan test-tsan fuzz check-thread-safety check-tidy check-layers bench evaluate format clean
@@ -40,8 +40,8 @@ test:
 
 # The unit tests under ASan + UBSan; the build is scripts/configure-sanitize.sh's (clang), of
 # what the unit tests and the fuzz targets need. ASAN_EXCLUDE: whole simulations that take
-# 15-190 s each at -O0 under ASan (three-quarters of the stage's time) and run in the Release
-# ctest; the code they drive runs under ASan in the smaller tests of the same suites.
+# 12-192 s each at -O0 under ASan (693 of the 947 s all the unit tests took there) and run in
+# the Release ctest; the code they drive runs under ASan in the smaller tests of their suites.
 ASAN_EXCLUDE ?= MarginalDecisionHoldsOnASymmetricFabricAndMovesOffASlowLink|ABoundWithinAnIterationResumesWithTheNextDestination|ScenarioTest.SameSeedGivesIdenticalResults|BackgroundTest.ReachesTheOfferedLoadAndFinishesEveryFlow|RoutesHoldStillOnASteadyNetwork|SprayingBeatsEcmpOnAPermutation|WansSettleNearTheOptimum|MaxLinkScansBoundsACallAndResumes|ReportDrawsSeveralSeedsWithIntervals|EveryBaselineIsAPolicyNameWithItsDefaults|Int8AgreesWithFloat|CollidingSlowStartsDropLittle|ProgressThroughAPipeAndASlowLoopWarned|EveryPolicyCompletesAllWorkWithoutLoops|LpLoadsNeverAboveEcmpUnderGravity
 test-asan: deps
 	UNITY=$(UNITY) ./scripts/configure-sanitize.sh $(ASAN_BUILD)
