@@ -274,7 +274,8 @@ int Run(const Flags& flags) {
           return ack;
         },
         /*keep_messages=*/false));
-    agents.back()->SendHello(i, neighbours[i], /*delta_tables=*/true);
+    agents.back()->SendHello(i, neighbours[i], /*delta_tables=*/true, /*installed_version=*/0,
+                             /*compact_tables=*/true);
   }
   const auto connect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!flags.direct && c.metrics().agents_connected->Value() < nodes &&

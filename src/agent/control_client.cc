@@ -92,6 +92,7 @@ v1::Hello ControlClient::MakeHello() const {
   for (const ForwardingMode m : kAllModes)
     caps->add_forwarding_modes(std::string(ForwardingModeName(m)));
   caps->set_delta_tables(true);
+  caps->set_compact_tables(true);
   hello.set_installed_version(store_.installed_version());
   *hello.mutable_table_status() = table_status();
   return hello;

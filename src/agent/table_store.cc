@@ -57,8 +57,28 @@ TableStore::TableStore(const AgentConfig& config, const Topology& topology, Dura
       log_(log),
       chain_(stale_after),
       link_up_(static_cast<size_t>(topology.num_links()), true) {
-  for (auto& rows : rows_) rows.resize(static_cast<size_t>(topology.num_nodes()));
+  for (auto& rows : rows_.rows) rows.resize(static_cast<size_t>(topology.num_nodes()));
+  stub_switch_.assign(static_cast<size_t>(topology.num_nodes()), kNoNode);
+  for (NodeId v = 0; v < topology.num_nodes(); ++v) {
+    const std::vector<LinkId>& out = topology.node(v).out_links;
+    if (out.size() != 1) continue;
+    const NodeId t = topology.link(out[0]).dst;
+    if (topology.node(t).out_links.size() > 1) {
+      stub_switch_[v] = t;
+      ++num_stubs_;
+    }
+  }
   RecomputeStatic();
+}
+
+const v1::Route* TableStore::SentRow(const Rows& held, int cls, NodeId dest) const {
+  const auto& rows = held.rows[static_cast<size_t>(cls)];
+  if (rows[dest].has_value()) return &*rows[dest];
+  const NodeId t = stub_switch_[dest];
+  if (held.implied_stubs == 0 || t == kNoNode || t == config_.self || !rows[t].has_value()) {
+    return nullptr;
+  }
+  return &*rows[t];
 }
 
 void TableStore::Log(LogLevel level, std::string_view msg, const nlohmann::json& fields) const {
@@ -149,6 +169,12 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
   const uint64_t v = table.version();
   if (absl::Status s = NonZeroVersion(v); !s.ok()) return s;
   Rows rows;
+  if (table.implied_stubs() != 0 && table.implied_stubs() != num_stubs_) {
+    return Refusal(fmt::format(
+        "the table leaves out the rows of {} stubs, but this node's configuration has {} (its "
+        "nodes and links differ from the controller's)",
+        table.implied_stubs(), num_stubs_));
+  }
   if (table.base_version() != 0) {
     if (mode == CheckMode::kDisk) return Refusal("a delta, not a full table");
     if (current_ == nullptr) {
@@ -159,9 +185,36 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
       return Refusal(fmt::format("a delta against version {}, but the installed version is {}",
                                  table.base_version(), VersionLocked()));
     }
+    if (table.implied_stubs() != rows_.implied_stubs) {
+      return Refusal(fmt::format("a delta with {} implied stubs against a table with {}",
+                                 table.implied_stubs(), rows_.implied_stubs));
+    }
     rows = rows_;
   } else {
-    for (auto& r : rows) r.resize(static_cast<size_t>(topology_.num_nodes()));
+    for (auto& r : rows.rows) r.resize(static_cast<size_t>(topology_.num_nodes()));
+  }
+  rows.implied_stubs = table.implied_stubs();
+  rows.default_route = nullptr;
+  if (table.has_default_route()) {
+    const uint32_t id = table.default_route().neighbor_id();
+    const NeighbourConfig* n = config_.FindNeighbour(id);
+    if (n == nullptr) {
+      return Refusal(fmt::format("default route: node {} is not a neighbour of node {}", id,
+                                 config_.self_node().id));
+    }
+    // Only where it cannot loop: the neighbour's rows run downhill, never back to this node.
+    if (config_.neighbours.size() != 1) {
+      return Refusal(
+          fmt::format("default route: node {} has {} links; a default route is only "
+                      "for a node on a single link",
+                      config_.self_node().id, config_.neighbours.size()));
+    }
+    if (mode == CheckMode::kOffer && !link_up_[n->out_link]) {
+      return Refusal(
+          fmt::format("default route: node {} is over a link the data plane reports down (via {})",
+                      id, n->interface));
+    }
+    rows.default_route = n;
   }
 
   for (int i = 0; i < table.removed_size(); ++i) {
@@ -174,7 +227,7 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
     if (k.traffic_class() >= static_cast<uint32_t>(kTrafficClasses)) {
       return Refusal(fmt::format("removed[{}]: unknown traffic class {}", i, k.traffic_class()));
     }
-    rows[k.traffic_class()][dest].reset();
+    rows.rows[k.traffic_class()][dest].reset();
   }
 
   std::set<std::pair<uint32_t, NodeId>> seen;
@@ -187,14 +240,17 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
     if (!seen.insert({r.traffic_class(), dest}).second) {
       return Refusal(fmt::format("routes[{}] ({}): a second row for it", i, RowName(r)));
     }
-    rows[r.traffic_class()][dest] = r;
+    rows.rows[r.traffic_class()][dest] = r;
   }
 
   if (mode == CheckMode::kOffer) {
     const std::vector<bool> reachable = Reachable();
     for (int cls = 0; cls < kTrafficClasses; ++cls) {
       for (NodeId d = 0; d < topology_.num_nodes(); ++d) {
-        if (d == config_.self || !reachable[d] || rows[cls][d].has_value()) continue;
+        if (d == config_.self || !reachable[d] || rows.default_route != nullptr ||
+            SentRow(rows, cls, d) != nullptr) {
+          continue;
+        }
         return Refusal(
             fmt::format("destination {} ({}) class {} is reachable but has no route (black hole)",
                         config_.nodes[d].id, config_.nodes[d].name, cls));
@@ -213,8 +269,15 @@ std::shared_ptr<const AgentTables> TableStore::BuildTables(const Rows& rows,
     auto& out = t->rows[cls];
     out.resize(static_cast<size_t>(topology_.num_nodes()));
     for (NodeId d = 0; d < topology_.num_nodes(); ++d) {
-      if (!rows[cls][d].has_value()) continue;
-      for (const v1::NextHop& h : rows[cls][d]->next_hops()) {
+      if (d == config_.self) continue;
+      const v1::Route* row = SentRow(rows, cls, d);
+      if (row == nullptr) {
+        if (rows.default_route != nullptr) {
+          out[d].push_back(NextHop{rows.default_route->out_link, 1.0});
+        }
+        continue;
+      }
+      for (const v1::NextHop& h : row->next_hops()) {
         out[d].push_back(NextHop{config_.FindNeighbour(h.neighbor_id())->out_link, h.weight()});
       }
     }
@@ -227,7 +290,11 @@ absl::Status TableStore::Save(uint64_t version, const Rows& rows, int64_t comput
   v1::RouteTable full;
   full.set_version(version);
   full.set_computed_unix_ns(computed_unix_ns);
-  for (const auto& by_dest : rows) {
+  full.set_implied_stubs(rows.implied_stubs);
+  if (rows.default_route != nullptr) {
+    full.mutable_default_route()->set_neighbor_id(rows.default_route->id);
+  }
+  for (const auto& by_dest : rows.rows) {
     for (const auto& row : by_dest) {
       if (row.has_value()) *full.add_routes() = *row;
     }

@@ -14,9 +14,12 @@
 //   plane does not report down; weights finite, positive and summing to 1; potentials finite
 //   and every next hop's strictly below the row's own (descent: what makes tables loop-free);
 //   after applying, every destination this node can reach (over links not reported down) has a
-//   row in both classes. A row without next hops is accepted only with potential +infinity:
-//   the controller's explicit "unreachable from here" (it knows of failures beyond this node's
-//   links); the data plane then has no route for it.
+//   row in both classes. The compact form (RouteTable.default_route, implied_stubs) fills in
+//   rows not sent: a default route only at a node on a single link, over that link; implied
+//   stubs only if this node's configuration has as many, a row toward one then being the row
+//   toward its switch; a delta must keep its base's implied stubs. A row without next hops is
+//   accepted only with potential +infinity: the controller's explicit "unreachable from here" (it
+//   knows of failures beyond this node's links); the data plane then has no route for it.
 // - Which table is served is the fallback chain's (core/fallback_chain.h), as in the
 //   simulator's forwarders: current; last good once a newer table was refused for anything
 //   but its version; static (hop-count shortest paths of the configured topology, links
@@ -116,8 +119,14 @@ class TableStore {
   std::string file_path() const;
 
  private:
-  // rows[cls][dest]: the controller's row (destination, class, potential, next hops), if any.
-  using Rows = std::array<std::vector<std::optional<v1::Route>>, kTrafficClasses>;
+  // The controller's table as held: rows[cls][dest] the row sent (destination, class,
+  // potential, next hops), if any, and the compact form's default route and implied stubs
+  // (RouteTable), which fill in the rows not sent.
+  struct Rows {
+    std::array<std::vector<std::optional<v1::Route>>, kTrafficClasses> rows;
+    const NeighbourConfig* default_route = nullptr;  // of the config
+    uint32_t implied_stubs = 0;
+  };
 
   enum class CheckMode : uint8_t { kOffer, kDisk };
 
@@ -128,6 +137,9 @@ class TableStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<const AgentTables> BuildTables(const Rows& rows, uint64_t version) const;
   void RecomputeStatic() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The row `held` has toward `dest` in class `cls`: the one sent, or for an implied stub the
+  // one sent toward its switch; null if neither (then the default route, if any, stands).
+  const v1::Route* SentRow(const Rows& held, int cls, NodeId dest) const;
   // Which destinations this node reaches over links not reported down.
   std::vector<bool> Reachable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The chain's source at `now`; a transition is logged.
@@ -142,6 +154,10 @@ class TableStore {
   const AgentConfig& config_;
   const Topology& topology_;
   JsonLog* log_;
+  // By NodeId: the switch of a stub (a node on a single link whose neighbour has several),
+  // else kNoNode; and how many stubs there are. The compact form's implied rows need them.
+  std::vector<NodeId> stub_switch_;
+  uint32_t num_stubs_ = 0;
 
   mutable Mutex mu_;
   FallbackChain chain_ ABSL_GUARDED_BY(mu_);

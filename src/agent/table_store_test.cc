@@ -506,5 +506,118 @@ TEST_F(TableStoreTest, AWriteErrorIsCountedAndTheTableStillAccepted) {
   EXPECT_EQ(store->Active(Time(0))->version, 5u);
 }
 
+// The compact form's default route is for a node on a single link: B has two.
+TEST_F(TableStoreTest, RefusesADefaultRouteAtANodeWithSeveralLinks) {
+  v1::RouteTable t = FullTable(6);
+  t.mutable_default_route()->set_neighbor_id(kA);
+  EXPECT_THAT(RefusalOf(t), HasSubstr("only for a node on a single link"));
+}
+
+// B's configuration has no stubs (every node of the diamond has two links): a table that
+// counts some was cut from another overlay.
+TEST_F(TableStoreTest, RefusesImpliedStubsItsConfigurationLacks) {
+  v1::RouteTable t = FullTable(6);
+  t.set_implied_stubs(2);
+  EXPECT_THAT(RefusalOf(t), HasSubstr("leaves out the rows of 2 stubs, but this node's "
+                                      "configuration has 0"));
+}
+
+// Host H hangs off A of the diamond; G hangs off D.
+constexpr char kHostH[] = R"(node: {id: 5, name: H}
+controller: 127.0.0.1:1
+tls: {cert: c, key: k, ca: a}
+state_dir: STATE
+nodes:
+  - {id: 1, name: A}
+  - {id: 2, name: B}
+  - {id: 3, name: C}
+  - {id: 4, name: D}
+  - {id: 5, name: H}
+  - {id: 6, name: G}
+links:
+  - {a: A, b: B}
+  - {a: A, b: C}
+  - {a: B, b: D}
+  - {a: C, b: D}
+  - {a: H, b: A}
+  - {a: G, b: D}
+neighbours:
+  - {id: 1, link: 4, interface: h-a, address: 10.1.4.1/30, peer_address: 10.1.4.2}
+)";
+
+class HostTableStoreTest : public TableStoreTest {
+ protected:
+  HostTableStoreTest() : host_(HostConfig(dir_)), host_topology_(BuildAgentTopology(host_)) {}
+
+  static AgentConfig HostConfig(const std::string& dir) {
+    std::string text = kHostH;
+    text.replace(text.find("STATE"), 5, dir + "/state");
+    absl::StatusOr<AgentConfig> c = ParseAgentConfig(text, "H.yaml");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  }
+  std::unique_ptr<TableStore> NewHostStore() {
+    return std::make_unique<TableStore>(host_, host_topology_, Seconds(3), &log_);
+  }
+  // H's compact table: A as its default route, and G (class 1) unreachable, an exception.
+  static v1::RouteTable HostTable(uint64_t version) {
+    v1::RouteTable t;
+    t.set_version(version);
+    t.mutable_default_route()->set_neighbor_id(kA);
+    t.set_implied_stubs(2);
+    *t.add_routes() = MakeRoute(6, 1, kInfinity, {});
+    return t;
+  }
+
+  AgentConfig host_;
+  Topology host_topology_;
+};
+
+TEST_F(HostTableStoreTest, ADefaultRouteCoversEveryRowNotSentAndSurvivesARestart) {
+  constexpr LinkId kHostToA = 8;  // link 4 of the config, H -> A
+  {
+    std::unique_ptr<TableStore> store = NewHostStore();
+    ASSERT_TRUE(store->Offer(HostTable(5), Time(0)).ok());
+  }
+  std::unique_ptr<TableStore> store = NewHostStore();
+  ASSERT_TRUE(store->LoadFromDisk(Time(0)).ok());
+  const std::shared_ptr<const AgentTables> t = store->Active(Time(0));
+  EXPECT_EQ(t->version, 5u);
+  for (int cls = 0; cls < 2; ++cls) {
+    for (NodeId d = 0; d < 6; ++d) {
+      const absl::Span<const NextHop> hops = t->Lookup(cls, d);
+      if (d == host_.self || (d == 5 && cls == 1)) {
+        EXPECT_TRUE(hops.empty()) << cls << " " << d;
+        continue;
+      }
+      ASSERT_EQ(hops.size(), 1u) << cls << " " << d;
+      EXPECT_EQ(hops[0].link, kHostToA);
+      EXPECT_EQ(hops[0].weight, 1.0);
+    }
+  }
+  // A delta may not change the form.
+  v1::RouteTable delta = HostTable(6);
+  delta.set_base_version(5);
+  delta.set_implied_stubs(0);
+  EXPECT_THAT(std::string(store->Offer(delta, Time(0)).message()),
+              HasSubstr("a delta with 0 implied stubs against a table with 2"));
+}
+
+TEST_F(HostTableStoreTest, RefusesADefaultRouteOverALinkThatIsDownOrToANonNeighbour) {
+  std::unique_ptr<TableStore> store = NewHostStore();
+  v1::RouteTable t = HostTable(5);
+  t.mutable_default_route()->set_neighbor_id(kD);
+  EXPECT_THAT(std::string(store->Offer(t, Time(0)).message()),
+              HasSubstr("default route: node 4 is not a neighbour of node 5"));
+  store->SetNeighbourUp(kNodeA, false);
+  EXPECT_THAT(std::string(store->Offer(HostTable(6), Time(0)).message()),
+              HasSubstr("a link the data plane reports down"));
+  // With the link down nothing is reachable: no default and no row is no black hole.
+  v1::RouteTable none;
+  none.set_version(7);
+  none.set_implied_stubs(2);
+  EXPECT_TRUE(store->Offer(none, Time(0)).ok());
+}
+
 }  // namespace
 }  // namespace dar::agent

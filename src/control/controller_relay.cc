@@ -333,6 +333,7 @@ class RelayStream final : public RelayReactor, public std::enable_shared_from_th
     Member& m = it->second;
     m.session.emplace(id, hello.capabilities().delta_tables(), hello.installed_version(),
                       admission->ack_timeout, admission->refresh);
+    m.session->set_compact_tables(hello.capabilities().compact_tables());
     // What was offered after the admission is newer than what it carried.
     m.session->SetConfig(m.pending_config != nullptr ? std::move(m.pending_config)
                                                      : std::move(admission->config));

@@ -187,6 +187,7 @@ class AgentStream final : public Reactor,
     wire_id_ = hello.node_id();
     session_.emplace(hello.node_id(), hello.capabilities().delta_tables(),
                      hello.installed_version(), admission->ack_timeout, admission->refresh);
+    session_->set_compact_tables(hello.capabilities().compact_tables());
     // What was offered after the admission is newer than what it carried.
     session_->SetConfig(pending_config_ != nullptr ? std::move(pending_config_)
                                                    : std::move(admission->config));

@@ -77,9 +77,8 @@ bool AgentSession::Next(Time now, v1::ControllerMessage& out) {
   const NodeId node = latest_->overlay->Find(wire_id_);
   if (node == kNoNode) return false;  // no longer configured; the stream is being closed
   const RouteSnapshot* base = need_full_ || !delta_tables_ ? nullptr : acked_.get();
-  BuildRouteTable(*latest_, node, base, *out.mutable_table());
-  if (base != nullptr && out.table().routes_size() == 0 && out.table().removed_size() == 0 &&
-      snapshot_gap_ < refresh_ && now - in_flight_since_ < refresh_ - snapshot_gap_) {
+  const bool changed = BuildRouteTable(*latest_, node, base, *out.mutable_table(), compact_tables_);
+  if (!changed && snapshot_gap_ < refresh_ && now - in_flight_since_ < refresh_ - snapshot_gap_) {
     // Nothing of the node's changed, and the next snapshot is soon enough for the refresh: the
     // agent's table is this one. The next snapshot replaces this one and is compared with the
     // same acked table.

@@ -51,6 +51,9 @@ class AgentSession {
   AgentSession(uint32_t wire_id, bool delta_tables, uint64_t installed_version,
                Duration ack_timeout, Duration refresh);
 
+  // Tables in RouteTable's compact form (the agent's hello offered it); before the first.
+  void set_compact_tables(bool on) { compact_tables_ = on; }
+
   // Configuration to send before anything else. Its keys are the epochs' secrets: the agent is
   // sent its own row of each (security::RowFor), never a secret.
   void SetConfig(std::shared_ptr<const v1::AgentConfig> config);
@@ -77,6 +80,7 @@ class AgentSession {
  private:
   uint32_t wire_id_;
   bool delta_tables_;
+  bool compact_tables_ = false;
   uint64_t floor_;  // versions at or below this are not sent
   Duration ack_timeout_;
   Duration refresh_;

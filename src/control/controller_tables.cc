@@ -76,6 +76,29 @@ void SetHopCosts(const Topology& topo, RouteSnapshot& s, const Cost& cost) {
   }
 }
 
+// The compact form's default route of v: its uplink, if v is a stub and the link carries
+// traffic in every class.
+LinkId DefaultLink(const RouteSnapshot& s, NodeId v) {
+  const LinkId up = s.overlay->topology.StubUplink(v);
+  if (up == kNoLink) return kNoLink;
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    if (std::isinf(s.hop_cost[cls][up])) return kNoLink;
+  }
+  return up;
+}
+
+// Whether the compact form leaves out v's row toward d, which comes from `source`: a row the
+// default route `default_link` stands for, or a row toward a stub that is v's row toward the
+// stub's switch (not at that switch, whose row is the link down).
+bool LeftOut(const RouteSnapshot& s, LinkId default_link, int cls, NodeId v, NodeId d,
+             const RouteSnapshot::RowSource& source) {
+  if (default_link != kNoLink && source.link == default_link) return true;
+  const NodeId t = s.overlay->topology.RouteTarget(d);
+  if (t == d || t == v) return false;
+  const RouteSnapshot::RowSource via = s.SourceOfRow(cls, v, t);
+  return source.link == via.link && source.table == via.table;
+}
+
 }  // namespace
 
 RouteSnapshot::RowSource RouteSnapshot::SourceOfRow(int cls, NodeId v, NodeId d) const {
@@ -131,6 +154,9 @@ std::shared_ptr<const Overlay> MakeOverlay(const ControllerConfig& config) {
   o->topology = BuildTopology(config);
   o->whole_link.reserve(static_cast<size_t>(o->topology.num_links()));
   for (LinkId l = 0; l < o->topology.num_links(); ++l) o->whole_link.push_back({l, 1.0});
+  for (NodeId v = 0; v < o->topology.num_nodes(); ++v) {
+    o->num_stubs += o->topology.StubUplink(v) != kNoLink;
+  }
   for (NodeId n = 0; n < static_cast<NodeId>(config.nodes.size()); ++n) {
     o->wire_id.push_back(config.nodes[n].id);
     o->overlay_address.push_back(config.nodes[n].overlay_address);
@@ -240,24 +266,50 @@ std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
   return s;
 }
 
-void BuildRouteTable(const RouteSnapshot& snapshot, NodeId node, const RouteSnapshot* base,
-                     v1::RouteTable& out) {
+bool BuildRouteTable(const RouteSnapshot& snapshot, NodeId node, const RouteSnapshot* base,
+                     v1::RouteTable& out, bool compact) {
   out.Clear();
   out.set_version(snapshot.version);
   out.set_computed_unix_ns(snapshot.computed_unix_ns);
   if (base != nullptr && base->overlay != snapshot.overlay) base = nullptr;
   if (base != nullptr) out.set_base_version(base->version);
-  const int n = snapshot.overlay->topology.num_nodes();
+  const Overlay& o = *snapshot.overlay;
+  LinkId default_link = kNoLink;
+  LinkId base_default = kNoLink;
+  if (compact) {
+    default_link = DefaultLink(snapshot, node);
+    if (default_link != kNoLink) {
+      out.mutable_default_route()->set_neighbor_id(o.wire_id[o.topology.link(default_link).dst]);
+    }
+    out.set_implied_stubs(static_cast<uint32_t>(o.num_stubs));
+    if (base != nullptr) base_default = DefaultLink(*base, node);
+  }
+  const int n = o.topology.num_nodes();
   for (NodeId d = 0; d < n; ++d) {
     if (d == node) continue;
     for (int cls = 0; cls < kTrafficClasses; ++cls) {
-      if (base != nullptr &&
-          SameRowAt(snapshot.SourceOfRow(cls, node, d), base->SourceOfRow(cls, node, d), node)) {
+      const RouteSnapshot::RowSource source = snapshot.SourceOfRow(cls, node, d);
+      const bool left_out = compact && LeftOut(snapshot, default_link, cls, node, d, source);
+      if (base != nullptr) {
+        const RouteSnapshot::RowSource was = base->SourceOfRow(cls, node, d);
+        const bool was_left_out = compact && LeftOut(*base, base_default, cls, node, d, was);
+        if (left_out) {
+          if (!was_left_out) {
+            v1::RouteKey* k = out.add_removed();
+            k->set_destination_id(o.wire_id[d]);
+            k->set_traffic_class(cls);
+          }
+          continue;
+        }
+        if (!was_left_out && SameRowAt(source, was, node)) continue;
+      } else if (left_out) {
         continue;
       }
       AddRoute(snapshot, cls, d, node, snapshot.Row(cls, node, d), out);
     }
   }
+  return base == nullptr || out.routes_size() > 0 || out.removed_size() > 0 ||
+         default_link != base_default;
 }
 
 }  // namespace dar::control

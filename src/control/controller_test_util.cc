@@ -120,7 +120,7 @@ size_t TestAgent::unsent() const {
 }
 
 void TestAgent::SendHello(uint32_t node_id, const std::vector<uint32_t>& neighbours,
-                          bool delta_tables, uint64_t installed_version) {
+                          bool delta_tables, uint64_t installed_version, bool compact_tables) {
   v1::AgentMessage m;
   v1::Hello* h = m.mutable_hello();
   h->set_node_id(node_id);
@@ -128,6 +128,7 @@ void TestAgent::SendHello(uint32_t node_id, const std::vector<uint32_t>& neighbo
   for (uint32_t nb : neighbours) h->add_links()->set_neighbor_id(nb);
   h->mutable_capabilities()->add_forwarding_modes("per_flowlet");
   h->mutable_capabilities()->set_delta_tables(delta_tables);
+  h->mutable_capabilities()->set_compact_tables(compact_tables);
   h->set_installed_version(installed_version);
   Send(std::move(m));
 }

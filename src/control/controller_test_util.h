@@ -93,7 +93,7 @@ class TestAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Con
 
   void Send(v1::AgentMessage message);
   void SendHello(uint32_t node_id, const std::vector<uint32_t>& neighbours, bool delta_tables,
-                 uint64_t installed_version = 0);
+                 uint64_t installed_version = 0, bool compact_tables = false);
   void SendAck(uint64_t version, bool accepted, const std::string& reason = "");
 
   // The first message from index `*cursor` on for which `pred` holds; advances `*cursor`
