@@ -393,7 +393,11 @@ int Run(const Flags& flags) {
     (n.node_id() == 1 ? dropped_flooder : dropped_others) += n.samples_dropped();
   }
   int links_down = 0;
-  for (const v1::Event& e : c.core().ListEvents(0)) links_down += e.kind() == "link_down";
+  std::string first_down;  // why the first link went down
+  for (const v1::Event& e : c.core().ListEvents(0)) {
+    if (e.kind() != "link_down") continue;
+    if (links_down++ == 0) first_down = e.detail();
+  }
   // What an operator's views cost at this size, while the agents still stream: a /metrics
   // scrape (every link and node), `show links`, and `explain route` from node 1 to the
   // farthest-numbered node; each copies the links' inputs under the cycle lock and plans
@@ -507,6 +511,7 @@ int Run(const Flags& flags) {
       "  samples dropped: %llu of node 1, %llu of the other nodes; links declared down: %d\n",
       static_cast<unsigned long long>(dropped_flooder),
       static_cast<unsigned long long>(dropped_others), links_down);
+  if (links_down > 0) std::printf("  the first: %s\n", first_down.c_str());
   return 0;
 }
 

@@ -15,6 +15,7 @@
 
 #include "agent/dataplane.h"
 #include "base/files.h"
+#include "base/fnv.h"
 #include "base/status_macros.h"
 #include "core/routing.h"
 #include "core/routing_table.h"
@@ -27,16 +28,10 @@ namespace {
 // The largest table file read back: far above any overlay's table.
 constexpr size_t kMaxTableFileBytes = 64 << 20;
 constexpr char kFileMagic[] = "dar-agent-table";
+// 1: whole tables; 2: a compact one (RouteTable.default_route, stub_digest), which an agent
+// that knows only 1 must not read as a table with rows missing.
 constexpr int kFileFormat = 1;
-
-uint64_t Fnv1a64(std::string_view data) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char c : data) {
-    h ^= static_cast<uint8_t>(c);
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
+constexpr int kCompactFileFormat = 2;
 
 std::string RowName(const v1::Route& r) {
   return fmt::format("destination {} class {}", r.destination_id(), r.traffic_class());
@@ -58,16 +53,10 @@ TableStore::TableStore(const AgentConfig& config, const Topology& topology, Dura
       chain_(stale_after),
       link_up_(static_cast<size_t>(topology.num_links()), true) {
   for (auto& rows : rows_.rows) rows.resize(static_cast<size_t>(topology.num_nodes()));
-  stub_switch_.assign(static_cast<size_t>(topology.num_nodes()), kNoNode);
-  for (NodeId v = 0; v < topology.num_nodes(); ++v) {
-    const std::vector<LinkId>& out = topology.node(v).out_links;
-    if (out.size() != 1) continue;
-    const NodeId t = topology.link(out[0]).dst;
-    if (topology.node(t).out_links.size() > 1) {
-      stub_switch_[v] = t;
-      ++num_stubs_;
-    }
-  }
+  stub_switch_ = StubSwitches(topology);
+  std::vector<uint32_t> ids;
+  for (const AgentNodeConfig& n : config.nodes) ids.push_back(n.id);
+  stub_digest_ = StubDigest(stub_switch_, ids);
   RecomputeStatic();
 }
 
@@ -75,7 +64,7 @@ const v1::Route* TableStore::SentRow(const Rows& held, int cls, NodeId dest) con
   const auto& rows = held.rows[static_cast<size_t>(cls)];
   if (rows[dest].has_value()) return &*rows[dest];
   const NodeId t = stub_switch_[dest];
-  if (held.implied_stubs == 0 || t == kNoNode || t == config_.self || !rows[t].has_value()) {
+  if (held.stub_digest == 0 || t == kNoNode || t == config_.self || !rows[t].has_value()) {
     return nullptr;
   }
   return &*rows[t];
@@ -169,11 +158,11 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
   const uint64_t v = table.version();
   if (absl::Status s = NonZeroVersion(v); !s.ok()) return s;
   Rows rows;
-  if (table.implied_stubs() != 0 && table.implied_stubs() != num_stubs_) {
+  if (table.stub_digest() != 0 && table.stub_digest() != stub_digest_) {
     return Refusal(fmt::format(
-        "the table leaves out the rows of {} stubs, but this node's configuration has {} (its "
-        "nodes and links differ from the controller's)",
-        table.implied_stubs(), num_stubs_));
+        "the table leaves out rows toward stubs {:016x}, but this node's configuration has "
+        "stubs {:016x} (its nodes and links differ from the controller's)",
+        table.stub_digest(), stub_digest_));
   }
   if (table.base_version() != 0) {
     if (mode == CheckMode::kDisk) return Refusal("a delta, not a full table");
@@ -185,15 +174,15 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
       return Refusal(fmt::format("a delta against version {}, but the installed version is {}",
                                  table.base_version(), VersionLocked()));
     }
-    if (table.implied_stubs() != rows_.implied_stubs) {
-      return Refusal(fmt::format("a delta with {} implied stubs against a table with {}",
-                                 table.implied_stubs(), rows_.implied_stubs));
+    if (table.stub_digest() != rows_.stub_digest) {
+      return Refusal(fmt::format("a delta with stubs {:016x} against a table with stubs {:016x}",
+                                 table.stub_digest(), rows_.stub_digest));
     }
     rows = rows_;
   } else {
     for (auto& r : rows.rows) r.resize(static_cast<size_t>(topology_.num_nodes()));
   }
-  rows.implied_stubs = table.implied_stubs();
+  rows.stub_digest = table.stub_digest();
   rows.default_route = nullptr;
   if (table.has_default_route()) {
     const uint32_t id = table.default_route().neighbor_id();
@@ -202,12 +191,13 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
       return Refusal(fmt::format("default route: node {} is not a neighbour of node {}", id,
                                  config_.self_node().id));
     }
-    // Only where it cannot loop: the neighbour's rows run downhill, never back to this node.
-    if (config_.neighbours.size() != 1) {
+    // Only where it cannot loop: at a stub, whose one neighbour has other links and, its
+    // rows running downhill, never sends back to it.
+    if (stub_switch_[config_.self] != n->node) {
       return Refusal(
-          fmt::format("default route: node {} has {} links; a default route is only "
-                      "for a node on a single link",
-                      config_.self_node().id, config_.neighbours.size()));
+          fmt::format("default route: node {} is no stub (a node on a single link "
+                      "whose neighbour has several), and only a stub takes one",
+                      config_.self_node().id));
     }
     if (mode == CheckMode::kOffer && !link_up_[n->out_link]) {
       return Refusal(
@@ -290,7 +280,7 @@ absl::Status TableStore::Save(uint64_t version, const Rows& rows, int64_t comput
   v1::RouteTable full;
   full.set_version(version);
   full.set_computed_unix_ns(computed_unix_ns);
-  full.set_implied_stubs(rows.implied_stubs);
+  full.set_stub_digest(rows.stub_digest);
   if (rows.default_route != nullptr) {
     full.mutable_default_route()->set_neighbor_id(rows.default_route->id);
   }
@@ -302,8 +292,10 @@ absl::Status TableStore::Save(uint64_t version, const Rows& rows, int64_t comput
   std::string payload;
   if (!full.SerializeToString(&payload)) return absl::InternalError("cannot serialise the table");
   const std::string data =
-      fmt::format("{} {} node={} size={} fnv1a64={:016x}\n", kFileMagic, kFileFormat,
-                  config_.self_node().id, payload.size(), Fnv1a64(payload)) +
+      fmt::format(
+          "{} {} node={} size={} fnv1a64={:016x}\n", kFileMagic,
+          full.has_default_route() || full.stub_digest() != 0 ? kCompactFileFormat : kFileFormat,
+          config_.self_node().id, payload.size(), Fnv1a64Of(payload)) +
       payload;
 
   std::error_code ec;
@@ -344,7 +336,8 @@ absl::Status TableStore::LoadFromDisk(Time now) {
       std::string(magic) != kFileMagic) {
     return ignore(fmt::format("not a table file (header '{}')", header));
   }
-  if (format != kFileFormat) return ignore(fmt::format("unknown format {}", format));
+  if (format != kFileFormat && format != kCompactFileFormat)
+    return ignore(fmt::format("unknown format {}", format));
   if (node != config_.self_node().id) {
     return ignore(
         fmt::format("the table of node {}, not of this node ({})", node, config_.self_node().id));
@@ -354,7 +347,7 @@ absl::Status TableStore::LoadFromDisk(Time now) {
     return ignore(
         fmt::format("{} bytes of table, the header says {} (truncated?)", payload.size(), size));
   }
-  if (Fnv1a64(payload) != checksum) return ignore("checksum mismatch (corrupted)");
+  if (Fnv1a64Of(payload) != checksum) return ignore("checksum mismatch (corrupted)");
   v1::RouteTable table;
   if (!table.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     return ignore("the table does not parse");

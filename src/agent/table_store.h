@@ -15,11 +15,12 @@
 //   and every next hop's strictly below the row's own (descent: what makes tables loop-free);
 //   after applying, every destination this node can reach (over links not reported down) has a
 //   row in both classes. The compact form (RouteTable.default_route, implied_stubs) fills in
-//   rows not sent: a default route only at a node on a single link, over that link; implied
-//   stubs only if this node's configuration has as many, a row toward one then being the row
-//   toward its switch; a delta must keep its base's implied stubs. A row without next hops is
-//   accepted only with potential +infinity: the controller's explicit "unreachable from here" (it
-//   knows of failures beyond this node's links); the data plane then has no route for it.
+//   rows not sent: a default route only at a stub, over its one link; rows toward stubs
+//   implied only if the table names this node's configuration's stubs (StubDigest), a row
+//   toward one then being the row toward its switch; a delta must keep its base's digest. A row
+//   without next hops is accepted only with potential +infinity: the controller's explicit
+//   "unreachable from here" (it knows of failures beyond this node's links); the data plane then
+//   has no route for it.
 // - Which table is served is the fallback chain's (core/fallback_chain.h), as in the
 //   simulator's forwarders: current; last good once a newer table was refused for anything
 //   but its version; static (hop-count shortest paths of the configured topology, links
@@ -125,7 +126,7 @@ class TableStore {
   struct Rows {
     std::array<std::vector<std::optional<v1::Route>>, kTrafficClasses> rows;
     const NeighbourConfig* default_route = nullptr;  // of the config
-    uint32_t implied_stubs = 0;
+    uint64_t stub_digest = 0;
   };
 
   enum class CheckMode : uint8_t { kOffer, kDisk };
@@ -154,10 +155,10 @@ class TableStore {
   const AgentConfig& config_;
   const Topology& topology_;
   JsonLog* log_;
-  // By NodeId: the switch of a stub (a node on a single link whose neighbour has several),
-  // else kNoNode; and how many stubs there are. The compact form's implied rows need them.
+  // By NodeId: the switch of a stub, else kNoNode (StubSwitches); and their StubDigest. The
+  // compact form's implied rows need them.
   std::vector<NodeId> stub_switch_;
-  uint32_t num_stubs_ = 0;
+  uint64_t stub_digest_ = 0;
 
   mutable Mutex mu_;
   FallbackChain chain_ ABSL_GUARDED_BY(mu_);

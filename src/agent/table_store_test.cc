@@ -510,16 +510,16 @@ TEST_F(TableStoreTest, AWriteErrorIsCountedAndTheTableStillAccepted) {
 TEST_F(TableStoreTest, RefusesADefaultRouteAtANodeWithSeveralLinks) {
   v1::RouteTable t = FullTable(6);
   t.mutable_default_route()->set_neighbor_id(kA);
-  EXPECT_THAT(RefusalOf(t), HasSubstr("only for a node on a single link"));
+  EXPECT_THAT(RefusalOf(t), HasSubstr("node 2 is no stub"));
 }
 
 // B's configuration has no stubs (every node of the diamond has two links): a table that
-// counts some was cut from another overlay.
+// names some was cut from another overlay.
 TEST_F(TableStoreTest, RefusesImpliedStubsItsConfigurationLacks) {
   v1::RouteTable t = FullTable(6);
-  t.set_implied_stubs(2);
-  EXPECT_THAT(RefusalOf(t), HasSubstr("leaves out the rows of 2 stubs, but this node's "
-                                      "configuration has 0"));
+  t.set_stub_digest(0x1234);
+  EXPECT_THAT(RefusalOf(t), HasSubstr("leaves out rows toward stubs 0000000000001234, but this "
+                                      "node's configuration has stubs 0000000000000000"));
 }
 
 // Host H hangs off A of the diamond; G hangs off D.
@@ -547,7 +547,11 @@ neighbours:
 
 class HostTableStoreTest : public TableStoreTest {
  protected:
-  HostTableStoreTest() : host_(HostConfig(dir_)), host_topology_(BuildAgentTopology(host_)) {}
+  HostTableStoreTest() : host_(HostConfig(dir_)), host_topology_(BuildAgentTopology(host_)) {
+    std::vector<uint32_t> ids;
+    for (const AgentNodeConfig& n : host_.nodes) ids.push_back(n.id);
+    digest_ = StubDigest(StubSwitches(host_topology_), ids);
+  }
 
   static AgentConfig HostConfig(const std::string& dir) {
     std::string text = kHostH;
@@ -560,17 +564,18 @@ class HostTableStoreTest : public TableStoreTest {
     return std::make_unique<TableStore>(host_, host_topology_, Seconds(3), &log_);
   }
   // H's compact table: A as its default route, and G (class 1) unreachable, an exception.
-  static v1::RouteTable HostTable(uint64_t version) {
+  v1::RouteTable HostTable(uint64_t version) const {
     v1::RouteTable t;
     t.set_version(version);
     t.mutable_default_route()->set_neighbor_id(kA);
-    t.set_implied_stubs(2);
+    t.set_stub_digest(digest_);
     *t.add_routes() = MakeRoute(6, 1, kInfinity, {});
     return t;
   }
 
   AgentConfig host_;
   Topology host_topology_;
+  uint64_t digest_ = 0;  // of H and G, the stubs
 };
 
 TEST_F(HostTableStoreTest, ADefaultRouteCoversEveryRowNotSentAndSurvivesARestart) {
@@ -598,9 +603,9 @@ TEST_F(HostTableStoreTest, ADefaultRouteCoversEveryRowNotSentAndSurvivesARestart
   // A delta may not change the form.
   v1::RouteTable delta = HostTable(6);
   delta.set_base_version(5);
-  delta.set_implied_stubs(0);
+  delta.set_stub_digest(0);
   EXPECT_THAT(std::string(store->Offer(delta, Time(0)).message()),
-              HasSubstr("a delta with 0 implied stubs against a table with 2"));
+              HasSubstr("a delta with stubs 0000000000000000 against a table with stubs"));
 }
 
 TEST_F(HostTableStoreTest, RefusesADefaultRouteOverALinkThatIsDownOrToANonNeighbour) {
@@ -615,7 +620,7 @@ TEST_F(HostTableStoreTest, RefusesADefaultRouteOverALinkThatIsDownOrToANonNeighb
   // With the link down nothing is reachable: no default and no row is no black hole.
   v1::RouteTable none;
   none.set_version(7);
-  none.set_implied_stubs(2);
+  none.set_stub_digest(digest_);
   EXPECT_TRUE(store->Offer(none, Time(0)).ok());
 }
 

@@ -8,6 +8,7 @@
 
 #include "agent/agent_config.h"
 #include "agent/table_store.h"
+#include "control/controller_session.h"
 #include "control/controller_tables.h"
 #include "core/routing.h"
 #include "core/topology_gen.h"
@@ -140,14 +141,14 @@ class CompactTablesTest : public ::testing::Test {
 TEST_F(CompactTablesTest, AHostGetsItsUplinkAndASwitchNoRowsTowardOtherRacksHosts) {
   const auto s = Cycle();
   const Topology& topo = overlay_->topology;
-  ASSERT_EQ(overlay_->num_stubs, 16);
+  ASSERT_NE(overlay_->stub_digest, 0u);
   const NodeId h0 = *topo.FindNode("h0");
   const NodeId e0 = topo.RouteTarget(h0);
   v1::RouteTable t;
   BuildRouteTable(*s, h0, nullptr, t, /*compact=*/true);
   EXPECT_EQ(t.routes_size(), 0);
   EXPECT_EQ(t.default_route().neighbor_id(), overlay_->wire_id[e0]);
-  EXPECT_EQ(t.implied_stubs(), 16u);
+  EXPECT_EQ(t.stub_digest(), overlay_->stub_digest);
   // Its switch: rows toward the 19 other switches and down to its own 2 hosts, both classes.
   BuildRouteTable(*s, e0, nullptr, t, /*compact=*/true);
   EXPECT_FALSE(t.has_default_route());
@@ -155,7 +156,7 @@ TEST_F(CompactTablesTest, AHostGetsItsUplinkAndASwitchNoRowsTowardOtherRacksHost
   // Without the compact form, every node gets a row toward every other.
   BuildRouteTable(*s, e0, nullptr, t);
   EXPECT_EQ(t.routes_size(), 35 * kTrafficClasses);
-  EXPECT_EQ(t.implied_stubs(), 0u);
+  EXPECT_EQ(t.stub_digest(), 0u);
   OfferToAll(*s, nullptr);
 }
 
@@ -207,17 +208,49 @@ TEST_F(CompactTablesTest, DeltasFollowAHostCableDownAndBackUp) {
   OfferToAll(*again, down.get());
 }
 
-// An agent whose configuration counts other stubs than the controller's refuses a compact
-// table rather than fill in rows it cannot know.
-TEST_F(CompactTablesTest, AnAgentWithOtherStubsRefusesTheCompactForm) {
+// An agent whose configuration has other stubs than the controller's (a host cabled to
+// another switch, the same number of hosts) refuses a compact table rather than fill in rows
+// it cannot know; the session then sends it whole tables.
+TEST_F(CompactTablesTest, AnAgentWithOtherStubsRefusesTheCompactFormAndGetsWholeTables) {
   const auto s = Cycle();
-  const NodeId e0 = overlay_->topology.RouteTarget(*overlay_->topology.FindNode("h0"));
+  const Topology& topo = overlay_->topology;
+  const NodeId h0 = *topo.FindNode("h0");
+  const NodeId e0 = topo.RouteTarget(h0);
+  // Its configuration has h0 under another switch.
+  ControllerConfig moved = config_;
+  const std::string other = overlay_->name(topo.RouteTarget(*topo.FindNode("h2")));
+  ASSERT_NE(other, overlay_->name(e0));
+  for (ControllerLinkConfig& l : moved.links) {
+    if (l.a == "h0") l.b = other;
+    if (l.b == "h0") l.a = other;
+  }
+  TwoStores lagging(moved, e0);
   v1::RouteTable t;
   BuildRouteTable(*s, e0, nullptr, t, /*compact=*/true);
-  t.set_implied_stubs(15);
-  const absl::Status refused = stores_[e0]->compact.Offer(t, Time(0));
+  const absl::Status refused = lagging.compact.Offer(t, Time(0));
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(std::string(refused.message()).find("15 stubs"), std::string::npos) << refused;
+  EXPECT_NE(std::string(refused.message()).find("leaves out rows toward stubs"), std::string::npos)
+      << refused;
+
+  AgentSession session(overlay_->wire_id[e0], /*delta_tables=*/true, 0, Seconds(1), Seconds(1));
+  session.set_compact_tables(true);
+  session.SetSnapshot(s);
+  v1::ControllerMessage m;
+  ASSERT_TRUE(session.Next(Time(0), m));
+  ASSERT_TRUE(m.has_table());
+  EXPECT_NE(m.table().stub_digest(), 0u);
+  v1::TableAck ack;
+  ack.set_version(m.table().version());
+  ack.set_accepted(false);
+  ack.set_reason(std::string(refused.message()));
+  EXPECT_EQ(session.OnAck(ack), AckOutcome::kRefused);
+  EXPECT_FALSE(session.compact_tables());
+  const auto next = Cycle();
+  session.SetSnapshot(next);
+  ASSERT_TRUE(session.Next(Time(0), m));
+  EXPECT_EQ(m.table().stub_digest(), 0u);
+  EXPECT_EQ(m.table().base_version(), 0u);
+  EXPECT_EQ(m.table().routes_size(), 35 * kTrafficClasses);
 }
 
 }  // namespace

@@ -549,14 +549,10 @@ Topology BuildTopology(const ControllerConfig& config) {
   // stubs, whose switch stands for them.
   topo.set_every_node_an_endpoint(true);
   if (config.stub_hosts) {
-    std::vector<NodeId> stubs;
+    const std::vector<NodeId> stub_switch = StubSwitches(topo);
     for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-      const std::vector<LinkId>& out = topo.node(v).out_links;
-      if (out.size() == 1 && topo.node(topo.link(out[0]).dst).out_links.size() > 1) {
-        stubs.push_back(v);
-      }
+      if (stub_switch[v] != kNoNode) topo.mutable_node(v).kind = NodeKind::kHost;
     }
-    for (NodeId v : stubs) topo.mutable_node(v).kind = NodeKind::kHost;
   }
   return topo;
 }

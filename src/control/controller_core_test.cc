@@ -387,6 +387,35 @@ TEST_F(CoreTest, LinksStayUpUntilHeardFromAndGoDownWhenTheirEndsFallSilent) {
   EXPECT_TRUE(NextHops("n1", "n4").empty());
 }
 
+// A controller behind on its samples hears nothing from agents whose streams are open: their
+// links stay as they were, and silence takes them down only once the streams have ended.
+TEST_F(CoreTest, SilenceOnOpenStreamsTakesNoLinkDown) {
+  std::vector<std::shared_ptr<FakeLink>> links;
+  for (uint32_t n = 1; n <= 4; ++n) {
+    links.push_back(std::make_shared<FakeLink>());
+    const std::vector<uint32_t> nbs = n == 1 || n == 4 ? std::vector<uint32_t>{2, 3}
+                                                       : std::vector<uint32_t>{1, 4};
+    ASSERT_TRUE(core_->Admit(NodeIdentity(n), Hello(n, nbs), links.back()).ok());
+  }
+  ReportAll();
+  EXPECT_EQ(core_->RunCycle().links_down, 0);
+  clock_.Advance(Seconds(2));
+  EXPECT_EQ(core_->RunCycle().links_down, 0);
+  EXPECT_EQ(NextHops("n1", "n4").size(), 2u);
+  EXPECT_FALSE(HasEvent("link_down"));
+  // A fresh word still counts at once: n1 says n1-n2 is down, n2 is silent.
+  ASSERT_TRUE(core_->OnSamples(1, Samples({{2, false}, {3, true}})).ok());
+  EXPECT_EQ(core_->RunCycle().links_down, 2);
+  EXPECT_TRUE(HasEvent("link_down", "n1 says down, n2 silent for 2000 ms (stream open)"));
+  // n3's and n4's streams end: n3-n4 has no open stream at either end and goes down; n1-n3
+  // and n2-n4 keep n1's and n2's open streams.
+  core_->Detach(3, links[2].get());
+  core_->Detach(4, links[3].get());
+  clock_.Advance(Milliseconds(301));
+  EXPECT_EQ(core_->RunCycle().links_down, 4);
+  EXPECT_TRUE(HasEvent("link_down", "n3-n4: n3 silent for 2301 ms, n4 silent for 2301 ms"));
+}
+
 TEST_F(CoreTest, DrainMovesRoutesOffTheLink) {
   core_->RunCycle();
   absl::StatusOr<bool> changed = core_->Drain("n2", "1", true);  // names or ids

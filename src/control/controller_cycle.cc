@@ -79,6 +79,7 @@ CycleReport ControllerCore::RunCycle() {
   std::optional<MarginalDecisionConfig> marginal;
   std::shared_ptr<const RouteSnapshot> previous;  // the last cycle's
   Duration timeout;
+  std::vector<bool> connected;  // by NodeId
   {
     MutexLock lock(&mu_);
     batch.swap(pending_);
@@ -106,6 +107,12 @@ CycleReport ControllerCore::RunCycle() {
                                     std::string(save_error.message())));
     }
     timeout = config_.sample_timeout;
+    // Whose stream is open: their silence is backlog, not a failure (CableUp).
+    connected.assign(static_cast<size_t>(computer_overlay_->topology.num_nodes()), false);
+    for (const auto& [wire, a] : agents_) {
+      const NodeId v = computer_overlay_->Find(wire);
+      if (v != kNoNode && a.link != nullptr) connected[v] = true;
+    }
   }
   const std::shared_ptr<const Overlay> overlay = computer_overlay_;
   const Topology& topo = overlay->topology;
@@ -152,13 +159,14 @@ CycleReport ControllerCore::RunCycle() {
     return CableEnd{.heard = e.heard_unix_ns != 0,
                     .fresh = e.heard_unix_ns != 0 && now - e.heard <= timeout,
                     .says_up = e.up,
-                    .age = now - e.heard};
+                    .age = now - e.heard,
+                    .connected = connected[topo.link(x).src]};
   };
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const LinkId r = topo.link(l).reverse;
     if (r != kNoLink && r < l) continue;  // each cable once
     const CableEnd here = end_of(l), there = end_of(r);
-    const bool up = CableUp(here, there);
+    const bool up = CableUp(here, there, /*was_up=*/!cable_down_[l]);
     if (up != cable_down_[l]) continue;  // unchanged
     cable_down_[l] = !up;
     computer_->SetKnownDown(l, !up);

@@ -52,7 +52,9 @@ class AgentSession {
                Duration ack_timeout, Duration refresh);
 
   // Tables in RouteTable's compact form (the agent's hello offered it); before the first.
+  // After a refused table, whole tables only.
   void set_compact_tables(bool on) { compact_tables_ = on; }
+  bool compact_tables() const { return compact_tables_; }
 
   // Configuration to send before anything else. Its keys are the epochs' secrets: the agent is
   // sent its own row of each (security::RowFor), never a secret.

@@ -154,14 +154,19 @@ std::shared_ptr<const Overlay> MakeOverlay(const ControllerConfig& config) {
   o->topology = BuildTopology(config);
   o->whole_link.reserve(static_cast<size_t>(o->topology.num_links()));
   for (LinkId l = 0; l < o->topology.num_links(); ++l) o->whole_link.push_back({l, 1.0});
-  for (NodeId v = 0; v < o->topology.num_nodes(); ++v) {
-    o->num_stubs += o->topology.StubUplink(v) != kNoLink;
-  }
   for (NodeId n = 0; n < static_cast<NodeId>(config.nodes.size()); ++n) {
     o->wire_id.push_back(config.nodes[n].id);
     o->overlay_address.push_back(config.nodes[n].overlay_address);
     o->by_wire[config.nodes[n].id] = n;
   }
+  // stub_hosts marks the stubs by StubSwitches' rule: without it, there are none.
+  std::vector<NodeId> stubs(static_cast<size_t>(o->topology.num_nodes()), kNoNode);
+  for (NodeId v = 0; v < o->topology.num_nodes(); ++v) {
+    if (const LinkId up = o->topology.StubUplink(v); up != kNoLink) {
+      stubs[v] = o->topology.link(up).dst;
+    }
+  }
+  o->stub_digest = StubDigest(stubs, o->wire_id);
   for (const ControllerLinkConfig& l : config.links) {
     // BuildTopology adds both directions of each link in order.
     o->delay_configured.push_back(l.delay.has_value());
@@ -281,7 +286,7 @@ bool BuildRouteTable(const RouteSnapshot& snapshot, NodeId node, const RouteSnap
     if (default_link != kNoLink) {
       out.mutable_default_route()->set_neighbor_id(o.wire_id[o.topology.link(default_link).dst]);
     }
-    out.set_implied_stubs(static_cast<uint32_t>(o.num_stubs));
+    out.set_stub_digest(o.stub_digest);
     if (base != nullptr) base_default = DefaultLink(*base, node);
   }
   const int n = o.topology.num_nodes();

@@ -31,7 +31,7 @@ struct Overlay {
   absl::flat_hash_map<uint32_t, NodeId> by_wire;
   std::vector<bool> delay_configured;  // by LinkId: the link's delay is fixed, not measured
   std::vector<NextHop> whole_link;     // by LinkId: a row of that one link (a stub's rows)
-  int num_stubs = 0;                   // nodes with a StubUplink (stub_hosts)
+  uint64_t stub_digest = 0;            // of the nodes with a StubUplink (StubDigest)
 
   // The node with wire id `id`, or kNoNode.
   NodeId Find(uint32_t id) const {

@@ -67,21 +67,26 @@ bool LinkLiveness::OnSendError() {
   return true;
 }
 
-bool CableUp(const CableEnd& a, const CableEnd& b) {
+bool CableUp(const CableEnd& a, const CableEnd& b, bool was_up) {
   const auto says = [](const CableEnd& e, bool state) {
     return e.exists && e.fresh && e.says_up == state;
   };
   if (says(a, true) || says(b, true)) return true;
   if (says(a, false) || says(b, false)) return false;
-  // Neither end has a fresh word: up only while no end has ever been heard from.
-  return !(a.exists && a.heard) && !(b.exists && b.heard);
+  // Neither end has a fresh word: up while no end has ever been heard from; as it was while
+  // a heard end's stream is open.
+  const auto heard = [](const CableEnd& e) { return e.exists && e.heard; };
+  if (!heard(a) && !heard(b)) return true;
+  if ((heard(a) && a.connected) || (heard(b) && b.connected)) return was_up;
+  return false;
 }
 
 std::string DescribeCableEnd(const CableEnd& end) {
   if (!end.exists) return "(no reverse)";
   if (!end.heard) return "not heard from yet";
   if (!end.fresh) {
-    return fmt::format("silent for {:.0f} ms", static_cast<double>(end.age.count()) * 1e-6);
+    return fmt::format("silent for {:.0f} ms{}", static_cast<double>(end.age.count()) * 1e-6,
+                       end.connected ? " (stream open)" : "");
   }
   return end.says_up ? "up" : "says down";
 }

@@ -96,26 +96,44 @@ CableEnd NeverHeard() { return CableEnd{}; }
 CableEnd NoReverse() { return CableEnd{.exists = false}; }
 
 TEST(CableUpTest, OneFreshEndSayingUpKeepsTheCableUp) {
-  EXPECT_TRUE(CableUp(Fresh(true), Fresh(true)));
-  EXPECT_TRUE(CableUp(Fresh(true), Fresh(false)));
-  EXPECT_TRUE(CableUp(Fresh(false), Fresh(true)));
-  EXPECT_TRUE(CableUp(Silent(), Fresh(true)));
+  EXPECT_TRUE(CableUp(Fresh(true), Fresh(true), false));
+  EXPECT_TRUE(CableUp(Fresh(true), Fresh(false), false));
+  EXPECT_TRUE(CableUp(Fresh(false), Fresh(true), false));
+  EXPECT_TRUE(CableUp(Silent(), Fresh(true), false));
 }
 
 TEST(CableUpTest, DownWhenTheFreshEndsSayDownOrEveryHeardEndWentSilent) {
-  EXPECT_FALSE(CableUp(Fresh(false), Fresh(false)));
-  EXPECT_FALSE(CableUp(Fresh(false), Silent()));
-  EXPECT_FALSE(CableUp(Fresh(false), NeverHeard()));
-  EXPECT_FALSE(CableUp(Silent(), Silent()));
-  EXPECT_FALSE(CableUp(Silent(), NeverHeard()));  // a node that was heard from went quiet
-  EXPECT_FALSE(CableUp(Fresh(false), NoReverse()));
-  EXPECT_FALSE(CableUp(Silent(), NoReverse()));
+  EXPECT_FALSE(CableUp(Fresh(false), Fresh(false), true));
+  EXPECT_FALSE(CableUp(Fresh(false), Silent(), true));
+  EXPECT_FALSE(CableUp(Fresh(false), NeverHeard(), true));
+  EXPECT_FALSE(CableUp(Silent(), Silent(), true));
+  EXPECT_FALSE(CableUp(Silent(), NeverHeard(), true));  // a node that was heard from went quiet
+  EXPECT_FALSE(CableUp(Fresh(false), NoReverse(), true));
+  EXPECT_FALSE(CableUp(Silent(), NoReverse(), true));
+}
+
+// Silence on a stream still open is the transport's or the controller's backlog: the cable
+// stays as it was, up or down, while any silent end's stream is open. A fresh word still
+// decides at once.
+TEST(CableUpTest, SilenceOnAnOpenStreamKeepsTheCableAsItWas) {
+  CableEnd lagging = Silent();
+  lagging.connected = true;
+  EXPECT_TRUE(CableUp(lagging, Silent(), true));
+  EXPECT_TRUE(CableUp(Silent(), lagging, true));
+  EXPECT_FALSE(CableUp(lagging, lagging, false));
+  EXPECT_TRUE(CableUp(lagging, lagging, true));
+  EXPECT_TRUE(CableUp(lagging, NoReverse(), true));
+  EXPECT_FALSE(CableUp(lagging, Fresh(false), true));
+  EXPECT_TRUE(CableUp(lagging, Fresh(true), false));
+  // Once no silent end's stream is open, silence takes it down.
+  EXPECT_FALSE(CableUp(Silent(), Silent(), true));
+  EXPECT_EQ(DescribeCableEnd(lagging), "silent for 420 ms (stream open)");
 }
 
 TEST(CableUpTest, EndsNeverHeardFromTellNothing) {
   // A restarted controller keeps links up until their agents reconnect.
-  EXPECT_TRUE(CableUp(NeverHeard(), NeverHeard()));
-  EXPECT_TRUE(CableUp(NeverHeard(), NoReverse()));
+  EXPECT_TRUE(CableUp(NeverHeard(), NeverHeard(), false));
+  EXPECT_TRUE(CableUp(NeverHeard(), NoReverse(), false));
 }
 
 TEST(CableUpTest, DescribesEachEndForTheOperator) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <utility>
 
+#include "base/fnv.h"
 #include "fmt/format.h"
 
 namespace dar {
@@ -84,6 +86,32 @@ std::vector<NodeId> Topology::Destinations() const {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+std::vector<NodeId> StubSwitches(const Topology& topo) {
+  std::vector<NodeId> out(static_cast<size_t>(topo.num_nodes()), kNoNode);
+  for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+    const std::vector<LinkId>& links = topo.node(v).out_links;
+    if (links.size() != 1) continue;
+    const NodeId t = topo.link(links[0]).dst;
+    if (topo.node(t).out_links.size() > 1) out[v] = t;
+  }
+  return out;
+}
+
+uint64_t StubDigest(const std::vector<NodeId>& stub_switch, absl::Span<const uint32_t> ids) {
+  std::vector<std::pair<uint32_t, uint32_t>> pairs;
+  for (size_t v = 0; v < stub_switch.size(); ++v) {
+    if (stub_switch[v] != kNoNode) pairs.emplace_back(ids[v], ids[stub_switch[v]]);
+  }
+  if (pairs.empty()) return 0;
+  std::sort(pairs.begin(), pairs.end());
+  Fnv1a64 h;
+  for (const auto& [stub, sw] : pairs) {
+    h.Int(stub);
+    h.Int(sw);
+  }
+  return h.value() == 0 ? 1 : h.value();
 }
 
 std::string Topology::Summary() const {

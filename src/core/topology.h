@@ -121,6 +121,16 @@ class Topology {
   bool every_node_an_endpoint_ = false;
 };
 
+// By NodeId: for a node on exactly one link whose neighbour has more (a host under its
+// switch), that neighbour; kNoNode for any other node. The controller's stub_hosts marks hosts
+// by this rule, and an agent fills in a compact route table's rows by it.
+std::vector<NodeId> StubSwitches(const Topology& topo);
+
+// What a compact route table names its stubs by (RouteTable.stub_digest): FNV-1a 64 over each
+// stub's id and its switch's id (`ids` by NodeId), in ascending order of the stub's id; 0 if
+// there is no stub (and never 0 otherwise).
+uint64_t StubDigest(const std::vector<NodeId>& stub_switch, absl::Span<const uint32_t> ids);
+
 }  // namespace dar
 
 #endif  // DAR_CORE_TOPOLOGY_H_

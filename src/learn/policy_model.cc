@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/files.h"
+#include "base/fnv.h"
 #include "base/status_macros.h"
 #include "fmt/format.h"
 
@@ -16,43 +17,6 @@ namespace dar::learn {
 namespace {
 
 constexpr char kFormat[] = "dar-policy";
-
-// FNV-1a, 64 bits, over the little-endian bytes of each number (model_checksum below).
-class Fnv1a64 {
- public:
-  void Bytes(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) {
-      h_ ^= b[i];
-      h_ *= 0x100000001b3ULL;
-    }
-  }
-  void Int(int64_t v) {
-    unsigned char b[8];
-    for (int i = 0; i < 8; ++i)
-      b[i] = static_cast<unsigned char>(static_cast<uint64_t>(v) >> (8 * i));
-    Bytes(b, 8);
-  }
-  void Float(float v) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    unsigned char b[4];
-    for (int i = 0; i < 4; ++i) b[i] = static_cast<unsigned char>(bits >> (8 * i));
-    Bytes(b, 4);
-  }
-  void Double(double v) {
-    uint64_t bits;
-    std::memcpy(&bits, &v, 8);
-    Int(static_cast<int64_t>(bits));
-  }
-  void Floats(const std::vector<float>& v) {
-    for (float x : v) Float(x);
-  }
-  uint64_t value() const { return h_; }
-
- private:
-  uint64_t h_ = 0xcbf29ce484222325ULL;
-};
 
 absl::Status Refused(const std::string& path, const std::string& why) {
   return absl::InvalidArgumentError(fmt::format("model file {}: {}", path, why));

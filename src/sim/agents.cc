@@ -89,7 +89,7 @@ std::vector<bool> CablesUp(const Topology& topo, const std::vector<LinkSample>& 
   };
   std::vector<bool> up(topo.num_links(), true);
   for (LinkId l = 0; l < topo.num_links(); ++l) {
-    up[l] = CableUp(end(l), end(topo.link(l).reverse));
+    up[l] = CableUp(end(l), end(topo.link(l).reverse), /*was_up=*/true);  // ends always fresh
   }
   return up;
 }
