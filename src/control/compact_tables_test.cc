@@ -10,31 +10,13 @@
 #include "agent/table_store.h"
 #include "control/controller_session.h"
 #include "control/controller_tables.h"
+#include "control/controller_test_util.h"
 #include "core/routing.h"
-#include "core/topology_gen.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 
 namespace dar::control {
 namespace {
-
-// A k=4 fat-tree: 16 hosts (the stubs), 20 switches; wire ids 1..36.
-ControllerConfig StubFatTree() {
-  const Topology topo = FatTree(FatTreeParams{.k = 4});
-  ControllerConfig c;
-  c.stub_hosts = true;
-  for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-    c.nodes.push_back(
-        {static_cast<uint32_t>(v + 1), topo.node(v).name, fmt::format("10.77.0.{}", v + 1)});
-  }
-  for (const Link& l : topo.links()) {
-    if (l.src < l.dst) {
-      c.links.push_back(
-          {c.nodes[l.src].name, c.nodes[l.dst].name, DataRate::Gbps(1), std::nullopt});
-    }
-  }
-  return c;
-}
 
 // Node `self`'s agent configuration of the same overlay, as far as its table store reads it.
 agent::AgentConfig AgentConfigOf(const ControllerConfig& c, NodeId self) {
@@ -98,7 +80,7 @@ void ExpectSameForwarding(TwoStores& s, const std::string& where) {
 class CompactTablesTest : public ::testing::Test {
  protected:
   CompactTablesTest()
-      : config_(StubFatTree()),
+      : config_(testing::FatTreeConfig(/*stub_hosts=*/true)),
         overlay_(MakeOverlay(config_)),
         computer_(overlay_->topology, DefaultControllerRoutes()) {
     for (NodeId v = 0; v < overlay_->topology.num_nodes(); ++v) {

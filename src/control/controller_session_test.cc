@@ -10,7 +10,6 @@
 #include "control/controller_tables.h"
 #include "control/controller_test_util.h"
 #include "core/routing.h"
-#include "core/topology_gen.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "security/key_ring.h"
@@ -387,24 +386,7 @@ TEST_F(SessionTest, UnchangedRowsAreSentOnlyAsARefresh) {
   EXPECT_TRUE(s.Next(Milliseconds(5400), m));
 }
 
-// A k=4 fat-tree overlay (16 hosts, 20 switches) for the controller, hosts decided through
-// their switch or each on its own.
-ControllerConfig FatTreeConfig(bool stub_hosts) {
-  const Topology topo = FatTree(FatTreeParams{.k = 4});
-  ControllerConfig c;
-  c.stub_hosts = stub_hosts;
-  for (NodeId v = 0; v < topo.num_nodes(); ++v) {
-    c.nodes.push_back(
-        {static_cast<uint32_t>(v + 1), topo.node(v).name, fmt::format("10.77.0.{}", v + 1)});
-  }
-  for (const Link& l : topo.links()) {
-    if (l.src < l.dst) {
-      c.links.push_back(
-          {c.nodes[l.src].name, c.nodes[l.dst].name, DataRate::Gbps(1), std::nullopt});
-    }
-  }
-  return c;
-}
+using testing::FatTreeConfig;
 
 // A route's next hops by wire id, with weights.
 std::vector<std::pair<uint32_t, double>> WireHops(const Overlay& o,

@@ -7,6 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "core/topology_gen.h"
 #include "fmt/format.h"
 #include "security/certs.h"
 
@@ -45,6 +46,23 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> TestPki::Channel(const security::
   ASSIGN_OR_RETURN(security::TlsFiles files, Files(id));
   security::ChannelTlsOptions options{files, "localhost"};
   return security::CreateSecureChannel(fmt::format("127.0.0.1:{}", port), options, absl::Now());
+}
+
+ControllerConfig FatTreeConfig(bool stub_hosts) {
+  const Topology topo = FatTree(FatTreeParams{.k = 4});
+  ControllerConfig c;
+  c.stub_hosts = stub_hosts;
+  for (NodeId v = 0; v < topo.num_nodes(); ++v) {
+    c.nodes.push_back(
+        {static_cast<uint32_t>(v + 1), topo.node(v).name, fmt::format("10.77.0.{}", v + 1)});
+  }
+  for (const Link& l : topo.links()) {
+    if (l.src < l.dst) {
+      c.links.push_back(
+          {c.nodes[l.src].name, c.nodes[l.dst].name, DataRate::Gbps(1), std::nullopt});
+    }
+  }
+  return c;
 }
 
 ControllerConfig MakeTestConfig(const TestPki& pki, int nodes,

@@ -74,6 +74,10 @@ class TestPki {
 ControllerConfig MakeTestConfig(const TestPki& pki, int nodes,
                                 const std::vector<std::pair<int, int>>& links,
                                 const std::string& log_file = "");
+// The overlay of a k=4 fat-tree (16 hosts h0.., 20 switches; wire ids 1..36 in the
+// generator's node order, 1 Gb/s links), hosts decided through their switch or each on its
+// own. Topology and nodes only: no listening address or certificates.
+ControllerConfig FatTreeConfig(bool stub_hosts);
 // The same configuration as YAML text.
 std::string TestConfigYaml(const TestPki& pki, int nodes,
                            const std::vector<std::pair<int, int>>& links);
