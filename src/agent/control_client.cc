@@ -468,7 +468,10 @@ void ControlClient::HandleTable(Stream& stream, const v1::RouteTable& table) {
   v1::TableAck* ack = m.mutable_ack();
   ack->set_version(table.version());
   ack->set_accepted(s.ok());
-  if (!s.ok()) ack->set_reason(std::string(s.message()));
+  if (!s.ok()) {
+    ack->set_reason(std::string(s.message()));
+    ack->set_compact_refused(IsCompactFormRefusal(s));
+  }
   {
     MutexLock lock(&mu_);
     ++(s.ok() ? status_.tables_accepted : status_.tables_refused);

@@ -13,6 +13,7 @@
 #include <limits>
 #include <set>
 
+#include "absl/strings/cord.h"
 #include "agent/dataplane.h"
 #include "base/files.h"
 #include "base/fnv.h"
@@ -39,11 +40,24 @@ std::string RowName(const v1::Route& r) {
 
 absl::Status Refusal(const std::string& message) { return absl::FailedPreconditionError(message); }
 
+constexpr char kCompactFormPayload[] = "dar.v1/compact-form-refused";
+
+// A refusal of the compact form itself (IsCompactFormRefusal).
+absl::Status FormRefusal(const std::string& message) {
+  absl::Status s = Refusal(message);
+  s.SetPayload(kCompactFormPayload, absl::Cord("1"));
+  return s;
+}
+
 absl::Status NonZeroVersion(uint64_t version) {
   return version == 0 ? Refusal("version 0 is not a table version") : absl::OkStatus();
 }
 
 }  // namespace
+
+bool IsCompactFormRefusal(const absl::Status& status) {
+  return status.GetPayload(kCompactFormPayload).has_value();
+}
 
 TableStore::TableStore(const AgentConfig& config, const Topology& topology, Duration stale_after,
                        JsonLog* log)
@@ -159,7 +173,7 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
   if (absl::Status s = NonZeroVersion(v); !s.ok()) return s;
   Rows rows;
   if (table.stub_digest() != 0 && table.stub_digest() != stub_digest_) {
-    return Refusal(fmt::format(
+    return FormRefusal(fmt::format(
         "the table leaves out rows toward stubs {:016x}, but this node's configuration has "
         "stubs {:016x} (its nodes and links differ from the controller's)",
         table.stub_digest(), stub_digest_));
@@ -175,8 +189,9 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
                                  table.base_version(), VersionLocked()));
     }
     if (table.stub_digest() != rows_.stub_digest) {
-      return Refusal(fmt::format("a delta with stubs {:016x} against a table with stubs {:016x}",
-                                 table.stub_digest(), rows_.stub_digest));
+      return FormRefusal(
+          fmt::format("a delta with stubs {:016x} against a table with stubs {:016x}",
+                      table.stub_digest(), rows_.stub_digest));
     }
     rows = rows_;
   } else {
@@ -194,7 +209,7 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
     // Only where it cannot loop: at a stub, whose one neighbour has other links and, its
     // rows running downhill, never sends back to it.
     if (stub_switch_[config_.self] != n->node) {
-      return Refusal(
+      return FormRefusal(
           fmt::format("default route: node {} is no stub (a node on a single link "
                       "whose neighbour has several), and only a stub takes one",
                       config_.self_node().id));

@@ -63,6 +63,11 @@ namespace dar::agent {
 // The file inside the state dir.
 inline constexpr char kTableFileName[] = "tables.bin";
 
+// Whether Offer refused a table for its compact form (a default route at a node that is no
+// stub, stubs other than this node's configuration has): the controller then sends whole
+// tables (TableAck.compact_refused).
+bool IsCompactFormRefusal(const absl::Status& status);
+
 // Event counts since construction; the chain's transitions inherited.
 struct TableStoreCounters : FallbackCounters {
   int64_t offered = 0;

@@ -511,6 +511,7 @@ TEST_F(TableStoreTest, RefusesADefaultRouteAtANodeWithSeveralLinks) {
   v1::RouteTable t = FullTable(6);
   t.mutable_default_route()->set_neighbor_id(kA);
   EXPECT_THAT(RefusalOf(t), HasSubstr("node 2 is no stub"));
+  EXPECT_TRUE(IsCompactFormRefusal(NewStore()->Offer(t, Time(0))));
 }
 
 // B's configuration has no stubs (every node of the diamond has two links): a table that
@@ -604,8 +605,10 @@ TEST_F(HostTableStoreTest, ADefaultRouteCoversEveryRowNotSentAndSurvivesARestart
   v1::RouteTable delta = HostTable(6);
   delta.set_base_version(5);
   delta.set_stub_digest(0);
-  EXPECT_THAT(std::string(store->Offer(delta, Time(0)).message()),
+  const absl::Status refused = store->Offer(delta, Time(0));
+  EXPECT_THAT(std::string(refused.message()),
               HasSubstr("a delta with stubs 0000000000000000 against a table with stubs"));
+  EXPECT_TRUE(IsCompactFormRefusal(refused));
 }
 
 TEST_F(HostTableStoreTest, RefusesADefaultRouteOverALinkThatIsDownOrToANonNeighbour) {
@@ -614,9 +617,13 @@ TEST_F(HostTableStoreTest, RefusesADefaultRouteOverALinkThatIsDownOrToANonNeighb
   t.mutable_default_route()->set_neighbor_id(kD);
   EXPECT_THAT(std::string(store->Offer(t, Time(0)).message()),
               HasSubstr("default route: node 4 is not a neighbour of node 5"));
+  // A bad table, not a form this agent cannot take.
+  EXPECT_FALSE(IsCompactFormRefusal(store->Offer(t, Time(0))));
   store->SetNeighbourUp(kNodeA, false);
-  EXPECT_THAT(std::string(store->Offer(HostTable(6), Time(0)).message()),
-              HasSubstr("a link the data plane reports down"));
+  // Refused, but not for its form: the controller goes on sending compact tables.
+  const absl::Status down = store->Offer(HostTable(6), Time(0));
+  EXPECT_THAT(std::string(down.message()), HasSubstr("a link the data plane reports down"));
+  EXPECT_FALSE(IsCompactFormRefusal(down));
   // With the link down nothing is reachable: no default and no row is no black hole.
   v1::RouteTable none;
   none.set_version(7);

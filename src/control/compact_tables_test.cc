@@ -221,10 +221,20 @@ TEST_F(CompactTablesTest, AnAgentWithOtherStubsRefusesTheCompactFormAndGetsWhole
   ASSERT_TRUE(session.Next(Time(0), m));
   ASSERT_TRUE(m.has_table());
   EXPECT_NE(m.table().stub_digest(), 0u);
+  EXPECT_TRUE(agent::IsCompactFormRefusal(refused));
+  // A refusal for anything else (a link the agent sees down) leaves the form as it is.
   v1::TableAck ack;
   ack.set_version(m.table().version());
   ack.set_accepted(false);
+  ack.set_reason("next hop 3 is over a link the data plane reports down");
+  EXPECT_EQ(session.OnAck(ack), AckOutcome::kRefused);
+  EXPECT_TRUE(session.compact_tables());
+  session.SetSnapshot(Cycle());
+  ASSERT_TRUE(session.Next(Time(0), m));
+  EXPECT_NE(m.table().stub_digest(), 0u);
+  ack.set_version(m.table().version());
   ack.set_reason(std::string(refused.message()));
+  ack.set_compact_refused(true);
   EXPECT_EQ(session.OnAck(ack), AckOutcome::kRefused);
   EXPECT_FALSE(session.compact_tables());
   const auto next = Cycle();

@@ -474,6 +474,13 @@ std::string ControllerCore::NotLeading() const {
 
 absl::Status ControllerCore::Lead(uint64_t term) {
   {
+    // What this replica heard of the links when it last led is old, and their agents have not
+    // reconnected yet: every end starts unheard, as at a start, so that the term's first
+    // tables do not route around links only this replica's absence made silent (CableUp).
+    MutexLock cycle_lock(&cycle_mu_);
+    std::fill(ends_.begin(), ends_.end(), LinkEnd{});
+  }
+  {
     MutexLock lock(&mu_);
     versions_ = TableVersions::ForTerm(term);
     // What this replica knew of the operator's changes when it last led is stale: the store's

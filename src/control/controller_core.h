@@ -7,9 +7,10 @@
 // Liveness. A link end (the directed link from a node to its neighbour) is up while its
 // node's newest sample for it is fresh (younger than sample_timeout) and says up. A cable is
 // up while either end is up: it goes down when both ends say so, when one says down and the
-// other is silent, or when samples stop from both and neither node's stream is still open
-// (silence on an open stream is backlog: core/link_liveness.h, CableUp). Links start up (from
-// the configuration) and go down one timeout later if nobody reports them.
+// other is silent, or when samples stop from both. A node silent on every link while its
+// stream is open is taken to be behind, for up to ten sample timeouts, and its links keep
+// their state meanwhile (core/link_liveness.h, CableUp). Links start up (from the
+// configuration) and go down one timeout later if nobody reports them.
 //
 // Learned policy. A configuration may name a model file (policy.policy_model); the core loads
 // it (at construction and on Reload) and hands it to the route computer, which asks it for the

@@ -387,14 +387,16 @@ TEST_F(CoreTest, LinksStayUpUntilHeardFromAndGoDownWhenTheirEndsFallSilent) {
   EXPECT_TRUE(NextHops("n1", "n4").empty());
 }
 
-// A controller behind on its samples hears nothing from agents whose streams are open: their
-// links stay as they were, and silence takes them down only once the streams have ended.
-TEST_F(CoreTest, SilenceOnOpenStreamsTakesNoLinkDown) {
+// A controller behind on its samples hears nothing from agents whose streams are open: a node
+// silent on every link is taken to be behind, and its links keep their state for up to ten
+// sample timeouts (3 s). A link silent at both ends while its nodes report their other links,
+// an agent whose stream ended, and the end of the grace take links down.
+TEST_F(CoreTest, ANodeBehindOnItsSamplesTakesNoLinkDown) {
   std::vector<std::shared_ptr<FakeLink>> links;
   for (uint32_t n = 1; n <= 4; ++n) {
     links.push_back(std::make_shared<FakeLink>());
-    const std::vector<uint32_t> nbs = n == 1 || n == 4 ? std::vector<uint32_t>{2, 3}
-                                                       : std::vector<uint32_t>{1, 4};
+    const std::vector<uint32_t> nbs =
+        n == 1 || n == 4 ? std::vector<uint32_t>{2, 3} : std::vector<uint32_t>{1, 4};
     ASSERT_TRUE(core_->Admit(NodeIdentity(n), Hello(n, nbs), links.back()).ok());
   }
   ReportAll();
@@ -403,17 +405,64 @@ TEST_F(CoreTest, SilenceOnOpenStreamsTakesNoLinkDown) {
   EXPECT_EQ(core_->RunCycle().links_down, 0);
   EXPECT_EQ(NextHops("n1", "n4").size(), 2u);
   EXPECT_FALSE(HasEvent("link_down"));
-  // A fresh word still counts at once: n1 says n1-n2 is down, n2 is silent.
+  // A fresh word still counts at once: n1 says n1-n2 is down, n2 is behind.
   ASSERT_TRUE(core_->OnSamples(1, Samples({{2, false}, {3, true}})).ok());
   EXPECT_EQ(core_->RunCycle().links_down, 2);
-  EXPECT_TRUE(HasEvent("link_down", "n1 says down, n2 silent for 2000 ms (stream open)"));
-  // n3's and n4's streams end: n3-n4 has no open stream at either end and goes down; n1-n3
-  // and n2-n4 keep n1's and n2's open streams.
+  EXPECT_TRUE(HasEvent("link_down", "n1 says down, n2 silent for 2000 ms (its node behind)"));
+  // n3's and n4's streams end: n3-n4 has no node behind at either end and goes down; n1-n3
+  // and n2-n4 keep n2's (n1 is fresh and says up).
   core_->Detach(3, links[2].get());
   core_->Detach(4, links[3].get());
-  clock_.Advance(Milliseconds(301));
+  clock_.Advance(Milliseconds(100));
   EXPECT_EQ(core_->RunCycle().links_down, 4);
-  EXPECT_TRUE(HasEvent("link_down", "n3-n4: n3 silent for 2301 ms, n4 silent for 2301 ms"));
+  EXPECT_TRUE(HasEvent("link_down", "n3-n4: n3 silent for 2100 ms, n4 silent for 2100 ms"));
+  // The grace ends 3 s after n2's last report: n2-n4 goes down; n1 still says n1-n3 is up.
+  clock_.Advance(Milliseconds(850));
+  ASSERT_TRUE(core_->OnSamples(1, Samples({{2, false}, {3, true}})).ok());
+  EXPECT_EQ(core_->RunCycle().links_down, 4);
+  clock_.Advance(Milliseconds(100));
+  ASSERT_TRUE(core_->OnSamples(1, Samples({{2, false}, {3, true}})).ok());
+  EXPECT_EQ(core_->RunCycle().links_down, 6);
+  EXPECT_TRUE(HasEvent("link_down", "n2 silent for 3050 ms"));
+}
+
+// A replica that leads again has heard nothing of this term's agents yet: links it last knew
+// up stay up until their ends speak, however long it was away.
+TEST_F(CoreTest, AReplicaThatLeadsAgainStartsWithEveryEndUnheard) {
+  ReportAll();
+  EXPECT_EQ(core_->RunCycle().links_down, 0);
+  core_->StepDown("a test");
+  clock_.Advance(Seconds(5));
+  ASSERT_TRUE(core_->Lead(2).ok());
+  EXPECT_EQ(core_->RunCycle().links_down, 0);
+  EXPECT_FALSE(HasEvent("link_down"));
+  // Heard from again, its ends count as before.
+  ReportAll();
+  core_->RunCycle();
+  clock_.Advance(Milliseconds(301));
+  EXPECT_EQ(core_->RunCycle().links_down, 8);
+}
+
+// A node that reports its other links but not this one is not behind: a link its agent no
+// longer reports (its configuration lost it) goes down by silence as before.
+TEST_F(CoreTest, ALinkSilentAtBothEndsOfNodesHeardOtherwiseGoesDown) {
+  for (uint32_t n : {1u, 2u}) {
+    ASSERT_TRUE(
+        core_
+            ->Admit(NodeIdentity(n),
+                    Hello(n, n == 1 ? std::vector<uint32_t>{2, 3} : std::vector<uint32_t>{1, 4}),
+                    std::make_shared<FakeLink>())
+            .ok());
+  }
+  ReportAll();
+  EXPECT_EQ(core_->RunCycle().links_down, 0);
+  clock_.Advance(Milliseconds(350));
+  ASSERT_TRUE(core_->OnSamples(1, Samples({{3, true}})).ok());
+  ASSERT_TRUE(core_->OnSamples(2, Samples({{4, true}})).ok());
+  ASSERT_TRUE(core_->OnSamples(3, Samples({{1, true}, {4, true}})).ok());
+  ASSERT_TRUE(core_->OnSamples(4, Samples({{2, true}, {3, true}})).ok());
+  EXPECT_EQ(core_->RunCycle().links_down, 2);
+  EXPECT_TRUE(HasEvent("link_down", "n1-n2: n1 silent for 350 ms, n2 silent for 350 ms"));
 }
 
 TEST_F(CoreTest, DrainMovesRoutesOffTheLink) {

@@ -107,7 +107,7 @@ CycleReport ControllerCore::RunCycle() {
                                     std::string(save_error.message())));
     }
     timeout = config_.sample_timeout;
-    // Whose stream is open: their silence is backlog, not a failure (CableUp).
+    // Whose stream is open: a node silent on it may be behind (CableEnd.lagging).
     connected.assign(static_cast<size_t>(computer_overlay_->topology.num_nodes()), false);
     for (const auto& [wire, a] : agents_) {
       const NodeId v = computer_overlay_->Find(wire);
@@ -152,15 +152,27 @@ CycleReport ControllerCore::RunCycle() {
     std::string kind, node, detail;
   };
   std::vector<NewEvent> events;
-  // What this controller knows of each end (core/link_liveness.h holds the rule).
+  // What this controller knows of each end (core/link_liveness.h holds the rule). A node is
+  // behind as a whole while its stream is open and no report of any of its links is fresh,
+  // for at most kLagGrace sample timeouts: its samples are late, its links not down.
+  constexpr int kLagGrace = 10;
+  const auto fresh = [&](const LinkEnd& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) {
+    return e.heard_unix_ns != 0 && now - e.heard <= timeout;
+  };
+  std::vector<bool> node_fresh(static_cast<size_t>(topo.num_nodes()), false);
+  for (LinkId l = 0; l < topo.num_links(); ++l) {
+    if (fresh(ends_[l])) node_fresh[topo.link(l).src] = true;
+  }
   const auto end_of = [&](LinkId x) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_) {
     if (x == kNoLink) return CableEnd{.exists = false};
     const LinkEnd& e = ends_[x];
-    return CableEnd{.heard = e.heard_unix_ns != 0,
-                    .fresh = e.heard_unix_ns != 0 && now - e.heard <= timeout,
-                    .says_up = e.up,
-                    .age = now - e.heard,
-                    .connected = connected[topo.link(x).src]};
+    const NodeId v = topo.link(x).src;
+    return CableEnd{
+        .heard = e.heard_unix_ns != 0,
+        .fresh = fresh(e),
+        .says_up = e.up,
+        .age = now - e.heard,
+        .lagging = connected[v] && !node_fresh[v] && now - e.heard <= kLagGrace * timeout};
   };
   for (LinkId l = 0; l < topo.num_links(); ++l) {
     const LinkId r = topo.link(l).reverse;

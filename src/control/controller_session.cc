@@ -106,9 +106,10 @@ AckOutcome AgentSession::OnAck(const v1::TableAck& ack) {
   }
   in_flight_ = nullptr;
   need_full_ = true;
-  // The agent may not fill in what the compact form leaves out (its configuration lags the
-  // controller's): it gets whole tables for the rest of this stream.
-  compact_tables_ = false;
+  // The agent cannot fill in what the compact form leaves out (its configuration lags the
+  // controller's): it gets whole tables for the rest of this stream. Other refusals (a link
+  // it sees down, a delta's base) change nothing here.
+  if (ack.compact_refused()) compact_tables_ = false;
   return AckOutcome::kRefused;
 }
 

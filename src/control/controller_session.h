@@ -52,7 +52,7 @@ class AgentSession {
                Duration ack_timeout, Duration refresh);
 
   // Tables in RouteTable's compact form (the agent's hello offered it); before the first.
-  // After a refused table, whole tables only.
+  // After a table refused for that form (TableAck.compact_refused), whole tables only.
   void set_compact_tables(bool on) { compact_tables_ = on; }
   bool compact_tables() const { return compact_tables_; }
 

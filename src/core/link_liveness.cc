@@ -74,10 +74,10 @@ bool CableUp(const CableEnd& a, const CableEnd& b, bool was_up) {
   if (says(a, true) || says(b, true)) return true;
   if (says(a, false) || says(b, false)) return false;
   // Neither end has a fresh word: up while no end has ever been heard from; as it was while
-  // a heard end's stream is open.
+  // a heard end's node is behind.
   const auto heard = [](const CableEnd& e) { return e.exists && e.heard; };
   if (!heard(a) && !heard(b)) return true;
-  if ((heard(a) && a.connected) || (heard(b) && b.connected)) return was_up;
+  if ((heard(a) && a.lagging) || (heard(b) && b.lagging)) return was_up;
   return false;
 }
 
@@ -86,7 +86,7 @@ std::string DescribeCableEnd(const CableEnd& end) {
   if (!end.heard) return "not heard from yet";
   if (!end.fresh) {
     return fmt::format("silent for {:.0f} ms{}", static_cast<double>(end.age.count()) * 1e-6,
-                       end.connected ? " (stream open)" : "");
+                       end.lagging ? " (its node behind)" : "");
   }
   return end.says_up ? "up" : "says down";
 }

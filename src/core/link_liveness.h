@@ -71,12 +71,14 @@ class LinkLiveness {
 // What the controller knows of one end of a cable: the newest report of the node that sends on
 // that direction.
 struct CableEnd {
-  bool exists = true;      // false for the missing reverse of a one-way link
-  bool heard = false;      // a report arrived since the controller started
-  bool fresh = false;      // ... and the newest is within the staleness timeout
-  bool says_up = true;     // what the newest report says (LinkLiveness at that end)
-  Duration age{0};         // since the newest report
-  bool connected = false;  // its node's stream to the controller is open
+  bool exists = true;   // false for the missing reverse of a one-way link
+  bool heard = false;   // a report arrived since the controller started
+  bool fresh = false;   // ... and the newest is within the staleness timeout
+  bool says_up = true;  // what the newest report says (LinkLiveness at that end)
+  Duration age{0};      // since the newest report
+  // Its node is behind as a whole, not this link: the node's stream to the controller is
+  // open, none of its links has a fresh report, and not for long (the controller's grace).
+  bool lagging = false;
 };
 
 // A cable is up if a fresh end says so; down if a fresh end says so, or if its ends went
@@ -84,12 +86,13 @@ struct CableEnd {
 // controller must not take links down because their agents have not reconnected yet (the
 // neighbours' reports say down if a node is really gone).
 //
-// Silence takes a cable down only once no silent end's node has its stream open; until then
-// the cable stays as it was (`was_up`). Silence on an open stream is the transport's or the
-// controller's backlog, not the link's: a node whose link fails says so over its stream, and
-// a node that dies loses its stream (to the keepalive at the latest). Without this, a
-// controller behind on its samples would take down healthy links by the hundred and flood
-// the agents with the tables that route around them.
+// While a silent end is `lagging`, silence does not decide: the cable stays as it was
+// (`was_up`). A node whose reports of every link stopped at once while its stream stays open
+// is most likely behind (the network or the controller backlogged), and a node whose link
+// fails says so over that stream. Without this, a controller behind on its samples would take
+// down healthy links by the hundred and flood the agents with tables that route around them.
+// A fresh word still decides at once, and the grace is short: a node that hangs or dies with
+// its stream open still loses its links once the grace is over.
 bool CableUp(const CableEnd& a, const CableEnd& b, bool was_up);
 
 // For events and the operator: "up", "says down", "silent for 420 ms", "not heard from yet",

@@ -112,12 +112,12 @@ TEST(CableUpTest, DownWhenTheFreshEndsSayDownOrEveryHeardEndWentSilent) {
   EXPECT_FALSE(CableUp(Silent(), NoReverse(), true));
 }
 
-// Silence on a stream still open is the transport's or the controller's backlog: the cable
-// stays as it was, up or down, while any silent end's stream is open. A fresh word still
-// decides at once.
-TEST(CableUpTest, SilenceOnAnOpenStreamKeepsTheCableAsItWas) {
+// A silent end whose node is behind as a whole (the controller's judgement: stream open, no
+// fresh report of any of its links, within a grace) leaves the cable as it was, up or down. A
+// fresh word still decides at once.
+TEST(CableUpTest, SilenceOfANodeBehindKeepsTheCableAsItWas) {
   CableEnd lagging = Silent();
-  lagging.connected = true;
+  lagging.lagging = true;
   EXPECT_TRUE(CableUp(lagging, Silent(), true));
   EXPECT_TRUE(CableUp(Silent(), lagging, true));
   EXPECT_FALSE(CableUp(lagging, lagging, false));
@@ -125,9 +125,9 @@ TEST(CableUpTest, SilenceOnAnOpenStreamKeepsTheCableAsItWas) {
   EXPECT_TRUE(CableUp(lagging, NoReverse(), true));
   EXPECT_FALSE(CableUp(lagging, Fresh(false), true));
   EXPECT_TRUE(CableUp(lagging, Fresh(true), false));
-  // Once no silent end's stream is open, silence takes it down.
+  // Once no silent end's node is behind, silence takes it down.
   EXPECT_FALSE(CableUp(Silent(), Silent(), true));
-  EXPECT_EQ(DescribeCableEnd(lagging), "silent for 420 ms (stream open)");
+  EXPECT_EQ(DescribeCableEnd(lagging), "silent for 420 ms (its node behind)");
 }
 
 TEST(CableUpTest, EndsNeverHeardFromTellNothing) {
