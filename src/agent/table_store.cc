@@ -351,8 +351,9 @@ absl::Status TableStore::LoadFromDisk(Time now) {
       std::string(magic) != kFileMagic) {
     return ignore(fmt::format("not a table file (header '{}')", header));
   }
-  if (format != kFileFormat && format != kCompactFileFormat)
+  if (format != kFileFormat && format != kCompactFileFormat) {
     return ignore(fmt::format("unknown format {}", format));
+  }
   if (node != config_.self_node().id) {
     return ignore(
         fmt::format("the table of node {}, not of this node ({})", node, config_.self_node().id));

@@ -100,10 +100,12 @@ class TableStoreTest : public ::testing::Test {
   }
   ~TableStoreTest() override { std::filesystem::remove_all(dir_); }
 
-  static AgentConfig MakeConfig(const std::string& dir) {
-    std::string text = kNodeB;
+  // The configuration `yaml` (B's by default), its state dir under `dir`.
+  static AgentConfig MakeConfig(const std::string& dir, const char* yaml = kNodeB,
+                                const std::string& file = "B.yaml") {
+    std::string text = yaml;
     text.replace(text.find("STATE"), 5, dir + "/state");
-    absl::StatusOr<AgentConfig> c = ParseAgentConfig(text, "B.yaml");
+    absl::StatusOr<AgentConfig> c = ParseAgentConfig(text, file);
     EXPECT_TRUE(c.ok()) << c.status();
     return *c;
   }
@@ -548,19 +550,13 @@ neighbours:
 
 class HostTableStoreTest : public TableStoreTest {
  protected:
-  HostTableStoreTest() : host_(HostConfig(dir_)), host_topology_(BuildAgentTopology(host_)) {
+  HostTableStoreTest()
+      : host_(MakeConfig(dir_, kHostH, "H.yaml")), host_topology_(BuildAgentTopology(host_)) {
     std::vector<uint32_t> ids;
     for (const AgentNodeConfig& n : host_.nodes) ids.push_back(n.id);
     digest_ = StubDigest(StubSwitches(host_topology_), ids);
   }
 
-  static AgentConfig HostConfig(const std::string& dir) {
-    std::string text = kHostH;
-    text.replace(text.find("STATE"), 5, dir + "/state");
-    absl::StatusOr<AgentConfig> c = ParseAgentConfig(text, "H.yaml");
-    EXPECT_TRUE(c.ok()) << c.status();
-    return *c;
-  }
   std::unique_ptr<TableStore> NewHostStore() {
     return std::make_unique<TableStore>(host_, host_topology_, Seconds(3), &log_);
   }

@@ -159,14 +159,9 @@ std::shared_ptr<const Overlay> MakeOverlay(const ControllerConfig& config) {
     o->overlay_address.push_back(config.nodes[n].overlay_address);
     o->by_wire[config.nodes[n].id] = n;
   }
-  // stub_hosts marks the stubs by StubSwitches' rule: without it, there are none.
-  std::vector<NodeId> stubs(static_cast<size_t>(o->topology.num_nodes()), kNoNode);
-  for (NodeId v = 0; v < o->topology.num_nodes(); ++v) {
-    if (const LinkId up = o->topology.StubUplink(v); up != kNoLink) {
-      stubs[v] = o->topology.link(up).dst;
-    }
-  }
-  o->stub_digest = StubDigest(stubs, o->wire_id);
+  // stub_hosts marks the stubs by StubSwitches' rule (BuildTopology): without it, there are
+  // none.
+  o->stub_digest = config.stub_hosts ? StubDigest(StubSwitches(o->topology), o->wire_id) : 0;
   for (const ControllerLinkConfig& l : config.links) {
     // BuildTopology adds both directions of each link in order.
     o->delay_configured.push_back(l.delay.has_value());
