@@ -1,6 +1,7 @@
 // RouteTable's compact form against a real agent's table store: on a fat-tree with hosts as
 // stubs, what an agent forwards with from a compact table (full or delta) is what it forwards
 // with from the whole table, row for row, while a host's table holds no row at all.
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -188,6 +189,74 @@ TEST_F(CompactTablesTest, DeltasFollowAHostCableDownAndBackUp) {
   EXPECT_EQ(t.routes_size(), 0);
   EXPECT_EQ(t.removed_size(), 20 * kTrafficClasses);
   OfferToAll(*again, down.get());
+}
+
+// A rack cut off from the core (its switch's uplinks down): its hosts' compact tables say,
+// row by row, each switch they cannot reach, and every other host's says the one switch it
+// cannot reach; none names a host under such a switch (that switch's row says it). Deltas say
+// it and take it back, with the snapshots of both decision layers, and every agent forwards
+// as with whole tables throughout.
+TEST_F(CompactTablesTest, ARackCutOffFromTheCoreIsSaidInTheHostsRowsAndTakenBack) {
+  const Topology& topo = overlay_->topology;
+  const NodeId h0 = *topo.FindNode("h0");
+  const NodeId e0 = topo.RouteTarget(h0);
+  const NodeId far = topo.Hosts().back();
+  ASSERT_NE(topo.RouteTarget(far), e0);
+  std::vector<LinkId> cut;  // both directions of e0's uplinks
+  for (const LinkId l : topo.node(e0).out_links) {
+    if (topo.StubUplink(topo.link(l).dst) == kNoLink)
+      cut.insert(cut.end(), {l, topo.link(l).reverse});
+  }
+  ASSERT_EQ(cut.size(), 4u);
+  const auto set_cut = [&](bool down) {
+    for (const LinkId l : cut) {
+      computer_.SetKnownDown(l, down);
+      TwoStores& st = *stores_[topo.link(l).src];
+      st.whole.SetNeighbourUp(topo.link(l).dst, !down);
+      st.compact.SetNeighbourUp(topo.link(l).dst, !down);
+    }
+  };
+  const auto before = Cycle();
+  OfferToAll(*before, nullptr);
+
+  set_cut(true);
+  const auto down = Cycle();
+  const auto expect_unreachable = [&](const RouteSnapshot& s, NodeId host, int switches) {
+    v1::RouteTable t;
+    BuildRouteTable(s, host, nullptr, t, /*compact=*/true);
+    EXPECT_TRUE(t.has_default_route()) << overlay_->name(host);
+    EXPECT_EQ(t.routes_size(), switches * kTrafficClasses) << overlay_->name(host);
+    for (const v1::Route& r : t.routes()) {
+      const NodeId d = overlay_->Find(r.destination_id());
+      EXPECT_EQ(topo.StubUplink(d), kNoLink)
+          << overlay_->name(host) << " toward " << overlay_->name(d);
+      EXPECT_EQ(r.next_hops_size(), 0);
+      EXPECT_TRUE(std::isinf(r.potential()));
+    }
+    return t;
+  };
+  expect_unreachable(*down, h0, 19);  // every switch but its own
+  EXPECT_EQ(expect_unreachable(*down, far, 1).routes(0).destination_id(), overlay_->wire_id[e0]);
+  EXPECT_GT(OfferToAll(*down, before.get()), 0);
+
+  // The marginal layer's snapshot (ranks for potentials) of the same tables says the same.
+  Topology known = topo;
+  for (const LinkId l : cut) known.mutable_link(l).up = false;
+  ++version_;
+  const auto ranked = MakeRankedSnapshot(overlay_, known, down->tables, version_, 0);
+  expect_unreachable(*ranked, h0, 19);
+  expect_unreachable(*ranked, far, 1);
+  EXPECT_EQ(OfferToAll(*ranked, down.get()), 0);  // the same rows
+
+  set_cut(false);
+  const auto again = Cycle();
+  v1::RouteTable t;
+  EXPECT_TRUE(BuildRouteTable(*again, h0, ranked.get(), t, /*compact=*/true));
+  EXPECT_EQ(t.routes_size(), 0);
+  EXPECT_EQ(t.removed_size(), 19 * kTrafficClasses);
+  EXPECT_TRUE(BuildRouteTable(*again, far, ranked.get(), t, /*compact=*/true));
+  EXPECT_EQ(t.removed_size(), kTrafficClasses);
+  OfferToAll(*again, ranked.get());
 }
 
 // An agent whose configuration has other stubs than the controller's (a host cabled to

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/units.h"
 
@@ -76,6 +78,45 @@ void SetHopCosts(const Topology& topo, RouteSnapshot& s, const Cost& cost) {
   }
 }
 
+// RouteSnapshot::stub_rows, from the snapshot's potentials and hop costs. A stub under switch
+// w whose uplink is its default route keeps a row toward d where BuildRouteTable's rule keeps
+// one (LeftOut): w cannot reach d, and d is not a stub under another switch that w cannot
+// reach either (the row toward that switch says so). A stub under a switch w reaches is cut
+// off from w only where the link down to it carries nothing.
+void SetStubRows(const Topology& topo, RouteSnapshot& s) {
+  const int n = topo.num_nodes();
+  std::vector<NodeId> switches;  // those with stubs
+  std::vector<bool> listed(static_cast<size_t>(n), false);
+  for (NodeId v = 0; v < n; ++v) {
+    const LinkId up = topo.StubUplink(v);
+    if (up == kNoLink) continue;
+    const NodeId w = topo.link(up).dst;
+    if (!listed[w]) switches.push_back(w);
+    listed[w] = true;
+  }
+  if (switches.empty()) return;
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    std::vector<std::vector<NodeId>>& rows = s.stub_rows[cls];
+    rows.assign(static_cast<size_t>(n), {});
+    for (NodeId d = 0; d < n; ++d) {
+      const LinkId up = topo.StubUplink(d);
+      if (up == kNoLink) {
+        const std::vector<double>& potential = *s.potentials[cls][d];
+        for (const NodeId w : switches) {
+          if (w != d && std::isinf(potential[w])) rows[w].push_back(d);
+        }
+        continue;
+      }
+      const LinkId down = topo.link(up).reverse;
+      if (down != kNoLink && !std::isinf(s.hop_cost[cls][down])) continue;
+      const std::vector<double>& toward_switch = *s.potentials[cls][topo.link(up).dst];
+      for (const NodeId w : switches) {
+        if (!std::isinf(toward_switch[w])) rows[w].push_back(d);
+      }
+    }
+  }
+}
+
 // The compact form's default route of v: its uplink, if v is a stub and the link carries
 // traffic in every class.
 LinkId DefaultLink(const RouteSnapshot& s, NodeId v) {
@@ -97,6 +138,49 @@ bool LeftOut(const RouteSnapshot& s, LinkId default_link, int cls, NodeId v, Nod
   if (t == d || t == v) return false;
   const RouteSnapshot::RowSource via = s.SourceOfRow(cls, v, t);
   return source.link == via.link && source.table == via.table;
+}
+
+// The rows of a stub's compact table whose default route, `up`, is also `base`'s (if given):
+// the snapshot's stub_rows of its switch, or against `base` those that came and (in
+// `removed`) those that went. Every such row is empty: the switch cannot reach its
+// destination. In the order of the general rule: by destination, then class.
+void AddStubRows(const RouteSnapshot& s, NodeId node, LinkId up, const RouteSnapshot* base,
+                 v1::RouteTable& out) {
+  const NodeId w = s.overlay->topology.link(up).dst;
+  struct Change {
+    NodeId d;
+    int cls;
+    bool came;
+  };
+  std::vector<Change> changes;
+  const std::vector<NodeId> none;
+  for (int cls = 0; cls < kTrafficClasses; ++cls) {
+    const std::vector<NodeId>& now = s.stub_rows[cls][w];
+    const std::vector<NodeId>& was = base == nullptr ? none : base->stub_rows[cls][w];
+    size_t i = 0, j = 0;
+    while (i < now.size() || j < was.size()) {
+      if (j == was.size() || (i < now.size() && now[i] < was[j])) {
+        changes.push_back({now[i++], cls, true});
+      } else if (i == now.size() || was[j] < now[i]) {
+        changes.push_back({was[j++], cls, false});
+      } else {
+        ++i, ++j;  // the same empty row in both
+      }
+    }
+  }
+  std::sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
+    return std::pair(a.d, a.cls) < std::pair(b.d, b.cls);
+  });
+  for (const Change& c : changes) {
+    if (c.d == node) continue;
+    if (c.came) {
+      AddRoute(s, c.cls, c.d, node, {}, out);
+    } else {
+      v1::RouteKey* k = out.add_removed();
+      k->set_destination_id(s.overlay->wire_id[c.d]);
+      k->set_traffic_class(c.cls);
+    }
+  }
 }
 
 }  // namespace
@@ -192,6 +276,7 @@ std::shared_ptr<const RouteSnapshot> MakeSnapshot(std::shared_ptr<const Overlay>
       s->potentials[cls][d] = std::move(row);
     }
   }
+  SetStubRows(topo, *s);
   s->overlay = std::move(overlay);
   return s;
 }
@@ -262,6 +347,7 @@ std::shared_ptr<const RouteSnapshot> MakeRankedSnapshot(
       }
     }
   }
+  SetStubRows(topo, *s);
   s->overlay = std::move(overlay);
   return s;
 }
@@ -283,6 +369,10 @@ bool BuildRouteTable(const RouteSnapshot& snapshot, NodeId node, const RouteSnap
     }
     out.set_stub_digest(o.stub_digest);
     if (base != nullptr) base_default = DefaultLink(*base, node);
+  }
+  if (default_link != kNoLink && (base == nullptr || base_default == default_link)) {
+    AddStubRows(snapshot, node, default_link, base, out);
+    return base == nullptr || out.routes_size() > 0 || out.removed_size() > 0;
   }
   const int n = o.topology.num_nodes();
   for (NodeId d = 0; d < n; ++d) {

@@ -67,6 +67,13 @@ struct RouteSnapshot {
   // By class and LinkId: what a step over the link adds to a potential; +infinity where the
   // link carries nothing (down or drained). Read on the links of stubs only.
   std::array<std::vector<double>, kTrafficClasses> hop_cost;
+  // By class and node: for a switch with stubs, the destinations toward which its stubs'
+  // compact tables hold a row, in ascending order (BuildRouteTable). Those rows say that the
+  // switch cannot reach them. Empty for any other node, and on most switches: such a row
+  // exists only where a switch is cut off from a destination (or from a stub under a switch
+  // it does reach). Made once per snapshot, so a stub's compact table costs what its rows
+  // do, not a pass over every destination.
+  std::array<std::vector<std::vector<NodeId>>, kTrafficClasses> stub_rows;
 
   // Where v's row toward d comes from: one link (a stub's uplink, or the link from its switch
   // down to it), v's row of a destination table, or neither (no row: v == d, or v cannot
