@@ -69,7 +69,10 @@ TableStore::TableStore(const AgentConfig& config, const Topology& topology, Dura
   for (auto& rows : rows_.rows) rows.resize(static_cast<size_t>(topology.num_nodes()));
   stub_switch_ = StubSwitches(topology);
   std::vector<uint32_t> ids;
-  for (const AgentNodeConfig& n : config.nodes) ids.push_back(n.id);
+  for (const AgentNodeConfig& n : config.nodes) {
+    node_of_.emplace(n.id, static_cast<NodeId>(ids.size()));
+    ids.push_back(n.id);
+  }
   stub_digest_ = StubDigest(stub_switch_, ids);
   RecomputeStatic();
 }
@@ -116,7 +119,7 @@ std::vector<bool> TableStore::Reachable() const {
 }
 
 absl::Status TableStore::CheckRoute(const v1::Route& route, CheckMode mode, NodeId& dest) const {
-  dest = config_.FindNode(route.destination_id());
+  dest = NodeOf(route.destination_id());
   if (dest == kNoNode) {
     return Refusal(fmt::format("unknown destination node id {}", route.destination_id()));
   }
@@ -224,7 +227,7 @@ absl::StatusOr<TableStore::Rows> TableStore::Check(const v1::RouteTable& table,
 
   for (int i = 0; i < table.removed_size(); ++i) {
     const v1::RouteKey& k = table.removed(i);
-    const NodeId dest = config_.FindNode(k.destination_id());
+    const NodeId dest = NodeOf(k.destination_id());
     if (dest == kNoNode) {
       return Refusal(
           fmt::format("removed[{}]: unknown destination node id {}", i, k.destination_id()));

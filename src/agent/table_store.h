@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agent/agent_config.h"
@@ -156,6 +157,11 @@ class TableStore {
   }
   absl::Status Save(uint64_t version, const Rows& rows, int64_t computed_unix_ns) const;
   void Log(LogLevel level, std::string_view msg, const nlohmann::json& fields) const;
+  // The configuration's node with wire id `id`, or kNoNode.
+  NodeId NodeOf(uint32_t id) const {
+    const auto it = node_of_.find(id);
+    return it == node_of_.end() ? kNoNode : it->second;
+  }
 
   const AgentConfig& config_;
   const Topology& topology_;
@@ -164,6 +170,9 @@ class TableStore {
   // compact form's implied rows need them.
   std::vector<NodeId> stub_switch_;
   uint64_t stub_digest_ = 0;
+  // By wire id: the configuration's node (AgentConfig::FindNode, without its linear search:
+  // a whole table names every node, thousands of them at scale).
+  absl::flat_hash_map<uint32_t, NodeId> node_of_;
 
   mutable Mutex mu_;
   FallbackChain chain_ ABSL_GUARDED_BY(mu_);
