@@ -24,6 +24,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -32,6 +33,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "agent/relay.h"
+#include "base/status_macros.h"
 #include "control/controller.h"
 #include "control/controller_test_util.h"
 #include "control/etcd_test_util.h"
@@ -58,6 +60,8 @@ struct Flags {
   int nodes = 200;
   int degree = 6;
   double seconds = 10;
+  // How long to wait for every agent to connect before measuring (they all connect at once).
+  double connect_seconds = 60;
   double rate_hz = 10;
   uint64_t seed = 1;
   // Each link's load drifts (a random walk of up to +-drift a sample, within [0.05, 0.95]) and
@@ -243,15 +247,19 @@ int Run(const Flags& flags) {
   std::vector<std::unique_ptr<TestAgent>> agents;
   if (!flags.direct) std::fprintf(stderr, "issuing %d certificates and connecting...\n", nodes);
   for (int i = 1; i <= nodes && !flags.direct; ++i) {
+    if (absl::StatusOr<security::TlsFiles> files = (*pki)->NodeFiles(static_cast<uint32_t>(i));
+        !files.ok()) {
+      std::fprintf(stderr, "certificate: %s\n", std::string(files.status().message()).c_str());
+      return 1;
+    }
+  }
+  // Node i's agent, on a stream of its own to its relay or to the controller.
+  const auto open = [&](int i) -> absl::StatusOr<std::unique_ptr<TestAgent>> {
     const auto id = static_cast<uint32_t>(i);
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel;
     if (auto r = relay_of.find(id); r != relay_of.end()) {
-      absl::StatusOr<security::TlsFiles> files = (*pki)->NodeFiles(id);
-      if (!files.ok()) {
-        std::fprintf(stderr, "member: %s\n", std::string(files.status().message()).c_str());
-        return 1;
-      }
-      security::ChannelTlsOptions tls{*files};
+      ASSIGN_OR_RETURN(const security::TlsFiles files, (*pki)->NodeFiles(id));
+      security::ChannelTlsOptions tls{files};
       tls.server_identity =
           security::SpiffeId::Node(testing::kTestDomain, std::to_string(r->second));
       channel = security::CreateSecureChannel(
@@ -260,11 +268,8 @@ int Run(const Flags& flags) {
       channel = (*pki)->Channel(security::SpiffeId::Node(testing::kTestDomain, std::to_string(i)),
                                 c.port());
     }
-    if (!channel.ok()) {
-      std::fprintf(stderr, "channel: %s\n", std::string(channel.status().message()).c_str());
-      return 1;
-    }
-    agents.push_back(std::make_unique<TestAgent>(
+    if (!channel.ok()) return channel.status();
+    auto agent = std::make_unique<TestAgent>(
         *channel,
         [&tables](const v1::RouteTable& t) {
           tables.fetch_add(1, std::memory_order_relaxed);
@@ -273,17 +278,64 @@ int Run(const Flags& flags) {
           ack.set_accepted(true);
           return ack;
         },
-        /*keep_messages=*/false));
-    agents.back()->SendHello(i, neighbours[i], /*delta_tables=*/true, /*installed_version=*/0,
-                             /*compact_tables=*/true);
+        // Node 1's, for the size of its configuration (the rest it keeps are small: tables
+        // of a host, or of a switch's few changed rows).
+        /*keep_messages=*/i == 1);
+    agent->SendHello(id, neighbours[id], /*delta_tables=*/true, /*installed_version=*/0,
+                     /*compact_tables=*/true);
+    return agent;
+  };
+  const auto connect_start = std::chrono::steady_clock::now();
+  for (int i = 1; i <= nodes && !flags.direct; ++i) {
+    absl::StatusOr<std::unique_ptr<TestAgent>> agent = open(i);
+    if (!agent.ok()) {
+      std::fprintf(stderr, "agent: %s\n", std::string(agent.status().message()).c_str());
+      return 1;
+    }
+    agents.push_back(*std::move(agent));
   }
-  const auto connect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto connect_deadline =
+      connect_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(flags.connect_seconds));
   while (!flags.direct && c.metrics().agents_connected->Value() < nodes &&
          std::chrono::steady_clock::now() < connect_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  std::fprintf(stderr, "%.0f agents connected; measuring for %.0f s\n",
-               c.metrics().agents_connected->Value(), flags.seconds);
+  std::fprintf(
+      stderr, "%.0f agents connected in %.1f s; measuring for %.0f s\n",
+      c.metrics().agents_connected->Value(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - connect_start).count(),
+      flags.seconds);
+  if (!flags.direct) {
+    size_t cursor = 0;
+    const std::optional<v1::ControllerMessage> config =
+        agents[0]->WaitFor([](const v1::ControllerMessage& m) { return m.has_config(); }, &cursor,
+                           std::chrono::seconds(5));
+    if (config.has_value()) {
+      std::fprintf(stderr, "node 1's configuration: %zu bytes\n", config->ByteSizeLong());
+    } else {
+      std::fprintf(stderr, "node 1's configuration: not received\n");
+    }
+  }
+  // Streams the controller ended while they all connected at once (a handshake or a hello
+  // past its timeout): the bench does not open them again.
+  // Their samples are neither sent nor counted as sent.
+  int ended = 0;
+  std::string first_end;
+  std::vector<bool> live(agents.size(), true);
+  for (size_t a = 0; a < agents.size(); ++a) {
+    const std::optional<grpc::Status> done = agents[a]->WaitDone(std::chrono::milliseconds(0));
+    if (!done.has_value()) continue;
+    live[a] = false;
+    if (ended++ == 0) first_end = done->error_message();
+  }
+  if (ended > 0) {
+    std::fprintf(stderr,
+                 "%d streams ended while connecting (the first: %s); connections refused at the "
+                 "cap: %.0f, streams refused: %.0f\n",
+                 ended, first_end.c_str(), c.metrics().connections_refused->Value(),
+                 c.metrics().streams_refused->Value());
+  }
 
   // The measured window: samples from every agent at rate_hz, noisy utilisation and RTT.
   const double samples_before = c.metrics().samples->Value();
@@ -348,6 +400,7 @@ int Run(const Flags& flags) {
   for (auto tick = start; tick < end; tick += period) {
     std::this_thread::sleep_until(tick);
     for (int i = 1; i <= nodes; ++i) {
+      if (!flags.direct && !live[i - 1]) continue;
       v1::AgentMessage m;
       for (auto& [d, bps] : demand[i]) {
         bps = std::clamp(bps * (0.98 + 0.04 * rng.Uniform()), 1e6, 20e6);
@@ -535,6 +588,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(3, 8192));
   app.add_option("--degree", flags.degree, "Mean degree")->check(CLI::Range(2, 32));
   app.add_option("--seconds", flags.seconds, "Measured time")->check(CLI::Range(1.0, 600.0));
+  app.add_option("--connect_seconds", flags.connect_seconds,
+                 "Longest wait for every agent to connect before measuring, counted from "
+                 "the first stream opened")
+      ->check(CLI::Range(1.0, 3600.0));
   app.add_option("--rate_hz", flags.rate_hz, "Samples per second per agent")
       ->check(CLI::Range(0.1, 100.0));
   app.add_option("--seed", flags.seed, "Topology and noise seed");

@@ -192,10 +192,10 @@ TEST_F(CompactTablesTest, DeltasFollowAHostCableDownAndBackUp) {
 }
 
 // A rack cut off from the core (its switch's uplinks down): its hosts' compact tables say,
-// row by row, each switch they cannot reach, and every other host's says the one switch it
-// cannot reach; none names a host under such a switch (that switch's row says it). Deltas say
-// it and take it back, with the snapshots of both decision layers, and every agent forwards
-// as with whole tables throughout.
+// row by row, each switch they cannot reach, and every host of another rack says the one
+// switch it cannot reach; none names a host under such a switch (that switch's row says it). Deltas
+// say it and take it back, with the snapshots of both decision layers, and every agent forwards as
+// with whole tables throughout.
 TEST_F(CompactTablesTest, ARackCutOffFromTheCoreIsSaidInTheHostsRowsAndTakenBack) {
   const Topology& topo = overlay_->topology;
   const NodeId h0 = *topo.FindNode("h0");
@@ -236,7 +236,9 @@ TEST_F(CompactTablesTest, ARackCutOffFromTheCoreIsSaidInTheHostsRowsAndTakenBack
     return t;
   };
   expect_unreachable(*down, h0, 19);  // every switch but its own
-  EXPECT_EQ(expect_unreachable(*down, far, 1).routes(0).destination_id(), overlay_->wire_id[e0]);
+  const v1::RouteTable at_far = expect_unreachable(*down, far, 1);
+  ASSERT_EQ(at_far.routes_size(), kTrafficClasses);
+  EXPECT_EQ(at_far.routes(0).destination_id(), overlay_->wire_id[e0]);
   EXPECT_GT(OfferToAll(*down, before.get()), 0);
 
   // The marginal layer's snapshot (ranks for potentials) of the same tables says the same.
@@ -255,6 +257,7 @@ TEST_F(CompactTablesTest, ARackCutOffFromTheCoreIsSaidInTheHostsRowsAndTakenBack
   EXPECT_EQ(t.routes_size(), 0);
   EXPECT_EQ(t.removed_size(), 19 * kTrafficClasses);
   EXPECT_TRUE(BuildRouteTable(*again, far, ranked.get(), t, /*compact=*/true));
+  EXPECT_EQ(t.routes_size(), 0);
   EXPECT_EQ(t.removed_size(), kTrafficClasses);
   OfferToAll(*again, ranked.get());
 }

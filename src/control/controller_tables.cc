@@ -109,9 +109,10 @@ void SetStubRows(const Topology& topo, RouteSnapshot& s) {
       }
       const LinkId down = topo.link(up).reverse;
       if (down != kNoLink && !std::isinf(s.hop_cost[cls][down])) continue;
-      const std::vector<double>& toward_switch = *s.potentials[cls][topo.link(up).dst];
+      const NodeId t = topo.link(up).dst;
+      const std::vector<double>& toward_switch = *s.potentials[cls][t];
       for (const NodeId w : switches) {
-        if (!std::isinf(toward_switch[w])) rows[w].push_back(d);
+        if (w == t || !std::isinf(toward_switch[w])) rows[w].push_back(d);
       }
     }
   }
