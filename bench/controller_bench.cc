@@ -328,6 +328,9 @@ int Run(const Flags& flags) {
     if (!done.has_value()) continue;
     live[a] = false;
     if (ended++ == 0) first_end = done->error_message();
+    // Its channel is let go: one in transient failure may go on reconnecting in the
+    // background, on the cores measured.
+    agents[a].reset();
   }
   if (ended > 0) {
     std::fprintf(stderr,
@@ -374,7 +377,7 @@ int Run(const Flags& flags) {
     }
   }
   const double period_s = 1.0 / flags.rate_hz;
-  std::atomic<bool> flooding{flags.flood && !flags.direct};
+  std::atomic<bool> flooding{flags.flood && !flags.direct && agents[0] != nullptr};
   std::atomic<int64_t> flooded{0};
   std::thread flooder;
   if (flooding) {
