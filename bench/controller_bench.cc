@@ -317,20 +317,17 @@ int Run(const Flags& flags) {
       std::fprintf(stderr, "node 1's configuration: not received\n");
     }
   }
-  // Streams the controller ended while they all connected at once (a handshake or a hello
-  // past its timeout): the bench does not open them again.
-  // Their samples are neither sent nor counted as sent.
+  // Streams that ended while they all connected at once (a handshake past its timeout, or
+  // keepalive pings unanswered): the bench does not open them again, and their samples are
+  // neither sent nor counted as sent. Each agent is let go, channel and all: a channel in
+  // transient failure may go on reconnecting in the background, on the cores measured.
   int ended = 0;
   std::string first_end;
-  std::vector<bool> live(agents.size(), true);
-  for (size_t a = 0; a < agents.size(); ++a) {
-    const std::optional<grpc::Status> done = agents[a]->WaitDone(std::chrono::milliseconds(0));
+  for (std::unique_ptr<TestAgent>& agent : agents) {
+    const std::optional<grpc::Status> done = agent->WaitDone(std::chrono::milliseconds(0));
     if (!done.has_value()) continue;
-    live[a] = false;
     if (ended++ == 0) first_end = done->error_message();
-    // Its channel is let go: one in transient failure may go on reconnecting in the
-    // background, on the cores measured.
-    agents[a].reset();
+    agent.reset();
   }
   if (ended > 0) {
     std::fprintf(stderr,
@@ -403,7 +400,7 @@ int Run(const Flags& flags) {
   for (auto tick = start; tick < end; tick += period) {
     std::this_thread::sleep_until(tick);
     for (int i = 1; i <= nodes; ++i) {
-      if (!flags.direct && !live[i - 1]) continue;
+      if (!flags.direct && agents[i - 1] == nullptr) continue;  // its stream ended
       v1::AgentMessage m;
       for (auto& [d, bps] : demand[i]) {
         bps = std::clamp(bps * (0.98 + 0.04 * rng.Uniform()), 1e6, 20e6);

@@ -193,9 +193,9 @@ TEST_F(CompactTablesTest, DeltasFollowAHostCableDownAndBackUp) {
 
 // A rack cut off from the core (its switch's uplinks down): its hosts' compact tables say,
 // row by row, each switch they cannot reach, and every host of another rack says the one
-// switch it cannot reach; none names a host under such a switch (that switch's row says it). Deltas
-// say it and take it back, with the snapshots of both decision layers, and every agent forwards as
-// with whole tables throughout.
+// switch it cannot reach; none names a host under such a switch (that switch's row says it).
+// Deltas say it and take it back, with the snapshots of both decision layers, and every agent
+// forwards as with whole tables throughout.
 TEST_F(CompactTablesTest, ARackCutOffFromTheCoreIsSaidInTheHostsRowsAndTakenBack) {
   const Topology& topo = overlay_->topology;
   const NodeId h0 = *topo.FindNode("h0");
@@ -204,8 +204,9 @@ TEST_F(CompactTablesTest, ARackCutOffFromTheCoreIsSaidInTheHostsRowsAndTakenBack
   ASSERT_NE(topo.RouteTarget(far), e0);
   std::vector<LinkId> cut;  // both directions of e0's uplinks
   for (const LinkId l : topo.node(e0).out_links) {
-    if (topo.StubUplink(topo.link(l).dst) == kNoLink)
+    if (topo.StubUplink(topo.link(l).dst) == kNoLink) {
       cut.insert(cut.end(), {l, topo.link(l).reverse});
+    }
   }
   ASSERT_EQ(cut.size(), 4u);
   const auto set_cut = [&](bool down) {

@@ -71,9 +71,10 @@ struct RouteSnapshot {
   // compact tables hold a row, in ascending order (BuildRouteTable). Those rows say that the
   // switch cannot reach them. Empty for any other node, and on most switches: such a row
   // exists only where a switch is cut off from a destination (or from a stub whose own link
-  // carries nothing, under a switch it does reach). Made once per snapshot, so a stub's compact
-  // table costs what its rows do, not a pass over every destination. Derived from potentials and
-  // hop_cost when the snapshot is made: whoever edits those after must make it again.
+  // carries nothing, under a switch it does reach). Made once per snapshot, so a stub's
+  // compact table costs what its rows do, not a pass over every destination. Derived from
+  // potentials and hop_cost when the snapshot is made: whoever edits those after must make
+  // it again.
   std::array<std::vector<std::vector<NodeId>>, kTrafficClasses> stub_rows;
 
   // Where v's row toward d comes from: one link (a stub's uplink, or the link from its switch
